@@ -1,0 +1,33 @@
+"""Exceptions raised by otel-joules.
+
+Every error the library raises on purpose derives from :class:`OtelJoulesError`, so
+callers can catch one type. Errors that happen while a span is being measured are
+never raised into the user's code: they are reported once as a warning and the
+affected domain is dropped (see :mod:`otel_joules.meter`).
+"""
+
+from __future__ import annotations
+
+
+class OtelJoulesError(Exception):
+    """Base class of every exception otel-joules raises."""
+
+
+class ConfigurationError(OtelJoulesError, ValueError):
+    """An option or environment variable has a value that cannot be used.
+
+    Raised at configuration time (constructing a meter, calling ``instrument``),
+    never from inside a span.
+    """
+
+
+class SensorUnavailableError(OtelJoulesError):
+    """A sensor (RAPL zone, GPU) exists but cannot be used; the message says why and what to do."""
+
+
+class SensorReadError(OtelJoulesError):
+    """Reading a counter failed (the zone vanished, the GPU was lost, the value was garbage)."""
+
+
+class DeviceLostError(SensorReadError):
+    """A device stopped answering for good (e.g. NVML's GPU_IS_LOST)."""

@@ -1,0 +1,10 @@
+"""Sensors: where every value is born.
+
+Each module here knows one kind of hardware and turns it into :class:`Channel`
+objects reporting microjoules: :mod:`.rapl` (Linux powercap), :mod:`.nvml`
+(NVIDIA GPUs) and :mod:`.estimator` (a CPU-time model where no counter exists).
+"""
+
+from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+
+__all__ = ["Channel", "Discovery", "Domain", "HardwareType", "Method", "Unavailable"]

@@ -1,0 +1,127 @@
+"""The contract between sensors and the meter.
+
+A sensor finds *channels*; each channel measures one energy *domain* (``package_0``,
+``dram_0``, ``nvidia_gpu_1``, ...) and exposes it as a cumulative counter in
+microjoules that may wrap at a known range. Everything hardware-specific (file
+descriptors, NVML handles, unit conversions from mJ or mW) stays inside the
+channel; the meter only sees integers of microjoules, so there is exactly one
+place where units are converted for each kind of hardware.
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass, field
+
+
+class HardwareType(str, enum.Enum):
+    """``hw.type`` of the OpenTelemetry hardware semantic conventions."""
+
+    CPU = "cpu"
+    MEMORY = "memory"
+    GPU = "gpu"
+    PLATFORM = "platform"
+
+
+class Method(str, enum.Enum):
+    """How a domain's joules are obtained; decides ``energy.source`` on spans."""
+
+    #: A hardware energy counter (RAPL ``energy_uj``, NVML total energy).
+    COUNTER = "counter"
+    #: A hardware power sensor integrated over time by the meter's sampler.
+    POWER_INTEGRATION = "power_integration"
+    #: A model (CPU time x TDP, memory size x W/GB): not a measurement.
+    ESTIMATE = "estimate"
+
+    @property
+    def is_measurement(self) -> bool:
+        """True for readings from hardware, False for model estimates."""
+        return self is not Method.ESTIMATE
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Static description of one measured energy domain.
+
+    Attributes:
+        id: Domain id as pyJoules names it (``package_0``, ``dram_0``, ``psys``,
+            ``nvidia_gpu_0``) or ``cpu_estimate``/``memory_estimate``.
+        hw_type: ``hw.type`` for metrics.
+        hw_name: Human-readable name (``hw.name``), e.g. the GPU's product name.
+        hw_id: Stable identifier (``hw.id``), e.g. the powercap zone path or GPU UUID.
+        method: Counter, integrated power or estimate.
+        in_total: Whether the domain adds to ``energy.joules``. Core and uncore sit
+            inside their package and psys covers the whole platform, so they are
+            reported but not added (psys is added only where no package exists).
+        update_period_s: How often the underlying counter changes; spans shorter than
+            this are flagged as below the counter's resolution.
+        hw_parent: ``hw.parent`` (e.g. the package a core zone belongs to), if any.
+    """
+
+    id: str
+    hw_type: HardwareType
+    hw_name: str
+    hw_id: str
+    method: Method = Method.COUNTER
+    in_total: bool = True
+    update_period_s: float = 0.001
+    hw_parent: str | None = None
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A domain that was found but cannot be measured, with the reason and the remedy."""
+
+    what: str
+    reason: str
+    remedy: str = ""
+
+
+class Channel(abc.ABC):
+    """One domain's cumulative energy counter, in microjoules.
+
+    Subclasses read their hardware in :meth:`read_uj`. The meter calls it under its
+    own lock, so channels need no locking of their own.
+    """
+
+    def __init__(self, domain: Domain) -> None:
+        self.domain = domain
+
+    @property
+    def wrap_uj(self) -> int | None:
+        """Value at which the counter wraps back to 0, or None if it never wraps."""
+        return None
+
+    @property
+    def max_read_interval_s(self) -> float | None:
+        """Longest time allowed between two reads, or None if any interval is safe.
+
+        For a wrapping counter: the time the counter needs to wrap at the highest
+        power the hardware can draw (with a margin). For an integrated power sensor:
+        the integration step that keeps the result accurate.
+        """
+        return None
+
+    @abc.abstractmethod
+    def read_uj(self) -> int:
+        """Return the counter's current value in microjoules.
+
+        Raises:
+            SensorReadError: the value cannot be read or is garbage.
+            DeviceLostError: the device is gone for good.
+        """
+
+    def reset_after_fork(self) -> None:
+        """Re-acquire handles that are not valid in a forked child (NVML). Default: nothing."""
+
+    def close(self) -> None:
+        """Release file descriptors and library handles. Default: nothing."""
+
+
+@dataclass
+class Discovery:
+    """What one sensor found: the channels it can read and what it could not."""
+
+    channels: list[Channel] = field(default_factory=list)
+    unavailable: list[Unavailable] = field(default_factory=list)
