@@ -21,7 +21,9 @@ class HardwareType(str, enum.Enum):
     CPU = "cpu"
     MEMORY = "memory"
     GPU = "gpu"
-    PLATFORM = "platform"
+    #: psys: the whole platform (SoC and more). The conventions have no "platform"
+    #: type; "enclosure" is their name for the whole box.
+    PLATFORM = "enclosure"
 
 
 class Method(str, enum.Enum):

@@ -1,0 +1,354 @@
+"""The energy meter: cumulative, wrap-corrected joules per domain since the meter started.
+
+Every read of every channel, whether for a span or by the background sampler, goes
+through :meth:`EnergyMeter.snapshot` under one lock, so each counter's wrap-around is
+corrected against the previous read whoever made it. The sampler reads often enough
+that no counter can wrap twice between two reads (see
+:attr:`Channel.max_read_interval_s`); a span of any length is then exact however many
+times its counters wrapped inside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping, Sequence
+
+from otel_joules.config import Settings
+from otel_joules.errors import ConfigurationError
+from otel_joules.sensors import estimator, rapl
+from otel_joules.sensors.base import Channel, Domain, Method, Unavailable
+
+_log = logging.getLogger("otel_joules")
+
+#: The sampler never reads more often than this (it would cost CPU for nothing) ...
+SAMPLER_FLOOR_S = 0.01
+#: ... and never less often than this, so cached power stays fresh for metrics.
+SAMPLER_CEILING_S = 60.0
+
+SOURCE_MEASURED = "measured"
+SOURCE_ESTIMATE = "estimate"
+SOURCE_MIXED = "mixed"
+
+
+@dataclass(frozen=True)
+class EnergySnapshot:
+    """Cumulative joules per domain at one instant.
+
+    Attributes:
+        monotonic_ns: ``time.monotonic_ns()`` when the counters were read.
+        joules: Joules since the meter started, aligned with :attr:`EnergyMeter.domains`;
+            None for a domain that has failed (it is then left out of measurements).
+    """
+
+    monotonic_ns: int
+    joules: tuple[float | None, ...]
+
+
+@dataclass(frozen=True)
+class EnergyMeasurement:
+    """Energy spent between two snapshots.
+
+    Attributes:
+        duration_s: Seconds between the snapshots.
+        joules_by_domain: Joules per measured domain (domains that failed in between are absent).
+        total_joules: Sum over the domains that do not overlap (packages, dram, GPUs,
+            estimates; psys only where no package exists; never core or uncore).
+        watts: ``total_joules / duration_s`` (0.0 for a zero-length interval).
+        source: ``measured``, ``estimate`` or ``mixed``.
+        below_resolution: True when the interval is shorter than the update period of
+            a counter it includes: the values are then quantised, not wrong.
+        methods_by_domain: How each domain was obtained (counter, integrated power, estimate).
+    """
+
+    duration_s: float
+    joules_by_domain: Mapping[str, float]
+    total_joules: float
+    watts: float
+    source: str
+    below_resolution: bool
+    methods_by_domain: Mapping[str, Method] = field(default_factory=dict)
+
+
+class _ChannelState:
+    """Mutable per-channel bookkeeping, touched only under the meter's lock."""
+
+    __slots__ = ("channel", "last_raw_uj", "total_uj", "failed")
+
+    def __init__(self, channel: Channel, first_raw_uj: int) -> None:
+        self.channel = channel
+        self.last_raw_uj = first_raw_uj
+        self.total_uj = 0
+        self.failed = False
+
+
+class EnergyMeter:
+    """Reads every energy domain of this machine and keeps wrap-corrected totals.
+
+    Most code should use the process-wide meter from
+    :func:`otel_joules.meter.get_energy_meter`; construct one directly for a custom
+    sysfs root, GPU selection or channel list.
+
+    Args:
+        sysfs_root: Where sysfs is mounted (default ``OTEL_JOULES_SYSFS_ROOT`` or ``/sys``).
+        gpus: GPUs to measure by NVML index or UUID; None selects the GPUs this process
+            may use (``CUDA_VISIBLE_DEVICES``); an empty sequence measures no GPU.
+        devices_by_pid: Measure only GPUs running a process of this process tree.
+        estimate: Add the CPU-time estimator: None (default) where no RAPL zone can be
+            read, True always, False never.
+        host: Measure host-level domains (RAPL or the estimator). Set False in all but
+            one process per host so the host's energy is not counted once per process.
+        settings: Resolved settings; built from the environment when omitted.
+        channels: Use exactly these channels instead of discovering hardware.
+        sample: Run the background sampler (needed for wrap safety and power integration).
+    """
+
+    def __init__(
+        self,
+        *,
+        sysfs_root: str | None = None,
+        gpus: Sequence[int | str] | None = None,
+        devices_by_pid: bool = False,
+        estimate: bool | None = None,
+        host: bool = True,
+        settings: Settings | None = None,
+        channels: Iterable[Channel] | None = None,
+        sample: bool = True,
+    ) -> None:
+        self.settings = settings or Settings.from_env(sysfs_root=sysfs_root)
+        unavailable: list[Unavailable] = []
+        if channels is None:
+            found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable)
+        else:
+            found = list(channels)
+        ids = [c.domain.id for c in found]
+        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        if duplicates:
+            raise ConfigurationError(f"two channels measure the same domain(s) {duplicates}; give each domain once")
+        self.unavailable: tuple[Unavailable, ...] = tuple(unavailable)
+        self._lock = threading.Lock()
+        self._states: list[_ChannelState] = []
+        for channel in found:
+            try:
+                first = channel.read_uj()
+            except Exception as exc:  # noqa: BLE001 - a sensor must never break the user's program
+                self.unavailable += (Unavailable(channel.domain.id, f"first read failed: {exc}"),)
+                channel.close()
+                continue
+            self._states.append(_ChannelState(channel, first))
+        self.domains: tuple[Domain, ...] = tuple(s.channel.domain for s in self._states)
+        self._index = {d.id: i for i, d in enumerate(self.domains)}
+        self._started_ns = time.monotonic_ns()
+        self._sample = sample
+        self._sampler: _Sampler | None = None
+        self._closed = False
+        self.sample_period_s = _sample_period_s(s.channel for s in self._states)
+        _live_meters.add(self)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def snapshot(self) -> EnergySnapshot:
+        """Read every counter now and return joules per domain since the meter started.
+
+        Never raises for a sensor failure: a failing domain is reported once (logging
+        ``WARNING`` on the ``otel_joules`` logger) and is None from then on.
+        """
+        if self._sample and self._sampler is None and not self._closed:
+            self._start_sampler()
+        with self._lock:
+            values = [self._read(state) for state in self._states]
+            now = time.monotonic_ns()
+        return EnergySnapshot(now, tuple(values))
+
+    def _read(self, state: _ChannelState) -> float | None:
+        if state.failed:
+            return None
+        try:
+            raw = state.channel.read_uj()
+        except Exception as exc:  # noqa: BLE001 - never raise into the user's span
+            state.failed = True
+            _log.warning(
+                "otel-joules: stopped measuring %s: %s. Other domains are still measured; spans and metrics leave %s out from now on.",
+                state.channel.domain.id,
+                exc,
+                state.channel.domain.id,
+            )
+            return None
+        delta = raw - state.last_raw_uj
+        if delta < 0:
+            wrap = state.channel.wrap_uj
+            if wrap is None:
+                # A counter that cannot wrap went backwards: the driver was reloaded and
+                # restarted it. Count from the new origin rather than subtract.
+                delta = raw
+            else:
+                delta += wrap
+        state.last_raw_uj = raw
+        state.total_uj += delta
+        return state.total_uj / 1e6
+
+    def measure(self, start: EnergySnapshot, end: EnergySnapshot) -> EnergyMeasurement:
+        """Energy spent between two snapshots of this meter."""
+        duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
+        by_domain: dict[str, float] = {}
+        methods: dict[str, Method] = {}
+        total = 0.0
+        measured = estimated = False
+        slowest_update_s = 0.0
+        for domain, a, b in zip(self.domains, start.joules, end.joules):
+            if a is None or b is None:
+                continue
+            joules = b - a
+            by_domain[domain.id] = joules
+            methods[domain.id] = domain.method
+            if domain.in_total:
+                total += joules
+                if domain.method.is_measurement:
+                    measured = True
+                else:
+                    estimated = True
+            if domain.update_period_s > slowest_update_s:
+                slowest_update_s = domain.update_period_s
+        source = SOURCE_MIXED if measured and estimated else SOURCE_ESTIMATE if estimated else SOURCE_MEASURED
+        return EnergyMeasurement(
+            duration_s=duration_s,
+            joules_by_domain=by_domain,
+            total_joules=total,
+            watts=total / duration_s if duration_s > 0 else 0.0,
+            source=source,
+            below_resolution=duration_s < slowest_update_s,
+            methods_by_domain=methods,
+        )
+
+    def domain_index(self, domain_id: str) -> int:
+        """Position of ``domain_id`` in :attr:`domains` and in snapshots."""
+        try:
+            return self._index[domain_id]
+        except KeyError:
+            known = ", ".join(self._index) or "none"
+            raise ConfigurationError(f"domain {domain_id!r} is not measured here (measured: {known})") from None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def _start_sampler(self) -> None:
+        with self._lock:
+            if self._sampler is None and not self._closed and self.sample_period_s is not None:
+                self._sampler = _Sampler(self, self.sample_period_s)
+                self._sampler.start()
+
+    def close(self) -> None:
+        """Stop the sampler and release every channel. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()
+        with self._lock:
+            for state in self._states:
+                try:
+                    state.channel.close()
+                except Exception:  # noqa: BLE001 - closing must not fail shutdown
+                    pass
+        _live_meters.discard(self)
+
+    def _after_fork_in_child(self) -> None:
+        # The sampler thread does not exist in the child and the lock may be held by a
+        # thread that was copied mid-read: rebuild both, and let channels re-acquire
+        # handles (NVML) before the child's first read.
+        self._lock = threading.Lock()
+        self._sampler = None
+        for state in self._states:
+            state.channel.reset_after_fork()
+
+    def __enter__(self) -> "EnergyMeter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"EnergyMeter(domains={[d.id for d in self.domains]})"
+
+
+def _discover(
+    settings: Settings,
+    gpus: Sequence[int | str] | None,
+    devices_by_pid: bool,
+    estimate: bool | None,
+    host: bool,
+    unavailable: list[Unavailable],
+) -> list[Channel]:
+    channels: list[Channel] = []
+    if host:
+        found = rapl.discover(settings)
+        channels += found.channels
+        unavailable += found.unavailable
+        if estimate or (estimate is None and not found.channels):
+            channels += estimator.discover(settings).channels
+    elif estimate:
+        raise ConfigurationError("estimate=True needs host=True: the estimator measures the host's CPU and memory")
+    if gpus is not None and len(gpus) == 0:
+        return channels  # explicitly no GPU: do not even load NVML
+    gpu_found = _discover_gpus(settings, gpus, devices_by_pid)
+    channels += gpu_found.channels
+    unavailable += gpu_found.unavailable
+    return channels
+
+
+def _discover_gpus(settings: Settings, gpus: Sequence[int | str] | None, devices_by_pid: bool):  # type: ignore[no-untyped-def]
+    from otel_joules.sensors import nvml
+
+    return nvml.discover(settings, gpus=gpus, devices_by_pid=devices_by_pid)
+
+
+def _sample_period_s(channels: Iterable[Channel]) -> float | None:
+    """Sampler period: the tightest channel bound, within floor and ceiling; None if no channel needs one."""
+    bounds = [c.max_read_interval_s for c in channels if c.max_read_interval_s is not None]
+    if not bounds:
+        return None
+    return min(max(min(bounds), SAMPLER_FLOOR_S), SAMPLER_CEILING_S)
+
+
+class _Sampler(threading.Thread):
+    """Reads the meter periodically so no counter wraps twice unseen and power is integrated."""
+
+    def __init__(self, meter: EnergyMeter, period_s: float) -> None:
+        super().__init__(name="otel-joules-sampler", daemon=True)
+        # A weak reference: a meter nobody uses any more must be collectable even
+        # though its sampler thread still runs.
+        self._meter_ref = weakref.ref(meter)
+        self._period_s = period_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self._period_s):
+            meter = self._meter_ref()
+            if meter is None:
+                return
+            meter.snapshot()
+            del meter
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self is not threading.current_thread():
+            self.join(timeout=5)
+
+
+#: Every open meter, so a fork can repair them all. Part of the meter registry's
+#: lifecycle, not user-visible state; weak so it never keeps a meter alive.
+_live_meters: "weakref.WeakSet[EnergyMeter]" = weakref.WeakSet()
+
+
+def _repair_meters_after_fork() -> None:
+    for meter in list(_live_meters):
+        meter._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_repair_meters_after_fork)

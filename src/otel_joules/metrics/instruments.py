@@ -1,0 +1,143 @@
+"""Observable metric instruments following the OpenTelemetry hardware semantic conventions.
+
+``hw.energy``       Counter, ``J``, per domain, attributes ``hw.id``, ``hw.type``, ``hw.name`` (+ ``hw.parent``)
+``hw.power``        Gauge,   ``W``, per domain, same attributes
+``hw.host.energy``  Counter, ``J``, the host's non-overlapping total (what ``energy.joules`` adds up)
+``hw.host.power``   Gauge,   ``W``, the same as power
+
+Every data point also carries ``energy.source`` (``measured`` or ``estimate``), so an
+estimate is never mistaken for a measurement in a dashboard.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from typing import Iterable
+
+from opentelemetry import metrics
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from otel_joules.meter.meter import SOURCE_ESTIMATE, SOURCE_MEASURED, EnergyMeter, EnergySnapshot
+
+INSTRUMENTATION_SCOPE = "otel_joules"
+#: One collection calls four callbacks; they share a snapshot younger than this.
+_SNAPSHOT_REUSE_S = 0.5
+
+
+class EnergyMetrics:
+    """Registers the energy instruments on a meter provider and feeds them from an :class:`EnergyMeter`.
+
+    Args:
+        energy_meter: Where the joules come from.
+        meter_provider: The OpenTelemetry ``MeterProvider``; the global one when omitted.
+        host_id: ``hw.id`` of the host total (default: the host name).
+    """
+
+    def __init__(
+        self,
+        energy_meter: EnergyMeter,
+        meter_provider: metrics.MeterProvider | None = None,
+        host_id: str | None = None,
+    ) -> None:
+        from otel_joules import __version__
+
+        self.energy_meter = energy_meter
+        self.enabled = True
+        self._host_attributes = {"hw.id": host_id or socket.gethostname(), "hw.name": host_id or socket.gethostname()}
+        self._domain_attributes = []
+        for domain in energy_meter.domains:
+            attributes = {
+                "hw.id": domain.hw_id,
+                "hw.type": domain.hw_type.value,
+                "hw.name": domain.hw_name,
+                "energy.source": SOURCE_MEASURED if domain.method.is_measurement else SOURCE_ESTIMATE,
+            }
+            if domain.hw_parent:
+                attributes["hw.parent"] = domain.hw_parent
+            self._domain_attributes.append(attributes)
+        self._lock = threading.Lock()
+        self._previous = energy_meter.snapshot()
+        self._current = self._previous
+        self._current_at = time.monotonic()
+        self._last_known = [0.0] * len(energy_meter.domains)
+        self._remember(self._current)
+        provider = meter_provider or metrics.get_meter_provider()
+        otel_meter = provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
+        otel_meter.create_observable_counter(
+            "hw.energy", [self._observe_energy], unit="J", description="Energy consumed by the component"
+        )
+        otel_meter.create_observable_gauge(
+            "hw.power", [self._observe_power], unit="W", description="Instantaneous power consumed by the component"
+        )
+        otel_meter.create_observable_counter(
+            "hw.host.energy", [self._observe_host_energy], unit="J", description="Energy consumed by the host (no overlap)"
+        )
+        otel_meter.create_observable_gauge(
+            "hw.host.power", [self._observe_host_power], unit="W", description="Power consumed by the host (no overlap)"
+        )
+
+    def _snapshots(self) -> tuple[EnergySnapshot, EnergySnapshot]:
+        """(previous, current) snapshots; a new current one unless the last is fresh."""
+        with self._lock:
+            now = time.monotonic()
+            if now - self._current_at >= _SNAPSHOT_REUSE_S:
+                self._previous, self._current = self._current, self.energy_meter.snapshot()
+                self._current_at = now
+                self._remember(self._current)
+            return self._previous, self._current
+
+    def _remember(self, snapshot: EnergySnapshot) -> None:
+        for i, joules in enumerate(snapshot.joules):
+            if joules is not None:
+                self._last_known[i] = joules
+
+    def _observe_energy(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self.enabled:
+            return []
+        _, current = self._snapshots()
+        return [
+            Observation(joules, attributes)
+            for joules, attributes in zip(current.joules, self._domain_attributes)
+            if joules is not None
+        ]
+
+    def _observe_power(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self.enabled:
+            return []
+        previous, current = self._snapshots()
+        measurement = self.energy_meter.measure(previous, current)
+        if measurement.duration_s <= 0:
+            return []
+        return [
+            Observation(measurement.joules_by_domain[domain.id] / measurement.duration_s, attributes)
+            for domain, attributes in zip(self.energy_meter.domains, self._domain_attributes)
+            if domain.id in measurement.joules_by_domain
+        ]
+
+    def _observe_host_energy(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self.enabled:
+            return []
+        self._snapshots()
+        # Last known values: a domain that fails keeps its joules in the total, so the
+        # host counter never goes backwards.
+        total = sum(joules for joules, domain in zip(self._last_known, self.energy_meter.domains) if domain.in_total)
+        return [Observation(total, {**self._host_attributes, "energy.source": self._host_source()})]
+
+    def _observe_host_power(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self.enabled:
+            return []
+        previous, current = self._snapshots()
+        measurement = self.energy_meter.measure(previous, current)
+        if measurement.duration_s <= 0:
+            return []
+        return [Observation(measurement.watts, {**self._host_attributes, "energy.source": measurement.source})]
+
+    def _host_source(self) -> str:
+        methods = {d.method.is_measurement for d in self.energy_meter.domains if d.in_total}
+        if methods == {True}:
+            return SOURCE_MEASURED
+        if methods == {False}:
+            return SOURCE_ESTIMATE
+        return "mixed"

@@ -1,0 +1,255 @@
+"""RAPL energy counters through the Linux powercap interface.
+
+Layout the kernel exposes (``<sysfs>/class/powercap``)::
+
+    intel-rapl            control type (no energy_uj)
+    intel-rapl:0          name "package-0"   energy_uj  max_energy_range_uj  constraint_*_max_power_uw
+    intel-rapl:0/intel-rapl:0:0   name "core"
+    intel-rapl:0/intel-rapl:0:1   name "uncore"
+    intel-rapl:0/intel-rapl:0:2   name "dram"
+    intel-rapl:1          name "psys"  (index 1 is *not* socket 1)
+    intel-rapl-mmio:0     name "package-0"  (same package through MMIO: not counted twice)
+
+AMD Zen (kernel 5.8+) exposes package and core through the same interface and has no dram.
+Domain ids follow pyJoules: ``package_N`` where N comes from the zone's *name*, and
+sub-zones inherit their package's number (``core_0``, ``dram_1``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from otel_joules.config import Settings
+from otel_joules.errors import SensorReadError
+from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+
+_TOP_ZONE = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+)$")
+_SUB_ZONE = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+):(\d+)$")
+_PACKAGE_NAME = re.compile(r"^package-(\d+)$")
+
+#: RAPL counters update about every millisecond (Intel SDM; AMD behaves alike).
+RAPL_UPDATE_PERIOD_S = 0.001
+#: Read a counter at least this many times per wrap period, so one missed sampler
+#: tick still cannot let it wrap twice between two reads.
+_READS_PER_WRAP = 4
+
+PERMISSION_REMEDY = (
+    "energy_uj is readable only by root since the fix for CVE-2020-8694. Either run as root, or grant read "
+    "access, e.g. `sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj "
+    "/sys/class/powercap/intel-rapl:*/intel-rapl:*/energy_uj` (until reboot) or a udev rule such as "
+    'SUBSYSTEM=="powercap", ACTION=="add", RUN+="/bin/chmod o+r /sys%p/energy_uj"'
+)
+
+
+@dataclass(frozen=True)
+class _Zone:
+    path: Path
+    name: str
+    interface: str  # "intel-rapl" or "intel-rapl-mmio"
+
+
+def _read_text(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _domain_for(name: str, parent_package: int | None) -> tuple[str, HardwareType, bool] | None:
+    """Map a zone name to (domain id, hw type, counts in total); None for names we do not know."""
+    match = _PACKAGE_NAME.match(name)
+    if match and parent_package is None:
+        return f"package_{int(match.group(1))}", HardwareType.CPU, True
+    if name == "psys" and parent_package is None:
+        # psys covers the whole platform; whether it joins the total is decided
+        # once all zones are known (only where no package zone exists).
+        return "psys", HardwareType.PLATFORM, True
+    if parent_package is not None and name in ("core", "uncore"):
+        return f"{name}_{parent_package}", HardwareType.CPU, False
+    if parent_package is not None and name == "dram":
+        return f"dram_{parent_package}", HardwareType.MEMORY, True
+    return None
+
+
+class RaplChannel(Channel):
+    """One powercap zone's ``energy_uj``, read through a file descriptor kept open."""
+
+    def __init__(self, domain: Domain, fd: int, wrap_uj: int, max_power_watts: float) -> None:
+        super().__init__(domain)
+        self._fd = fd
+        self._wrap_uj = wrap_uj
+        wrap_seconds = (wrap_uj / 1e6) / max_power_watts
+        self._max_read_interval_s = wrap_seconds / _READS_PER_WRAP
+
+    @property
+    def wrap_uj(self) -> int:
+        """``max_energy_range_uj``: the counter runs from 0 up to this value, then wraps."""
+        return self._wrap_uj
+
+    @property
+    def max_read_interval_s(self) -> float:
+        """A quarter of the time the counter needs to wrap at the zone's maximum power."""
+        return self._max_read_interval_s
+
+    def read_uj(self) -> int:
+        """Read ``energy_uj`` with ``pread`` (no reopen, no seek)."""
+        try:
+            raw = os.pread(self._fd, 32, 0)
+        except OSError as exc:
+            raise SensorReadError(f"{self.domain.hw_id}/energy_uj could not be read: {exc.strerror}") from exc
+        try:
+            value = int(raw)
+        except ValueError:
+            reason = "is empty (the zone disappeared?)" if not raw.strip() else f"holds {raw[:20]!r}, not an integer"
+            raise SensorReadError(f"{self.domain.hw_id}/energy_uj {reason}") from None
+        if value < 0 or value > self._wrap_uj:
+            raise SensorReadError(
+                f"{self.domain.hw_id}/energy_uj = {value} is outside 0..max_energy_range_uj ({self._wrap_uj})"
+            )
+        return value
+
+    def close(self) -> None:
+        """Close the file descriptor."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _list_zones(powercap: Path) -> list[tuple[_Zone, list[_Zone]]]:
+    """Top-level RAPL zones with their sub-zones, in a stable order."""
+    zones: list[tuple[_Zone, list[_Zone]]] = []
+    for entry in sorted(powercap.iterdir(), key=lambda p: p.name):
+        top = _TOP_ZONE.match(entry.name)
+        if not top or not entry.is_dir():
+            continue
+        name = _read_text(entry / "name")
+        if name is None:
+            continue
+        subs: list[_Zone] = []
+        for child in sorted(entry.iterdir(), key=lambda p: p.name):
+            sub = _SUB_ZONE.match(child.name)
+            if sub and sub.group(2) == top.group(2) and child.is_dir():
+                sub_name = _read_text(child / "name")
+                if sub_name is not None:
+                    subs.append(_Zone(child, sub_name, sub.group(1)))
+        zones.append((_Zone(entry, name, top.group(1)), subs))
+    return zones
+
+
+def discover(settings: Settings) -> Discovery:
+    """Find every readable RAPL zone under ``settings.sysfs_root``.
+
+    Zones that exist but cannot be read are listed in ``Discovery.unavailable`` with
+    the reason and the remedy; this function never raises for a missing or locked zone.
+    """
+    found = Discovery()
+    powercap = Path(settings.sysfs_root) / "class" / "powercap"
+    if not powercap.is_dir():
+        found.unavailable.append(
+            Unavailable(
+                "RAPL",
+                f"{powercap} does not exist (no powercap driver, not Linux, or a VM/container without it)",
+                "on bare-metal Linux load the driver (`modprobe intel_rapl_msr`); in a container mount the host's /sys "
+                "and set OTEL_JOULES_SYSFS_ROOT to where it is mounted",
+            )
+        )
+        return found
+
+    zones = _list_zones(powercap)
+    # MSR zones first, so an MMIO zone naming an already-seen package is skipped
+    # rather than counting that package twice.
+    zones.sort(key=lambda z: z[0].interface != "intel-rapl")
+    seen: set[str] = set()
+    for top, subs in zones:
+        parent_match = _PACKAGE_NAME.match(top.name)
+        parent_package = int(parent_match.group(1)) if parent_match else None
+        for zone, parent in [(top, None)] + [(s, parent_package) for s in subs]:
+            if parent is None and zone is not top:
+                continue  # sub-zones of psys and others have no pyJoules name
+            mapped = _domain_for(zone.name, parent)
+            if mapped is None or mapped[0] in seen:
+                continue
+            domain_id, hw_type, in_total = mapped
+            channel = _open_zone(zone, domain_id, hw_type, in_total, parent, settings, found)
+            if channel is not None:
+                seen.add(domain_id)
+                found.channels.append(channel)
+
+    has_package = any(c.domain.id.startswith("package_") for c in found.channels)
+    if has_package:
+        found.channels = [_exclude_psys(c) if c.domain.id == "psys" else c for c in found.channels]
+    if not found.channels and not found.unavailable:
+        found.unavailable.append(
+            Unavailable("RAPL", f"no RAPL zone under {powercap}", "this CPU or kernel exposes no RAPL powercap zones")
+        )
+    return found
+
+
+def _exclude_psys(channel: Channel) -> Channel:
+    # psys covers the whole platform, packages included: adding it would count them twice.
+    channel.domain = replace(channel.domain, in_total=False)
+    return channel
+
+
+def _open_zone(
+    zone: _Zone,
+    domain_id: str,
+    hw_type: HardwareType,
+    in_total: bool,
+    parent_package: int | None,
+    settings: Settings,
+    found: Discovery,
+) -> RaplChannel | None:
+    what = f"{domain_id} ({zone.path})"
+    range_text = _read_text(zone.path / "max_energy_range_uj")
+    try:
+        wrap_uj = int(range_text) if range_text is not None else 0
+    except ValueError:
+        wrap_uj = 0
+    if wrap_uj <= 0:
+        found.unavailable.append(
+            Unavailable(what, f"max_energy_range_uj is missing or invalid ({range_text!r})", "report this kernel/CPU to us")
+        )
+        return None
+    try:
+        fd = os.open(zone.path / "energy_uj", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except PermissionError:
+        found.unavailable.append(Unavailable(what, "energy_uj is not readable by this user", PERMISSION_REMEDY))
+        return None
+    except OSError as exc:
+        reason = "has no energy_uj" if exc.errno == errno.ENOENT else f"energy_uj cannot be opened: {exc.strerror}"
+        found.unavailable.append(Unavailable(what, reason, ""))
+        return None
+    max_power_watts = _max_power_watts(zone.path) or settings.max_power_watts
+    domain = Domain(
+        id=domain_id,
+        hw_type=hw_type,
+        hw_name=f"RAPL {zone.name}",
+        hw_id=str(zone.path.name),
+        method=Method.COUNTER,
+        in_total=in_total,
+        update_period_s=RAPL_UPDATE_PERIOD_S,
+        hw_parent=f"package_{parent_package}" if parent_package is not None else None,
+    )
+    channel = RaplChannel(domain, fd, wrap_uj, max_power_watts)
+    try:
+        channel.read_uj()
+    except SensorReadError as exc:
+        channel.close()
+        found.unavailable.append(Unavailable(what, str(exc), ""))
+        return None
+    return channel
+
+
+def _max_power_watts(zone_path: Path) -> float | None:
+    """Largest ``constraint_*_max_power_uw`` of the zone, in watts, if the kernel exposes one."""
+    best_uw = 0
+    for entry in zone_path.glob("constraint_*_max_power_uw"):
+        text = _read_text(entry)
+        if text and text.isdigit():
+            best_uw = max(best_uw, int(text))
+    return best_uw / 1e6 if best_uw > 0 else None

@@ -1,0 +1,50 @@
+"""Span attribute names, in one place: they are a contract with users and backends.
+
+``energy.joules``                 total joules without double counting (double)
+``energy.<domain>.joules``        joules of one domain, e.g. ``energy.package_0.joules`` (double)
+``energy.<domain>.method``        ``power_integration`` or ``estimate`` for domains not read from an energy counter
+``energy.watts``                  average power over the span (double)
+``energy.source``                 ``measured``, ``estimate`` or ``mixed``
+``energy.below_resolution``       true when the span is shorter than a counter's update period
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from otel_joules.meter.meter import EnergyMeasurement
+from otel_joules.sensors.base import Method
+
+ENERGY_JOULES = "energy.joules"
+ENERGY_WATTS = "energy.watts"
+ENERGY_SOURCE = "energy.source"
+ENERGY_BELOW_RESOLUTION = "energy.below_resolution"
+
+
+@lru_cache(maxsize=256)
+def domain_joules_key(domain_id: str) -> str:
+    """``energy.<domain>.joules`` for a domain id."""
+    return f"energy.{domain_id}.joules"
+
+
+@lru_cache(maxsize=256)
+def domain_method_key(domain_id: str) -> str:
+    """``energy.<domain>.method`` for a domain id."""
+    return f"energy.{domain_id}.method"
+
+
+def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool]:
+    """The span attributes for one measurement."""
+    attributes: dict[str, float | str | bool] = {
+        ENERGY_JOULES: measurement.total_joules,
+        ENERGY_WATTS: measurement.watts,
+        ENERGY_SOURCE: measurement.source,
+    }
+    for domain_id, joules in measurement.joules_by_domain.items():
+        attributes[domain_joules_key(domain_id)] = joules
+        method = measurement.methods_by_domain.get(domain_id, Method.COUNTER)
+        if method is not Method.COUNTER:
+            attributes[domain_method_key(domain_id)] = method.value
+    if measurement.below_resolution:
+        attributes[ENERGY_BELOW_RESOLUTION] = True
+    return attributes

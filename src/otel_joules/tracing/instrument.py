@@ -1,0 +1,147 @@
+"""``instrument()``: one line that puts energy on every span (and exports energy metrics)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from otel_joules.errors import ConfigurationError
+from otel_joules.meter.meter import EnergyMeter
+from otel_joules.meter.registry import get_energy_meter
+from otel_joules.metrics.instruments import EnergyMetrics
+from otel_joules.tracing.processor import EnergySpanProcessor
+
+_log = logging.getLogger("otel_joules")
+
+
+@dataclass
+class Instrumentation:
+    """What :func:`instrument` set up; :meth:`uninstrument` undoes it.
+
+    Attributes:
+        tracer_provider: The provider whose spans get energy (None when disabled).
+        processor: The span processor added to it.
+        metrics: The metric instruments, if a meter provider was instrumented.
+        energy_meter: The meter behind both.
+    """
+
+    tracer_provider: Any = None
+    processor: EnergySpanProcessor | None = None
+    metrics: EnergyMetrics | None = None
+    energy_meter: EnergyMeter | None = None
+    active: bool = field(default=False)
+
+    def uninstrument(self) -> None:
+        """Stop adding energy to spans and reporting metrics. Idempotent."""
+        if not self.active:
+            return
+        self.active = False
+        if self.processor is not None:
+            self.processor.enabled = False
+            _remove_processor(self.tracer_provider, self.processor)
+        if self.metrics is not None:
+            # The SDK cannot unregister instruments; they report nothing from now on.
+            self.metrics.enabled = False
+        _handles.forget(self.tracer_provider)
+
+
+class _HandleRegistry:
+    """Active instrumentations by tracer provider, so ``instrument()`` is idempotent."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._by_provider: "weakref.WeakKeyDictionary[Any, Instrumentation]" = weakref.WeakKeyDictionary()
+
+    def get_or_create(self, provider: Any, create: Any) -> Instrumentation:
+        with self._lock:
+            handle = self._by_provider.get(provider)
+            if handle is None or not handle.active:
+                handle = create()
+                self._by_provider[provider] = handle
+            return handle
+
+    def forget(self, provider: Any) -> None:
+        with self._lock:
+            if provider is not None:
+                self._by_provider.pop(provider, None)
+
+
+_handles = _HandleRegistry()
+
+
+def _sdk_disabled() -> bool:
+    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+
+
+def instrument(
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+    *,
+    energy_meter: EnergyMeter | None = None,
+    metrics_enabled: bool = True,
+    **options: Any,
+) -> Instrumentation:
+    """Put energy attributes on every span of ``tracer_provider`` and export energy metrics.
+
+    Args:
+        tracer_provider: An SDK ``TracerProvider``; the global one when omitted.
+        meter_provider: Where ``hw.energy``/``hw.power`` go; the global one when omitted.
+            Metrics are skipped when no SDK meter provider is configured.
+        energy_meter: The meter to read; the process-wide shared meter when omitted.
+        metrics_enabled: Register the metric instruments.
+        **options: :class:`~otel_joules.EnergyMeter` keywords for the shared meter
+            (``sysfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
+
+    Returns:
+        A handle whose ``uninstrument()`` undoes this. Calling ``instrument()`` again for
+        the same provider returns the same handle. With ``OTEL_SDK_DISABLED=true`` it
+        returns an inactive handle and measures nothing.
+
+    Raises:
+        ConfigurationError: no SDK tracer provider is configured, or the options are invalid.
+    """
+    if _sdk_disabled():
+        _log.info("otel-joules: OTEL_SDK_DISABLED=true, energy is not measured")
+        return Instrumentation()
+    provider = tracer_provider or trace.get_tracer_provider()
+    if not hasattr(provider, "add_span_processor"):
+        raise ConfigurationError(
+            "no OpenTelemetry SDK TracerProvider is configured, so spans cannot carry energy. Configure one first "
+            "(from opentelemetry.sdk.trace import TracerProvider; trace.set_tracer_provider(TracerProvider())) "
+            "or pass tracer_provider=..."
+        )
+
+    def create() -> Instrumentation:
+        meter = energy_meter or get_energy_meter(**options)
+        processor = EnergySpanProcessor(meter)
+        provider.add_span_processor(processor)
+        energy_metrics = None
+        if metrics_enabled:
+            mp = meter_provider or metrics.get_meter_provider()
+            # The API's no-op/proxy providers would silently drop the instruments.
+            if type(mp).__module__.startswith("opentelemetry.sdk"):
+                energy_metrics = EnergyMetrics(meter, mp)
+        return Instrumentation(provider, processor, energy_metrics, meter, active=True)
+
+    return _handles.get_or_create(provider, create)
+
+
+def _remove_processor(provider: Any, processor: EnergySpanProcessor) -> None:
+    """Take the processor out of the provider's list, where the SDK's structure allows it.
+
+    The SDK has no public removal; when its internals differ the disabled processor
+    stays registered and does nothing, which is still correct.
+    """
+    multi = getattr(provider, "_active_span_processor", None)
+    lock = getattr(multi, "_lock", None)
+    processors = getattr(multi, "_span_processors", None)
+    if lock is None or not isinstance(processors, tuple):
+        return
+    with lock:
+        multi._span_processors = tuple(p for p in multi._span_processors if p is not processor)

@@ -1,0 +1,144 @@
+"""A powercap tree laid out the way the Linux kernel lays it out, with counters tests can advance.
+
+The kernel keeps zones under ``devices/virtual/powercap/intel-rapl/`` and links each one
+(sub-zones included) from ``class/powercap/``; sub-zones also sit inside their parent's
+directory. ``energy_uj`` wraps at ``max_energy_range_uj``: a zone that has consumed
+``total_uj`` in all shows ``total_uj % max_energy_range_uj``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# The range real Intel CPUs report (32-bit counter x 61.035 uJ units).
+INTEL_RANGE_UJ = 262143328850
+
+
+@dataclass
+class FakeZone:
+    """One zone: its directory and its true cumulative energy."""
+
+    path: Path
+    name: str
+    range_uj: int
+    total_uj: int = 0
+
+    def advance_uj(self, uj: int) -> None:
+        """Consume ``uj`` more microjoules (wrapping the visible counter like the hardware)."""
+        self.total_uj += uj
+        self.write()
+
+    def advance_joules(self, joules: float) -> None:
+        """Consume ``joules`` more joules."""
+        self.advance_uj(round(joules * 1e6))
+
+    def write(self) -> None:
+        # Write in place (same inode): the meter keeps the file open and preads it.
+        with open(self.path / "energy_uj", "r+") as f:
+            f.seek(0)
+            f.truncate()
+            f.write(f"{self.total_uj % self.range_uj}\n")
+
+    def write_raw(self, text: str) -> None:
+        """Put arbitrary text in energy_uj (garbage, empty)."""
+        with open(self.path / "energy_uj", "r+") as f:
+            f.seek(0)
+            f.truncate()
+            f.write(text)
+
+
+@dataclass
+class FakePowercap:
+    """A sysfs root with a powercap tree; ``zones`` by pyJoules domain id."""
+
+    root: Path
+    zones: dict[str, FakeZone] = field(default_factory=dict)
+
+    @property
+    def sysfs_root(self) -> str:
+        return str(self.root)
+
+    def add_zone(
+        self,
+        zone_id: str,
+        name: str,
+        domain_id: str,
+        *,
+        range_uj: int = INTEL_RANGE_UJ,
+        start_uj: int = 0,
+        max_power_uw: int | None = 100_000_000,
+        interface: str = "intel-rapl",
+        mode: int = 0o444,
+    ) -> FakeZone:
+        """Add zone ``zone_id`` (``intel-rapl:0`` or ``intel-rapl:0:1``) named ``name``."""
+        devices = self.root / "devices" / "virtual" / "powercap" / interface
+        parts = zone_id.split(":")
+        if len(parts) == 3:  # sub-zone: inside its parent's directory
+            path = devices / f"{parts[0]}:{parts[1]}" / zone_id
+        else:
+            path = devices / zone_id
+        path.mkdir(parents=True, exist_ok=True)
+        (path / "name").write_text(name + "\n")
+        (path / "max_energy_range_uj").write_text(f"{range_uj}\n")
+        (path / "enabled").write_text("1\n")
+        if max_power_uw is not None:
+            (path / "constraint_0_name").write_text("long_term\n")
+            (path / "constraint_0_max_power_uw").write_text(f"{max_power_uw}\n")
+            (path / "constraint_0_power_limit_uw").write_text(f"{max_power_uw}\n")
+        zone = FakeZone(path, name, range_uj, start_uj)
+        (path / "energy_uj").write_text("")
+        zone.write()
+        os.chmod(path / "energy_uj", mode)
+        link = self.root / "class" / "powercap" / zone_id
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to(os.path.relpath(path, link.parent))
+        self.zones[domain_id] = zone
+        return zone
+
+
+def make_powercap(root: Path, layout: str = "one_socket", **kwargs: object) -> FakePowercap:
+    """Build a typical tree.
+
+    Layouts: ``one_socket`` (package, core, uncore, dram), ``two_sockets`` (two packages with
+    core and dram each, plus psys at index 2 and an MMIO duplicate of package 0),
+    ``psys_first`` (psys at index 0, package at index 1), ``amd`` (package and core only),
+    ``psys_only``, ``four_domains`` (package, core, dram, psys: the benchmark's tree).
+    """
+    pc = FakePowercap(root)
+    control = root / "devices" / "virtual" / "powercap" / "intel-rapl"
+    control.mkdir(parents=True, exist_ok=True)
+    (control / "enabled").write_text("1\n")
+    (root / "class" / "powercap").mkdir(parents=True, exist_ok=True)
+    (root / "class" / "powercap" / "intel-rapl").symlink_to(os.path.relpath(control, root / "class" / "powercap"))
+    if layout == "one_socket":
+        pc.add_zone("intel-rapl:0", "package-0", "package_0", **kwargs)
+        pc.add_zone("intel-rapl:0:0", "core", "core_0", **kwargs)
+        pc.add_zone("intel-rapl:0:1", "uncore", "uncore_0", **kwargs)
+        pc.add_zone("intel-rapl:0:2", "dram", "dram_0", **kwargs)
+    elif layout == "two_sockets":
+        for socket in (0, 1):
+            pc.add_zone(f"intel-rapl:{socket}", f"package-{socket}", f"package_{socket}", **kwargs)
+            pc.add_zone(f"intel-rapl:{socket}:0", "core", f"core_{socket}", **kwargs)
+            pc.add_zone(f"intel-rapl:{socket}:1", "dram", f"dram_{socket}", **kwargs)
+        pc.add_zone("intel-rapl:2", "psys", "psys", **kwargs)
+        pc.add_zone("intel-rapl-mmio:0", "package-0", "mmio_package_0", interface="intel-rapl-mmio", **kwargs)
+    elif layout == "psys_first":
+        pc.add_zone("intel-rapl:0", "psys", "psys", **kwargs)
+        pc.add_zone("intel-rapl:1", "package-0", "package_0", **kwargs)
+        pc.add_zone("intel-rapl:1:0", "core", "core_0", **kwargs)
+    elif layout == "amd":
+        pc.add_zone("intel-rapl:0", "package-0", "package_0", **kwargs)
+        pc.add_zone("intel-rapl:0:0", "core", "core_0", **kwargs)
+    elif layout == "psys_only":
+        pc.add_zone("intel-rapl:0", "psys", "psys", **kwargs)
+    elif layout == "four_domains":
+        pc.add_zone("intel-rapl:0", "package-0", "package_0", **kwargs)
+        pc.add_zone("intel-rapl:0:0", "core", "core_0", **kwargs)
+        pc.add_zone("intel-rapl:0:1", "dram", "dram_0", **kwargs)
+        pc.add_zone("intel-rapl:1", "psys", "psys", **kwargs)
+    else:
+        raise ValueError(layout)
+    return pc

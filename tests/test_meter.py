@@ -1,0 +1,149 @@
+"""The meter: cumulative joules, wrap correction, the sampler, failures, the estimator fallback."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import pytest
+from powercap_fake import make_powercap
+
+from otel_joules import ConfigurationError, EnergyMeter, get_energy_meter
+from otel_joules.meter.meter import SAMPLER_FLOOR_S
+from otel_joules.sensors.base import Method
+
+
+def test_cumulative_joules_per_domain(powercap) -> None:
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    start = meter.snapshot()
+    powercap.zones["package_0"].advance_joules(12.5)
+    powercap.zones["core_0"].advance_joules(8.0)
+    powercap.zones["uncore_0"].advance_joules(1.0)
+    powercap.zones["dram_0"].advance_joules(3.25)
+    m = meter.measure(start, meter.snapshot())
+    assert m.joules_by_domain == {"package_0": 12.5, "core_0": 8.0, "uncore_0": 1.0, "dram_0": 3.25}
+    assert m.total_joules == 15.75  # package + dram; core and uncore are inside the package
+    assert m.source == "measured"
+
+
+def test_several_wraps_inside_one_interval_are_exact(tmp_path: Path) -> None:
+    # A 10 J counter; the span spends 47.3 J, i.e. wraps four times, read between wraps.
+    pc = make_powercap(tmp_path, "amd", range_uj=10_000_000, start_uj=9_000_000)
+    meter = EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False)
+    start = meter.snapshot()
+    for _ in range(11):
+        pc.zones["package_0"].advance_joules(4.3)
+        meter.snapshot()  # what the sampler does between two wraps
+    m = meter.measure(start, meter.snapshot())
+    assert m.joules_by_domain["package_0"] == pytest.approx(47.3, abs=1e-9)
+
+
+def test_background_sampler_keeps_long_spans_right_across_wraps(tmp_path: Path) -> None:
+    # 1 J range at 10 W max power: the sampler must read every 25 ms.
+    pc = make_powercap(tmp_path, "amd", range_uj=1_000_000, max_power_uw=10_000_000)
+    with EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[]) as meter:
+        assert meter.sample_period_s == pytest.approx(0.025)
+        start = meter.snapshot()  # starts the sampler
+        for _ in range(8):
+            pc.zones["package_0"].advance_joules(0.3)
+            time.sleep(0.15)  # six sampler periods: it has read in between
+        m = meter.measure(start, meter.snapshot())
+    assert m.joules_by_domain["package_0"] == pytest.approx(2.4, abs=1e-9)
+
+
+def test_sampler_period_has_a_floor(tmp_path: Path) -> None:
+    pc = make_powercap(tmp_path, "amd", range_uj=1000, max_power_uw=1_000_000_000)
+    meter = EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False)
+    assert meter.sample_period_s == SAMPLER_FLOOR_S
+
+
+def test_unreadable_garbage_is_reported_once_and_others_go_on(powercap, caplog) -> None:
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    start = meter.snapshot()
+    powercap.zones["dram_0"].write_raw("garbage")
+    powercap.zones["package_0"].advance_joules(2.0)
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        middle = meter.snapshot()
+        meter.snapshot()
+    m = meter.measure(start, middle)
+    assert "dram_0" not in m.joules_by_domain
+    assert m.joules_by_domain["package_0"] == 2.0
+    warnings = [r for r in caplog.records if "dram_0" in r.getMessage()]
+    assert len(warnings) == 1 and "not an integer" in warnings[0].getMessage()
+
+
+def test_no_rapl_falls_back_to_the_estimator(tmp_path: Path) -> None:
+    meter = EnergyMeter(sysfs_root=str(tmp_path), gpus=[], sample=False)
+    assert [d.id for d in meter.domains] == ["cpu_estimate", "memory_estimate"]
+    assert all(d.method is Method.ESTIMATE for d in meter.domains)
+    assert any("does not exist" in u.reason for u in meter.unavailable)
+    start = meter.snapshot()
+    time.sleep(0.05)
+    m = meter.measure(start, meter.snapshot())
+    assert m.source == "estimate"
+    assert m.joules_by_domain["memory_estimate"] > 0
+
+
+def test_measured_gpu_with_estimated_host_is_mixed(powercap) -> None:
+    from otel_joules.sensors.estimator import CpuTimeEstimateChannel
+    from otel_joules.sensors.rapl import discover
+    from otel_joules.config import Settings
+
+    busy = [100.0]
+    channels = discover(Settings(sysfs_root=powercap.sysfs_root)).channels[:1] + [
+        CpuTimeEstimateChannel(10.0, busy_seconds=lambda: busy[0])
+    ]
+    meter = EnergyMeter(channels=channels, sample=False)
+    start = meter.snapshot()
+    busy[0] += 1.5
+    powercap.zones["package_0"].advance_joules(4.0)
+    m = meter.measure(start, meter.snapshot())
+    assert m.joules_by_domain == {"package_0": 4.0, "cpu_estimate": 15.0}
+    assert m.source == "mixed"
+
+
+def test_estimator_cpu_model_is_busy_time_times_watts_per_cpu() -> None:
+    from otel_joules.sensors.estimator import CpuTimeEstimateChannel, MemoryEstimateChannel
+
+    busy = [50.0]
+    cpu = CpuTimeEstimateChannel(85.0 / 4, busy_seconds=lambda: busy[0])
+    busy[0] += 2.0  # two CPU-seconds of work on a 4-CPU, 85 W part
+    assert cpu.read_uj() == 42_500_000
+    clock = [10.0]
+    memory = MemoryEstimateChannel(16 * 0.375, clock=lambda: clock[0])
+    clock[0] += 10.0
+    assert memory.read_uj() == 60_000_000
+
+
+def test_estimator_settings_from_environment(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("OTEL_JOULES_CPU_TDP_WATTS", "nonsense")
+    with pytest.raises(ConfigurationError, match="OTEL_JOULES_CPU_TDP_WATTS"):
+        EnergyMeter(sysfs_root=str(tmp_path), gpus=[])
+
+
+def test_shared_meter_is_one_per_process_and_rejects_other_options(powercap) -> None:
+    a = get_energy_meter(sysfs_root=powercap.sysfs_root, gpus=[])
+    assert get_energy_meter() is a
+    assert get_energy_meter(sysfs_root=powercap.sysfs_root, gpus=[]) is a
+    with pytest.raises(ConfigurationError, match="Create your own"):
+        get_energy_meter(sysfs_root="/elsewhere")
+
+
+def test_fork_child_reads_on_its_own(powercap) -> None:
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[])
+    start = meter.snapshot()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            powercap.zones["package_0"].advance_joules(1.0)
+            value = meter.measure(start, meter.snapshot()).joules_by_domain["package_0"]
+            os.write(write, repr(value).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    assert float(os.read(read, 100)) == 1.0
+    meter.close()

@@ -1,0 +1,187 @@
+"""Energy on spans: every processor and exporter sees it, nested and threaded spans, failures."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from powercap_fake import make_powercap
+
+import otel_joules
+from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
+
+
+@pytest.fixture
+def meter(powercap) -> EnergyMeter:
+    m = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    yield m
+    m.close()
+
+
+def test_instrument_adds_energy_seen_by_a_processor_registered_before(tracer_provider, span_exporter, powercap, meter) -> None:
+    handle = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("work"):
+        powercap.zones["package_0"].advance_joules(10.0)
+        powercap.zones["core_0"].advance_joules(7.0)
+        powercap.zones["dram_0"].advance_joules(2.0)
+        time.sleep(0.2)  # long enough that the snapshots' own cost is negligible in watts
+    (span,) = span_exporter.get_finished_spans()
+    a = span.attributes
+    assert a["energy.joules"] == 12.0
+    assert a["energy.package_0.joules"] == 10.0
+    assert a["energy.core_0.joules"] == 7.0
+    assert a["energy.uncore_0.joules"] == 0.0
+    assert a["energy.dram_0.joules"] == 2.0
+    assert a["energy.source"] == "measured"
+    duration_s = (span.end_time - span.start_time) / 1e9
+    assert a["energy.watts"] == pytest.approx(12.0 / duration_s, rel=0.05)
+    handle.uninstrument()
+
+
+def test_instrument_is_idempotent_and_uninstrument_stops(tracer_provider, span_exporter, powercap, meter) -> None:
+    first = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    assert otel_joules.instrument(tracer_provider, energy_meter=meter) is first
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("measured"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    first.uninstrument()
+    first.uninstrument()
+    with tracer.start_as_current_span("not measured"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    measured, plain = span_exporter.get_finished_spans()
+    assert measured.attributes["energy.package_0.joules"] == 1.0  # one processor, not two
+    assert not any(k.startswith("energy.") for k in plain.attributes)
+    again = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    assert again is not first and again.active
+    again.uninstrument()
+
+
+def test_otel_sdk_disabled_measures_nothing(monkeypatch, tracer_provider, span_exporter, meter) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    handle = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    assert not handle.active
+    with tracer_provider.get_tracer("t").start_as_current_span("x"):
+        pass
+    assert "energy.joules" not in span_exporter.get_finished_spans()[0].attributes
+
+
+def test_no_sdk_provider_is_a_clear_error() -> None:
+    from opentelemetry.trace import NoOpTracerProvider
+
+    with pytest.raises(ConfigurationError, match="TracerProvider"):
+        otel_joules.instrument(NoOpTracerProvider())
+
+
+def test_nested_spans_each_get_their_own_interval(tracer_provider, span_exporter, powercap, meter) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("training"):
+        powercap.zones["package_0"].advance_joules(1.0)
+        for epoch in range(3):
+            with tracer.start_as_current_span(f"epoch {epoch}"):
+                powercap.zones["package_0"].advance_joules(10.0 * (epoch + 1))
+    spans = {s.name: s.attributes["energy.package_0.joules"] for s in span_exporter.get_finished_spans()}
+    assert spans == {"epoch 0": 10.0, "epoch 1": 20.0, "epoch 2": 30.0, "training": 61.0}
+
+
+def test_spans_in_many_threads_get_their_own_interval(tracer_provider, span_exporter, powercap, meter) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    tracer = tracer_provider.get_tracer("test")
+    barrier = threading.Barrier(4)
+    opened = threading.Event()
+    spent = threading.Event()
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        with tracer.start_as_current_span(f"t{i}"):
+            if i == 0:
+                opened.set()
+            spent.wait(5)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    opened.wait(5)
+    time.sleep(0.1)  # all four spans are open
+    powercap.zones["package_0"].advance_joules(5.0)
+    spent.set()
+    for t in threads:
+        t.join()
+    values = [s.attributes["energy.package_0.joules"] for s in span_exporter.get_finished_spans()]
+    assert values == [5.0] * 4  # machine-level: overlapping spans each see the machine's energy
+
+
+def test_span_shorter_than_counter_update_is_flagged_not_zeroed(tracer_provider, span_exporter, tmp_path) -> None:
+    meter = EnergyMeter(sysfs_root=str(tmp_path), gpus=[], sample=False)  # estimator: 10 ms CPU-time ticks
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    with tracer_provider.get_tracer("t").start_as_current_span("tiny"):
+        pass
+    a = span_exporter.get_finished_spans()[0].attributes
+    assert a["energy.below_resolution"] is True
+    assert isinstance(a["energy.joules"], float)
+    assert a["energy.source"] == "estimate"
+    assert a["energy.cpu_estimate.method"] == "estimate"
+
+
+def test_failing_counter_never_breaks_the_span(tracer_provider, span_exporter, powercap, meter, caplog) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    tracer = tracer_provider.get_tracer("t")
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        with tracer.start_as_current_span("during failure"):
+            powercap.zones["package_0"].advance_joules(3.0)
+            powercap.zones["dram_0"].write_raw("")  # the zone vanished
+        with tracer.start_as_current_span("after"):
+            pass
+    during, after = span_exporter.get_finished_spans()
+    assert during.attributes["energy.package_0.joules"] == 3.0
+    assert "energy.dram_0.joules" not in during.attributes
+    assert "energy.dram_0.joules" not in after.attributes
+    assert len([r for r in caplog.records if "dram_0" in r.getMessage()]) == 1
+
+
+def test_ending_a_span_twice_keeps_the_first_values(tracer_provider, span_exporter, powercap, meter) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    span = tracer_provider.get_tracer("t").start_span("x")
+    powercap.zones["package_0"].advance_joules(1.0)
+    span.end()
+    powercap.zones["package_0"].advance_joules(1.0)
+    span.end()
+    (finished,) = span_exporter.get_finished_spans()
+    assert finished.attributes["energy.package_0.joules"] == 1.0
+
+
+def test_ended_and_abandoned_spans_leave_nothing_behind(powercap, meter) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(EnergySpanProcessor(meter))
+    tracer = provider.get_tracer("t")
+    gc.collect()
+    gc.disable()  # collected by reference counting alone: no span -> wrapper -> span cycle
+    try:
+        for _ in range(200):
+            tracer.start_span("abandoned")  # never ended
+            with tracer.start_as_current_span("ended"):
+                pass
+        from opentelemetry.sdk.trace import Span
+
+        live = [o for o in gc.get_objects() if isinstance(o, Span)]
+    finally:
+        gc.enable()
+    assert live == []
+
+
+def test_default_shared_meter_with_sysfs_root_keyword(tracer_provider, span_exporter, tmp_path) -> None:
+    pc = make_powercap(tmp_path, "amd")
+    handle = otel_joules.instrument(tracer_provider, sysfs_root=pc.sysfs_root, gpus=[])
+    with tracer_provider.get_tracer("t").start_as_current_span("x"):
+        pc.zones["package_0"].advance_joules(2.0)
+    assert span_exporter.get_finished_spans()[0].attributes["energy.joules"] == 2.0
+    assert handle.energy_meter is otel_joules.get_energy_meter()
+    handle.uninstrument()
