@@ -1,0 +1,36 @@
+"""Carbon: which gCO2eq/kWh applies, joules -> grams of CO2eq, and readable equivalents.
+
+Typical use::
+
+    from otel_joules.carbon import resolve_carbon_intensity, co2eq_grams, equivalents
+
+    intensity = resolve_carbon_intensity(country="DK")      # offline 2024 average, no network
+    grams = co2eq_grams(joules=7.2e6, gco2eq_per_kwh=intensity.gco2eq_per_kwh, pue=1.0)
+    print(intensity.source, intensity.detail, grams)
+
+Live values need an explicit provider (``ElectricityMapsProvider``,
+``UKCarbonIntensityProvider``, ``EnergiDataServiceProvider``, or
+``providers_from_env()``); nothing touches the network by default.
+``python -m otel_joules.carbon`` lists the offline table's country codes.
+"""
+
+from otel_joules.carbon.equivalents import FACTORS, Equivalent, EquivalentFactor, equivalents, equivalents_text, km_by_car
+from otel_joules.carbon.offline import OfflineIntensity, lookup_country, offline_table
+from otel_joules.carbon.units import JOULES_PER_KWH, co2eq_grams, joules_to_kwh, kwh_to_joules, validate_pue
+
+__all__ = [
+    "Equivalent",
+    "EquivalentFactor",
+    "FACTORS",
+    "JOULES_PER_KWH",
+    "OfflineIntensity",
+    "co2eq_grams",
+    "equivalents",
+    "equivalents_text",
+    "joules_to_kwh",
+    "km_by_car",
+    "kwh_to_joules",
+    "lookup_country",
+    "offline_table",
+    "validate_pue",
+]

@@ -1,0 +1,66 @@
+"""Energy and carbon unit conversions: joules, kWh, PUE and grams of CO2eq.
+
+Every function validates its inputs and raises :class:`~otel_joules.errors.ConfigurationError`
+with a message that says what to pass instead, because these numbers usually come
+from user settings (PUE, an explicit intensity) rather than from measurements.
+"""
+
+from __future__ import annotations
+
+import math
+
+from otel_joules.errors import ConfigurationError
+
+#: Joules in one kilowatt-hour (1000 W x 3600 s), exact by definition.
+JOULES_PER_KWH = 3.6e6
+
+
+def _finite_non_negative(name: str, value: float) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"{name}={value!r} is not a number; pass a finite number >= 0") from None
+    if not math.isfinite(number) or number < 0:
+        raise ConfigurationError(f"{name}={value!r} must be a finite number >= 0")
+    return number
+
+
+def joules_to_kwh(joules: float) -> float:
+    """Convert joules to kilowatt-hours (divide by 3.6e6)."""
+    return _finite_non_negative("joules", joules) / JOULES_PER_KWH
+
+
+def kwh_to_joules(kwh: float) -> float:
+    """Convert kilowatt-hours to joules (multiply by 3.6e6)."""
+    return _finite_non_negative("kwh", kwh) * JOULES_PER_KWH
+
+
+def validate_pue(pue: float) -> float:
+    """Return ``pue`` as a float, or raise ConfigurationError unless it is finite and >= 1.0.
+
+    PUE (power usage effectiveness) is facility energy divided by IT energy, so by
+    definition it cannot be below 1.0; a value below 1 is almost always a
+    misunderstanding (e.g. an overhead fraction such as 0.58 instead of 1.58).
+    """
+    try:
+        number = float(pue)
+    except (TypeError, ValueError):
+        raise ConfigurationError(f"pue={pue!r} is not a number; pass a number >= 1.0 (1.0 = no overhead)") from None
+    if not math.isfinite(number) or number < 1.0:
+        hint = f" (did you mean {1.0 + number:g}?)" if math.isfinite(number) and 0 < number < 1 else ""
+        raise ConfigurationError(
+            f"pue={pue!r} must be a finite number >= 1.0: facility energy / IT energy, 1.0 = no overhead{hint}"
+        )
+    return number
+
+
+def co2eq_grams(joules: float, gco2eq_per_kwh: float, pue: float = 1.0) -> float:
+    """Grams of CO2-equivalent for ``joules`` of IT energy.
+
+    ``grams = joules / 3.6e6 * pue * gco2eq_per_kwh``. ``gco2eq_per_kwh`` is a number
+    (e.g. ``CarbonIntensity.gco2eq_per_kwh``); ``pue`` scales the IT energy up to
+    the facility energy and must be >= 1.0.
+    """
+    kwh = joules_to_kwh(joules)
+    intensity = _finite_non_negative("gco2eq_per_kwh", gco2eq_per_kwh)
+    return kwh * validate_pue(pue) * intensity
