@@ -1,0 +1,47 @@
+"""OpenTelemetry span exporters that write energy records locally.
+
+Each is a plain ``opentelemetry.sdk.trace.export.SpanExporter``: put it behind a
+``BatchSpanProcessor`` (or ``SimpleSpanProcessor``) on any ``TracerProvider``. Each
+writes, per span, its name, trace and span ids, parent span id, start, end, duration,
+``service.name`` and every ``energy.*`` attribute (:mod:`.records` builds that record
+once for all of them):
+
+- :class:`CsvSpanExporter` -- a CSV file (format: :mod:`.csv_exporter`);
+- :class:`JsonLinesSpanExporter` -- a JSON-lines file (format: :mod:`.jsonl_exporter`);
+- :class:`MongoSpanExporter` -- a MongoDB collection (``pip install 'otel-joules[mongo]'``;
+  format: :mod:`.mongo_exporter`);
+- :class:`DataFrameSpanExporter` -- in memory, returned by ``.dataframe()`` as a pandas
+  DataFrame (columns: :mod:`.dataframe_exporter`).
+
+Example::
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from otel_joules.exporters import CsvSpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(CsvSpanExporter("spans.csv")))
+"""
+
+from otel_joules.exporters.csv_exporter import DEFAULT_ENERGY_COLUMNS, CsvSpanExporter, csv_header
+from otel_joules.exporters.dataframe_exporter import DataFrameSpanExporter
+from otel_joules.exporters.errors import CsvHeaderMismatchError, ExporterPathError, MissingExtraError
+from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
+from otel_joules.exporters.mongo_exporter import MongoSpanExporter
+from otel_joules.exporters.records import CORE_FIELDS, ENERGY_ATTRIBUTE_PREFIX, SpanRecord, span_record
+
+__all__ = [
+    "CORE_FIELDS",
+    "DEFAULT_ENERGY_COLUMNS",
+    "ENERGY_ATTRIBUTE_PREFIX",
+    "CsvHeaderMismatchError",
+    "CsvSpanExporter",
+    "DataFrameSpanExporter",
+    "ExporterPathError",
+    "JsonLinesSpanExporter",
+    "MissingExtraError",
+    "MongoSpanExporter",
+    "SpanRecord",
+    "csv_header",
+    "span_record",
+]

@@ -1,0 +1,180 @@
+"""CSV span exporter: one row per span, with a header that never changes for a file.
+
+Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
+
+- UTF-8, no byte-order mark, ``,`` separator, rows end in ``\\n`` (not ``\\r\\n``),
+  RFC 4180 quoting: a cell containing ``,``, ``"`` or a line break is enclosed in ``"``
+  with inner ``"`` doubled; other cells are bare.
+- First line: the header. With the default ``energy_columns`` it is exactly::
+
+    name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,attributes
+
+  that is the core fields of :mod:`otel_joules.exporters.records` in their order, then
+  one column per entry of ``energy_columns``, then ``attributes``.
+- One row per span, in the order the spans were exported. Cells:
+
+  ======================================  ============================================
+  ``name``, ``service_name``              the text as is
+  ``trace_id``, ``span_id``               32 / 16 lowercase hex digits
+  ``parent_span_id``                      16 lowercase hex digits; empty for a root span
+  ``start_time``, ``end_time``            ISO 8601 UTC, nanoseconds:
+                                          ``2023-11-14T22:13:20.000000000Z``
+  ``start_time_unix_nano``, ``end_...``   decimal integer nanoseconds since the epoch
+                                          (exact; the ISO cells are the same instants)
+  ``duration_s``                          float, Python ``repr`` (shortest text that
+                                          reads back to the same double: ``1.5``,
+                                          ``0.25``, ``1e-05``)
+  ``energy.*`` columns                    the attribute's value: text as is, integers in
+                                          decimal, floats as ``duration_s`` (``NaN``,
+                                          ``Infinity``, ``-Infinity`` if not finite),
+                                          booleans ``true``/``false``, tuples as a JSON
+                                          array; empty when the span lacks the attribute
+  ``attributes``                          a JSON object of **every** ``energy.*``
+                                          attribute of the span, keys sorted, compact
+                                          (``{"energy.joules":1.5,"energy.source":"measured"}``),
+                                          floats always with a ``.`` or exponent,
+                                          non-finite floats as the strings ``"NaN"``,
+                                          ``"Infinity"``, ``"-Infinity"``
+  ======================================  ============================================
+
+- Empty cell: the value is absent (a root span's parent, a missing attribute).
+
+Domain policy: spans and runs measure different domains (``energy.package_1.joules``
+exists on a two-socket host only, GPUs come and go), so the header cannot list them
+all. The ``attributes`` JSON column holds every ``energy.*`` attribute with its type
+and is the authoritative record; ``energy_columns`` only repeats chosen attributes as
+their own columns so a spreadsheet shows them directly. The header depends on nothing
+but ``energy_columns``, so every row of a file has the same layout.
+
+Appending: when the file exists and is not empty, its first line must be the header
+this exporter would write; otherwise :class:`CsvHeaderMismatchError` is raised at
+construction and the file is left untouched (the message names the
+``energy_columns`` that would match). A missing or empty file gets the header at
+construction. Write failures, retries and exit behaviour: :mod:`otel_joules.exporters._files`.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from typing import Iterable, Sequence
+
+from otel_joules.errors import ConfigurationError
+from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, ExistingFile, FileSpanExporter
+from otel_joules.exporters.errors import CsvHeaderMismatchError
+from otel_joules.exporters.records import (
+    CORE_FIELDS,
+    ENERGY_ATTRIBUTE_PREFIX,
+    AttributeValue,
+    SpanRecord,
+    json_value,
+)
+
+#: Attributes repeated as their own columns unless ``energy_columns`` says otherwise.
+DEFAULT_ENERGY_COLUMNS: tuple[str, ...] = ("energy.joules", "energy.watts", "energy.source", "energy.co2eq.grams")
+
+#: Name of the last column, the JSON object of every ``energy.*`` attribute.
+ATTRIBUTES_COLUMN = "attributes"
+
+
+def csv_header(energy_columns: Sequence[str] = DEFAULT_ENERGY_COLUMNS) -> tuple[str, ...]:
+    """The header :class:`CsvSpanExporter` writes for these ``energy_columns``."""
+    return (*CORE_FIELDS, *energy_columns, ATTRIBUTES_COLUMN)
+
+
+def _json_text(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _cell(value: AttributeValue | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)):
+        converted = json_value(value)
+        return converted if isinstance(converted, str) else repr(converted)
+    return _json_text(json_value(value))
+
+
+def _check_energy_columns(energy_columns: Iterable[str]) -> tuple[str, ...]:
+    if isinstance(energy_columns, str):
+        raise ConfigurationError(f"energy_columns={energy_columns!r} must be a sequence of attribute names, not one string")
+    columns = tuple(energy_columns)
+    for column in columns:
+        if not isinstance(column, str) or not column.startswith(ENERGY_ATTRIBUTE_PREFIX):
+            raise ConfigurationError(
+                f"energy_columns entry {column!r} is not an energy.* attribute name such as 'energy.joules'"
+            )
+    if len(set(columns)) != len(columns):
+        raise ConfigurationError(f"energy_columns={columns!r} names a column twice")
+    return columns
+
+
+class CsvSpanExporter(FileSpanExporter):
+    """Append one CSV row per span to ``path`` (format: this module's docstring).
+
+    Put it behind a ``BatchSpanProcessor`` (or ``SimpleSpanProcessor``)::
+
+        provider.add_span_processor(BatchSpanProcessor(CsvSpanExporter("spans.csv")))
+
+    Raises :class:`~otel_joules.exporters.errors.ExporterPathError` when ``path``
+    cannot be written and :class:`CsvHeaderMismatchError` when it holds another
+    header, both at construction.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        energy_columns: Sequence[str] = DEFAULT_ENERGY_COLUMNS,
+        max_pending_spans: int = DEFAULT_MAX_PENDING_SPANS,
+    ) -> None:
+        self._energy_columns = _check_energy_columns(energy_columns)
+        self._header = csv_header(self._energy_columns)
+        super().__init__(path, max_pending_spans=max_pending_spans)
+
+    @property
+    def header(self) -> tuple[str, ...]:
+        """The column names, in file order."""
+        return self._header
+
+    def _row_bytes(self, row: Sequence[str]) -> bytes:
+        buffer = io.StringIO()
+        csv.writer(buffer, lineterminator="\n").writerow(row)
+        return buffer.getvalue().encode("utf-8")
+
+    def _preamble(self, existing: ExistingFile) -> bytes:
+        if existing.size == 0:
+            return self._row_bytes(self._header)
+        try:
+            text = existing.first_line.decode("utf-8-sig")
+            found = tuple(next(csv.reader([text]), []))
+        except (UnicodeDecodeError, csv.Error):
+            found = ()
+        if found == self._header:
+            return b""
+        hint = "write to a new file"
+        if (
+            len(found) > len(CORE_FIELDS)
+            and found[: len(CORE_FIELDS)] == CORE_FIELDS
+            and found[-1] == ATTRIBUTES_COLUMN
+        ):
+            hint += f", or pass energy_columns={found[len(CORE_FIELDS):-1]!r} to append in that file's layout"
+        shown = existing.first_line[:300].decode("utf-8", errors="replace")
+        raise CsvHeaderMismatchError(
+            f"{self.path!r} already starts with the header {shown!r}, not the one this exporter writes "
+            f"({','.join(self._header)!r}); appending would mix two layouts in one file, so nothing was "
+            f"written: {hint}"
+        )
+
+    def _encode(self, record: SpanRecord) -> bytes:
+        core = record.core_fields()
+        row = [_cell(core[name]) for name in CORE_FIELDS]  # type: ignore[arg-type]
+        row.extend(_cell(record.attributes.get(column)) for column in self._energy_columns)
+        row.append(_json_text({key: json_value(value) for key, value in record.attributes.items()}))
+        return self._row_bytes(row)

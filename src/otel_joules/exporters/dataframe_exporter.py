@@ -1,0 +1,103 @@
+"""An in-memory span exporter that hands its spans back as a pandas DataFrame.
+
+:meth:`DataFrameSpanExporter.dataframe` returns one row per exported span, in export
+order, with these columns:
+
+- the core fields of :mod:`otel_joules.exporters.records`, in their order:
+  ``name``, ``trace_id``, ``span_id``, ``parent_span_id`` (None for a root span),
+  ``start_time`` and ``end_time`` (``datetime64[ns, UTC]``, exact to the nanosecond),
+  ``start_time_unix_nano`` and ``end_time_unix_nano`` (integers), ``duration_s``
+  (float seconds), ``service_name``;
+- then one column per ``energy.*`` attribute seen on any collected span, named by the
+  attribute (``energy.joules``, ``energy.package_0.joules``, ...), sorted by name;
+  a span without that attribute has NaN/None there.
+
+Unlike the file formats there is no JSON column: a DataFrame's columns can differ from
+one call to the next, so every attribute gets its own column.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Sequence
+
+import pandas as pd
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_joules.exporters.records import SpanRecord, span_record
+
+
+class DataFrameSpanExporter(SpanExporter):
+    """Collect exported spans in memory; :meth:`dataframe` returns them as a DataFrame.
+
+    Memory grows with every span until :meth:`clear`; meant for notebooks, tests and
+    short jobs. After :meth:`shutdown`, new spans are refused (FAILURE) but the
+    collected ones stay readable.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._records: list[SpanRecord] = []
+        self._shutdown = False
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Keep a record of each span."""
+        records = [span_record(span) for span in spans]
+        with self._lock:
+            if self._shutdown:
+                return SpanExportResult.FAILURE
+            self._records.extend(records)
+        return SpanExportResult.SUCCESS
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Nothing is ever pending: spans are collected when exported."""
+        return True
+
+    def shutdown(self) -> None:
+        """Refuse further spans; what was collected stays available."""
+        with self._lock:
+            self._shutdown = True
+
+    @property
+    def records(self) -> list[SpanRecord]:
+        """A copy of the collected records, in export order."""
+        with self._lock:
+            return list(self._records)
+
+    def clear(self) -> None:
+        """Forget every collected span (e.g. after saving a DataFrame)."""
+        with self._lock:
+            self._records.clear()
+
+    def dataframe(self) -> pd.DataFrame:
+        """One row per collected span (columns: this module's docstring)."""
+        records = self.records
+        attribute_names = sorted({key for record in records for key in record.attributes})
+        columns: dict[str, object] = {
+            "name": [r.name for r in records],
+            "trace_id": [r.trace_id for r in records],
+            "span_id": [r.span_id for r in records],
+            "parent_span_id": pd.Series([r.parent_span_id for r in records], dtype=object),
+            "start_time": pd.to_datetime(
+                pd.Series([r.start_time_unix_nano for r in records], dtype="Int64"), unit="ns", utc=True
+            ),
+            "end_time": pd.to_datetime(
+                pd.Series([r.end_time_unix_nano for r in records], dtype="Int64"), unit="ns", utc=True
+            ),
+            "start_time_unix_nano": pd.Series([r.start_time_unix_nano for r in records], dtype="Int64"),
+            "end_time_unix_nano": pd.Series([r.end_time_unix_nano for r in records], dtype="Int64"),
+            "duration_s": pd.Series([r.duration_s for r in records], dtype="float64"),
+            "service_name": pd.Series([r.service_name for r in records], dtype=object),
+        }
+        for name in attribute_names:
+            columns[name] = [record.attributes.get(name) for record in records]
+        frame = pd.DataFrame(columns)
+        for name in attribute_names:
+            # All-numeric columns as float64 (NaN where absent) so they sum and plot;
+            # text or mixed columns stay as objects, None where absent.
+            values = [record.attributes.get(name) for record in records]
+            present = [v for v in values if v is not None]
+            if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+                frame[name] = pd.Series([float("nan") if v is None else float(v) for v in values], dtype="float64")
+        return frame

@@ -1,0 +1,317 @@
+"""MongoDB span exporter: one document per span (needs the ``mongo`` extra: pymongo).
+
+Document shape (what :class:`MongoSpanExporter` inserts)::
+
+    {
+      "_id": "<trace_id>-<span_id>",
+      "name": "train",
+      "trace_id": "<32 hex>", "span_id": "<16 hex>", "parent_span_id": "<16 hex>" | None,
+      "start_time": datetime (BSON date, UTC, millisecond precision),
+      "end_time":   datetime (same),
+      "start_time_unix_nano": 1700000000000000000,   # int64, exact
+      "end_time_unix_nano":   1700000001500000000,
+      "duration_s": 1.5,
+      "service_name": "svc" | None,
+      "attributes": {"energy": {"joules": 12.5, "package_0": {"joules": 10.0},
+                                "source": "measured", "co2eq": {"grams": 1.2}}}
+    }
+
+The fields are those of :mod:`otel_joules.exporters.records`, except:
+
+- ``start_time``/``end_time`` are BSON dates, so MongoDB can index, sort and expire
+  (TTL) by them; the ``*_unix_nano`` integers keep the exact nanoseconds.
+- ``attributes`` nests every ``energy.*`` attribute by its dotted name, so a query path
+  is ``"attributes." + attribute name``: ``{"attributes.energy.joules": {"$gt": 100}}``.
+  (MongoDB cannot query field names that contain dots.) Should a name be both a value
+  and a prefix of another (``energy.gpu`` and ``energy.gpu.joules``), the value is kept
+  under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
+  doubles (NaN and infinities included).
+- ``_id`` is derived from the trace and span ids, so a retry after a lost reply cannot
+  store a span twice: the server's duplicate-key answer counts as "already stored".
+
+Failures: when the server cannot be reached (or refuses the client, e.g. bad
+credentials), ``export`` logs one clear error, keeps the documents in memory (at most
+``max_pending_spans``; beyond that the oldest are dropped, with an error logged) and
+returns ``FAILURE``; the next ``export``, ``force_flush()``, ``shutdown()`` or the
+interpreter's exit sends them first. Documents the server rejects one by one (e.g. an
+attribute name MongoDB does not accept) are dropped with an error logged, since
+retrying cannot help.
+
+Each attempt while the server is down blocks for ``server_selection_timeout_ms``: put
+this exporter behind a ``BatchSpanProcessor`` (not ``SimpleSpanProcessor``), so that
+waiting never happens in the code being measured.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+from collections import deque
+from datetime import datetime, timezone
+from typing import Any, Mapping, Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from otel_joules.errors import ConfigurationError
+from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, check_max_pending_spans, register_exit_hook
+from otel_joules.exporters.errors import MissingExtraError
+from otel_joules.exporters.records import AttributeValue, SpanRecord, span_record
+
+_LOGGER = logging.getLogger("otel_joules.exporters")
+
+#: Default database and collection names.
+DEFAULT_DATABASE = "otel_joules"
+DEFAULT_COLLECTION = "spans"
+#: How long one attempt waits for a reachable server before giving up.
+DEFAULT_SERVER_SELECTION_TIMEOUT_MS = 5_000
+#: Key under which a value is kept when its name is also a prefix of another attribute.
+LEAF_KEY = "_value"
+
+# MongoDB's duplicate-key error: the document is already stored.
+_DUPLICATE_KEY = 11000
+# Seconds to wait for another thread's export at interpreter exit.
+_EXIT_LOCK_TIMEOUT_S = 5.0
+# Driver messages (a whole topology description) can run to kilobytes; the log keeps the start.
+_MAX_ERROR_TEXT = 400
+
+
+def _datetime_utc(unix_nano: int | None) -> datetime | None:
+    if unix_nano is None:
+        return None
+    seconds, nanos = divmod(unix_nano, 1_000_000_000)
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(microsecond=nanos // 1000)
+
+
+def nest_attributes(attributes: Mapping[str, AttributeValue]) -> dict[str, Any]:
+    """Turn ``{"energy.package_0.joules": 1.0}`` into ``{"energy": {"package_0": {"joules": 1.0}}}``."""
+    root: dict[str, Any] = {}
+    for key, raw in attributes.items():
+        value: Any = list(raw) if isinstance(raw, (tuple, list)) else raw
+        *parents, last = key.split(".")
+        node = root
+        for part in parents:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {} if part not in node else {LEAF_KEY: child}
+                node[part] = child
+            node = child
+        if isinstance(node.get(last), dict):
+            node[last][LEAF_KEY] = value
+        else:
+            node[last] = value
+    return root
+
+
+def span_document(record: SpanRecord) -> dict[str, Any]:
+    """The document :class:`MongoSpanExporter` inserts for ``record`` (shape: module docstring)."""
+    document: dict[str, Any] = {"_id": f"{record.trace_id}-{record.span_id}"}
+    document.update(record.core_fields())
+    document["start_time"] = _datetime_utc(record.start_time_unix_nano)
+    document["end_time"] = _datetime_utc(record.end_time_unix_nano)
+    document["attributes"] = nest_attributes(record.attributes)
+    return document
+
+
+def _write_errors(exc: BaseException) -> list[Mapping[str, Any]] | None:
+    """The per-document errors of a bulk insert, or None for any other failure."""
+    details = getattr(exc, "details", None)
+    if isinstance(details, Mapping) and isinstance(details.get("writeErrors"), list):
+        return list(details["writeErrors"])
+    return None
+
+
+def _short(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "..."
+
+
+class MongoSpanExporter(SpanExporter):
+    """Insert one document per span into ``database.collection`` (shape: module docstring).
+
+    Give either ``uri`` (a ``mongodb://`` or ``mongodb+srv://`` URI; the exporter makes
+    and later closes its own ``pymongo.MongoClient``) or ``client`` (any pymongo-
+    compatible client, e.g. ``mongomock.MongoClient()``; the caller keeps ownership
+    and closes it). Nothing is contacted at construction: a server that is down then
+    only delays the spans (see the module docstring).
+
+    Raises :class:`~otel_joules.exporters.errors.MissingExtraError` when pymongo is
+    needed and not installed, :class:`~otel_joules.errors.ConfigurationError` for
+    unusable arguments.
+    """
+
+    def __init__(
+        self,
+        uri: str | None = None,
+        database: str = DEFAULT_DATABASE,
+        collection: str = DEFAULT_COLLECTION,
+        client: Any = None,
+        *,
+        server_selection_timeout_ms: int = DEFAULT_SERVER_SELECTION_TIMEOUT_MS,
+        max_pending_spans: int = DEFAULT_MAX_PENDING_SPANS,
+    ) -> None:
+        for label, name in (("database", database), ("collection", collection)):
+            if not isinstance(name, str) or not name:
+                raise ConfigurationError(f"{label}={name!r} must be a non-empty name")
+        if isinstance(server_selection_timeout_ms, bool) or not isinstance(server_selection_timeout_ms, int) or server_selection_timeout_ms <= 0:
+            raise ConfigurationError(
+                f"server_selection_timeout_ms={server_selection_timeout_ms!r} must be a positive whole number of milliseconds"
+            )
+        self._max_pending_spans = check_max_pending_spans(max_pending_spans)
+        if (uri is None) == (client is None):
+            raise ConfigurationError(
+                "give exactly one of uri='mongodb://host:27017' (the exporter makes its own client) "
+                "or client=<a pymongo-compatible client>"
+            )
+        if client is None:
+            client = self._make_client(uri, server_selection_timeout_ms)  # type: ignore[arg-type]
+            self._owns_client = True
+        else:
+            self._owns_client = False
+        self._client = client
+        self._target = f"{database}.{collection}"
+        self._collection = client[database][collection]
+        self._lock = threading.Lock()
+        self._pending: deque[dict[str, Any]] = deque()
+        self._failing = False
+        self._shutdown = False
+        self._exit_hook = register_exit_hook(self, "_flush_at_exit")
+
+    @staticmethod
+    def _make_client(uri: str, server_selection_timeout_ms: int) -> Any:
+        try:
+            import pymongo
+            import pymongo.errors
+        except ImportError:
+            raise MissingExtraError(
+                "MongoSpanExporter needs pymongo, which is not installed: pip install 'otel-joules[mongo]'"
+            ) from None
+        if not isinstance(uri, str) or not uri:
+            raise ConfigurationError(f"uri={uri!r} must be a MongoDB URI such as 'mongodb://localhost:27017'")
+        try:
+            return pymongo.MongoClient(uri, serverSelectionTimeoutMS=server_selection_timeout_ms, appname="otel-joules")
+        except (pymongo.errors.PyMongoError, ValueError, TypeError) as exc:
+            # The URI itself is not echoed: it may carry a password.
+            raise ConfigurationError(f"the MongoDB uri cannot be used: {exc}; see https://www.mongodb.com/docs/manual/reference/connection-string/") from None
+
+    @property
+    def pending_spans(self) -> int:
+        """Documents waiting for the server to be reachable again."""
+        with self._lock:
+            return len(self._pending)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Insert one document per span, after any kept from earlier failures."""
+        documents = [span_document(span_record(span)) for span in spans]
+        with self._lock:
+            if self._shutdown:
+                _LOGGER.warning("MongoDB %s: export after shutdown(); %d span(s) not stored", self._target, len(documents))
+                return SpanExportResult.FAILURE
+            self._pending.extend(documents)
+            return SpanExportResult.SUCCESS if self._send_pending() else SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Send what earlier failures left pending; True when nothing is left."""
+        with self._lock:
+            if self._shutdown:
+                return not self._pending
+            return self._send_pending()
+
+    def shutdown(self) -> None:
+        """One last try for pending documents, then close the client if this exporter made it.
+
+        Idempotent. Documents still undeliverable are reported in an error log line.
+        """
+        with self._lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+            self._send_pending()
+            self._report_lost("at shutdown")
+            if self._owns_client:
+                self._client.close()
+        atexit.unregister(self._exit_hook)
+
+    def _flush_at_exit(self) -> None:
+        # The client stays open: a TracerProvider's exit hook may still export after this.
+        if not self._lock.acquire(timeout=_EXIT_LOCK_TIMEOUT_S):
+            _LOGGER.error("MongoDB %s: could not flush at exit, another thread kept the exporter busy", self._target)
+            return
+        try:
+            if not self._shutdown:
+                self._send_pending()
+                self._report_lost("at interpreter exit")
+        finally:
+            self._lock.release()
+
+    def _report_lost(self, when: str) -> None:
+        if self._pending:
+            _LOGGER.error(
+                "MongoDB %s: %d span document(s) could not be stored %s and are lost (last error logged above)",
+                self._target,
+                len(self._pending),
+                when,
+            )
+            self._pending.clear()
+
+    def _send_pending(self) -> bool:
+        if not self._pending:
+            return True
+        documents = list(self._pending)
+        try:
+            self._collection.insert_many(documents, ordered=False)
+        except Exception as exc:  # the driver's errors, whatever client was passed in
+            write_errors = _write_errors(exc)
+            if write_errors is None:
+                self._keep_for_retry(exc)
+                return False
+            return self._settle_write_errors(write_errors)
+        if self._failing:
+            _LOGGER.warning("MongoDB %s is reachable again: stored %d span document(s) kept since the failure", self._target, len(documents))
+            self._failing = False
+        self._pending.clear()
+        return True
+
+    def _keep_for_retry(self, exc: BaseException) -> None:
+        if not self._failing:
+            _LOGGER.error(
+                "cannot store %d span document(s) in MongoDB %s: %s; they are kept in memory (at most %d) and sent "
+                "on the next export, force_flush() or shutdown(): check that the server runs and the URI and "
+                "credentials are right",
+                len(self._pending),
+                self._target,
+                _short(exc),
+                self._max_pending_spans,
+            )
+        else:
+            _LOGGER.debug("MongoDB %s still failing (%s); %d pending", self._target, _short(exc), len(self._pending))
+        self._failing = True
+        excess = len(self._pending) - self._max_pending_spans
+        if excess > 0:
+            for _ in range(excess):
+                self._pending.popleft()
+            _LOGGER.error(
+                "MongoDB %s: dropped the %d oldest unsent span document(s): more than max_pending_spans=%d are "
+                "waiting while the server cannot be reached",
+                self._target,
+                excess,
+                self._max_pending_spans,
+            )
+
+    def _settle_write_errors(self, write_errors: list[Mapping[str, Any]]) -> bool:
+        """The server answered: all documents are stored except those it rejected for good."""
+        rejected = [error for error in write_errors if error.get("code") != _DUPLICATE_KEY]
+        if self._failing:
+            _LOGGER.warning("MongoDB %s is reachable again", self._target)
+            self._failing = False
+        self._pending.clear()
+        if rejected:
+            _LOGGER.error(
+                "MongoDB %s rejected %d span document(s), which are dropped (retrying cannot help): %s",
+                self._target,
+                len(rejected),
+                rejected[0].get("errmsg", rejected[0]),
+            )
+            return False
+        return True

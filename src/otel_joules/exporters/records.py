@@ -1,0 +1,167 @@
+"""One span, one record: the fields every local exporter writes.
+
+:func:`span_record` turns an ended OpenTelemetry span into a :class:`SpanRecord`.
+Every exporter in :mod:`otel_joules.exporters` (CSV, JSON lines, MongoDB, pandas)
+builds its rows from this one function, so the formats cannot drift apart.
+
+Fields (the same names in every format):
+
+========================  =================================================================
+``name``                  the span's name
+``trace_id``              32 lowercase hex digits
+``span_id``               16 lowercase hex digits
+``parent_span_id``        16 lowercase hex digits, or absent (None) for a root span
+``start_time``            ISO 8601 UTC with nanoseconds: ``2023-11-14T22:13:20.000000000Z``
+``end_time``              the same, for the end
+``start_time_unix_nano``  integer nanoseconds since the Unix epoch (what the SDK recorded;
+                          the exact value, the ISO form is the same instant for humans)
+``end_time_unix_nano``    the same, for the end
+``duration_s``            ``(end_time_unix_nano - start_time_unix_nano) / 1e9``, a float
+``service_name``          the ``service.name`` resource attribute, or absent (None)
+``attributes``            every span attribute whose key starts with ``energy.``, keys
+                          sorted; values as the SDK holds them (str, bool, int, float or a
+                          tuple of one of those)
+========================  =================================================================
+
+Only ``energy.*`` attributes are kept: those are what otel-joules puts on spans
+(``energy.joules``, ``energy.<domain>.joules``, ``energy.watts``, ``energy.source``,
+``energy.co2eq.grams``, ...); other attributes can be large or sensitive and already
+reach whatever OTLP backend the user has.
+
+A span the SDK hands an exporter always has both times; should one be missing, the
+time fields and ``duration_s`` are None (written as empty / null), never a made-up 0.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence, Union
+
+from opentelemetry.sdk.trace import ReadableSpan
+
+#: Attributes whose key starts with this are exported.
+ENERGY_ATTRIBUTE_PREFIX = "energy."
+
+#: The fixed fields of a record, in the order every format writes them (the
+#: ``attributes`` field comes after these).
+CORE_FIELDS: tuple[str, ...] = (
+    "name",
+    "trace_id",
+    "span_id",
+    "parent_span_id",
+    "start_time",
+    "end_time",
+    "start_time_unix_nano",
+    "end_time_unix_nano",
+    "duration_s",
+    "service_name",
+)
+
+_Primitive = Union[str, bool, int, float]
+#: A span attribute value as the OpenTelemetry SDK stores it.
+AttributeValue = Union[_Primitive, Sequence[_Primitive]]
+#: A value as it appears in JSON output (see :func:`json_value`).
+JsonValue = Union[None, str, bool, int, float, list["JsonValue"]]
+
+_NANOS_PER_SECOND = 1_000_000_000
+
+
+def iso_utc_from_unix_nano(unix_nano: int) -> str:
+    """Format nanoseconds since the epoch as ``YYYY-mm-ddTHH:MM:SS.nnnnnnnnnZ`` (UTC).
+
+    Always nine fraction digits, so the string is exact and sorts like the number.
+    (:mod:`datetime` keeps only microseconds, which would lose what the SDK recorded.)
+    """
+    seconds, nanos = divmod(unix_nano, _NANOS_PER_SECOND)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{nanos:09d}Z"
+
+
+def json_value(value: AttributeValue) -> JsonValue:
+    """An attribute value in the form the JSON formats write.
+
+    Tuples become lists. Non-finite floats, which strict JSON cannot hold, become the
+    strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (the protobuf JSON mapping's
+    spelling, which OTLP/JSON uses too), so every line stays parseable by any reader.
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        if math.isnan(value):
+            return "NaN"
+        return "Infinity" if value > 0 else "-Infinity"
+    if isinstance(value, (str, bool, int, float)):
+        return value
+    return [json_value(item) for item in value]  # type: ignore[misc]
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    """What the local exporters write about one span (see the module docstring)."""
+
+    name: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    start_time_unix_nano: int | None
+    end_time_unix_nano: int | None
+    service_name: str | None
+    attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+
+    @property
+    def start_time(self) -> str | None:
+        """Start as ISO 8601 UTC with nanoseconds, or None if the span had no start time."""
+        return None if self.start_time_unix_nano is None else iso_utc_from_unix_nano(self.start_time_unix_nano)
+
+    @property
+    def end_time(self) -> str | None:
+        """End as ISO 8601 UTC with nanoseconds, or None if the span had no end time."""
+        return None if self.end_time_unix_nano is None else iso_utc_from_unix_nano(self.end_time_unix_nano)
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds between start and end, or None when either is missing."""
+        if self.start_time_unix_nano is None or self.end_time_unix_nano is None:
+            return None
+        return (self.end_time_unix_nano - self.start_time_unix_nano) / _NANOS_PER_SECOND
+
+    def core_fields(self) -> dict[str, str | int | float | None]:
+        """The :data:`CORE_FIELDS` of this record, in that order, as plain values."""
+        return {
+            "name": self.name,
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "parent_span_id": self.parent_span_id,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "start_time_unix_nano": self.start_time_unix_nano,
+            "end_time_unix_nano": self.end_time_unix_nano,
+            "duration_s": self.duration_s,
+            "service_name": self.service_name,
+        }
+
+    def to_json_dict(self) -> dict[str, object]:
+        """The record as the JSON-lines exporter writes it: core fields, then ``attributes``."""
+        result: dict[str, object] = dict(self.core_fields())
+        result["attributes"] = {key: json_value(value) for key, value in self.attributes.items()}
+        return result
+
+
+def span_record(span: ReadableSpan) -> SpanRecord:
+    """Build the :class:`SpanRecord` of one ended span."""
+    context = span.context
+    parent = span.parent
+    attributes = span.attributes or {}
+    energy = {
+        key: attributes[key] for key in sorted(attributes) if key.startswith(ENERGY_ATTRIBUTE_PREFIX)
+    }
+    service_name = span.resource.attributes.get("service.name") if span.resource is not None else None
+    return SpanRecord(
+        name=span.name,
+        trace_id=format(context.trace_id, "032x") if context is not None else "0" * 32,
+        span_id=format(context.span_id, "016x") if context is not None else "0" * 16,
+        parent_span_id=format(parent.span_id, "016x") if parent is not None else None,
+        start_time_unix_nano=span.start_time,
+        end_time_unix_nano=span.end_time,
+        service_name=None if service_name is None else str(service_name),
+        attributes=energy,
+    )
