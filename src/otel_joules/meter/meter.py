@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable, Mapping, NamedTuple, Sequence
 
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError
@@ -35,9 +35,11 @@ SOURCE_ESTIMATE = "estimate"
 SOURCE_MIXED = "mixed"
 
 
-@dataclass(frozen=True)
-class EnergySnapshot:
+class EnergySnapshot(NamedTuple):
     """Cumulative joules per domain at one instant.
+
+    A named tuple rather than a dataclass: two are taken for every span, and tuple
+    construction is several times cheaper.
 
     Attributes:
         monotonic_ns: ``time.monotonic_ns()`` when the counters were read.
@@ -49,7 +51,7 @@ class EnergySnapshot:
     joules: tuple[float | None, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class EnergyMeasurement:
     """Energy spent between two snapshots.
 
@@ -63,6 +65,9 @@ class EnergyMeasurement:
         below_resolution: True when the interval is shorter than the update period of
             a counter it includes: the values are then quantised, not wrong.
         methods_by_domain: How each domain was obtained (counter, integrated power, estimate).
+
+    Not frozen: one is built for every span, and a frozen dataclass's ``__init__`` costs
+    several times more. Treat it as read-only.
     """
 
     duration_s: float
@@ -75,15 +80,46 @@ class EnergyMeasurement:
 
 
 class _ChannelState:
-    """Mutable per-channel bookkeeping, touched only under the meter's lock."""
+    """Per-channel bookkeeping, touched only under the meter's lock."""
 
-    __slots__ = ("channel", "last_raw_uj", "total_uj", "failed")
+    __slots__ = ("channel", "read_uj", "wrap_uj", "last_raw_uj", "total_uj", "failed")
 
     def __init__(self, channel: Channel, first_raw_uj: int) -> None:
         self.channel = channel
+        self.read_uj = channel.read_uj  # bound once: this runs twice per span per domain
+        self.wrap_uj = channel.wrap_uj
         self.last_raw_uj = first_raw_uj
         self.total_uj = 0
         self.failed = False
+
+    def read_joules(self) -> float | None:
+        """Read the channel; return wrap-corrected joules since the meter started, None once failed."""
+        if self.failed:
+            return None
+        try:
+            raw = self.read_uj()
+        except Exception as exc:  # noqa: BLE001 - never raise into the user's span
+            self.failed = True
+            domain_id = self.channel.domain.id
+            _log.warning(
+                "otel-joules: stopped measuring %s: %s. Other domains are still measured; "
+                "spans and metrics leave %s out from now on.",
+                domain_id,
+                exc,
+                domain_id,
+            )
+            return None
+        delta = raw - self.last_raw_uj
+        if delta < 0:
+            if self.wrap_uj is None:
+                # A counter that cannot wrap went backwards: the driver was reloaded and
+                # restarted it. Count from the new origin rather than subtract.
+                delta = raw
+            else:
+                delta += self.wrap_uj
+        self.last_raw_uj = raw
+        self.total_uj += delta
+        return self.total_uj / 1e6
 
 
 class EnergyMeter:
@@ -142,6 +178,10 @@ class EnergyMeter:
             self._states.append(_ChannelState(channel, first))
         self.domains: tuple[Domain, ...] = tuple(s.channel.domain for s in self._states)
         self._index = {d.id: i for i, d in enumerate(self.domains)}
+        # What measure() needs per domain, unpacked once instead of per span.
+        self._plan = tuple(
+            (d.id, d.method, d.in_total, d.method.is_measurement, d.update_period_s) for d in self.domains
+        )
         self._started_ns = time.monotonic_ns()
         self._sample = sample
         self._sampler: _Sampler | None = None
@@ -157,39 +197,11 @@ class EnergyMeter:
         Never raises for a sensor failure: a failing domain is reported once (logging
         ``WARNING`` on the ``otel_joules`` logger) and is None from then on.
         """
-        if self._sample and self._sampler is None and not self._closed:
+        if self._sampler is None and self._sample and not self._closed:
             self._start_sampler()
         with self._lock:
-            values = [self._read(state) for state in self._states]
-            now = time.monotonic_ns()
-        return EnergySnapshot(now, tuple(values))
-
-    def _read(self, state: _ChannelState) -> float | None:
-        if state.failed:
-            return None
-        try:
-            raw = state.channel.read_uj()
-        except Exception as exc:  # noqa: BLE001 - never raise into the user's span
-            state.failed = True
-            _log.warning(
-                "otel-joules: stopped measuring %s: %s. Other domains are still measured; spans and metrics leave %s out from now on.",
-                state.channel.domain.id,
-                exc,
-                state.channel.domain.id,
-            )
-            return None
-        delta = raw - state.last_raw_uj
-        if delta < 0:
-            wrap = state.channel.wrap_uj
-            if wrap is None:
-                # A counter that cannot wrap went backwards: the driver was reloaded and
-                # restarted it. Count from the new origin rather than subtract.
-                delta = raw
-            else:
-                delta += wrap
-        state.last_raw_uj = raw
-        state.total_uj += delta
-        return state.total_uj / 1e6
+            values = tuple([state.read_joules() for state in self._states])
+            return EnergySnapshot(time.monotonic_ns(), values)
 
     def measure(self, start: EnergySnapshot, end: EnergySnapshot) -> EnergyMeasurement:
         """Energy spent between two snapshots of this meter."""
@@ -199,29 +211,30 @@ class EnergyMeter:
         total = 0.0
         measured = estimated = False
         slowest_update_s = 0.0
-        for domain, a, b in zip(self.domains, start.joules, end.joules):
+        for (domain_id, method, in_total, is_measurement, update_period_s), a, b in zip(
+            self._plan, start.joules, end.joules
+        ):
             if a is None or b is None:
                 continue
             joules = b - a
-            by_domain[domain.id] = joules
-            methods[domain.id] = domain.method
-            if domain.in_total:
+            by_domain[domain_id] = joules
+            methods[domain_id] = method
+            if in_total:
                 total += joules
-                if domain.method.is_measurement:
+                if is_measurement:
                     measured = True
                 else:
                     estimated = True
-            if domain.update_period_s > slowest_update_s:
-                slowest_update_s = domain.update_period_s
-        source = SOURCE_MIXED if measured and estimated else SOURCE_ESTIMATE if estimated else SOURCE_MEASURED
+            if update_period_s > slowest_update_s:
+                slowest_update_s = update_period_s
         return EnergyMeasurement(
-            duration_s=duration_s,
-            joules_by_domain=by_domain,
-            total_joules=total,
-            watts=total / duration_s if duration_s > 0 else 0.0,
-            source=source,
-            below_resolution=duration_s < slowest_update_s,
-            methods_by_domain=methods,
+            duration_s,
+            by_domain,
+            total,
+            total / duration_s if duration_s > 0 else 0.0,
+            SOURCE_MIXED if measured and estimated else SOURCE_ESTIMATE if estimated else SOURCE_MEASURED,
+            duration_s < slowest_update_s,
+            methods,
         )
 
     def domain_index(self, domain_id: str) -> int:

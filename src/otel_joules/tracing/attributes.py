@@ -40,9 +40,10 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         ENERGY_WATTS: measurement.watts,
         ENERGY_SOURCE: measurement.source,
     }
+    methods = measurement.methods_by_domain
     for domain_id, joules in measurement.joules_by_domain.items():
         attributes[domain_joules_key(domain_id)] = joules
-        method = measurement.methods_by_domain.get(domain_id, Method.COUNTER)
+        method = methods[domain_id]
         if method is not Method.COUNTER:
             attributes[domain_method_key(domain_id)] = method.value
     if measurement.below_resolution:

@@ -1,0 +1,1 @@
+"""The ``otel-joules`` command line (see :mod:`otel_joules.cli.main`)."""

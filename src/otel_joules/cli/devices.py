@@ -1,0 +1,76 @@
+"""``otel-joules devices``: every domain found, its source, and why the others are missing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from otel_joules.meter.meter import EnergyMeter
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``devices`` subcommand."""
+    parser = subparsers.add_parser(
+        "devices",
+        help="list the energy domains this machine exposes, and why others are missing",
+        description="List every energy domain found and its source; for each one missing or unreadable, why and what to do.",
+    )
+    parser.add_argument("--sysfs-root", help="where sysfs is mounted (default: $OTEL_JOULES_SYSFS_ROOT or /sys)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.set_defaults(handler=run)
+
+
+def describe(meter: EnergyMeter) -> dict[str, Any]:
+    """The meter's domains and unavailable sensors as plain data."""
+    return {
+        "sysfs_root": meter.settings.sysfs_root,
+        "domains": [
+            {
+                "id": d.id,
+                "hw_type": d.hw_type.value,
+                "hw_name": d.hw_name,
+                "hw_id": d.hw_id,
+                "method": d.method.value,
+                "source": "measured" if d.method.is_measurement else "estimate",
+                "in_total": d.in_total,
+            }
+            for d in meter.domains
+        ],
+        "unavailable": [{"what": u.what, "reason": u.reason, "remedy": u.remedy} for u in meter.unavailable],
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the report; exit 0 even when nothing is measurable (that is an answer, not an error)."""
+    with EnergyMeter(sysfs_root=args.sysfs_root, sample=False) as meter:
+        report = describe(meter)
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"otel-joules devices (sysfs root: {report['sysfs_root']})")
+    print()
+    if report["domains"]:
+        print("Measured domains:")
+        width = max(len(d["id"]) for d in report["domains"])
+        for d in report["domains"]:
+            total = "adds to energy.joules" if d["in_total"] else "reported, inside another domain"
+            print(f"  {d['id']:<{width}}  {d['hw_type']:<9} {d['method']:<17} {d['hw_name']}  ({total})")
+    if report["unavailable"]:
+        print()
+        print("Not measured:")
+        for u in report["unavailable"]:
+            print(f"  {u['what']}: {u['reason']}")
+            if u["remedy"]:
+                print(f"      what to do: {u['remedy']}")
+    print()
+    methods = {d["source"] for d in report["domains"] if d["in_total"]}
+    if methods == {"estimate"}:
+        print('No hardware energy counter is readable here: spans get ESTIMATES (energy.source = "estimate").')
+    elif methods == {"measured"}:
+        print('Spans get measured energy (energy.source = "measured").')
+    elif methods:
+        print('Spans get measured and estimated energy (energy.source = "mixed").')
+    else:
+        print("Nothing can be measured or estimated here.")
+    return 0
