@@ -15,15 +15,41 @@ Live values need an explicit provider (``ElectricityMapsProvider``,
 """
 
 from otel_joules.carbon.equivalents import FACTORS, Equivalent, EquivalentFactor, equivalents, equivalents_text, km_by_car
+from otel_joules.carbon.intensity import (
+    SOURCES,
+    WORLD_AVERAGE_GCO2EQ_PER_KWH,
+    WORLD_AVERAGE_YEAR,
+    CarbonIntensity,
+    resolve_carbon_intensity,
+)
 from otel_joules.carbon.offline import OfflineIntensity, lookup_country, offline_table
+from otel_joules.carbon.providers import (
+    ElectricityMapsProvider,
+    EnergiDataServiceProvider,
+    IpGeolocator,
+    LiveProvider,
+    ProviderError,
+    UKCarbonIntensityProvider,
+    providers_from_env,
+)
 from otel_joules.carbon.units import JOULES_PER_KWH, co2eq_grams, joules_to_kwh, kwh_to_joules, validate_pue
 
 __all__ = [
+    "CarbonIntensity",
+    "ElectricityMapsProvider",
+    "EnergiDataServiceProvider",
     "Equivalent",
     "EquivalentFactor",
     "FACTORS",
+    "IpGeolocator",
     "JOULES_PER_KWH",
+    "LiveProvider",
     "OfflineIntensity",
+    "ProviderError",
+    "SOURCES",
+    "UKCarbonIntensityProvider",
+    "WORLD_AVERAGE_GCO2EQ_PER_KWH",
+    "WORLD_AVERAGE_YEAR",
     "co2eq_grams",
     "equivalents",
     "equivalents_text",
@@ -32,5 +58,7 @@ __all__ = [
     "kwh_to_joules",
     "lookup_country",
     "offline_table",
+    "providers_from_env",
+    "resolve_carbon_intensity",
     "validate_pue",
 ]
