@@ -495,6 +495,8 @@ def test_electricitymaps_key_alone_enables_it_for_the_country() -> None:
     assert isinstance(provider, ElectricityMapsProvider) and provider.zone == "DE"
     (from_api_keys,) = providers_from_env({}, country="FR", api_keys={"electricitymaps": "k2"})
     assert isinstance(from_api_keys, ElectricityMapsProvider) and from_api_keys.zone == "FR"
+    (alpha3,) = providers_from_env({"OTEL_JOULES_ELECTRICITYMAPS_API_KEY": "k"}, country="dnk")
+    assert isinstance(alpha3, ElectricityMapsProvider) and alpha3.zone == "DK"
 
 
 def test_provider_list_order_and_options() -> None:

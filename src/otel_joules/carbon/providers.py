@@ -461,7 +461,13 @@ def providers_from_env(
                 raise ConfigurationError(
                     "Electricity Maps needs a zone: set OTEL_JOULES_COUNTRY (e.g. DE) or pass country="
                 )
-            providers.append(ElectricityMapsProvider(api_key, zone.upper()))
+            zone = zone.upper()
+            if len(zone) == 3 and zone.isalpha():
+                # Electricity Maps zones start with alpha-2 codes; accept DNK as we do offline.
+                from otel_joules.carbon.offline import lookup_country
+
+                zone = lookup_country(zone)[0].iso_code
+            providers.append(ElectricityMapsProvider(api_key, zone))
         elif name == "uk_carbon_intensity":
             providers.append(UKCarbonIntensityProvider(env.get("OTEL_JOULES_UK_POSTCODE") or None))
         elif name == "energidataservice":
