@@ -15,6 +15,7 @@ from otel_joules.carbon import (
     joules_to_kwh,
     km_by_car,
     kwh_to_joules,
+    resolve_carbon_intensity,
     validate_pue,
 )
 from otel_joules.errors import ConfigurationError
@@ -36,6 +37,11 @@ def test_co2eq_grams_is_kwh_times_pue_times_intensity() -> None:
     assert co2eq_grams(100 * 3600, 143.3, pue=1.58) == pytest.approx(0.158 * 143.3, rel=1e-12)
     assert co2eq_grams(0.0, 445.0, pue=2.0) == 0.0
     assert co2eq_grams(7.2e6, 0.0) == 0.0
+
+
+def test_co2eq_grams_accepts_a_resolved_intensity() -> None:
+    dk = resolve_carbon_intensity(country="DK", env={})
+    assert co2eq_grams(7.2e6, dk, pue=1.5) == pytest.approx(2 * 1.5 * dk.gco2eq_per_kwh, rel=1e-15)
 
 
 def test_co2eq_matches_carbontracker_output_block() -> None:

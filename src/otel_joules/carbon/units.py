@@ -8,6 +8,7 @@ from user settings (PUE, an explicit intensity) rather than from measurements.
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 from otel_joules.errors import ConfigurationError
 
@@ -54,13 +55,18 @@ def validate_pue(pue: float) -> float:
     return number
 
 
-def co2eq_grams(joules: float, gco2eq_per_kwh: float, pue: float = 1.0) -> float:
+class _HasIntensity(Protocol):
+    gco2eq_per_kwh: float
+
+
+def co2eq_grams(joules: float, gco2eq_per_kwh: "float | _HasIntensity", pue: float = 1.0) -> float:
     """Grams of CO2-equivalent for ``joules`` of IT energy.
 
     ``grams = joules / 3.6e6 * pue * gco2eq_per_kwh``. ``gco2eq_per_kwh`` is a number
-    (e.g. ``CarbonIntensity.gco2eq_per_kwh``); ``pue`` scales the IT energy up to
-    the facility energy and must be >= 1.0.
+    or a :class:`~otel_joules.carbon.CarbonIntensity`; ``pue`` scales the IT energy
+    up to the facility energy and must be >= 1.0.
     """
     kwh = joules_to_kwh(joules)
-    intensity = _finite_non_negative("gco2eq_per_kwh", gco2eq_per_kwh)
+    raw = getattr(gco2eq_per_kwh, "gco2eq_per_kwh", gco2eq_per_kwh)
+    intensity = _finite_non_negative("gco2eq_per_kwh", raw)
     return kwh * validate_pue(pue) * intensity
