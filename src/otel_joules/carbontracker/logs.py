@@ -1,0 +1,599 @@
+"""Write carbontracker-format log files and console text from values.
+
+carbontracker 2.4.7 writes three files per run into ``log_dir``::
+
+    {prefix_}{pid}.{random}_{%Y-%m-%dT%H%M%SZ}_carbontracker.log          standard log
+    {prefix_}{pid}.{random}_{%Y-%m-%dT%H%M%SZ}_carbontracker_output.log   output log
+    {prefix_}{pid}.{random}_{%Y-%m-%dT%H%M%SZ}_carbontracker_err.log      error log (only if needed)
+
+(a non-empty prefix is followed by ``_``, as carbontracker does). Every message starts
+with ``YYYY-mm-dd HH:MM:SS - ``; a message may span several lines (the consumption
+blocks do), and only its first line carries the prefix.
+
+:class:`CarbonTrackerLogWriter` writes these files so that carbontracker's own parser,
+unmodified, reads our values back. Two choices make that hold where carbontracker's own
+writer does not:
+
+- numbers in the standard log never use exponent notation (carbontracker's parser reads
+  ``1.2e-05`` as ``1.2``): they are written as the shortest plain decimal that reads
+  back to the same float (``0.000012``);
+- a component's power is written as one number, the sum over its devices, unless the
+  caller passes a per-device list (carbontracker's parser keeps only the first number of
+  a list; ours reads all of them).
+
+Every value crosses this boundary in explicit units (``_seconds``, ``_kwh``/``_joules``,
+``_watts``, ``_grams``, ``_g_per_kwh``); the units written in the files are carbontracker's
+(kWh, W, g, gCO2eq/kWh, ``h:mm:ss``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import math
+import numbers
+import os
+import re
+import secrets
+import threading
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence, Union
+
+from otel_joules.errors import OtelJoulesError
+
+#: What carbontracker puts before every output-log and console message.
+MESSAGE_PREFIX = "CarbonTracker: "
+#: strftime format of the ``YYYY-mm-dd HH:MM:SS - `` line prefix (local time, as carbontracker).
+LINE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+#: strftime format of the date in file names (carbontracker's "modified ISO 8601").
+FILE_TIME_FORMAT = "%Y-%m-%dT%H%M%SZ"
+#: File name endings; the part before them (the *stem*) pairs a run's files.
+STD_LOG_SUFFIX = "_carbontracker.log"
+OUTPUT_LOG_SUFFIX = "_carbontracker_output.log"
+ERR_LOG_SUFFIX = "_carbontracker_err.log"
+#: carbontracker 2.4.7's default ``decimal_precision``.
+DEFAULT_DECIMAL_PRECISION = 12
+#: carbontracker 2.4.7's PUE and the source it prints with it.
+CARBONTRACKER_PUE = 1.58
+CARBONTRACKER_PUE_SOURCE = "Daniel Bizo, 2023, Uptime Institute Global Data Center Survey"
+#: carbontracker refreshes the carbon intensity every 900 s and prints that interval.
+DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS = 900
+#: 1 kWh = 3.6 MJ.
+JOULES_PER_KWH = 3_600_000.0
+
+# A component name is written as one word ("GPU with device(s) ..." / "for gpu: ..."),
+# so that the parser can find where one component's device list ends.
+_COMPONENT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
+
+#: Power of one component in one epoch: the total in watts, a per-device list of watts,
+#: or None when nothing was measured (written as ``None``, as carbontracker does).
+PowerValue = Union[float, Sequence[Union[float, None]], None]
+
+
+class CarbonTrackerLogError(OtelJoulesError):
+    """Base class of the errors of the carbontracker log writer and parser."""
+
+
+class InvalidLogValueError(CarbonTrackerLogError, ValueError):
+    """A value cannot be written to a carbontracker log (negative, not finite, wrong type)."""
+
+
+class LogWriteError(CarbonTrackerLogError, OSError):
+    """A log file could not be created or appended to (the message names the file)."""
+
+
+class LogFormatError(CarbonTrackerLogError, ValueError):
+    """A log's content is not in carbontracker's format (the message says where and why)."""
+
+
+class LogFilesNotFoundError(CarbonTrackerLogError, FileNotFoundError):
+    """No log directory or no carbontracker log in it."""
+
+
+class ConsumptionKind(str, enum.Enum):
+    """Which consumption block: measured so far, or predicted for the whole training."""
+
+    ACTUAL = "actual"
+    PREDICTED = "predicted"
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _finite(value: object, what: str, *, allow_negative: bool = False) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise InvalidLogValueError(f"{what} must be a number, got {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise InvalidLogValueError(f"{what} must be finite, got {number!r}")
+    if number < 0 and not allow_negative:
+        raise InvalidLogValueError(f"{what} must not be negative, got {number!r}")
+    return number
+
+
+def format_number(value: float) -> str:
+    """Shortest decimal that reads back as the same float, never in exponent notation.
+
+    ``1.2e-05`` -> ``"0.000012"``, ``150`` -> ``"150.0"``, ``1e20`` ->
+    ``"100000000000000000000.0"``. carbontracker's parser only reads digits and dots,
+    so the exponent notation Python's ``repr`` uses for small and large floats would
+    be misread.
+    """
+    number = _finite(value, "number", allow_negative=True)
+    text = repr(number)
+    if "e" in text or "E" in text:
+        # Decimal(repr(x)) is exactly the shortest round-trip decimal; "f" spells it out.
+        text = format(Decimal(text), "f")
+        if "." not in text:
+            text += ".0"
+    return text
+
+
+def format_duration(seconds: float, *, centiseconds: bool = False) -> str:
+    """``h:mm:ss`` (or ``h:mm:ss.ff`` with ``centiseconds``) as carbontracker writes durations.
+
+    Whole seconds round half to even, as carbontracker's ``convert_to_timestring`` does;
+    hours are not wrapped into days (``25:00:00``).
+    """
+    total = _finite(seconds, "duration_seconds")
+    if centiseconds:
+        # Round the total once ("59.996" -> "60.00") and split the digits, so that a
+        # rounded-up minute carries into the minutes instead of printing ":60.00".
+        whole_text, fraction = f"{total:.2f}".split(".")
+        whole = int(whole_text)
+        suffix = f".{fraction}"
+    else:
+        whole = round(total)
+        suffix = ""
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:d}:{minutes:02d}:{secs:02d}{suffix}"
+
+
+def _precision(decimal_precision: int) -> int:
+    if isinstance(decimal_precision, bool) or not isinstance(decimal_precision, int) or decimal_precision < 0:
+        raise InvalidLogValueError(
+            f"decimal_precision must be a non-negative integer (carbontracker's default is "
+            f"{DEFAULT_DECIMAL_PRECISION}), got {decimal_precision!r}"
+        )
+    return decimal_precision
+
+
+def _energy_kwh(energy_kwh: float | None, energy_joules: float | None) -> float:
+    if (energy_kwh is None) == (energy_joules is None):
+        raise InvalidLogValueError("give the energy exactly once: energy_kwh=... or energy_joules=...")
+    if energy_kwh is not None:
+        return _finite(energy_kwh, "energy_kwh")
+    return _finite(energy_joules, "energy_joules") / JOULES_PER_KWH
+
+
+def _one_line(text: str, what: str) -> str:
+    if not isinstance(text, str):
+        raise InvalidLogValueError(f"{what} must be a string, got {text!r}")
+    # A line break would start what the parser takes for a new log line.
+    return " ".join(text.splitlines()).strip()
+
+
+# ------------------------------------------------------------------ message formatting
+
+
+def format_components_line(components: Mapping[str, Sequence[str]]) -> str:
+    """``The following components were found: GPU with device(s) A, B. CPU with device(s) cpu:0.``
+
+    ``components`` maps a component name (``gpu``, ``cpu``) to its device names, in the
+    order to write them. A comma inside a device name would split it in two when read,
+    so it is written as ``;``; line breaks become spaces.
+    """
+    if not components:
+        raise InvalidLogValueError("components must name at least one component (e.g. {'cpu': ['cpu:0']})")
+    parts = ["The following components were found:"]
+    for name, devices in components.items():
+        if not isinstance(name, str) or not _COMPONENT_NAME_RE.match(name):
+            raise InvalidLogValueError(
+                f"component name {name!r} must be one word of letters, digits, '_' or '-' (e.g. 'gpu', 'cpu')"
+            )
+        if isinstance(devices, str):
+            raise InvalidLogValueError(f"devices of {name!r} must be a list of names, not the string {devices!r}")
+        names = [_one_line(device, f"device name of {name!r}").replace(",", ";") for device in devices]
+        parts.append(f"{name.upper()} with device(s) {', '.join(names)}.")
+    return " ".join(parts)
+
+
+def format_power(power_watts: PowerValue) -> str:
+    """The value of an ``Average power usage (W) for <component>:`` line.
+
+    A number (W) is written plainly (``400.0``), a per-device list as ``[300.0 100.0]``
+    (the layout of a numpy array, which carbontracker's parser splits on spaces), and
+    None -- or NaN -- as ``None``: nothing was measured.
+    """
+    if power_watts is None:
+        return "None"
+    if isinstance(power_watts, numbers.Real) and not isinstance(power_watts, bool):
+        if math.isnan(float(power_watts)):
+            return "None"
+        return format_number(_finite(power_watts, "power_watts"))
+    if isinstance(power_watts, (str, bytes)) or not isinstance(power_watts, Iterable):
+        raise InvalidLogValueError(f"power_watts must be a number, a list of numbers or None, got {power_watts!r}")
+    items: list[str] = []
+    for item in power_watts:
+        if item is None or (isinstance(item, numbers.Real) and math.isnan(float(item))):
+            items.append("nan")
+        else:
+            items.append(format_number(_finite(item, "power_watts of a device")))
+    if not items:
+        raise InvalidLogValueError("a per-device power list must not be empty; pass None when nothing was measured")
+    return "[" + " ".join(items) + "]"
+
+
+def consumption_heading(kind: ConsumptionKind | str, epochs: int | None) -> str:
+    """``Predicted consumption for N epoch(s):``, ``Actual consumption for N epoch(s):`` or ``Actual consumption:``.
+
+    carbontracker writes the bare ``Actual consumption:`` when it makes no prediction
+    (``epochs_before_pred=0``); pass ``epochs=None`` for that.
+    """
+    try:
+        kind = ConsumptionKind(kind)
+    except ValueError:
+        raise InvalidLogValueError(f"kind must be 'actual' or 'predicted', got {kind!r}") from None
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
+        raise InvalidLogValueError(f"epochs must be a non-negative integer or None, got {epochs!r}")
+    if kind is ConsumptionKind.PREDICTED:
+        if epochs is None:
+            raise InvalidLogValueError("a predicted consumption is for a number of epochs; pass epochs=N")
+        return f"Predicted consumption for {epochs} epoch(s):"
+    if epochs is None:
+        return "Actual consumption:"
+    return f"Actual consumption for {epochs} epoch(s):"
+
+
+def format_consumption(
+    kind: ConsumptionKind | str,
+    *,
+    epochs: int | None,
+    duration_seconds: float,
+    co2eq_grams: float,
+    energy_kwh: float | None = None,
+    energy_joules: float | None = None,
+    equivalents: Mapping[str, float] | None = None,
+    decimal_precision: int = DEFAULT_DECIMAL_PRECISION,
+) -> str:
+    """The consumption block exactly as carbontracker prints it on the console.
+
+    Example (``decimal_precision=12``)::
+
+        CarbonTracker: 
+        Predicted consumption for 4 epoch(s):
+        \tTime:\t0:00:05
+        \tEnergy:\t0.000579398850 kWh
+        \tCO2eq:\t0.257832488281 g
+        \tThis is equivalent to:
+        \t0.002414161875 km travelled by car
+
+    The output log holds the same text after its ``YYYY-mm-dd HH:MM:SS - `` prefix.
+    Give the energy once, in kWh or in joules. ``equivalents`` maps a unit (``km travelled
+    by car``) to an amount; when empty or None the "This is equivalent to" part is left out
+    (carbontracker's ``interpretable=False``). Time is rounded to whole seconds and the
+    other numbers to ``decimal_precision`` decimals, as carbontracker does.
+    """
+    precision = _precision(decimal_precision)
+    heading = consumption_heading(kind, epochs)
+    energy = _energy_kwh(energy_kwh, energy_joules)
+    co2eq = _finite(co2eq_grams, "co2eq_grams")
+    text = (
+        f"{MESSAGE_PREFIX}\n{heading}\n"
+        f"\tTime:\t{format_duration(duration_seconds)}\n"
+        f"\tEnergy:\t{energy:.{precision}f} kWh\n"
+        f"\tCO2eq:\t{co2eq:.{precision}f} g"
+    )
+    if equivalents:
+        text += "\n\tThis is equivalent to:"
+        for unit, amount in equivalents.items():
+            unit_text = _one_line(unit, "equivalent unit")
+            if not unit_text:
+                raise InvalidLogValueError("an equivalent's unit must not be empty (e.g. 'km travelled by car')")
+            value = _finite(amount, f"equivalent {unit_text!r}")
+            text += f"\n\t{value:.{precision}f} {unit_text}"
+    return text
+
+
+def _format_interval(seconds: float) -> str:
+    value = _finite(seconds, "update_interval_seconds")
+    # carbontracker prints its integer 900 as "900", not "900.0".
+    return str(int(value)) if value.is_integer() else format_number(value)
+
+
+# ------------------------------------------------------------------------------ writer
+
+
+class CarbonTrackerLogWriter:
+    """Writes one run's carbontracker-format logs into ``log_dir``.
+
+    Creating the writer creates ``log_dir`` (with parents) and the (empty) standard and
+    output logs, as carbontracker does when it starts; the error log appears on the first
+    :meth:`write_error`. Each message is appended and closed at once, so a crash loses
+    nothing already written and no file handle outlives a call; a lock keeps messages
+    from several threads whole.
+
+    Args:
+        log_dir: Directory for the three files.
+        log_file_prefix: Put before the file names, followed by ``_`` when not empty
+            (carbontracker's ``log_file_prefix``). Must not contain a path separator.
+        clock: Seconds since the epoch for file names and line prefixes; tests pass a
+            fixed clock. File names use UTC (their ``Z`` says so); line prefixes use local
+            time, as carbontracker's do.
+        pid: Process id for the file name (default: this process).
+        run_id: The ``{random}`` part of the name, 1..999999 (default: random; retried
+            with another number if the files already exist).
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        log_file_prefix: str = "",
+        *,
+        clock: Callable[[], float] = time.time,
+        pid: int | None = None,
+        run_id: int | None = None,
+    ) -> None:
+        if not isinstance(log_file_prefix, str) or "/" in log_file_prefix or os.sep in log_file_prefix:
+            raise InvalidLogValueError(
+                f"log_file_prefix {log_file_prefix!r} must be a plain name without a path separator; "
+                "put directories into log_dir"
+            )
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.log_dir = Path(log_dir)
+        try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise LogWriteError(f"cannot create the log directory {str(self.log_dir)!r}: {exc}") from exc
+        prefix = f"{log_file_prefix}_" if log_file_prefix else ""
+        pid = os.getpid() if pid is None else pid
+        date = _dt.datetime.fromtimestamp(self._clock(), tz=_dt.timezone.utc).strftime(FILE_TIME_FORMAT)
+        attempts = 1 if run_id is not None else 5
+        for _ in range(attempts):
+            number = run_id if run_id is not None else secrets.randbelow(999_999) + 1
+            stem = f"{prefix}{pid}.{number}_{date}"
+            if self._create(stem):
+                break
+        else:
+            raise LogWriteError(
+                f"log files for {stem!r} already exist in {str(self.log_dir)!r}; pass another run_id or log_dir"
+            )
+        #: The part of the file names before ``_carbontracker``.
+        self.stem = stem
+
+    def _create(self, stem: str) -> bool:
+        std = self.log_dir / f"{stem}{STD_LOG_SUFFIX}"
+        output = self.log_dir / f"{stem}{OUTPUT_LOG_SUFFIX}"
+        try:
+            # "x": never append to another run's log.
+            with open(std, "x", encoding="utf-8"):
+                pass
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise LogWriteError(f"cannot create the log file {str(std)!r}: {exc}") from exc
+        try:
+            with open(output, "x", encoding="utf-8"):
+                pass
+        except FileExistsError:
+            std.unlink()
+            return False
+        except OSError as exc:
+            raise LogWriteError(f"cannot create the log file {str(output)!r}: {exc}") from exc
+        return True
+
+    @property
+    def std_log_path(self) -> Path:
+        """The standard log (``..._carbontracker.log``)."""
+        return self.log_dir / f"{self.stem}{STD_LOG_SUFFIX}"
+
+    @property
+    def output_log_path(self) -> Path:
+        """The output log (``..._carbontracker_output.log``)."""
+        return self.log_dir / f"{self.stem}{OUTPUT_LOG_SUFFIX}"
+
+    @property
+    def err_log_path(self) -> Path:
+        """The error log (``..._carbontracker_err.log``); exists once an error was written."""
+        return self.log_dir / f"{self.stem}{ERR_LOG_SUFFIX}"
+
+    # -- low level
+
+    def _append(self, path: Path, text: str) -> None:
+        with self._lock:
+            try:
+                with open(path, "a", encoding="utf-8") as handle:
+                    handle.write(text)
+            except OSError as exc:
+                raise LogWriteError(f"cannot append to the log file {str(path)!r}: {exc}") from exc
+
+    def _stamp(self) -> str:
+        return _dt.datetime.fromtimestamp(self._clock()).strftime(LINE_TIME_FORMAT)
+
+    def write_info(self, message: str) -> None:
+        """Append ``message`` to the standard log (one message; it may span lines)."""
+        if not isinstance(message, str):
+            raise InvalidLogValueError(f"message must be a string, got {message!r}")
+        self._append(self.std_log_path, f"{self._stamp()} - {message}\n")
+
+    def write_output(self, message: str) -> str:
+        """Append ``CarbonTracker: <message>`` to the output log; returns that console text."""
+        if not isinstance(message, str):
+            raise InvalidLogValueError(f"message must be a string, got {message!r}")
+        text = f"{MESSAGE_PREFIX}{message}"
+        self._append(self.output_log_path, f"{self._stamp()} - {text}\n")
+        return text
+
+    def write_error(self, message: str, *, level: str = "WARNING", thread_name: str | None = None) -> None:
+        """Append to the error log as carbontracker does: ``date time,ms - thread - LEVEL - message``."""
+        if not isinstance(message, str):
+            raise InvalidLogValueError(f"message must be a string, got {message!r}")
+        now = self._clock()
+        moment = _dt.datetime.fromtimestamp(now)
+        stamp = f"{moment.strftime(LINE_TIME_FORMAT)},{int(now * 1000) % 1000:03d}"
+        thread = thread_name if thread_name is not None else threading.current_thread().name
+        self._append(self.err_log_path, f"{stamp} - {thread} - {level.upper()} - {message}\n")
+
+    # -- carbontracker's messages
+
+    def write_header(
+        self,
+        components: Mapping[str, Sequence[str]],
+        *,
+        pue: float = CARBONTRACKER_PUE,
+        pue_source: str | None = CARBONTRACKER_PUE_SOURCE,
+        software: str = "otel-joules",
+        version: str | None = None,
+    ) -> str:
+        """The start of a run: version line, PUE line and the components found.
+
+        The components line goes to the standard and the output log; its console text
+        is returned. ``version`` defaults to the installed otel-joules version.
+        """
+        line = format_components_line(components)
+        pue_value = _finite(pue, "pue")
+        if pue_value <= 0:
+            raise InvalidLogValueError(f"pue must be positive (1.0 = no data-centre overhead), got {pue!r}")
+        if version is None:
+            version = _installed_version()
+        self.write_info(f"{_one_line(software, 'software')} version {_one_line(version, 'version')}")
+        pue_line = f"Only predicted and actual consumptions are multiplied by a PUE coefficient of {format_number(pue_value)}"
+        if pue_source:
+            pue_line += f" ({_one_line(pue_source, 'pue_source')})"
+        self.write_info(pue_line + ".")
+        self.write_info(line)
+        return self.write_output(line)
+
+    def write_epoch(self, epoch: int, *, duration_seconds: float, power_watts: Mapping[str, PowerValue]) -> None:
+        """One epoch's block: ``Epoch N:``, ``Duration: h:mm:ss.ff`` and one power line per component.
+
+        ``power_watts`` maps a component (``gpu``, ``cpu``) to its average power during
+        the epoch: the sum over its devices in W (what carbontracker's parser reads
+        right), a per-device list, or None when nothing was measured.
+        """
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise InvalidLogValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        duration = format_duration(duration_seconds, centiseconds=True)
+        lines = []
+        for name, value in power_watts.items():
+            if not isinstance(name, str) or not _COMPONENT_NAME_RE.match(name):
+                raise InvalidLogValueError(f"component name {name!r} must be one word, e.g. 'gpu' or 'cpu'")
+            lines.append(f"Average power usage (W) for {name.lower()}: {format_power(value)}")
+        # Everything is formatted before the first line is written, so a bad value
+        # cannot leave half an epoch block in the log.
+        self.write_info(f"Epoch {epoch}:")
+        self.write_info(f"Duration: {duration}")
+        for line in lines:
+            self.write_info(line)
+
+    def write_intensity_fetched(self, intensity_g_per_kwh: float, *, location: str = "Unknown") -> None:
+        """``Carbon intensity fetched: 123.45 gCO2/kWh at <location>`` (standard log)."""
+        value = _finite(intensity_g_per_kwh, "intensity_g_per_kwh")
+        self.write_info(f"Carbon intensity fetched: {value:.2f} gCO2/kWh at {_one_line(location, 'location')}")
+
+    def write_average_intensity(
+        self,
+        average_g_per_kwh: float,
+        *,
+        intensities_g_per_kwh: Sequence[float] = (),
+        update_interval_seconds: float = DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
+        location: str = "Unknown",
+        source: str | None = None,
+    ) -> str:
+        """The intensity used for the actual consumption.
+
+        Standard log: ``Carbon intensities (gCO2eq/kWh) fetched every 900 s at detected
+        location: <location>: [445.0]`` (when ``intensities_g_per_kwh`` is given) and
+        ``Average carbon intensity during training was 445.00 gCO2eq/kWh. ``; the latter
+        also goes to the output log, and its console text is returned. ``source`` (which
+        provider or table the value came from) is appended after carbontracker's text.
+        """
+        average = _finite(average_g_per_kwh, "average_g_per_kwh")
+        values = [round(_finite(v, "intensities_g_per_kwh"), 2) for v in intensities_g_per_kwh]
+        if values:
+            self.write_info(
+                f"Carbon intensities (gCO2eq/kWh) fetched every {_format_interval(update_interval_seconds)} s "
+                f"at detected location: {_one_line(location, 'location')}: {values}"
+            )
+        message = f"Average carbon intensity during training was {average:.2f} gCO2eq/kWh. "
+        if source:
+            message += _one_line(source, "source")
+        self.write_info(message)
+        return self.write_output(message)
+
+    def write_predicted_intensity(
+        self,
+        intensity_g_per_kwh: float,
+        *,
+        duration_seconds: float,
+        location: str = "Unknown",
+        source: str | None = None,
+    ) -> str:
+        """``Carbon intensity for the next h:mm:ss is predicted to be 107.49 gCO2/kWh at detected location: ...``.
+
+        Written to both logs (carbontracker 1.x's wording; 2.4.7 prints no predicted
+        intensity); returns the console text.
+        """
+        value = _finite(intensity_g_per_kwh, "intensity_g_per_kwh")
+        message = (
+            f"Carbon intensity for the next {format_duration(duration_seconds)} is predicted to be "
+            f"{value:.2f} gCO2/kWh at detected location: {_one_line(location, 'location')}."
+        )
+        if source:
+            message += f" {_one_line(source, 'source')}"
+        self.write_info(message)
+        return self.write_output(message)
+
+    def write_early_stop(self, monitor_epochs: int) -> None:
+        """``Training was interrupted before all N epochs were monitored.`` (what the parser calls early stop)."""
+        if isinstance(monitor_epochs, bool) or not isinstance(monitor_epochs, int) or monitor_epochs < 0:
+            raise InvalidLogValueError(f"monitor_epochs must be a non-negative integer, got {monitor_epochs!r}")
+        self.write_info(f"Training was interrupted before all {monitor_epochs} epochs were monitored.")
+
+    def write_consumption(
+        self,
+        kind: ConsumptionKind | str,
+        *,
+        epochs: int | None,
+        duration_seconds: float,
+        co2eq_grams: float,
+        energy_kwh: float | None = None,
+        energy_joules: float | None = None,
+        equivalents: Mapping[str, float] | None = None,
+        decimal_precision: int = DEFAULT_DECIMAL_PRECISION,
+    ) -> str:
+        """Append a consumption block to the output log; returns its console text.
+
+        Same arguments as :func:`format_consumption`.
+        """
+        text = format_consumption(
+            kind,
+            epochs=epochs,
+            duration_seconds=duration_seconds,
+            co2eq_grams=co2eq_grams,
+            energy_kwh=energy_kwh,
+            energy_joules=energy_joules,
+            equivalents=equivalents,
+            decimal_precision=decimal_precision,
+        )
+        self._append(self.output_log_path, f"{self._stamp()} - {text}\n")
+        return text
+
+    def write_finished(self) -> str:
+        """``Monitoring thread ended.`` (standard log) and ``Finished monitoring.`` (output log)."""
+        self.write_info("Monitoring thread ended.")
+        return self.write_output("Finished monitoring.")
+
+
+def _installed_version() -> str:
+    # Imported here so that importing this module stays cheap.
+    from importlib import metadata
+
+    try:
+        return metadata.version("otel-joules")
+    except metadata.PackageNotFoundError:
+        return "unknown"
