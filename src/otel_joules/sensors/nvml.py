@@ -1,0 +1,562 @@
+"""NVIDIA GPUs through NVML (the ``pynvml`` module of ``nvidia-ml-py``).
+
+Units: NVML reports energy in **millijoules** (``nvmlDeviceGetTotalEnergyConsumption``,
+since the driver loaded, Volta and newer) and power in **milliwatts**
+(``nvmlDeviceGetPowerUsage``). Both are converted to the channel contract's microjoules
+here and nowhere else; every local name carries its unit.
+
+Per GPU, in order of preference:
+
+* :class:`NvmlEnergyChannel` (:attr:`Method.COUNTER`): the energy counter. It refreshes
+  about every 100 ms, hence ``update_period_s = 0.1``.
+* :class:`NvmlPowerChannel` (:attr:`Method.POWER_INTEGRATION`) for GPUs that answer
+  NOT_SUPPORTED for the counter (pre-Volta, some consumer cards): the power reading
+  integrated with the trapezoid rule at every read; the meter's sampler reads at least
+  every :data:`POWER_SAMPLE_PERIOD_S`. On Ampere and newer (except GA100) the power
+  reading is itself a 1 s average, so integrated energy lags the load by about half a second.
+* Neither: the GPU is reported unavailable (or, if the user named it, a
+  :class:`~otel_joules.errors.ConfigurationError` is raised at configuration time).
+
+Which GPUs: see :mod:`otel_joules.sensors.gpu_selection`.
+
+Lifecycle: one :class:`NvmlSession` per process initialises NVML on first use and shuts it
+down at interpreter exit. NVML state is not valid after ``fork()``: the session notices it
+runs in a new process and initialises again, and channels re-acquire their handles by UUID
+before the child's first read.
+
+Nothing here raises when there is no NVIDIA driver, library or GPU: :func:`discover`
+returns a :class:`Discovery` whose ``unavailable`` entries say which and why.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Callable, Collection, Mapping, Sequence
+
+from otel_joules.config import Settings
+from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError, SensorUnavailableError
+from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.gpu_selection import GpuInfo, GpuSelection, select_gpus
+
+#: Microjoules per millijoule: NVML's energy unit to the channel contract's.
+UJ_PER_MJ = 1000
+#: How often NVML's energy counter changes (about 100 ms on Volta and newer).
+ENERGY_COUNTER_UPDATE_PERIOD_S = 0.1
+#: Longest step between two power readings of an integrated channel.
+POWER_SAMPLE_PERIOD_S = 0.1
+
+# NVML return codes (nvml.h); kept here so the mapping does not depend on the binding's version.
+_NVML_ERROR_UNINITIALIZED = 1
+_NVML_ERROR_NOT_SUPPORTED = 3
+_NVML_ERROR_NO_PERMISSION = 4
+_NVML_ERROR_NOT_FOUND = 6
+_NVML_ERROR_DRIVER_NOT_LOADED = 9
+_NVML_ERROR_LIBRARY_NOT_FOUND = 12
+_NVML_ERROR_FUNCTION_NOT_FOUND = 13
+_NVML_ERROR_GPU_IS_LOST = 15
+_NVML_ERROR_RESET_REQUIRED = 16
+_NVML_ERROR_LIB_RM_VERSION_MISMATCH = 18
+_NVML_ERROR_GPU_NOT_FOUND = 28
+#: Codes after which a GPU does not come back without a reset.
+_LOST_CODES = frozenset({_NVML_ERROR_GPU_IS_LOST, _NVML_ERROR_RESET_REQUIRED, _NVML_ERROR_GPU_NOT_FOUND})
+
+
+class NvmlUnavailableError(SensorUnavailableError):
+    """NVML cannot be used in this process; ``reason`` and ``remedy`` are for the user."""
+
+    def __init__(self, reason: str, remedy: str = "") -> None:
+        super().__init__(f"{reason}; {remedy}" if remedy else reason)
+        self.reason = reason
+        self.remedy = remedy
+
+
+def _import_pynvml() -> ModuleType:
+    import pynvml
+
+    return pynvml
+
+
+def _error_code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def _describe_nvml_error(exc: BaseException) -> str:
+    code = _error_code(exc)
+    try:
+        text = str(exc)
+    except Exception:  # str() of an NVMLError calls into the library, which may be gone
+        text = type(exc).__name__
+    return f"{text} (NVML error {code})" if code is not None else f"{type(exc).__name__}: {text}"
+
+
+def _init_failure(exc: BaseException) -> NvmlUnavailableError:
+    code = _error_code(exc)
+    if code == _NVML_ERROR_LIBRARY_NOT_FOUND:
+        return NvmlUnavailableError(
+            "libnvidia-ml.so.1 was not found: no NVIDIA driver is installed, or its library is not on the loader path",
+            "install the NVIDIA driver; in a container, start it with the NVIDIA container toolkit (--gpus all)",
+        )
+    if code == _NVML_ERROR_DRIVER_NOT_LOADED:
+        return NvmlUnavailableError(
+            "the NVIDIA kernel driver is not loaded (NVML: Driver Not Loaded)",
+            "load the driver; `nvidia-smi` must work before GPUs can be measured",
+        )
+    if code == _NVML_ERROR_NO_PERMISSION:
+        return NvmlUnavailableError(
+            "no permission to use NVML (NVML: Insufficient Permissions)",
+            "give this user access to /dev/nvidia*",
+        )
+    if code in (_NVML_ERROR_LIB_RM_VERSION_MISMATCH, _NVML_ERROR_FUNCTION_NOT_FOUND):
+        return NvmlUnavailableError(
+            f"the NVML library does not match the driver or the binding: {_describe_nvml_error(exc)}",
+            "reboot after a driver update, or update nvidia-ml-py",
+        )
+    return NvmlUnavailableError(f"NVML could not be initialised: {_describe_nvml_error(exc)}", "check `nvidia-smi`")
+
+
+def _forget_after_fork(ref: "weakref.ref[NvmlSession]") -> None:
+    session = ref()
+    if session is not None:
+        session._after_fork_in_child()
+
+
+def _shutdown_at_exit(ref: "weakref.ref[NvmlSession]") -> None:
+    session = ref()
+    if session is not None:
+        session.shutdown()
+
+
+class NvmlSession:
+    """NVML's initialisation in this process: the explicit registry behind every NVML channel.
+
+    :meth:`acquire` initialises NVML once (NVML's init is reference-counted; we hold one
+    reference) and registers :meth:`shutdown` to run at interpreter exit. After
+    ``fork()`` the child's first :meth:`acquire` initialises again, and :attr:`generation`
+    changes so channels know their handles are stale.
+    """
+
+    def __init__(self, loader: Callable[[], ModuleType] = _import_pynvml) -> None:
+        self._loader = loader
+        self._lock = threading.Lock()
+        self._nvml: ModuleType | None = None
+        # The pid that holds our NVML reference; another pid means we are a forked child.
+        self._initialised_pid: int | None = None
+        self._generation = 0
+        self._atexit_registered = False
+        ref = weakref.ref(self)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=lambda: _forget_after_fork(ref))
+
+    @property
+    def generation(self) -> int:
+        """Increments at every initialisation; a handle from another generation is stale."""
+        return self._generation
+
+    @property
+    def initialised(self) -> bool:
+        """True when this process holds an NVML reference."""
+        return self._initialised_pid == os.getpid()
+
+    def acquire(self) -> ModuleType:
+        """Initialise NVML in this process if needed; return the ``pynvml`` module.
+
+        Raises:
+            NvmlUnavailableError: no binding, library, driver or permission.
+        """
+        pid = os.getpid()
+        if self._initialised_pid == pid and self._nvml is not None:
+            return self._nvml
+        with self._lock:
+            if self._initialised_pid == pid and self._nvml is not None:
+                return self._nvml
+            try:
+                nvml = self._loader()
+            except ImportError:
+                raise NvmlUnavailableError(
+                    "the pynvml module is not installed", "pip install nvidia-ml-py (not the old `pynvml` package)"
+                ) from None
+            try:
+                nvml.nvmlInit()
+            except Exception as exc:  # NVMLError, or anything a broken library throws
+                raise _init_failure(exc) from None
+            self._nvml = nvml
+            self._initialised_pid = pid
+            self._generation += 1
+            if not self._atexit_registered:
+                atexit.register(_shutdown_at_exit, weakref.ref(self))
+                self._atexit_registered = True
+            return nvml
+
+    def shutdown(self) -> None:
+        """Release this process's NVML reference (at exit; safe to call more than once)."""
+        with self._lock:
+            if self._initialised_pid != os.getpid() or self._nvml is None:
+                return
+            nvml = self._nvml
+            self._initialised_pid = None
+            try:
+                nvml.nvmlShutdown()
+            except Exception:
+                # Nothing useful can be done about a failing shutdown at exit.
+                pass
+
+    def _after_fork_in_child(self) -> None:
+        # The parent's NVML reference is not ours to release, and the lock may have been
+        # held by a parent thread at fork time.
+        self._lock = threading.Lock()
+        self._initialised_pid = None
+
+
+class _DefaultSessionProvider:
+    """Holds the one process-wide :class:`NvmlSession`, created on first use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._session: NvmlSession | None = None
+
+    def get(self) -> NvmlSession:
+        with self._lock:
+            if self._session is None:
+                self._session = NvmlSession()
+            return self._session
+
+
+_PROVIDER = _DefaultSessionProvider()
+
+
+def default_session() -> NvmlSession:
+    """The process-wide NVML session every channel uses unless given another."""
+    return _PROVIDER.get()
+
+
+class NvmlChannel(Channel):
+    """Common part of the NVML channels: the handle, re-acquired by UUID when stale."""
+
+    def __init__(self, domain: Domain, gpu: GpuInfo, session: NvmlSession, handle: Any = None) -> None:
+        super().__init__(domain)
+        self.gpu = gpu
+        self._session = session
+        self._handle = handle
+        self._handle_generation = session.generation if handle is not None else -1
+        self._lost_message: str | None = None
+
+    @property
+    def uuid(self) -> str:
+        """The GPU's UUID (``hw.id``)."""
+        return self.gpu.uuid
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.domain.id}, {self.gpu.name!r}, {self.gpu.uuid})"
+
+    def _device(self) -> tuple[ModuleType, Any]:
+        if self._lost_message is not None:
+            raise DeviceLostError(self._lost_message)
+        try:
+            nvml = self._session.acquire()
+        except NvmlUnavailableError as exc:
+            raise SensorReadError(f"{self.domain.id}: NVML is no longer usable: {exc}") from None
+        if self._handle is None or self._handle_generation != self._session.generation:
+            # A forked child (or a re-initialised NVML) must not use the old handle.
+            self._handle = self._call("its handle", nvml.nvmlDeviceGetHandleByUUID, self.gpu.uuid)
+            self._handle_generation = self._session.generation
+        return nvml, self._handle
+
+    def _call(self, what: str, function: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return function(*args)
+        except Exception as exc:
+            code = _error_code(exc)
+            if code in _LOST_CODES or (code == _NVML_ERROR_NOT_FOUND and what == "its handle"):
+                self._lost_message = (
+                    f"{self.gpu.describe()} is lost ({_describe_nvml_error(exc)}); it is no longer measured. "
+                    "Check it with nvidia-smi; a GPU reset or reboot may be needed"
+                )
+                raise DeviceLostError(self._lost_message) from None
+            raise SensorReadError(f"{self.domain.id}: reading {what} failed: {_describe_nvml_error(exc)}") from None
+
+    def reset_after_fork(self) -> None:
+        """Forget the handle: the child re-acquires it by UUID before its first read."""
+        self._handle = None
+        self._handle_generation = -1
+
+    def close(self) -> None:
+        """Drop the handle; NVML itself stays initialised until exit (other channels may use it)."""
+        self._handle = None
+        self._handle_generation = -1
+
+
+class NvmlEnergyChannel(NvmlChannel):
+    """A GPU's total energy counter (mJ since driver load) as microjoules."""
+
+    def read_uj(self) -> int:
+        """The counter in microjoules."""
+        nvml, handle = self._device()
+        energy_mj = self._call("the energy counter", nvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        return int(energy_mj) * UJ_PER_MJ
+
+
+class NvmlPowerChannel(NvmlChannel):
+    """A GPU's power reading (mW) integrated over time with the trapezoid rule, as microjoules.
+
+    The first read starts the integral at 0; each later read adds the mean of the last two
+    readings times the time between them. Accuracy depends on reads being frequent
+    (:attr:`max_read_interval_s`), which the meter's sampler guarantees.
+    """
+
+    def __init__(
+        self,
+        domain: Domain,
+        gpu: GpuInfo,
+        session: NvmlSession,
+        handle: Any = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(domain, gpu, session, handle)
+        self._clock = clock
+        self._last_time_s: float | None = None
+        self._last_power_mw = 0
+        self._energy_uj = 0.0
+
+    @property
+    def max_read_interval_s(self) -> float | None:
+        """The integration step: :data:`POWER_SAMPLE_PERIOD_S`."""
+        return POWER_SAMPLE_PERIOD_S
+
+    @property
+    def last_power_watts(self) -> float | None:
+        """The latest power reading, or None before the first read."""
+        return None if self._last_time_s is None else self._last_power_mw / 1000.0
+
+    def read_uj(self) -> int:
+        """Integrated energy so far, in microjoules."""
+        nvml, handle = self._device()
+        power_mw = int(self._call("the power reading", nvml.nvmlDeviceGetPowerUsage, handle))
+        now_s = self._clock()
+        if self._last_time_s is not None and now_s > self._last_time_s:
+            # mW x s = mJ; x1000 = uJ.
+            self._energy_uj += (self._last_power_mw + power_mw) / 2 * (now_s - self._last_time_s) * UJ_PER_MJ
+        self._last_time_s = now_s
+        self._last_power_mw = power_mw
+        return int(self._energy_uj)
+
+
+@dataclass
+class _Inventory:
+    """The GPUs NVML lists, their handles, and the ones that could not be queried."""
+
+    gpus: list[GpuInfo] = field(default_factory=list)
+    handles: dict[int, Any] = field(default_factory=dict)
+    problems: dict[int, str] = field(default_factory=dict)
+
+
+def _optional(function: Callable[..., Any] | None, *args: Any) -> Any:
+    """A value that only helps ordering: None when the GPU, driver or binding lacks it."""
+    if function is None:
+        return None
+    try:
+        return function(*args)
+    except Exception:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def _mig_uuids(nvml: ModuleType, handle: Any) -> tuple[str, ...]:
+    mode = _optional(getattr(nvml, "nvmlDeviceGetMigMode", None), handle)
+    if not mode or not mode[0]:
+        return ()
+    uuids = []
+    for slot in range(_optional(nvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
+        mig_handle = _optional(nvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, slot)
+        if mig_handle is None:
+            continue  # empty slot: fewer instances than the maximum
+        uuid = _optional(nvml.nvmlDeviceGetUUID, mig_handle)
+        if uuid:
+            uuids.append(_text(uuid))
+    return tuple(uuids)
+
+
+def _inventory(nvml: ModuleType) -> _Inventory:
+    found = _Inventory()
+    count = int(nvml.nvmlDeviceGetCount())
+    for index in range(count):
+        try:
+            handle = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nvml.nvmlDeviceGetUUID(handle))
+            name = _text(nvml.nvmlDeviceGetName(handle))
+            pci = nvml.nvmlDeviceGetPciInfo(handle)
+        except Exception as exc:
+            found.problems[index] = _describe_nvml_error(exc)
+            continue
+        capability = _optional(getattr(nvml, "nvmlDeviceGetCudaComputeCapability", None), handle)
+        found.gpus.append(
+            GpuInfo(
+                index=index,
+                uuid=uuid,
+                name=name,
+                pci_bus_id=_text(pci.busId),
+                compute_capability=tuple(capability) if capability else None,  # type: ignore[arg-type]
+                cores=_optional(getattr(nvml, "nvmlDeviceGetNumGpuCores", None), handle),
+                max_sm_clock_mhz=_optional(getattr(nvml, "nvmlDeviceGetMaxClockInfo", None), handle, nvml.NVML_CLOCK_SM),
+                mig_uuids=_mig_uuids(nvml, handle),
+            )
+        )
+        found.handles[index] = handle
+    return found
+
+
+def _running_pids(nvml: ModuleType, handles: Mapping[int, Any]) -> dict[int, Collection[int] | str]:
+    """PIDs NVML lists per GPU (compute and graphics), or the error text."""
+    pids: dict[int, Collection[int] | str] = {}
+    for index, handle in handles.items():
+        try:
+            processes = list(nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+            processes += list(nvml.nvmlDeviceGetGraphicsRunningProcesses(handle))
+        except Exception as exc:
+            pids[index] = _describe_nvml_error(exc)
+            continue
+        pids[index] = {int(process.pid) for process in processes}
+    return pids
+
+
+def _gpu_domain(gpu: GpuInfo, method: Method) -> Domain:
+    return Domain(
+        id=gpu.domain_id,
+        hw_type=HardwareType.GPU,
+        hw_name=gpu.name,
+        hw_id=gpu.uuid,
+        method=method,
+        in_total=True,
+        # The counter refreshes every ~100 ms; integrated power has the sampling step as resolution.
+        update_period_s=ENERGY_COUNTER_UPDATE_PERIOD_S if method is Method.COUNTER else POWER_SAMPLE_PERIOD_S,
+    )
+
+
+def _probe(nvml: ModuleType, gpu: GpuInfo, handle: Any, session: NvmlSession) -> Channel | Unavailable:
+    """The best channel this GPU supports, or why it has none."""
+    try:
+        nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        return NvmlEnergyChannel(_gpu_domain(gpu, Method.COUNTER), gpu, session, handle)
+    except Exception as exc:
+        if _error_code(exc) != _NVML_ERROR_NOT_SUPPORTED:
+            return Unavailable(gpu.describe(), f"its energy counter cannot be read: {_describe_nvml_error(exc)}", "check it with nvidia-smi")
+    try:
+        nvml.nvmlDeviceGetPowerUsage(handle)
+        return NvmlPowerChannel(_gpu_domain(gpu, Method.POWER_INTEGRATION), gpu, session, handle)
+    except Exception as exc:
+        if _error_code(exc) == _NVML_ERROR_NOT_SUPPORTED:
+            return Unavailable(gpu.describe(), "NVML supports neither its energy counter nor its power reading")
+        return Unavailable(gpu.describe(), f"its power reading cannot be read: {_describe_nvml_error(exc)}", "check it with nvidia-smi")
+
+
+def discover(
+    settings: Settings | None = None,
+    gpus: Sequence[int | str] | str | None = None,
+    devices_by_pid: bool = False,
+    *,
+    env: Mapping[str, str] | None = None,
+    session: NvmlSession | None = None,
+) -> Discovery:
+    """Find the GPUs to measure and one channel for each.
+
+    Args:
+        settings: Shared settings (accepted for the common sensor signature; NVML needs none).
+        gpus: Explicit selection: NVML indices and/or full or abbreviated ``GPU-``/``MIG-``
+            UUIDs, as a sequence or a comma-separated string. Overrides ``devices_by_pid``
+            and ``CUDA_VISIBLE_DEVICES``. ``[]`` selects no GPU.
+        devices_by_pid: Only GPUs running a process of this process tree.
+        env: Environment to read ``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` from
+            (default ``os.environ``).
+        session: NVML session (default: the process-wide one).
+
+    Returns:
+        Channels ordered by NVML index; ``unavailable`` says which GPUs (or NVML itself)
+        cannot be measured or were left out, and why.
+
+    Raises:
+        ConfigurationError: only for an explicit ``gpus`` selection naming a GPU that does not
+            exist or cannot be measured at all (including when NVML is unavailable).
+    """
+    del settings  # NVML has no tunables; the parameter keeps every sensor's signature alike.
+    session = default_session() if session is None else session
+    explicit = gpus is not None
+    try:
+        nvml = session.acquire()
+    except NvmlUnavailableError as exc:
+        if explicit and _wants_any(gpus):
+            raise ConfigurationError(f"gpus={gpus!r}: no GPU can be measured: {exc}") from None
+        return Discovery(unavailable=[Unavailable("nvidia_gpu", exc.reason, exc.remedy)])
+    try:
+        inventory = _inventory(nvml)
+    except Exception as exc:
+        if explicit and _wants_any(gpus):
+            raise ConfigurationError(f"gpus={gpus!r}: NVML cannot list GPUs: {_describe_nvml_error(exc)}") from None
+        return Discovery(unavailable=[Unavailable("nvidia_gpu", f"NVML cannot list GPUs: {_describe_nvml_error(exc)}", "check nvidia-smi")])
+
+    unavailable = [
+        Unavailable(f"nvidia_gpu_{index}", f"NVML cannot query it: {problem}", "check it with nvidia-smi")
+        for index, problem in sorted(inventory.problems.items())
+    ]
+    if not inventory.gpus and not inventory.problems:
+        if explicit and _wants_any(gpus):
+            raise ConfigurationError(f"gpus={gpus!r}: NVML found no GPU on this machine")
+        return Discovery(unavailable=[Unavailable("nvidia_gpu", "NVML found no GPU on this machine")])
+
+    try:
+        selection = select_gpus(
+            inventory.gpus,
+            requested=gpus,
+            devices_by_pid=devices_by_pid,
+            env=env,
+            gpu_pids=lambda: _running_pids(nvml, inventory.handles),
+        )
+    except ConfigurationError as exc:
+        if inventory.problems:
+            broken = "; ".join(f"nvidia_gpu_{i}: {p}" for i, p in sorted(inventory.problems.items()))
+            raise ConfigurationError(f"{exc}; NVML cannot query: {broken}") from None
+        raise
+    unavailable += [Unavailable(note.what, note.reason, note.remedy) for note in selection.notes]
+
+    by_index = {gpu.index: gpu for gpu in inventory.gpus}
+    channels: list[Channel] = []
+    for index in sorted(selection.indices):
+        found = _probe(nvml, by_index[index], inventory.handles[index], session)
+        if isinstance(found, Unavailable):
+            if selection.explicit:
+                raise ConfigurationError(f"gpus={gpus!r}: {found.what} cannot be measured: {found.reason}")
+            unavailable.append(found)
+        else:
+            channels.append(found)
+    return Discovery(channels=channels, unavailable=unavailable)
+
+
+def _wants_any(gpus: Sequence[int | str] | str | None) -> bool:
+    if gpus is None:
+        return False
+    if isinstance(gpus, str):
+        return bool(gpus.strip(" ,"))
+    return len(gpus) > 0
+
+
+__all__ = [
+    "ENERGY_COUNTER_UPDATE_PERIOD_S",
+    "POWER_SAMPLE_PERIOD_S",
+    "UJ_PER_MJ",
+    "GpuSelection",
+    "NvmlChannel",
+    "NvmlEnergyChannel",
+    "NvmlPowerChannel",
+    "NvmlSession",
+    "NvmlUnavailableError",
+    "default_session",
+    "discover",
+]
