@@ -151,11 +151,15 @@ class FileSpanExporter(SpanExporter):
                 f"cannot write span records to {self._path!r}: {exc.strerror}; "
                 "choose a writable file path (its folder must exist)"
             ) from None
+        # Closes the descriptor if the exporter is collected without shutdown(); not at
+        # exit, where a TracerProvider's own hook may still export through it.
+        self._close_fd = weakref.finalize(self, os.close, self._fd)
+        self._close_fd.atexit = False
         if preamble:
             try:
                 self._append(preamble)
             except OSError as exc:
-                os.close(self._fd)
+                self._close_fd()
                 raise ExporterPathError(f"cannot write to {self._path!r}: {exc.strerror}") from None
         self._exit_hook = register_exit_hook(self, "_flush_at_exit")
 
@@ -214,7 +218,7 @@ class FileSpanExporter(SpanExporter):
             self._shutdown = True
             self._write_pending()
             self._report_lost("at shutdown")
-            os.close(self._fd)
+            self._close_fd()
         atexit.unregister(self._exit_hook)
 
     # Internals -------------------------------------------------------------------------
