@@ -195,7 +195,11 @@ class NvmlSession:
             return nvml
 
     def shutdown(self) -> None:
-        """Release this process's NVML reference (at exit; safe to call more than once)."""
+        """Release this process's NVML reference (at exit; safe to call more than once).
+
+        A channel read after this (a daemon sampler still running during interpreter exit)
+        initialises NVML again rather than fail; the process is ending anyway.
+        """
         with self._lock:
             if self._initialised_pid != os.getpid() or self._nvml is None:
                 return
@@ -220,6 +224,12 @@ class _DefaultSessionProvider:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._session: NvmlSession | None = None
+        if hasattr(os, "register_at_fork"):
+            # A parent thread may hold the lock at fork time; the child gets a fresh one.
+            os.register_at_fork(after_in_child=self._new_lock)
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def get(self) -> NvmlSession:
         with self._lock:
