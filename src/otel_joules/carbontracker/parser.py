@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,6 +69,16 @@ class LogReadError(CarbonTrackerLogError, OSError):
 
 class SkippedLogWarning(UserWarning):
     """A log file or run was left out of a directory-wide result; the message says which and why."""
+
+
+def _skip(message: str) -> None:
+    """Warn that a run was left out, pointing the warning at the caller's code, not at ours."""
+    frame = sys._getframe(0)
+    level = 1
+    while frame is not None and frame.f_globals.get("__name__") == __name__:
+        frame = frame.f_back
+        level += 1
+    warnings.warn(SkippedLogWarning(message), stacklevel=level)
 
 
 # ----------------------------------------------------------------------------- values
@@ -518,14 +529,11 @@ def find_log_pairs(log_dir: str | os.PathLike[str]) -> List[LogPair]:
         if std is None or output is None:
             present = std or output
             missing = f"{stem}{OUTPUT_LOG_SUFFIX}" if output is None else f"{stem}{STD_LOG_SUFFIX}"
-            warnings.warn(SkippedLogWarning(f"skipped {present!r}: its counterpart {missing!r} is missing"), stacklevel=3)
+            _skip(f"skipped {present!r}: its counterpart {missing!r} is missing")
             continue
         empty = [path for path in (std, output) if os.path.getsize(path) == 0]
         if empty:
-            warnings.warn(
-                SkippedLogWarning(f"skipped the run {stem!r}: {empty[0]!r} is empty (the run wrote nothing yet)"),
-                stacklevel=3,
-            )
+            _skip(f"skipped the run {stem!r}: {empty[0]!r} is empty (the run wrote nothing yet)")
             continue
         pairs.append(LogPair(stem=stem, std_log=std, output_log=output))
     return pairs
@@ -555,7 +563,7 @@ def _runs(log_dir: str | os.PathLike[str]) -> List[_Run]:
             except LogFormatError as exc:
                 raise LogFormatError(f"{pair.output_log!r}: {exc}") from None
         except CarbonTrackerLogError as exc:
-            warnings.warn(SkippedLogWarning(f"skipped the run {pair.stem!r}: {exc}"), stacklevel=3)
+            _skip(f"skipped the run {pair.stem!r}: {exc}")
             continue
         runs.append(_Run(pair=pair, std=std, actual=actual, pred=pred, components=components))
     return runs
@@ -689,18 +697,11 @@ def _aggregate(log_dir: str | os.PathLike[str]) -> _Totals:
     for run in _runs(log_dir):
         chosen = _choose(run)
         if chosen is None:
-            warnings.warn(
-                SkippedLogWarning(
-                    f"skipped the run {run.pair.stem!r}: {run.pair.output_log!r} has no consumption block yet"
-                ),
-                stacklevel=3,
-            )
+            _skip(f"skipped the run {run.pair.stem!r}: {run.pair.output_log!r} has no consumption block yet")
             continue
         energy, co2eq = chosen["energy (kWh)"], chosen["co2eq (g)"]
         if not math.isfinite(energy):
-            warnings.warn(
-                SkippedLogWarning(f"skipped the run {run.pair.stem!r}: its energy is {energy!r} kWh"), stacklevel=3
-            )
+            _skip(f"skipped the run {run.pair.stem!r}: its energy is {energy!r} kWh")
             continue
         totals.energy_kwh += energy
         if math.isfinite(co2eq):
