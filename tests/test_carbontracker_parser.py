@@ -452,6 +452,7 @@ def test_empty_log_is_skipped_with_a_reason(tmp_path: Path) -> None:
     with pytest.warns(SkippedLogWarning, match="is empty") as caught:
         entries = parser.parse_all_logs(tmp_path)
     assert len(entries) == 1 and str(empty.std_log_path) in str(caught[0].message)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
 
 
 def test_corrupt_standard_log(tmp_path: Path) -> None:
