@@ -436,6 +436,10 @@ def get_consumption(
         ``"epochs"`` is then the number of complete epochs in ``std_log_data`` (the
         standard log's text) if given, else None (carbontracker says 1).
 
+        ``"epochs"`` is the number the block states. carbontracker's ``stop()`` states one
+        epoch fewer than ran when the last epoch had ended (its energy covers them all);
+        the standard log's epoch blocks (:func:`parse_logs`) show how many ran.
+
     Raises:
         LogFormatError: a block's Time, Energy or CO2eq line is missing or unreadable.
     """
