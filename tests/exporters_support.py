@@ -45,22 +45,31 @@ CHILD_NAME = 'époque, "1"'
 
 
 class SequentialIdGenerator(IdGenerator):
-    """Trace id :data:`TRACE_ID`, then span ids counting up from :data:`ROOT_SPAN_ID`."""
+    """Trace id ``trace_id`` (default :data:`TRACE_ID`), span ids counting up from :data:`ROOT_SPAN_ID`."""
 
-    def __init__(self) -> None:
+    def __init__(self, trace_id: str = TRACE_ID) -> None:
+        self._trace_id = int(trace_id, 16)
         self._span_ids: Iterator[int] = iter(range(int(ROOT_SPAN_ID, 16), 1 << 64))
 
     def generate_span_id(self) -> int:
         return next(self._span_ids)
 
     def generate_trace_id(self) -> int:
-        return int(TRACE_ID, 16)
+        return self._trace_id
 
 
-def make_provider(*processors: SpanProcessor, service_name: str | None = "svc") -> TracerProvider:
-    """A real SDK provider with deterministic ids and a fixed resource (no environment merge)."""
+def make_provider(
+    *processors: SpanProcessor, service_name: str | None = "svc", trace_id: str = TRACE_ID
+) -> TracerProvider:
+    """A real SDK provider with deterministic ids and a fixed resource (no environment merge).
+
+    Two providers with the same ``trace_id`` make spans with the same ids; pass another
+    ``trace_id`` where spans of two providers must be told apart (e.g. MongoDB ``_id``).
+    """
     resource = Resource({"service.name": service_name} if service_name is not None else {})
-    provider = TracerProvider(resource=resource, id_generator=SequentialIdGenerator(), shutdown_on_exit=False)
+    provider = TracerProvider(
+        resource=resource, id_generator=SequentialIdGenerator(trace_id), shutdown_on_exit=False
+    )
     for processor in processors:
         provider.add_span_processor(processor)
     return provider

@@ -2,7 +2,8 @@
 
 Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
 
-- UTF-8, no byte-order mark, ``,`` separator, rows end in ``\\n`` (not ``\\r\\n``),
+- UTF-8, no byte-order mark (text that is not valid Unicode, i.e. a lone surrogate,
+  is written as the escape text ``\\udXXX``), ``,`` separator, rows end in ``\\n`` (not ``\\r\\n``),
   RFC 4180 quoting: a cell containing ``,``, ``"`` or a line break is enclosed in ``"``
   with inner ``"`` doubled; other cells are bare.
 - First line: the header. With the default ``energy_columns`` it is exactly::
@@ -146,7 +147,9 @@ class CsvSpanExporter(FileSpanExporter):
     def _row_bytes(self, row: Sequence[str]) -> bytes:
         buffer = io.StringIO()
         csv.writer(buffer, lineterminator="\n").writerow(row)
-        return buffer.getvalue().encode("utf-8")
+        # A lone surrogate (possible in a Python str, not in UTF-8) becomes the text
+        # "\udXXX" instead of failing the whole batch.
+        return buffer.getvalue().encode("utf-8", "backslashreplace")
 
     def _preamble(self, existing: ExistingFile) -> bytes:
         if existing.size == 0:

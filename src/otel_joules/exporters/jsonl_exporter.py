@@ -2,7 +2,8 @@
 
 Format (what :class:`JsonLinesSpanExporter` writes and what a reader may rely on):
 
-- UTF-8 (non-ASCII text written as is, not ``\\u`` escaped), one object per line, each
+- UTF-8 (non-ASCII text written as is, not ``\\u`` escaped, except a lone surrogate,
+  which only a ``\\udXXX`` escape can carry), one object per line, each
   line ending in ``\\n``, no header, no blank lines; the file is valid JSON Lines
   (https://jsonlines.org) and every line is strict JSON (no ``NaN`` tokens).
 - Compact (``,`` and ``:`` without spaces), keys in this order::
@@ -53,4 +54,6 @@ class JsonLinesSpanExporter(FileSpanExporter):
         return b""
 
     def _encode(self, record: SpanRecord) -> bytes:
-        return record_json_line(record).encode("utf-8")
+        # A lone surrogate becomes the JSON escape \udXXX: the line stays valid UTF-8 and
+        # reads back to the same Python string.
+        return record_json_line(record).encode("utf-8", "backslashreplace")

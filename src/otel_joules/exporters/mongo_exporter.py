@@ -25,7 +25,8 @@ The fields are those of :mod:`otel_joules.exporters.records`, except:
   (MongoDB cannot query field names that contain dots.) Should a name be both a value
   and a prefix of another (``energy.gpu`` and ``energy.gpu.joules``), the value is kept
   under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
-  doubles (NaN and infinities included).
+  doubles (NaN and infinities included). Text BSON cannot hold (a lone surrogate) is
+  stored with that character as the escape text ``\\udXXX``.
 - ``_id`` is derived from the trace and span ids, so a retry after a lost reply cannot
   store a span twice: the server's duplicate-key answer counts as "already stored".
 
@@ -84,12 +85,29 @@ def _datetime_utc(unix_nano: int | None) -> datetime | None:
     return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(microsecond=nanos // 1000)
 
 
+def _bson_text(text: str) -> str:
+    """``text``, with lone surrogates (which BSON's UTF-8 cannot hold) as ``\\udXXX`` text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def _bson_value(value: AttributeValue) -> Any:
+    if isinstance(value, str):
+        return _bson_text(value)
+    if isinstance(value, (tuple, list)):
+        return [_bson_value(item) for item in value]
+    return value
+
+
 def nest_attributes(attributes: Mapping[str, AttributeValue]) -> dict[str, Any]:
     """Turn ``{"energy.package_0.joules": 1.0}`` into ``{"energy": {"package_0": {"joules": 1.0}}}``."""
     root: dict[str, Any] = {}
     for key, raw in attributes.items():
-        value: Any = list(raw) if isinstance(raw, (tuple, list)) else raw
-        *parents, last = key.split(".")
+        value = _bson_value(raw)
+        *parents, last = _bson_text(key).split(".")
         node = root
         for part in parents:
             child = node.get(part)
@@ -108,6 +126,9 @@ def span_document(record: SpanRecord) -> dict[str, Any]:
     """The document :class:`MongoSpanExporter` inserts for ``record`` (shape: module docstring)."""
     document: dict[str, Any] = {"_id": f"{record.trace_id}-{record.span_id}"}
     document.update(record.core_fields())
+    document["name"] = _bson_text(record.name)
+    if record.service_name is not None:
+        document["service_name"] = _bson_text(record.service_name)
     document["start_time"] = _datetime_utc(record.start_time_unix_nano)
     document["end_time"] = _datetime_utc(record.end_time_unix_nano)
     document["attributes"] = nest_attributes(record.attributes)
