@@ -35,11 +35,14 @@ class FakeZone:
         self.advance_uj(round(joules * 1e6))
 
     def write(self) -> None:
-        # Write in place (same inode): the meter keeps the file open and preads it.
-        with open(self.path / "energy_uj", "r+") as f:
-            f.seek(0)
-            f.truncate()
-            f.write(f"{self.total_uj % self.range_uj}\n")
+        # In place (same inode: the meter keeps the file open and preads it) and in one
+        # fixed-width pwrite, so the sampler thread never sees a half-written value.
+        # The kernel's file holds the bare number; the padding is whitespace int() ignores.
+        fd = os.open(self.path / "energy_uj", os.O_WRONLY)
+        try:
+            os.pwrite(fd, f"{self.total_uj % self.range_uj}\n".ljust(24).encode(), 0)
+        finally:
+            os.close(fd)
 
     def write_raw(self, text: str) -> None:
         """Put arbitrary text in energy_uj (garbage, empty)."""
