@@ -176,3 +176,30 @@ def test_text_utf8_cannot_carry_is_escaped_and_reads_back(tmp_path: Path) -> Non
     assert b'"name":"bad\\ud800name"' in raw and '"energy.source":"é\\udfff"'.encode() in raw
     record = json.loads(raw.decode("utf-8"))  # valid UTF-8, and the same strings come back
     assert record["name"] == "bad\ud800name" and record["attributes"] == {"energy.source": "é\udfff"}
+
+
+PLAIN_EXIT_SCRIPT = r"""
+import sys
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from otel_joules.exporters import CsvSpanExporter, JsonLinesSpanExporter
+
+provider = TracerProvider()  # shutdown_on_exit=True, the SDK default
+provider.add_span_processor(BatchSpanProcessor(JsonLinesSpanExporter(sys.argv[1] + "/s.jsonl"), schedule_delay_millis=60_000))
+provider.add_span_processor(BatchSpanProcessor(CsvSpanExporter(sys.argv[1] + "/s.csv"), schedule_delay_millis=60_000))
+tracer = provider.get_tracer("t")
+for index in range(5):
+    with tracer.start_as_current_span(f"s{index}", attributes={"energy.joules": float(index)}):
+        pass
+# No flush, no shutdown: the spans sit in the batch processors when the script ends.
+"""
+
+
+def test_spans_still_batched_at_exit_reach_both_files(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", PLAIN_EXIT_SCRIPT, str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in (tmp_path / "s.jsonl").read_text().splitlines()]
+    assert [(r["name"], r["attributes"]["energy.joules"]) for r in records] == [(f"s{i}", float(i)) for i in range(5)]
+    with open(tmp_path / "s.csv", newline="") as handle:
+        assert [row["energy.joules"] for row in csv.DictReader(handle)] == ["0.0", "1.0", "2.0", "3.0", "4.0"]
+    assert done.stderr == ""
