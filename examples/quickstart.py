@@ -48,7 +48,7 @@ def main() -> int:
     tracer = trace.get_tracer("quickstart")
     with tracer.start_as_current_span("workload"):
         with tracer.start_as_current_span("count_primes"):
-            count_primes(6_000_000)
+            count_primes(30_000_000)
         with tracer.start_as_current_span("hash_chain"):
             hash_chain(1_500_000)
         with tracer.start_as_current_span("sort_numbers"):
