@@ -19,13 +19,15 @@ one call to the next, so every attribute gets its own column.
 from __future__ import annotations
 
 import threading
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import pandas as pd
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_joules.exporters.records import SpanRecord, span_record
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 class DataFrameSpanExporter(SpanExporter):
@@ -70,8 +72,12 @@ class DataFrameSpanExporter(SpanExporter):
         with self._lock:
             self._records.clear()
 
-    def dataframe(self) -> pd.DataFrame:
+    def dataframe(self) -> "pd.DataFrame":
         """One row per collected span (columns: this module's docstring)."""
+        # Imported here: pandas takes a noticeable time to import, and a process that
+        # only writes CSV should not pay for it.
+        import pandas as pd
+
         records = self.records
         attribute_names = sorted({key for record in records for key in record.attributes})
         columns: dict[str, object] = {
