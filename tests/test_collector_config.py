@@ -20,6 +20,7 @@ import copy
 import json
 import re
 import shutil
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -49,11 +50,14 @@ class InstrumentSpec:
     attributes: tuple[str, ...]
 
 
+_DEVICE_ATTRIBUTES = ("energy.source", "hw.id", "hw.name", "hw.parent", "hw.type")
+_HOST_ATTRIBUTES = ("energy.source", "hw.id", "hw.name")
+#: Checked against what otel_joules.metrics really exports (test_library_metrics_match_the_contract).
 LIBRARY_METRICS = (
-    InstrumentSpec("hw.energy", "J", True, ("hw.id", "hw.type", "hw.name")),
-    InstrumentSpec("hw.power", "W", False, ("hw.id", "hw.type", "hw.name")),
-    InstrumentSpec("hw.host.energy", "J", True, ()),
-    InstrumentSpec("hw.host.power", "W", False, ()),
+    InstrumentSpec("hw.energy", "J", True, _DEVICE_ATTRIBUTES),
+    InstrumentSpec("hw.power", "W", False, _DEVICE_ATTRIBUTES),
+    InstrumentSpec("hw.host.energy", "J", True, _HOST_ATTRIBUTES),
+    InstrumentSpec("hw.host.power", "W", False, _HOST_ATTRIBUTES),
 )
 
 #: Component types of the contrib distribution this configuration may use.
@@ -617,14 +621,73 @@ def test_the_real_stack_has_no_problem() -> None:
     assert check_stack(load_stack()) == []
 
 
+def test_library_metrics_match_the_contract(powercap: Any) -> None:
+    """The names, units, kinds and attribute keys the dashboard relies on are what the library exports."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
+
+    from otel_joules import EnergyMeter
+    from otel_joules.metrics.instruments import EnergyMetrics
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    EnergyMetrics(EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False), provider)
+    powercap.zones["package_0"].advance_joules(3.0)
+    time.sleep(0.6)  # power needs two snapshots further apart than the instruments' reuse window
+    exported = set()
+    for resource_metrics in reader.get_metrics_data().resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                is_counter = isinstance(metric.data, Sum) and metric.data.is_monotonic
+                assert is_counter or isinstance(metric.data, Gauge), metric.name
+                keys = sorted({k for point in metric.data.data_points for k in point.attributes})
+                exported.add(InstrumentSpec(metric.name, metric.unit, is_counter, tuple(keys)))
+    provider.shutdown()
+    assert exported == set(LIBRARY_METRICS)
+
+
 def test_the_collector_produces_the_metric_names_the_dashboard_needs() -> None:
     produced = produced_prometheus_metrics(load_stack().collector)
-    assert produced["hw_power_watts"] >= {"hw_id", "hw_type", "hw_name", "host_name", "job"}
+    assert produced["hw_power_watts"] >= {"hw_id", "hw_type", "hw_name", "hw_parent", "energy_source", "host_name", "job"}
     assert produced["hw_energy_joules_total"] >= {"hw_id", "hw_type", "hw_name"}
     assert "hw_host_energy_joules_total" in produced and "hw_host_power_watts" in produced
     assert produced["span_energy_joules_total"] >= {"job", "span_name"}
     assert produced["span_energy_co2eq_grams_total"] >= {"job", "span_name"}
     assert produced["span_root_energy_joules_total"] >= {"job", "span_name"}
+
+
+def readme_query_problems(readme: str, produced: dict[str, set[str]]) -> list[str]:
+    """PromQL in the README's ``promql`` blocks and TraceQL in backticks use produced names only."""
+    problems = []
+    for block in re.findall(r"```promql\n(.*?)```", readme, flags=re.S):
+        for line in block.splitlines():
+            if not line.strip() or line.lstrip().startswith("#"):
+                continue
+            names = promql_metric_names(line)
+            labels = set().union(*(produced.get(n, set()) for n in names)) if names else set()
+            problems += [f"README query {line!r}: metric {n!r} is not produced" for n in names if n not in produced]
+            problems += [f"README query {line!r}: label {label!r} is not on {names}" for label in sorted(promql_label_names(line) - labels)]
+    for query in re.findall(r"`(\{[^`]*\}[^`]*)`", readme):
+        for scope, key in traceql_attributes(query):
+            if scope == "span" and not is_library_span_attribute(key):
+                problems.append(f"README TraceQL {query!r} reads span.{key}, which otel-joules does not set")
+    return problems
+
+
+def test_readme_queries_use_names_the_stack_produces() -> None:
+    readme = (COLLECTOR_DIR / "README.md").read_text(encoding="utf-8")
+    produced = produced_prometheus_metrics(load_stack().collector)
+    assert "```promql" in readme and "{ span.energy.joules > 100 }" in readme
+    assert readme_query_problems(readme, produced) == []
+    broken = readme.replace("hw_power_watts{hw_type", "hw_power_total{hw_type").replace("span.energy.watts >", "span.energy.power >")
+    problems = readme_query_problems(broken, produced)
+    assert any("metric 'hw_power_total' is not produced" in p for p in problems), problems
+    assert any("reads span.energy.power" in p for p in problems), problems
+
+
+def test_readme_says_the_stack_was_not_started_here() -> None:
+    readme = (COLLECTOR_DIR / "README.md").read_text(encoding="utf-8")
+    assert "No container runtime exists" in readme and "never started" in readme
 
 
 @pytest.mark.parametrize(
@@ -739,7 +802,7 @@ MUTATIONS: list[tuple[str, Mutation, str]] = [
     ("dashboard label not produced", _field("dashboards", lambda d: _first_panel_target(d).update(
         {"expr": "sum by (gpu_uuid) (hw_power_watts)"})), "label 'gpu_uuid' is not on ['hw_power_watts']"),
     ("dashboard legend label not produced", _field("dashboards", lambda d: _first_panel_target(d).update(
-        {"expr": "hw_host_power_watts", "legendFormat": "{{hw_id}}"})), "label 'hw_id' is not on ['hw_host_power_watts']"),
+        {"expr": "hw_host_power_watts", "legendFormat": "{{hw_type}}"})), "label 'hw_type' is not on ['hw_host_power_watts']"),
     ("dashboard without hw.power", _field("dashboards", lambda d: [t.update({"expr": "hw_host_power_watts"})
                                                                     for p in _panels(next(iter(d.values()))["panels"])
                                                                     for t in p.get("targets", []) if "hw_power_watts" in t.get("expr", "")]),
