@@ -147,3 +147,22 @@ def test_fork_child_reads_on_its_own(powercap) -> None:
     os.waitpid(pid, 0)
     assert float(os.read(read, 100)) == 1.0
     meter.close()
+
+
+def test_snapshot_reuse_window_is_opt_in_and_bounded(powercap) -> None:
+    exact = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    cached = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False, max_snapshot_age_s=0.05)
+    a_exact, a_cached = exact.snapshot(), cached.snapshot()
+    powercap.zones["package_0"].advance_joules(1.0)
+    assert exact.measure(a_exact, exact.snapshot()).joules_by_domain["package_0"] == 1.0
+    assert cached.snapshot() is a_cached  # younger than the window: reused, not re-read
+    time.sleep(0.06)
+    assert cached.measure(a_cached, cached.snapshot()).joules_by_domain["package_0"] == 1.0
+
+
+def test_snapshot_reuse_window_from_environment(monkeypatch, powercap) -> None:
+    monkeypatch.setenv("OTEL_JOULES_MAX_SNAPSHOT_AGE_S", "0.5")
+    assert EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False).settings.max_snapshot_age_s == 0.5
+    monkeypatch.setenv("OTEL_JOULES_MAX_SNAPSHOT_AGE_S", "-1")
+    with pytest.raises(ConfigurationError, match="non-negative"):
+        EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)

@@ -9,6 +9,8 @@ Environment variable               Meaning                                     D
 ``OTEL_JOULES_MEMORY_WATTS_PER_GB`` Memory power per GB for the estimator      ``0.375``
 ``OTEL_JOULES_MAX_POWER_WATTS``    Power bound for RAPL zones without a        ``1000``
                                    ``constraint_*_max_power_uw`` file
+``OTEL_JOULES_MAX_SNAPSHOT_AGE_S`` Reuse a counter snapshot younger than this  ``0``
+                                   (seconds; 0 reads the counters every time)
 =================================  ==========================================  =========
 
 The estimator's defaults are CodeCarbon's published fallbacks: 85 W TDP when the
@@ -18,7 +20,7 @@ CPU model is unknown, and 3 W per 8 GB of memory (0.375 W/GB).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping
 
 from otel_joules.errors import ConfigurationError
@@ -27,9 +29,10 @@ DEFAULT_SYSFS_ROOT = "/sys"
 DEFAULT_CPU_TDP_WATTS = 85.0
 DEFAULT_MEMORY_WATTS_PER_GB = 0.375
 DEFAULT_MAX_POWER_WATTS = 1000.0
+DEFAULT_MAX_SNAPSHOT_AGE_S = 0.0
 
 
-def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
+def _env_float(env: Mapping[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
@@ -37,8 +40,8 @@ def _env_float(env: Mapping[str, str], name: str, default: float) -> float:
         value = float(raw)
     except ValueError:
         raise ConfigurationError(f"{name}={raw!r} is not a number; set it to a positive number or unset it") from None
-    if not value > 0:
-        raise ConfigurationError(f"{name}={raw!r} must be a positive number")
+    if not (value > 0 or (allow_zero and value == 0)):
+        raise ConfigurationError(f"{name}={raw!r} must be a {'non-negative' if allow_zero else 'positive'} number")
     return value
 
 
@@ -50,7 +53,7 @@ class Settings:
     cpu_tdp_watts: float = DEFAULT_CPU_TDP_WATTS
     memory_watts_per_gb: float = DEFAULT_MEMORY_WATTS_PER_GB
     max_power_watts: float = DEFAULT_MAX_POWER_WATTS
-    extra: Mapping[str, object] = field(default_factory=dict)
+    max_snapshot_age_s: float = DEFAULT_MAX_SNAPSHOT_AGE_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "Settings":
@@ -61,13 +64,19 @@ class Settings:
             "cpu_tdp_watts": _env_float(env, "OTEL_JOULES_CPU_TDP_WATTS", DEFAULT_CPU_TDP_WATTS),
             "memory_watts_per_gb": _env_float(env, "OTEL_JOULES_MEMORY_WATTS_PER_GB", DEFAULT_MEMORY_WATTS_PER_GB),
             "max_power_watts": _env_float(env, "OTEL_JOULES_MAX_POWER_WATTS", DEFAULT_MAX_POWER_WATTS),
+            "max_snapshot_age_s": _env_float(
+                env, "OTEL_JOULES_MAX_SNAPSHOT_AGE_S", DEFAULT_MAX_SNAPSHOT_AGE_S, allow_zero=True
+            ),
         }
         for key, value in overrides.items():
             if value is None:
                 continue
             if key not in values:
                 raise ConfigurationError(f"unknown setting {key!r}; known: {', '.join(sorted(values))}")
-            if key != "sysfs_root" and not (isinstance(value, (int, float)) and value > 0):
+            if key == "max_snapshot_age_s":
+                if not (isinstance(value, (int, float)) and value >= 0):
+                    raise ConfigurationError(f"{key}={value!r} must be a non-negative number of seconds")
+            elif key != "sysfs_root" and not (isinstance(value, (int, float)) and value > 0):
                 raise ConfigurationError(f"{key}={value!r} must be a positive number")
             values[key] = value
         return cls(**values)  # type: ignore[arg-type]
