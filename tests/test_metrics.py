@@ -40,7 +40,7 @@ def test_energy_and_power_per_domain_and_host(powercap, tracer_provider) -> None
     assert by_id["intel-rapl:0"][0]["hw.type"] == "cpu"
     assert by_id["intel-rapl:0"][0]["hw.name"] == "RAPL package-0"
     assert by_id["intel-rapl:0:2"][0]["hw.type"] == "memory"
-    assert by_id["intel-rapl:0:0"][0]["hw.parent"] == "package_0"
+    assert by_id["intel-rapl:0:0"][0]["hw.parent"] == "intel-rapl:0"  # the package's hw.id
     assert {attrs["energy.source"] for attrs, _ in energy} == {"measured"}
     assert points["hw.host.energy"][0] == "J"
     assert [v for _, v in points["hw.host.energy"][1]] == [36.0]  # package + dram, core is inside package

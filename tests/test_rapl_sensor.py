@@ -32,7 +32,7 @@ def test_one_socket_finds_package_subzones_by_name(tmp_path: Path) -> None:
     assert by_id["package_0"].in_total and by_id["dram_0"].in_total
     assert not by_id["core_0"].in_total and not by_id["uncore_0"].in_total
     assert by_id["dram_0"].hw_type is HardwareType.MEMORY
-    assert by_id["core_0"].hw_parent == "package_0"
+    assert by_id["core_0"].hw_parent == "intel-rapl:0"  # the package zone's hw_id
     assert found.unavailable == []
 
 

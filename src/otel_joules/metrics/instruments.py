@@ -19,7 +19,14 @@ from typing import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
-from otel_joules.meter.meter import SOURCE_ESTIMATE, SOURCE_MEASURED, EnergyMeter, EnergySnapshot
+from otel_joules.meter.meter import (
+    SOURCE_ESTIMATE,
+    SOURCE_MEASURED,
+    SOURCE_MIXED,
+    EnergyMeasurement,
+    EnergyMeter,
+    EnergySnapshot,
+)
 
 INSTRUMENTATION_SCOPE = "otel_joules"
 #: One collection calls four callbacks; they share a snapshot younger than this.
@@ -103,12 +110,15 @@ class EnergyMetrics:
             if joules is not None
         ]
 
-    def _observe_power(self, options: CallbackOptions) -> Iterable[Observation]:
-        if not self.enabled:
-            return []
+    def _interval(self) -> EnergyMeasurement | None:
+        """Energy between the two latest snapshots; None before time has passed."""
         previous, current = self._snapshots()
         measurement = self.energy_meter.measure(previous, current)
-        if measurement.duration_s <= 0:
+        return measurement if measurement.duration_s > 0 else None
+
+    def _observe_power(self, options: CallbackOptions) -> Iterable[Observation]:
+        measurement = self._interval() if self.enabled else None
+        if measurement is None:
             return []
         return [
             Observation(measurement.joules_by_domain[domain.id] / measurement.duration_s, attributes)
@@ -126,11 +136,8 @@ class EnergyMetrics:
         return [Observation(total, {**self._host_attributes, "energy.source": self._host_source()})]
 
     def _observe_host_power(self, options: CallbackOptions) -> Iterable[Observation]:
-        if not self.enabled:
-            return []
-        previous, current = self._snapshots()
-        measurement = self.energy_meter.measure(previous, current)
-        if measurement.duration_s <= 0:
+        measurement = self._interval() if self.enabled else None
+        if measurement is None:
             return []
         return [Observation(measurement.watts, {**self._host_attributes, "energy.source": measurement.source})]
 
@@ -140,4 +147,4 @@ class EnergyMetrics:
             return SOURCE_MEASURED
         if methods == {False}:
             return SOURCE_ESTIMATE
-        return "mixed"
+        return SOURCE_MIXED

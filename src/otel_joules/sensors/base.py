@@ -58,7 +58,8 @@ class Domain:
             reported but not added (psys is added only where no package exists).
         update_period_s: How often the underlying counter changes; spans shorter than
             this are flagged as below the counter's resolution.
-        hw_parent: ``hw.parent`` (e.g. the package a core zone belongs to), if any.
+        hw_parent: ``hw.parent``: the ``hw_id`` of the domain this one sits inside (a core
+            zone's package zone), if any.
     """
 
     id: str

@@ -233,7 +233,8 @@ def _open_zone(
         method=Method.COUNTER,
         in_total=in_total,
         update_period_s=RAPL_UPDATE_PERIOD_S,
-        hw_parent=f"package_{parent_package}" if parent_package is not None else None,
+        # hw.parent is the parent's hw.id (its zone directory), per the semantic conventions.
+        hw_parent=zone.path.parent.name if parent_package is not None else None,
     )
     channel = RaplChannel(domain, fd, wrap_uj, max_power_watts)
     try:
