@@ -1,0 +1,176 @@
+"""The device base class: reads a group of domains from the core :class:`otel_joules.EnergyMeter`.
+
+A device no longer opens files or calls NVML itself; it asks the core meter, which
+reads every counter once per snapshot, corrects wrap-arounds and converts units. A
+device's values are therefore cumulative microjoules since the *meter* started, and
+only their differences mean anything (as with pyJoules' raw counters).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, ClassVar, List, Optional, Sequence
+
+from otel_joules.meter.registry import get_energy_meter
+from otel_joules.pyjoules.device.domain import Domain
+from otel_joules.pyjoules.exception import NoSuchDeviceError, NoSuchDomainError, PyJoulesException
+
+if TYPE_CHECKING:
+    from otel_joules.meter.meter import EnergyMeter as CoreEnergyMeter
+
+_RAPL_ID = re.compile(r"^(package|dram|core|uncore)_(\d+)$")
+_GPU_ID = re.compile(r"^nvidia_gpu_(\d+)$")
+# pyJoules' order of RAPL domains: every package, then every dram, core, uncore.
+_RAPL_RANK = {"package": 0, "dram": 1, "core": 2, "uncore": 3}
+
+
+class NotConfiguredDeviceException(PyJoulesException):
+    """A device method that needs :meth:`Device.configure` was called before it."""
+
+
+def joules_to_microjoules(joules: float) -> float:
+    """Microjoules, as the whole number the sensors counted (every channel counts integer uJ).
+
+    The core meter keeps integer microjoules and hands out joules (``uJ / 1e6``);
+    rounding undoes that division exactly, so a 1.5 J counter delta is ``1500000.0``,
+    not ``1499999.9999999998``.
+    """
+    return float(round(joules * 1e6))
+
+
+def domain_for_id(domain_id: str) -> Domain:
+    """The pyJoules domain object for a core meter domain id."""
+    # Imported here: the device modules import this one.
+    from otel_joules.pyjoules.device.meter_device import MeterDomain
+    from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDomain
+    from otel_joules.pyjoules.device.rapl_device import RAPL_DOMAIN_CLASSES
+
+    rapl = _RAPL_ID.match(domain_id)
+    if rapl:
+        return RAPL_DOMAIN_CLASSES[rapl.group(1)](int(rapl.group(2)))
+    gpu = _GPU_ID.match(domain_id)
+    if gpu:
+        return NvidiaGPUDomain(int(gpu.group(1)))
+    return MeterDomain(domain_id)
+
+
+def pyjoules_order(domain: Domain) -> tuple[int, int, str]:
+    """Sort key giving pyJoules' default order within a device: packages, drams, cores, uncores; GPUs by index."""
+    rapl = _RAPL_ID.match(domain.domain_id)
+    if rapl:
+        return (_RAPL_RANK[rapl.group(1)], int(rapl.group(2)), "")
+    gpu = _GPU_ID.match(domain.domain_id)
+    if gpu:
+        return (0, int(gpu.group(1)), "")
+    return (0, 0, domain.domain_id)
+
+
+def why_not_measured(domain: Domain, meter: "CoreEnergyMeter") -> str:
+    """Why ``meter`` does not measure ``domain``, from what its sensors reported, and what to do."""
+    domain_id = domain.domain_id
+    reasons = [
+        f"{entry.reason}" + (f" (to fix: {entry.remedy})" if entry.remedy else "")
+        for entry in meter.unavailable
+        if entry.what == domain_id or entry.what.startswith(domain_id + " ")
+    ]
+    if not reasons:
+        family = "nvidia_gpu" if _GPU_ID.match(domain_id) else "RAPL" if _RAPL_ID.match(domain_id) else None
+        reasons = [
+            f"{entry.reason}" + (f" (to fix: {entry.remedy})" if entry.remedy else "")
+            for entry in meter.unavailable
+            if family is not None and entry.what == family
+        ]
+    measured = ", ".join(d.id for d in meter.domains) or "nothing"
+    if reasons:
+        return "; ".join(reasons)
+    if _GPU_ID.match(domain_id):
+        return (
+            f"this process's energy meter does not measure it (it measures: {measured}). By default it measures "
+            "the GPUs this process may use (CUDA_VISIBLE_DEVICES); NvidiaGPUDomain(i) is NVML index i, as in "
+            "nvidia-smi. To measure other GPUs call otel_joules.get_energy_meter(gpus=[...]) before the first "
+            "measurement"
+        )
+    return f"this machine has no such domain (measured here: {measured})"
+
+
+class Device:
+    """Reads the energy of some domains from the core meter.
+
+    Args:
+        meter: The core meter to read; the process-wide one
+            (:func:`otel_joules.get_energy_meter`) when omitted.
+
+    Raises:
+        NoSuchDeviceError: the meter measures no domain of this device.
+    """
+
+    #: Domain classes this device reads (set by subclasses).
+    domain_types: ClassVar[tuple[type[Domain], ...]] = ()
+
+    def __init__(self, *, meter: "Optional[CoreEnergyMeter]" = None) -> None:
+        self._meter = meter if meter is not None else get_energy_meter()
+        self._configured_domains: Optional[List[Domain]] = None
+        self._available_domains = self.available_domains(self._meter)
+
+    @property
+    def meter(self) -> "CoreEnergyMeter":
+        """The core meter this device reads."""
+        return self._meter
+
+    @classmethod
+    def available_domains(cls, meter: "Optional[CoreEnergyMeter]" = None) -> List[Domain]:
+        """The domains of this device the meter measures, in pyJoules' order.
+
+        Args:
+            meter: The core meter; the process-wide one when omitted.
+
+        Raises:
+            NoSuchDeviceError: there is none (the message says why).
+        """
+        meter = meter if meter is not None else get_energy_meter()
+        found = [domain_for_id(d.id) for d in meter.domains]
+        mine = sorted((d for d in found if isinstance(d, cls.domain_types)), key=pyjoules_order)
+        if not mine:
+            reasons = "; ".join(f"{u.what}: {u.reason}" for u in meter.unavailable) or "no sensor found one"
+            raise NoSuchDeviceError(f"{cls.__name__}: no domain of this device can be measured here ({reasons})")
+        return mine
+
+    def configure(self, domains: Optional[Sequence[Domain]] = None) -> None:
+        """Choose the domains :meth:`get_energy` reports (all available ones when None).
+
+        Raises:
+            NoSuchDomainError: a domain cannot be measured (the message says why).
+        """
+        if domains is None:
+            self._configured_domains = list(self._available_domains)
+            return
+        chosen = list(domains)
+        for domain in chosen:
+            if domain not in self._available_domains:
+                raise NoSuchDomainError(domain, why_not_measured(domain, self._meter))
+        self._configured_domains = chosen
+
+    def get_configured_domains(self) -> List[Domain]:
+        """The domains given to :meth:`configure`.
+
+        Raises:
+            NotConfiguredDeviceException: :meth:`configure` was not called.
+        """
+        if self._configured_domains is None:
+            raise NotConfiguredDeviceException(f"{type(self).__name__}.configure() must be called first")
+        return self._configured_domains
+
+    def get_energy(self) -> List[Optional[float]]:
+        """Cumulative microjoules of each configured domain since the meter started, in configured order.
+
+        A domain whose counter has failed is None. Only differences between two calls mean anything.
+        """
+        snapshot = self._meter.snapshot()
+        values: List[Optional[float]] = []
+        for domain in self.get_configured_domains():
+            joules = snapshot.joules[self._meter.domain_index(domain.domain_id)]
+            values.append(None if joules is None else joules_to_microjoules(joules))
+        return values
+
+
+__all__ = ["Device", "NotConfiguredDeviceException", "domain_for_id", "joules_to_microjoules", "why_not_measured"]

@@ -1,0 +1,126 @@
+"""RAPL domains and device (``pyJoules.device.rapl_device``), read through the core meter.
+
+``RaplPackageDomain(n)`` is the zone named ``package-n``; ``RaplDramDomain(n)``,
+``RaplCoreDomain(n)`` and ``RaplUncoreDomain(n)`` are the ``dram``, ``core`` and
+``uncore`` sub-zones of that package. Their names (``package_0``, ``dram_0``, ...) are
+pyJoules' and the core meter's domain ids. Unlike pyJoules, counters are read through
+the core meter, which corrects wrap-arounds and finds zones under
+``OTEL_JOULES_SYSFS_ROOT`` (for containers that mount the host's ``/sys`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict
+
+from otel_joules.pyjoules.device.device import Device
+from otel_joules.pyjoules.device.domain import Domain
+from otel_joules.pyjoules.exception import DomainTypeError
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RaplDomain(Domain):
+    """A RAPL domain of one CPU socket (package number ``socket``).
+
+    Attributes:
+        socket: The package number, as in the zone name ``package-<socket>``.
+    """
+
+    socket: int
+    #: The domain name without socket number (``package``, ``dram``, ``core``, ``uncore``).
+    name: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        try:
+            socket = operator.index(self.socket)
+        except TypeError:
+            raise DomainTypeError(f"{type(self).__name__}(socket={self.socket!r}): socket must be a whole number such as 0") from None
+        if socket < 0 or isinstance(self.socket, bool):
+            raise DomainTypeError(f"{type(self).__name__}(socket={self.socket!r}): socket must be a number >= 0")
+        object.__setattr__(self, "socket", socket)
+
+    @property
+    def domain_id(self) -> str:
+        """``<name>_<socket>``, e.g. ``package_0``."""
+        return f"{self.name}_{self.socket}"
+
+    def get_domain_name(self) -> str:
+        """The domain name without socket number."""
+        return self.name
+
+    def get_device_type(self) -> "type[RaplDevice]":
+        """:class:`RaplDevice`."""
+        return RaplDevice
+
+    def __lt__(self, other: Any) -> bool:
+        if isinstance(other, RaplDomain):
+            return self.domain_id < other.domain_id
+        raise ValueError(f"cannot order {self!r} and {other!r}: only RAPL domains order among themselves")
+
+    def __gt__(self, other: Any) -> bool:
+        if isinstance(other, RaplDomain):
+            return self.domain_id > other.domain_id
+        raise ValueError(f"cannot order {self!r} and {other!r}: only RAPL domains order among themselves")
+
+    # A frozen dataclass would otherwise define no hash; the base class's is by name.
+    __hash__ = Domain.__hash__
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RaplPackageDomain(RaplDomain):
+    """The whole CPU package (socket): cores, caches, integrated GPU."""
+
+    name: ClassVar[str] = "package"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RaplDramDomain(RaplDomain):
+    """The memory attached to the socket."""
+
+    name: ClassVar[str] = "dram"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RaplCoreDomain(RaplDomain):
+    """The CPU cores of the socket (part of the package)."""
+
+    name: ClassVar[str] = "core"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
+class RaplUncoreDomain(RaplDomain):
+    """The integrated GPU and other uncore parts of the socket (part of the package)."""
+
+    name: ClassVar[str] = "uncore"
+
+
+#: Domain class by RAPL domain name.
+RAPL_DOMAIN_CLASSES: Dict[str, "type[RaplDomain]"] = {
+    "package": RaplPackageDomain,
+    "dram": RaplDramDomain,
+    "core": RaplCoreDomain,
+    "uncore": RaplUncoreDomain,
+}
+
+
+class RaplDevice(Device):
+    """The CPU sockets' RAPL domains the core meter measures.
+
+    Raises:
+        NoSuchDeviceError: no RAPL domain can be read here (the message says why:
+            no powercap driver, counters readable only by root, ...).
+    """
+
+    domain_types = (RaplDomain,)
+
+
+__all__ = [
+    "RAPL_DOMAIN_CLASSES",
+    "RaplCoreDomain",
+    "RaplDevice",
+    "RaplDomain",
+    "RaplDramDomain",
+    "RaplPackageDomain",
+    "RaplUncoreDomain",
+]
