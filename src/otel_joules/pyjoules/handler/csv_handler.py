@@ -1,0 +1,199 @@
+"""``CSVHandler``: samples appended to a ``;``-separated file, in pyJoules' format.
+
+Format (pyJoules 0.5.1)::
+
+    timestamp;tag;duration;package_0;dram_0;nvidia_gpu_0
+    1700000000.5;foo;0.25;1500000.0;250000.0;30000000.0
+
+- Header ``timestamp;tag;duration;<domains>``, domains in the order of the samples'
+  ``energy`` (every domain seen in the samples being saved, first seen first); written
+  only when the file is missing or empty.
+- One row per sample; numbers as Python's ``str``; energy in microjoules for every
+  domain, the GPU included. A domain missing from one sample (its counter failed
+  during the run) is an empty cell. UTF-8, rows end in ``\\n``. A cell containing
+  ``;``, ``"`` or a line break (only possible in a tag) is quoted as in RFC 4180, so a
+  tag can no longer break the file; every other cell is exactly as pyJoules wrote it.
+
+Fixed pyJoules bugs:
+
+- Appending to a file whose header lists other domains raises
+  :class:`CSVHeaderMismatchError` before anything is written (pyJoules appended rows
+  under the wrong header). The same domains in another order are fine: rows follow the
+  file's order.
+- A path that cannot be written (missing folder, a folder, a read-only place) raises
+  :class:`CSVPathError` when the handler is created, not after the measurement.
+  Checking creates no file.
+- Traces not yet saved are saved at interpreter exit. A failed save keeps them, so a
+  later ``save_data()`` (or the exit) can write them; a failed write leaves the file as
+  it was (it is truncated back).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import stat
+from typing import Dict, List, Sequence
+
+from otel_joules.errors import ConfigurationError
+from otel_joules.pyjoules.energy_trace import EnergySample
+from otel_joules.pyjoules.exception import PyJoulesException
+from otel_joules.pyjoules.handler.handler import EnergyHandler
+
+#: The fixed first columns.
+BASE_COLUMNS = ("timestamp", "tag", "duration")
+# Far more than any header; small enough never to read a huge file whole.
+_HEADER_READ_LIMIT = 1 << 16
+
+
+class CSVPathError(PyJoulesException, ConfigurationError):
+    """The CSV file cannot be created or written; raised when the handler is created."""
+
+
+class CSVHeaderMismatchError(PyJoulesException, ConfigurationError):
+    """The existing file's header lists other columns than the samples to append; nothing was written."""
+
+
+class CSVWriteError(PyJoulesException, OSError):
+    """Writing the rows failed (disk full, ...); the file is unchanged and the traces are kept."""
+
+
+def domain_columns(samples: Sequence[EnergySample]) -> List[str]:
+    """Every domain of ``samples``, in order of first appearance."""
+    seen: Dict[str, None] = {}
+    for sample in samples:
+        for domain in sample.energy:
+            seen.setdefault(domain, None)
+    return list(seen)
+
+
+def _csv_line(cells: Sequence[str]) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, delimiter=";", lineterminator="\n", quoting=csv.QUOTE_MINIMAL).writerow(cells)
+    return buffer.getvalue()
+
+
+def format_rows(samples: Sequence[EnergySample], domains: Sequence[str]) -> str:
+    """The rows :class:`CSVHandler` writes for ``samples`` under a header listing ``domains``."""
+    lines = []
+    for sample in samples:
+        cells = [str(sample.timestamp), str(sample.tag), str(sample.duration)]
+        cells += [str(sample.energy[d]) if d in sample.energy else "" for d in domains]
+        lines.append(_csv_line(cells))
+    return "".join(lines)
+
+
+def check_writable(path: str) -> None:
+    """Raise :class:`CSVPathError` unless ``path`` can be appended to (creating nothing)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise CSVPathError(f"cannot use {path!r} for the CSV file: {exc.strerror}; choose a path you can write") from None
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise CSVPathError(f"{path!r} is a folder; give a file path such as {os.path.join(path, 'result.csv')!r}")
+    try:
+        if info is not None:
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+        else:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+            os.unlink(path)
+    except FileExistsError:
+        return  # created by someone else meanwhile: it exists, save_data() checks it
+    except OSError as exc:
+        folder = os.path.dirname(os.path.abspath(path))
+        hint = f" (the folder {folder!r} does not exist)" if not os.path.isdir(folder) else ""
+        raise CSVPathError(
+            f"cannot write the CSV file {path!r}: {exc.strerror}{hint}; choose a writable file path"
+        ) from None
+
+
+class CSVHandler(EnergyHandler):
+    """Collects traces; :meth:`save_data` appends them to ``filename`` (format: module docstring).
+
+    Args:
+        filename: The CSV file; its folder must exist.
+
+    Raises:
+        CSVPathError: ``filename`` cannot be written.
+    """
+
+    flushes_at_exit = True
+
+    def __init__(self, filename: "str | os.PathLike[str]") -> None:
+        try:
+            self._filename = os.fspath(filename)
+        except TypeError:
+            raise CSVPathError(f"filename={filename!r} must be a file path (str or os.PathLike)") from None
+        check_writable(self._filename)
+        super().__init__()
+
+    @property
+    def filename(self) -> str:
+        """The CSV file."""
+        return self._filename
+
+    def save_data(self) -> None:
+        """Append every held sample to the file (with the header if the file is new or empty), then forget them.
+
+        Raises:
+            CSVHeaderMismatchError: the file's header lists other domains; nothing written, traces kept.
+            CSVWriteError: writing failed; the file is unchanged, traces kept.
+            CSVPathError: the file can no longer be opened; traces kept.
+        """
+        with self._lock:
+            count = len(self.traces)
+            samples = self._take_samples()
+            if samples:
+                self._append(samples)
+            self._forget(count)
+
+    def _append(self, samples: List[EnergySample]) -> None:
+        domains = domain_columns(samples)
+        try:
+            handle = open(self._filename, "a+b")
+        except OSError as exc:
+            raise CSVPathError(f"cannot open the CSV file {self._filename!r}: {exc.strerror}; the traces are kept") from None
+        with handle:
+            handle.seek(0)
+            first_line = handle.readline(_HEADER_READ_LIMIT)
+            size = handle.seek(0, os.SEEK_END)
+            prefix = ""
+            if size == 0:
+                columns = domains
+                prefix = _csv_line([*BASE_COLUMNS, *domains])
+            else:
+                columns = self._columns_of_existing(first_line, domains)
+                handle.seek(size - 1)
+                if handle.read(1) != b"\n":
+                    prefix = "\n"  # a writer was stopped mid-line: keep the new rows whole
+            data = (prefix + format_rows(samples, columns)).encode("utf-8", "backslashreplace")
+            try:
+                handle.write(data)
+                handle.flush()
+            except OSError as exc:
+                try:
+                    handle.truncate(size)
+                except OSError:
+                    pass
+                raise CSVWriteError(
+                    exc.errno, f"cannot append to {self._filename!r}: {exc.strerror}; the file is unchanged and the traces are kept"
+                ) from None
+
+    def _columns_of_existing(self, first_line: bytes, domains: List[str]) -> List[str]:
+        text = first_line.decode("utf-8-sig", errors="replace").rstrip("\r\n")
+        header = next(csv.reader([text], delimiter=";"), [])
+        found = header[len(BASE_COLUMNS):]
+        if tuple(header[: len(BASE_COLUMNS)]) == BASE_COLUMNS and len(set(found)) == len(found) and set(found) == set(domains):
+            return found
+        raise CSVHeaderMismatchError(
+            f"{self._filename!r} starts with the header {text[:300]!r}, but the samples to append measure "
+            f"{';'.join([*BASE_COLUMNS, *domains])!r}; appending would put values under the wrong columns, so "
+            "nothing was written and the traces are kept: save to a new file (CSVHandler('other.csv')) or measure "
+            "the same domains as that file (domains=[...])"
+        )
+
+
+__all__ = ["CSVHandler", "CSVHeaderMismatchError", "CSVPathError", "CSVWriteError", "domain_columns", "format_rows"]

@@ -1,0 +1,105 @@
+"""``EnergyHandler``: receives the trace of every measurement (pyJoules' ``pyJoules.handler``).
+
+Differences from pyJoules 0.5.1, all on purpose:
+
+- :meth:`EnergyHandler.process` may be called from several threads at once (decorated
+  functions running in parallel): traces are appended under a lock.
+- Handlers that write somewhere (CSV, MongoDB) write what they still hold at
+  interpreter exit (:meth:`EnergyHandler._flush_at_exit`), instead of losing the
+  measurements of a script that forgot ``save_data()``.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+import weakref
+from typing import Callable, List
+
+from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
+from otel_joules.pyjoules.exception import PyJoulesException
+
+_log = logging.getLogger("otel_joules.pyjoules")
+
+
+class UnconsistantSamplesError(PyJoulesException):
+    """Samples to be written together measure different domains (the message lists both sets).
+
+    The name keeps pyJoules' spelling so existing ``except`` clauses still match.
+    """
+
+
+def register_exit_hook(target: object, method_name: str) -> Callable[[], None]:
+    """Call ``target.<method_name>()`` at interpreter exit without keeping ``target`` alive.
+
+    Returns the registered callable (for :func:`atexit.unregister`).
+    """
+    ref = weakref.ref(target)
+
+    def hook() -> None:
+        alive = ref()
+        if alive is not None:
+            getattr(alive, method_name)()
+
+    atexit.register(hook)
+    return hook
+
+
+class EnergyHandler:
+    """Collects the traces of measurements; subclasses write or show them.
+
+    Attributes:
+        traces: The traces received and not yet saved, oldest first.
+    """
+
+    #: Whether :meth:`save_data` runs at interpreter exit for traces still held.
+    flushes_at_exit: bool = False
+
+    def __init__(self) -> None:
+        self.traces: List[EnergyTrace] = []
+        self._lock = threading.RLock()
+        if self.flushes_at_exit:
+            self._exit_hook: Callable[[], None] | None = register_exit_hook(self, "_flush_at_exit")
+        else:
+            self._exit_hook = None
+
+    def process(self, trace: EnergyTrace) -> None:
+        """Keep ``trace`` (thread-safe)."""
+        with self._lock:
+            self.traces.append(trace)
+
+    def _take_samples(self) -> List[EnergySample]:
+        """Every sample held, in order (the traces stay held until the caller clears them)."""
+        with self._lock:
+            return [sample for trace in self.traces for sample in trace]
+
+    def _flaten_trace(self) -> EnergyTrace:
+        """All held traces as one (pyJoules' name, kept for subclasses that call it)."""
+        return EnergyTrace(self._take_samples())
+
+    def _forget(self, count: int) -> None:
+        """Drop the ``count`` oldest traces (those just saved), keeping any that arrived meanwhile."""
+        with self._lock:
+            del self.traces[:count]
+
+    def save_data(self) -> None:
+        """Write the held traces somewhere; the base class holds them only."""
+
+    def _flush_at_exit(self) -> None:
+        with self._lock:
+            pending = len(self.traces)
+        if not pending:
+            return
+        try:
+            self.save_data()
+        except Exception as exc:  # noqa: BLE001 - nothing may escape an exit hook
+            _log.error(
+                "%s: %d measurement trace(s) could not be saved at interpreter exit and are lost: %s",
+                type(self).__name__,
+                pending,
+                exc,
+            )
+
+
+__all__ = ["EnergyHandler", "UnconsistantSamplesError", "register_exit_hook"]

@@ -1,0 +1,58 @@
+"""``PandasHandler`` and ``trace_to_dataframe``: samples as a pandas DataFrame, as in pyJoules.
+
+Columns: ``timestamp``, ``tag``, ``duration``, then one column per domain (microjoules,
+the GPU included) in the order of the samples' ``energy``; one row per sample. A domain
+missing from a sample (its counter failed during the run) is NaN there, where pyJoules
+raised ``UnconsistantSamplesError`` and lost every sample.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable, List
+
+import pandas
+
+from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
+from otel_joules.pyjoules.exception import PyJoulesException
+from otel_joules.pyjoules.handler.csv_handler import BASE_COLUMNS, domain_columns
+from otel_joules.pyjoules.handler.handler import EnergyHandler
+
+
+class NoSampleProcessedError(PyJoulesException):
+    """:meth:`PandasHandler.get_dataframe` was called before any measurement reached the handler."""
+
+
+def trace_to_dataframe(trace: Iterable[EnergySample]) -> pandas.DataFrame:
+    """One row per sample: ``timestamp, tag, duration, <domains>`` (an empty DataFrame for no sample)."""
+    samples: List[EnergySample] = list(trace)
+    if not samples:
+        return pandas.DataFrame()
+    domains = domain_columns(samples)
+    rows = [
+        [sample.timestamp, sample.tag, sample.duration, *(sample.energy.get(d, math.nan) for d in domains)]
+        for sample in samples
+    ]
+    return pandas.DataFrame(columns=[*BASE_COLUMNS, *domains], data=rows)
+
+
+class PandasHandler(EnergyHandler):
+    """Collects traces in memory; :meth:`get_dataframe` returns them as one DataFrame."""
+
+    def process(self, trace: EnergyTrace) -> None:
+        """Keep ``trace`` (thread-safe)."""
+        super().process(trace)
+
+    def get_dataframe(self) -> pandas.DataFrame:
+        """Every sample received so far (columns: module docstring).
+
+        Raises:
+            NoSampleProcessedError: nothing was measured yet.
+        """
+        samples = self._take_samples()
+        if not self.traces:
+            raise NoSampleProcessedError("no measurement has reached this PandasHandler yet; call the measured code first")
+        return trace_to_dataframe(samples)
+
+
+__all__ = ["NoSampleProcessedError", "PandasHandler", "trace_to_dataframe"]
