@@ -1042,8 +1042,8 @@ class CarbonTracker:
             self._console(text)
         else:
             self._console(
-                f"{MESSAGE_PREFIX}Carbon intensity for the prediction: {intensity.gco2eq_per_kwh:.2f} gCO2eq/kWh "
-                f"({_say(intensity)})."
+                f"{MESSAGE_PREFIX}Carbon intensity for the prediction: {intensity.gco2eq_per_kwh:.2f} gCO2eq/kWh. "
+                f"{_say(intensity)}"
             )
         self._output_block(predicted, self.epochs)
         if self._root_span is not None:
@@ -1203,7 +1203,7 @@ def _location(intensity: CarbonIntensity) -> str:
 
 def _say(intensity: CarbonIntensity) -> str:
     """Which intensity was used, in one line (the source names are otel_joules.carbon's)."""
-    return f"Source: {intensity.source} ({intensity.detail})."
+    return f"Source: {intensity.source} - {intensity.detail.rstrip('.')}."
 
 
 class _IntensitySource:
