@@ -1,0 +1,161 @@
+"""Zero-code: ``opentelemetry-instrument python app.py`` puts energy on an API-only app's spans and exports hw.* metrics."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from delivery_support import ENTRY_POINTS, clean_env, installed_entry_point, opentelemetry_instrument
+from otel_joules.delivery.setup import expire_metric_snapshot
+from otel_joules.instrumentation import EnergyInstrumentor
+from otlp_receiver import otlp_grpc_receiver, otlp_receiver  # noqa: F401  (fixtures)
+from powercap_fake import FakePowercap, make_powercap
+
+# The app imports nothing but the OpenTelemetry API. It adds known energy to the fake
+# counters inside its span, the way real work would move the real ones.
+API_ONLY_APP = """
+import sys
+from opentelemetry import trace
+
+tracer = trace.get_tracer("shop")
+
+def consume(path, microjoules):
+    with open(path, "r+") as f:
+        value = int(f.read())
+        f.seek(0)
+        f.truncate()
+        f.write(str(value + microjoules))
+
+with tracer.start_as_current_span("checkout"):
+    consume(sys.argv[1], 4_000_000)
+    consume(sys.argv[2], 1_000_000)
+    with tracer.start_as_current_span("charge-card"):
+        consume(sys.argv[1], 500_000)
+print("app done")
+"""
+
+
+@pytest.fixture
+def fake_host(tmp_path: Path) -> FakePowercap:
+    return make_powercap(tmp_path / "sys", "one_socket")
+
+
+def run_app(tmp_path: Path, pc: FakePowercap, receiver, **extra: str) -> subprocess.CompletedProcess[str]:
+    app = tmp_path / "app.py"
+    app.write_text(API_ONLY_APP)
+    env = clean_env(tmp_path, {"OTEL_JOULES_SYSFS_ROOT": pc.sysfs_root, "OTEL_SERVICE_NAME": "shop", **receiver.env(), **extra})
+    command = [opentelemetry_instrument(), sys.executable, str(app),
+               str(pc.zones["package_0"].path / "energy_uj"), str(pc.zones["dram_0"].path / "energy_uj")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "app done\n"
+    return result
+
+
+def test_api_only_app_gets_energy_on_its_spans_and_metrics(otlp_receiver, tmp_path, fake_host):
+    """Over gRPC and HTTP/protobuf, exactly the joules the app spent."""
+    run_app(tmp_path, fake_host, otlp_receiver, OTEL_EXPERIMENTAL_RESOURCE_DETECTORS="otel_joules",
+            SLURM_JOB_ID="2024", RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
+    (checkout,) = otlp_receiver.wait_for_spans(name="checkout")
+    (charge,) = otlp_receiver.wait_for_spans(name="charge-card")
+    assert checkout.attributes["energy.joules"] == 5.5
+    assert checkout.attributes["energy.package_0.joules"] == 4.5
+    assert checkout.attributes["energy.dram_0.joules"] == 1.0
+    assert charge.attributes["energy.joules"] == 0.5
+    assert charge.attributes["energy.source"] == "measured"
+    assert charge.parent_span_id == checkout.span_id
+    assert checkout.scope_name == "shop"
+    resource = checkout.resource_attributes
+    assert resource["service.name"] == "shop"
+    assert (resource["slurm.job.id"], resource["torchrun.rank"], resource["torchrun.local_rank"], resource["torchrun.world_size"]) == ("2024", 0, 0, 1)
+
+    otlp_receiver.wait_for_data_points("hw.host.energy")
+    energy = {p.attributes["hw.id"]: p.value for p in otlp_receiver.data_points("hw.energy")}
+    # The final collection at exit saw every joule the app spent.
+    assert energy == {"intel-rapl:0": 4.5, "intel-rapl:0:0": 0.0, "intel-rapl:0:1": 0.0, "intel-rapl:0:2": 1.0}
+    assert [p.value for p in otlp_receiver.data_points("hw.host.energy")] == [5.5]
+    assert otlp_receiver.data_points("hw.energy")[0].resource_attributes["slurm.job.id"] == "2024"
+
+
+def test_disabled_by_the_standard_variable(otlp_grpc_receiver, tmp_path, fake_host):
+    result = run_app(tmp_path, fake_host, otlp_grpc_receiver, OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="otel_joules")
+    (checkout,) = otlp_grpc_receiver.wait_for_spans(name="checkout")
+    assert not any(key.startswith("energy.") for key in checkout.attributes)
+    assert not any(name.startswith("hw.") for name in otlp_grpc_receiver.metric_names())
+    assert "otel-joules" not in result.stderr
+
+
+def test_a_second_local_rank_reports_no_host_energy(otlp_grpc_receiver, tmp_path, fake_host):
+    run_app(tmp_path, fake_host, otlp_grpc_receiver, LOCAL_RANK="1")
+    (checkout,) = otlp_grpc_receiver.wait_for_spans(name="checkout")
+    assert not any(key.startswith("energy.") for key in checkout.attributes)  # no GPU here either
+    otlp_grpc_receiver.wait_for_data_points("hw.host.energy")
+    assert otlp_grpc_receiver.data_points("hw.energy") == []
+
+
+def test_entry_points_are_registered():
+    """pyproject.toml declares both entry points (the zero-code tests fall back to a stand-in until it does)."""
+    for group, (name, value) in ENTRY_POINTS.items():
+        assert installed_entry_point(group, name) == value, f"add to pyproject.toml: [project.entry-points.{group}] {name} = \"{value}\""
+
+
+# --- in process ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def instrumentor():
+    inst = EnergyInstrumentor()
+    yield inst
+    if inst.is_instrumented_by_opentelemetry:
+        inst.uninstrument()
+
+
+def test_instrumentor_in_code_with_explicit_providers(instrumentor, powercap, tmp_path):
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    assert tuple(instrumentor.instrumentation_dependencies()) == ()
+    instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider,
+                            sysfs_root=powercap.sysfs_root, gpus=[], host_domains="always")
+    assert instrumentor.ownership is not None and instrumentor.ownership.reason == "OTEL_JOULES_HOST_DOMAINS=always"
+    tracer = tracer_provider.get_tracer("t")
+    with tracer.start_as_current_span("measured"):
+        powercap.zones["package_0"].advance_joules(2.0)
+    expire_metric_snapshot(instrumentor.instrumentation.metrics)  # as the exit hook does
+    metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    (host_total,) = metrics["hw.host.energy"].data.data_points
+    assert host_total.value == 2.0
+    instrumentor.uninstrument()
+    assert instrumentor.instrumentation is None
+    with tracer.start_as_current_span("after"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    measured, after = exporter.get_finished_spans()
+    assert measured.attributes["energy.joules"] == 2.0
+    assert not any(key.startswith("energy.") for key in after.attributes)
+    tracer_provider.shutdown()
+    meter_provider.shutdown()
+
+
+def test_a_configuration_problem_is_a_warning_not_a_crash(instrumentor, caplog):
+    """Raising would stop opentelemetry-instrument from loading the instrumentors after this one."""
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        instrumentor.instrument(tracer_provider=object())
+    assert "energy instrumentation is off: no OpenTelemetry SDK TracerProvider is configured" in caplog.text
+    assert instrumentor.instrumentation is None
+
+
+def test_bad_host_domains_value_is_reported(instrumentor, caplog, powercap):
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        instrumentor.instrument(tracer_provider=TracerProvider(), host_domains="sometimes", sysfs_root=powercap.sysfs_root)
+    assert "'sometimes' is not one of auto, always, never" in caplog.text
