@@ -363,3 +363,65 @@ def test_help_lists_the_options():
     assert result.returncode == 0
     for option in ("--exporter", "--service-name", "--host-domains", "--export-timeout", "--status"):
         assert option in result.stdout
+
+
+COUNT_SIGINT_CHILD = """
+import signal, sys, time
+received = []
+signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+open(sys.argv[1], "w").write("ready")
+while not received:
+    time.sleep(0.01)
+time.sleep(0.5)  # a forwarded duplicate would arrive in this window
+sys.exit(50 + len(received))
+"""
+
+
+def test_ctrl_c_on_the_terminal_reaches_the_child_once(tmp_path, fake_host):
+    """The terminal already sends Ctrl-C to the child (same process group): run must not send it again."""
+    import fcntl
+    import termios
+
+    ready = tmp_path / "ready"
+    master, slave = pty.openpty()
+
+    def take_terminal() -> None:  # in the new session: make the pty its controlling terminal
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    process = subprocess.Popen(
+        otel_joules_command("run", "--exporter", "none", "--no-status", "--", sys.executable, "-c", COUNT_SIGINT_CHILD, str(ready)),
+        env=run_env(tmp_path, fake_host), stdin=slave, stdout=slave, stderr=slave, start_new_session=True, preexec_fn=take_terminal,
+    )
+    os.close(slave)
+    output = b""
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert process.poll() is None and time.monotonic() < deadline, "the child never started"
+            time.sleep(0.02)
+        os.write(master, b"\x03")  # Ctrl-C, as typed
+        while True:
+            ready_fds, _, _ = select.select([master], [], [], 20)
+            if not ready_fds:
+                break
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        os.close(master)
+        if process.poll() is None:
+            process.wait(timeout=20)
+    assert process.returncode == 51, output.decode(errors="replace")
+
+
+def test_sdk_disabled_still_measures_but_exports_nothing(otlp_grpc_receiver, tmp_path, fake_host):
+    env = run_env(tmp_path, fake_host, otlp_grpc_receiver, OTEL_SDK_DISABLED="true")
+    result = run_cli(["--", *advance_command(fake_host)], env)
+    assert result.returncode == 0, result.stderr
+    assert "3.5 J" in result.stderr
+    assert "not exported (OTEL_SDK_DISABLED=true)" in result.stderr
+    assert otlp_grpc_receiver.requests == []

@@ -459,6 +459,9 @@ def _run_measured(
         attributes={PROCESS_COMMAND_LINE: shlex.join(command), PROCESS_EXECUTABLE_NAME: name},
     )
     show_status = args.status if args.status is not None else (not args.quiet and sys.stderr.isatty())
+    # Own snapshots too: with OTEL_SDK_DISABLED the span does not record, and the
+    # summary still reports the energy.
+    first = meter.snapshot()
     started = time.monotonic()
     signal_name = start_error = None
     env = child_environment(span)
@@ -481,6 +484,10 @@ def _run_measured(
     span.set_attribute(PROCESS_EXIT_CODE, exit_code)
     duration_s = time.monotonic() - started
     span.end()
+    if "measurement" not in measured:
+        measurement = meter.measure(first, meter.snapshot())
+        measured["measurement"] = measurement
+        measured["grams"] = co2eq_grams(max(measurement.total_joules, 0.0), intensity, pue)
     if energy_metrics is not None:
         expire_metric_snapshot(energy_metrics)
     return RunResult(
