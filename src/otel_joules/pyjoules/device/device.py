@@ -83,12 +83,14 @@ def why_not_measured(domain: Domain, meter: "CoreEnergyMeter") -> str:
     measured = ", ".join(d.id for d in meter.domains) or "nothing"
     if reasons:
         return "; ".join(reasons)
-    if _GPU_ID.match(domain_id):
+    gpu = _GPU_ID.match(domain_id)
+    if gpu:
+        index = gpu.group(1)
         return (
-            f"this process's energy meter does not measure it (it measures: {measured}). By default it measures "
-            "the GPUs this process may use (CUDA_VISIBLE_DEVICES); NvidiaGPUDomain(i) is NVML index i, as in "
-            "nvidia-smi. To measure other GPUs call otel_joules.get_energy_meter(gpus=[...]) before the first "
-            "measurement"
+            f"this process's energy meter does not measure it (it measures: {measured}). NvidiaGPUDomain({index}) "
+            f"is the GPU with NVML index {index}, as nvidia-smi numbers them; by default the meter measures the GPUs "
+            "this process may use (CUDA_VISIBLE_DEVICES). To measure others call "
+            f"otel_joules.get_energy_meter(gpus=[{index}, ...]) before the first measurement"
         )
     return f"this machine has no such domain (measured here: {measured})"
 

@@ -153,34 +153,35 @@ class CSVHandler(EnergyHandler):
     def _append(self, samples: List[EnergySample]) -> None:
         domains = domain_columns(samples)
         try:
-            handle = open(self._filename, "a+b")
+            fd = os.open(self._filename, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
         except OSError as exc:
             raise CSVPathError(f"cannot open the CSV file {self._filename!r}: {exc.strerror}; the traces are kept") from None
-        with handle:
-            handle.seek(0)
-            first_line = handle.readline(_HEADER_READ_LIMIT)
-            size = handle.seek(0, os.SEEK_END)
+        try:
+            size = os.fstat(fd).st_size
             prefix = ""
             if size == 0:
                 columns = domains
                 prefix = _csv_line([*BASE_COLUMNS, *domains])
             else:
+                first_line = os.pread(fd, _HEADER_READ_LIMIT, 0).split(b"\n", 1)[0]
                 columns = self._columns_of_existing(first_line, domains)
-                handle.seek(size - 1)
-                if handle.read(1) != b"\n":
+                if os.pread(fd, 1, size - 1) != b"\n":
                     prefix = "\n"  # a writer was stopped mid-line: keep the new rows whole
-            data = (prefix + format_rows(samples, columns)).encode("utf-8", "backslashreplace")
+            data = memoryview((prefix + format_rows(samples, columns)).encode("utf-8", "backslashreplace"))
             try:
-                handle.write(data)
-                handle.flush()
+                # Unbuffered, looping on short writes: nothing is left in a Python buffer to fail later.
+                while data:
+                    data = data[os.write(fd, data):]
             except OSError as exc:
                 try:
-                    handle.truncate(size)
+                    os.ftruncate(fd, size)
                 except OSError:
                     pass
                 raise CSVWriteError(
                     exc.errno, f"cannot append to {self._filename!r}: {exc.strerror}; the file is unchanged and the traces are kept"
                 ) from None
+        finally:
+            os.close(fd)
 
     def _columns_of_existing(self, first_line: bytes, domains: List[str]) -> List[str]:
         text = first_line.decode("utf-8-sig", errors="replace").rstrip("\r\n")
