@@ -1,0 +1,83 @@
+"""``otel-joules report PATH...``: one aggregate over carbontracker logs, CSV, JSON-lines and OTLP JSON files.
+
+What is summed and how kWh and CO2eq are computed: :mod:`otel_joules.report`.
+Exit status: 0 when at least one run was reported, 1 when nothing could be read, 2 for
+invalid options (as every otel-joules command). Skipped inputs are listed on stderr, so
+``--json`` output on stdout stays machine-readable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from typing import Any
+
+from otel_joules.report import build_report, format_report, format_skipped, plot_report, report_dict
+
+
+def _number(kind: str, minimum: float) -> Any:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value) or value < minimum:
+            raise argparse.ArgumentTypeError(f"{kind} must be a finite number >= {minimum:g}, got {text!r}")
+        return value
+
+    return parse
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``report`` subcommand."""
+    parser = subparsers.add_parser(
+        "report",
+        help="aggregate energy and CO2eq over carbontracker logs, CSV/JSON-lines exports and OTLP JSON files",
+        description=(
+            "One aggregate over everything exported: carbontracker log directories, otel-joules CSV and JSON-lines "
+            "span exports, and OTLP JSON trace files (Collector file exporter, opentelemetry-exporter-otlp-json-file). "
+            "Per trace only the topmost spans carrying energy.joules are summed, so nested spans are not counted twice."
+        ),
+    )
+    parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (searched recursively)")
+    parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    parser.add_argument("--plot", metavar="FILE.png", help="write a PNG of energy per run and per epoch (needs matplotlib)")
+    carbon = parser.add_mutually_exclusive_group()
+    carbon.add_argument(
+        "--intensity",
+        type=_number("--intensity", 0.0),
+        metavar="G_PER_KWH",
+        help="carbon intensity in gCO2eq/kWh for every run (default: what each run recorded)",
+    )
+    carbon.add_argument(
+        "--country",
+        metavar="CODE",
+        help="ISO 3166 code: the offline yearly average for every run (default: what each run recorded, "
+        "else $OTEL_JOULES_COUNTRY, else the world average)",
+    )
+    parser.add_argument(
+        "--pue",
+        type=_number("--pue", 1.0),
+        help="power usage effectiveness for every run (default: what each run recorded, else 1.0)",
+    )
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Build the report, print it (text or JSON), list skipped inputs on stderr, plot if asked."""
+    report = build_report(args.paths, intensity_gco2eq_per_kwh=args.intensity, country=args.country, pue=args.pue)
+    for line in format_skipped(report):
+        print(line, file=sys.stderr)
+    if args.json:
+        print(json.dumps(report_dict(report), indent=2, allow_nan=False))
+    else:
+        print(format_report(report))
+    if not report.runs:
+        print("otel-joules report: nothing to report: no readable run in the paths given", file=sys.stderr)
+        return 1
+    if args.plot:
+        plot_report(report, args.plot)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0

@@ -1,0 +1,75 @@
+"""One aggregate over everything exported: carbontracker logs, CSV, JSON lines and OTLP JSON files.
+
+Used by ``otel-joules report PATH...``; as a library::
+
+    from otel_joules.report import build_report, format_report
+    report = build_report(["logs/", "spans.csv", "otlp.jsonl"], country="DK")
+    print(format_report(report))
+    print(report.total_joules, report.total_co2eq_grams)
+
+**Runs.** A run is a trace (all spans with one trace id, from any number of files; a span
+exported twice, e.g. to CSV and to OTLP, counts once) or a carbontracker log pair (standard
+and output log with the same name stem). Formats are recognised by content; see
+:mod:`otel_joules.report.readers`. Corrupt or unknown inputs are skipped, each with a
+:class:`Skipped` entry saying which and why.
+
+**Energy of a trace (no double counting).** Energy attributes are machine-level over a
+span's interval, so a nested span's energy is already inside its parent's. Per trace, only
+the *topmost* spans that carry ``energy.joules`` are summed: a span counts unless one of its
+ancestors in the trace also carries ``energy.joules``. For a training run that is the
+``training`` span alone, not its epochs. Several top-level spans of one trace (siblings,
+or spans whose common parent has no energy) are added, which overcounts when they ran at
+the same time; the run's notes say so.
+
+**Energy of a carbontracker run.** The standard log's epochs: average power of each
+component x epoch duration (IT energy). Logs written by carbontracker 2.x state a
+component's power as the mean over its devices; the report multiplies it by the number of
+devices (the sum is what the machine drew). A power of ``None`` counts as 0 W and the run's
+notes say how often.
+
+**kWh and CO2eq.** Per run, ``kWh = joules x PUE / 3.6e6`` and ``grams = kWh x intensity``:
+
+- PUE: ``--pue`` if given; else the run's own (carbontracker's PUE line, the spans'
+  ``carbon.pue``); else 1.0 (marked ``default``).
+- Intensity: ``--intensity`` or ``--country`` (offline yearly average) if given, for every
+  run; else the run's own (carbontracker's "Average carbon intensity", the spans'
+  ``carbon.intensity.gco2eq_per_kwh``, energy-weighted); else the spans' own
+  ``energy.co2eq.grams`` summed as they are (CSV and JSON-lines exports keep only
+  ``energy.*`` attributes); else :func:`otel_joules.carbon.resolve_carbon_intensity`
+  (``OTEL_JOULES_COUNTRY``, or the world average). ``intensity_source`` says which.
+
+Equivalents (km by car and more) are of the total, with their source figures.
+"""
+
+from otel_joules.report.aggregate import CarbonOptions, build_report
+from otel_joules.report.model import (
+    CarbonTrackerRun,
+    EpochSummary,
+    Report,
+    ReportError,
+    RunSummary,
+    Skipped,
+    SpanRow,
+)
+from otel_joules.report.plot import plot_report
+from otel_joules.report.readers import read_inputs
+from otel_joules.report.render import COUNTING_NOTE, format_report, format_skipped, report_dict, run_label
+
+__all__ = [
+    "COUNTING_NOTE",
+    "CarbonOptions",
+    "CarbonTrackerRun",
+    "EpochSummary",
+    "Report",
+    "ReportError",
+    "RunSummary",
+    "Skipped",
+    "SpanRow",
+    "build_report",
+    "format_report",
+    "format_skipped",
+    "plot_report",
+    "read_inputs",
+    "report_dict",
+    "run_label",
+]

@@ -1,0 +1,168 @@
+"""The values a report is made of: spans read from files, runs, skipped inputs, totals."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from otel_joules.carbon.equivalents import Equivalent
+from otel_joules.errors import OtelJoulesError
+
+#: Attribute values as read back from any export format.
+AttributeValue = object
+
+
+class ReportError(OtelJoulesError):
+    """The report cannot be made (nothing readable, a plot without matplotlib, an unwritable file)."""
+
+
+@dataclass(frozen=True)
+class SpanRow:
+    """One span read back from a CSV, JSON-lines or OTLP JSON file.
+
+    Attributes:
+        trace_id: 32 lowercase hex digits.
+        span_id: 16 lowercase hex digits.
+        parent_span_id: The parent's span id, or None for a root span.
+        name: The span's name.
+        start_unix_nano: Start, nanoseconds since the epoch (None if unknown).
+        end_unix_nano: End, nanoseconds since the epoch (None if unknown).
+        service_name: ``service.name`` of its resource, if known.
+        attributes: Its attributes (CSV and JSON lines hold only ``energy.*`` ones).
+        source: The file it was read from.
+    """
+
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    start_unix_nano: int | None
+    end_unix_nano: int | None
+    service_name: str | None
+    attributes: Mapping[str, AttributeValue]
+    source: str
+
+    def number(self, key: str) -> float | None:
+        """The attribute ``key`` as a finite float, or None when absent or not a finite number."""
+        value = self.attributes.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return None
+        number = float(value)
+        return number if number == number and number not in (float("inf"), float("-inf")) else None
+
+
+@dataclass(frozen=True)
+class CarbonTrackerRun:
+    """A carbontracker-format run (a standard log and its output log), as read.
+
+    Attributes:
+        stem: The common part of the two file names.
+        std_log: Path of the standard log.
+        output_log: Path of the output log.
+        software: Who wrote it (``carbontracker``, ``otel-joules``), from the version line.
+        pue: The PUE the log states.
+        average_intensity_g_per_kwh: The intensity the log states, if any.
+        devices: Component -> device names.
+        epochs: ``(epoch, duration_s, {component: watts tuple or None})`` per complete epoch.
+        logged_actual_kwh: The output log's actual consumption (kWh, with PUE), if any.
+        logged_actual_co2eq_grams: Its CO2eq, if any.
+        early_stop: The log says training was interrupted.
+    """
+
+    stem: str
+    std_log: str
+    output_log: str
+    software: str | None
+    pue: float | None
+    average_intensity_g_per_kwh: float | None
+    devices: Mapping[str, tuple[str, ...]]
+    epochs: tuple[tuple[int, float, Mapping[str, tuple[float, ...] | None]], ...]
+    logged_actual_kwh: float | None
+    logged_actual_co2eq_grams: float | None
+    early_stop: bool
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """An input (file, line, run or trace) left out of the report, and why."""
+
+    path: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class EpochSummary:
+    """Energy of one epoch of a run (IT energy, no PUE)."""
+
+    epoch: int
+    duration_s: float | None
+    joules: float
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """One run: a trace (spans from any export) or a carbontracker log pair.
+
+    Attributes:
+        run_id: Trace id, or the carbontracker log stem.
+        kind: ``trace`` or ``carbontracker``.
+        name: The root span's name, or ``carbontracker`` / ``otel-joules`` for logs.
+        service_name: ``service.name`` of the trace, if known.
+        sources: Files it was read from.
+        start_unix_nano: When it started, if known.
+        duration_s: Its length (trace: first start to last end; log: sum of epochs).
+        joules: IT energy in joules (see :mod:`otel_joules.report` for what is summed).
+        pue: PUE applied to ``energy_kwh`` and ``co2eq_grams``.
+        pue_origin: ``option`` (``--pue``), ``recorded`` (in the input) or ``default`` (1.0).
+        energy_kwh: ``joules x pue / 3.6e6``.
+        co2eq_grams: Grams of CO2eq.
+        intensity_gco2eq_per_kwh: The intensity behind ``co2eq_grams`` (None if unknown).
+        intensity_source: Where it came from: ``recorded``, ``recorded co2eq`` (the
+            spans' own ``energy.co2eq.grams``), or a :data:`otel_joules.carbon.SOURCES` name.
+        epochs: Per-epoch energy, where the input has epochs.
+        energy_source: ``measured``, ``estimate`` or ``mixed`` when the input says.
+        spans_counted: Spans whose ``energy.joules`` make up ``joules`` (0 for logs).
+        notes: Corrections and caveats for this run.
+    """
+
+    run_id: str
+    kind: str
+    name: str
+    service_name: str | None
+    sources: tuple[str, ...]
+    start_unix_nano: int | None
+    duration_s: float | None
+    joules: float
+    pue: float
+    pue_origin: str
+    energy_kwh: float
+    co2eq_grams: float
+    intensity_gco2eq_per_kwh: float | None
+    intensity_source: str
+    epochs: tuple[EpochSummary, ...] = ()
+    energy_source: str | None = None
+    spans_counted: int = 0
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every run found, what was skipped, and the totals.
+
+    Attributes:
+        runs: The runs, in the order their inputs were given (traces by start time).
+        skipped: Inputs left out, each with the reason.
+        total_joules: Sum of the runs' IT energy.
+        total_kwh: Sum of the runs' kWh (with each run's PUE).
+        total_co2eq_grams: Sum of the runs' CO2eq.
+        equivalents: ``total_co2eq_grams`` as km by car and more.
+        files_read: Files that contributed at least one run.
+    """
+
+    runs: tuple[RunSummary, ...]
+    skipped: tuple[Skipped, ...]
+    total_joules: float
+    total_kwh: float
+    total_co2eq_grams: float
+    equivalents: tuple[Equivalent, ...] = field(default_factory=tuple)
+    files_read: tuple[str, ...] = ()
