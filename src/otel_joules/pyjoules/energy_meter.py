@@ -267,8 +267,8 @@ class _SelectionCache:
         self._domains = domains
         self._what = what
         self._lock = threading.Lock()
-        self._selection: Optional[Selection] = None
-        self._devices: List[Device] = []
+        # (selection, its devices) in one attribute, so a reader never pairs one with the other's.
+        self._current: Optional[Tuple[Selection, List[Device]]] = None
         self._failed: Optional[str] = None
 
     def get(self, stacklevel: int) -> Tuple[Optional[Selection], List[Device]]:
@@ -286,18 +286,18 @@ class _SelectionCache:
                     stacklevel=stacklevel + 1,
                 )
             return None, []
-        selection = self._selection
-        if selection is not None and selection.meter is core:
-            return selection, self._devices
+        current = self._current
+        if current is not None and current[0].meter is core:
+            return current
         with self._lock:
-            if self._selection is None or self._selection.meter is not core:
+            current = self._current
+            if current is None or current[0].meter is not core:
                 selection = select_domains(self._domains, core)
-                self._devices = selection.devices()
-                self._selection = selection
+                current = self._current = (selection, selection.devices())
                 message = self._warning(selection)
                 if message:
                     warnings.warn(message, PyJoulesWarning, stacklevel=stacklevel + 1)
-            return self._selection, self._devices
+            return current
 
     def _warning(self, selection: Selection) -> Optional[str]:
         if not selection.domains:

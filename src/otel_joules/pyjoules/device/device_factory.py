@@ -16,7 +16,7 @@ from otel_joules.pyjoules.device.domain import Domain
 from otel_joules.pyjoules.device.meter_device import MeterDevice
 from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDevice
 from otel_joules.pyjoules.device.rapl_device import RaplDevice
-from otel_joules.pyjoules.exception import DomainTypeError, NoSuchDomainError
+from otel_joules.pyjoules.exception import DomainTypeError, NoSuchDeviceError, NoSuchDomainError  # noqa: F401 - pyJoules' names
 
 if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter as CoreEnergyMeter

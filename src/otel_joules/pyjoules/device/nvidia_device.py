@@ -24,7 +24,7 @@ from typing import Any
 
 from otel_joules.pyjoules.device.device import Device
 from otel_joules.pyjoules.device.domain import Domain
-from otel_joules.pyjoules.exception import DomainTypeError, PyJoulesException
+from otel_joules.pyjoules.exception import DomainTypeError, NoSuchDeviceError, PyJoulesException  # noqa: F401 - pyJoules' names
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -14,9 +14,9 @@ import operator
 from dataclasses import dataclass
 from typing import Any, ClassVar, Dict
 
-from otel_joules.pyjoules.device.device import Device
+from otel_joules.pyjoules.device.device import Device, NotConfiguredDeviceException  # noqa: F401 - pyJoules' names
 from otel_joules.pyjoules.device.domain import Domain
-from otel_joules.pyjoules.exception import DomainTypeError
+from otel_joules.pyjoules.exception import DomainTypeError, NoSuchDeviceError  # noqa: F401 - pyJoules' names
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -16,7 +16,7 @@ import pandas
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
 from otel_joules.pyjoules.exception import PyJoulesException
 from otel_joules.pyjoules.handler.csv_handler import BASE_COLUMNS, domain_columns
-from otel_joules.pyjoules.handler.handler import EnergyHandler
+from otel_joules.pyjoules.handler.handler import EnergyHandler, UnconsistantSamplesError  # noqa: F401 - pyJoules' names
 
 
 class NoSampleProcessedError(PyJoulesException):
