@@ -586,7 +586,7 @@ class CarbonTracker:
         want_cpu = "cpu" in self._component_names and "cpu" not in simulated
         return EnergyMeter(
             sysfs_root=sysfs_root,
-            gpus=(gpus if gpus is not None else None) if want_gpu else [],
+            gpus=gpus if want_gpu else [],
             devices_by_pid=self.devices_by_pid,
             host=want_cpu,
         )
