@@ -399,15 +399,23 @@ def run(args: argparse.Namespace) -> int:
             result = _run_measured(args, command, name, meter, provider, telemetry, intensity, pue, ownership)
             if telemetry is not None:
                 telemetry.shutdown()
+            # Still capturing: an export that overran its bound may log from its thread now.
+            _print_summary(args, result, telemetry, report)
     finally:
         meter.close()
-    if not args.quiet:
-        for line in summary_lines(result, telemetry):
-            print(line, file=sys.stderr)
+    return result.exit_code
+
+
+def _print_summary(args: argparse.Namespace, result: RunResult, telemetry: Telemetry | None, report: DeliveryReport) -> None:
+    lines = [] if args.quiet else summary_lines(result, telemetry)
     failed = failure_line(report)
     if failed is not None:
-        print(failed, file=sys.stderr)
-    return result.exit_code
+        lines.append(failed)
+    try:
+        for line in lines:
+            print(line, file=sys.stderr)
+    except (OSError, ValueError):
+        pass  # standard error is gone (closed terminal): the exit code still tells
 
 
 class _maybe_capture:  # noqa: N801 - a context manager

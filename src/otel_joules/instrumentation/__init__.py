@@ -19,8 +19,8 @@ What else it does:
 - **Joins the parent's trace.** When ``TRACEPARENT`` is set (``otel-joules run`` sets it
   for the command it runs), the context it carries becomes current in the main thread,
   so spans started there without an explicit parent belong to that trace.
-- **Last metrics before exit.** At exit it flushes the meter provider while the energy
-  meter is still open, so the final ``hw.energy`` values are exported.
+- **Last metrics at exit.** The SDK's final collection at exit reads the counters live
+  and fresh, so the last ``hw.energy`` values include everything the app spent.
 - Job resource attributes (``host.name``, Slurm, torchrun) come from the SDK's resource
   detection: set ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=otel_joules``.
 
@@ -36,19 +36,16 @@ import logging
 from typing import Any, Collection
 
 from opentelemetry import context as otel_context
-from opentelemetry import metrics
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from otel_joules.delivery.context import attach_environment_context
 from otel_joules.delivery.hosts import HostOwnership, host_owner
 from otel_joules.delivery.setup import expire_metric_snapshot
 from otel_joules.errors import OtelJoulesError
+from otel_joules.meter.registry import default_registry
 from otel_joules.tracing.instrument import Instrumentation, instrument
 
 _log = logging.getLogger("otel_joules")
-
-#: Longest wait for the last metric export at exit, in milliseconds.
-EXIT_FLUSH_TIMEOUT_MILLIS = 10_000
 
 _METER_OPTION_KEYS = ("sysfs_root", "gpus", "devices_by_pid", "estimate", "host")
 
@@ -63,7 +60,7 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._ownership: HostOwnership | None = None
             self._context_token: object | None = None
             self._exit_hook: Any = None
-            self._meter_provider: Any = None
+            self._registry_close_unregistered = False
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """None: energy needs no instrumented library."""
@@ -98,33 +95,39 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if kwargs.get("join_parent_trace", True):
             self._context_token = attach_environment_context()
         if self._handle.metrics is not None:
-            self._meter_provider = kwargs.get("meter_provider") or metrics.get_meter_provider()
-            # atexit runs hooks last-registered-first: this one was registered after the
-            # shared energy meter's close hook and the SDK's shutdown hook, so it runs
-            # before both, while the meter can still be read.
-            self._exit_hook = self._flush_metrics_at_exit
-            atexit.register(self._exit_hook)
+            self._arrange_final_collection()
 
-    def _flush_metrics_at_exit(self) -> None:
+    def _arrange_final_collection(self) -> None:
+        """Make the SDK's last metric collection at exit read live, fresh counters.
+
+        At exit the SDK's meter provider collects and exports once more. Two things
+        would spoil that collection: the shared energy meter's own exit hook, which was
+        registered after the SDK's (atexit runs hooks last-registered-first) and would
+        close the counters before the SDK reads them; and the metric instruments'
+        half-second snapshot cache, which would report values up to that old. So the
+        meter is left open at exit (the operating system releases its files; nothing is
+        lost), and a hook registered now, which runs before the SDK's, expires the cache.
+        """
         handle = self._handle
-        if handle is None or handle.metrics is None or not handle.active:
-            return
-        try:
+        registry = default_registry()
+        if handle is not None and registry.peek() is handle.energy_meter:
+            atexit.unregister(registry.close)
+            self._registry_close_unregistered = True
+        self._exit_hook = self._expire_snapshot_at_exit
+        atexit.register(self._exit_hook)
+
+    def _expire_snapshot_at_exit(self) -> None:
+        handle = self._handle
+        if handle is not None and handle.metrics is not None and handle.active:
             expire_metric_snapshot(handle.metrics)
-            force_flush = getattr(self._meter_provider, "force_flush", None)
-            if force_flush is not None:
-                force_flush(timeout_millis=EXIT_FLUSH_TIMEOUT_MILLIS)
-        except Exception as exc:  # noqa: BLE001 - exiting must not fail because of metrics
-            _log.debug("otel-joules: final metric flush failed: %s", exc)
-        finally:
-            # The SDK collects once more at its own shutdown, after the meter is closed:
-            # report nothing then rather than warnings about closed counters.
-            handle.metrics.enabled = False
 
     def _uninstrument(self, **kwargs: Any) -> None:
         if self._exit_hook is not None:
             atexit.unregister(self._exit_hook)
             self._exit_hook = None
+        if self._registry_close_unregistered:
+            atexit.register(default_registry().close)
+            self._registry_close_unregistered = False
         if self._context_token is not None:
             try:
                 otel_context.detach(self._context_token)  # type: ignore[arg-type]
@@ -135,7 +138,6 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._handle.uninstrument()
             self._handle = None
         self._ownership = None
-        self._meter_provider = None
 
 
 __all__ = ["EnergyInstrumentor"]
