@@ -20,7 +20,7 @@ from otel_joules.meter.meter import EnergyMeter as CoreEnergyMeter
 from otel_joules.pyjoules.device.rapl_device import RaplPackageDomain
 from otel_joules.pyjoules.energy_meter import EnergyContext, measure_energy
 from otel_joules.pyjoules.energy_trace import EnergyTrace
-from otel_joules.pyjoules.exception import DomainTypeError, PyJoulesWarning
+from otel_joules.pyjoules.exception import DomainTypeError, HandlerTypeError, PyJoulesWarning
 from otel_joules.pyjoules.handler import EnergyHandler
 from otel_joules.pyjoules.handler.pandas_handler import PandasHandler
 from powercap_fake import FakePowercap
@@ -101,11 +101,15 @@ def test_broken_configuration_runs_unmeasured_with_the_error(monkeypatch: pytest
         assert measure_energy(handler=EnergyHandler())(lambda: 7)() == 7
 
 
-def test_not_a_domain_is_refused_when_decorating() -> None:
+def test_not_a_domain_or_handler_is_refused_when_decorating() -> None:
     with pytest.raises(DomainTypeError, match=r"domains entry 'package_0' is not a domain; use RaplPackageDomain\(0\)"):
         measure_energy(domains=["package_0"])  # type: ignore[list-item]
     with pytest.raises(DomainTypeError, match="must be a list of domains"):
         EnergyContext(domains=RaplPackageDomain(0))  # type: ignore[arg-type]
+    with pytest.raises(HandlerTypeError, match=r"handler='result.csv' is not an energy handler.*CSVHandler\('result.csv'\)"):
+        measure_energy(handler="result.csv")  # type: ignore[arg-type]
+    with pytest.raises(HandlerTypeError):
+        EnergyContext(handler=None)  # type: ignore[arg-type]
 
 
 class Boom(Exception):

@@ -56,7 +56,7 @@ from otel_joules.pyjoules.device import Device, Domain
 from otel_joules.pyjoules.device.device import joules_to_microjoules
 from otel_joules.pyjoules.device.device_factory import DeviceFactory, Selection, check_domains, select_domains
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
-from otel_joules.pyjoules.exception import PyJoulesException, PyJoulesWarning
+from otel_joules.pyjoules.exception import HandlerTypeError, PyJoulesException, PyJoulesWarning
 from otel_joules.pyjoules.handler import EnergyHandler, PrintHandler
 
 _log = logging.getLogger("otel_joules.pyjoules")
@@ -319,6 +319,15 @@ class _SelectionCache:
         return None
 
 
+def _check_handler(handler: EnergyHandler) -> EnergyHandler:
+    if not callable(getattr(handler, "process", None)):
+        raise HandlerTypeError(
+            f"handler={handler!r} is not an energy handler (it has no process(trace) method); use PrintHandler(), "
+            "CSVHandler('result.csv'), PandasHandler(), MongoHandler(...) or a subclass of EnergyHandler"
+        )
+    return handler
+
+
 def _handle(handler: EnergyHandler, trace: EnergyTrace, what: str) -> None:
     try:
         handler.process(trace)
@@ -366,8 +375,10 @@ def measure_energy(
 
     Raises:
         DomainTypeError: ``domains`` holds something that is not a domain (at decoration).
+        HandlerTypeError: ``handler`` has no ``process(trace)`` method (at decoration).
     """
     checked = check_domains(domains)
+    _check_handler(handler)
 
     def decorator(function: F) -> F:
         tag = function.__name__
@@ -442,6 +453,7 @@ class EnergyContext:
 
     Raises:
         DomainTypeError: ``domains`` holds something that is not a domain.
+        HandlerTypeError: ``handler`` has no ``process(trace)`` method.
     """
 
     def __init__(
@@ -450,7 +462,7 @@ class EnergyContext:
         domains: Optional[Sequence[Domain]] = None,
         start_tag: str = "start",
     ) -> None:
-        self.handler = handler
+        self.handler = _check_handler(handler)
         self.start_tag = start_tag
         self._selections = _SelectionCache(check_domains(domains), "the EnergyContext block")
         #: The meter of the innermost active ``with`` block (pyJoules' attribute).

@@ -38,8 +38,12 @@ class DomainTypeError(PyJoulesException, ConfigurationError):
     """``domains=`` holds something that is not a pyJoules domain object; raised when decorating."""
 
 
+class HandlerTypeError(PyJoulesException, ConfigurationError):
+    """``handler=`` is not an energy handler (it has no ``process(trace)``); raised when decorating."""
+
+
 class PyJoulesWarning(UserWarning):
     """Some or all requested domains cannot be measured: the code still runs, the message says why."""
 
 
-__all__ = ["DomainTypeError", "NoSuchDeviceError", "NoSuchDomainError", "PyJoulesException", "PyJoulesWarning"]
+__all__ = ["DomainTypeError", "HandlerTypeError", "NoSuchDeviceError", "NoSuchDomainError", "PyJoulesException", "PyJoulesWarning"]

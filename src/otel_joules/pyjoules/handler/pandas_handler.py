@@ -13,7 +13,7 @@ from typing import Iterable, List
 
 import pandas
 
-from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
+from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace  # noqa: F401 - pyJoules' names
 from otel_joules.pyjoules.exception import PyJoulesException
 from otel_joules.pyjoules.handler.csv_handler import BASE_COLUMNS, domain_columns
 from otel_joules.pyjoules.handler.handler import EnergyHandler, UnconsistantSamplesError  # noqa: F401 - pyJoules' names
@@ -38,10 +38,6 @@ def trace_to_dataframe(trace: Iterable[EnergySample]) -> pandas.DataFrame:
 
 class PandasHandler(EnergyHandler):
     """Collects traces in memory; :meth:`get_dataframe` returns them as one DataFrame."""
-
-    def process(self, trace: EnergyTrace) -> None:
-        """Keep ``trace`` (thread-safe)."""
-        super().process(trace)
 
     def get_dataframe(self) -> pandas.DataFrame:
         """Every sample received so far (columns: module docstring).
