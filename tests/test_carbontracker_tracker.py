@@ -227,7 +227,11 @@ def test_our_logs_read_back_by_our_parser(tmp_path, powercap) -> None:
     kwh, grams, equivalents = our_parser.aggregate_consumption(tmp_path / "logs")
     assert kwh == pytest.approx(result.actual.energy_kwh, abs=1e-12)
     assert grams == pytest.approx(result.actual.co2eq_grams, abs=1e-12)
-    log = our_parser.parse_standard_log(result.std_log.read_text())
+    text = result.std_log.read_text()
+    (root,) = [s for s in tracker.spans if s.name == "training"]
+    assert result.trace_id == format(root.context.trace_id, "032x")
+    assert f" - OpenTelemetry trace_id {result.trace_id}: " in text
+    log = our_parser.parse_standard_log(text)
     assert log.software == "otel-joules"
     assert log.pue == PUE
     assert log.average_intensity_g_per_kwh == 250.0

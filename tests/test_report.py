@@ -317,8 +317,13 @@ def test_tracker_spans_and_logs_report_the_trackers_numbers(tmp_path) -> None:
     provider.shutdown()
     actual = tracker.actual
     report = build_report([tmp_path / "out"])
-    (span_run,) = [r for r in report.runs if r.kind == "trace"]
-    (log_run,) = [r for r in report.runs if r.kind == "carbontracker"]
+    # The log names the trace: one training, counted once (from its spans).
+    (span_run,) = report.runs
+    assert span_run.kind == "trace" and span_run.run_id == tracker.result.trace_id
+    (same,) = report.skipped
+    assert same.path == str(tracker.result.std_log)
+    assert same.reason == f"same training as trace {span_run.run_id}, whose spans are counted instead"
+    (log_run,) = build_report([tmp_path / "out" / "logs"]).runs
     assert span_run.joules == pytest.approx(actual.energy_joules, rel=1e-12) == pytest.approx(225.0)
     assert span_run.energy_kwh == pytest.approx(actual.energy_kwh, rel=1e-12)
     assert span_run.co2eq_grams == pytest.approx(actual.co2eq_grams, rel=1e-12)

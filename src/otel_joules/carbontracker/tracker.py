@@ -154,6 +154,8 @@ ATTR_DURATION_S = "training.duration_s"
 ATTR_ENERGY_KWH = "energy.kwh"
 EVENT_PREDICTION = "training.prediction"
 SPAN_TRAINING = "training"
+#: Standard-log line naming the run's trace (followed by 32 hex digits).
+TRACE_ID_LOG_PREFIX = "OpenTelemetry trace_id "
 SPAN_EPOCH = "epoch"
 
 
@@ -271,6 +273,7 @@ class TrackerResult:
         error: Why monitoring stopped on a failure, or None.
         std_log: The standard log file, when ``log_dir`` was given.
         output_log: The output log file, when ``log_dir`` was given.
+        trace_id: The ``training`` span's trace id (32 hex digits), once it has started.
     """
 
     actual: Consumption | None
@@ -281,6 +284,7 @@ class TrackerResult:
     error: str | None = None
     std_log: Path | None = None
     output_log: Path | None = None
+    trace_id: str | None = None
 
 
 # -------------------------------------------------------------------------- validation
@@ -557,6 +561,7 @@ class CarbonTracker:
         self._actual: Consumption | None = None
         self._predicted: Consumption | None = None
         self._early_stop = False
+        self._trace_id: str | None = None
         self._error: str | None = None
         self._writer: CarbonTrackerLogWriter | None = None
         self._meter: EnergyMeter | None = None
@@ -744,6 +749,7 @@ class CarbonTracker:
             error=self._error,
             std_log=writer.std_log_path if writer is not None else None,
             output_log=writer.output_log_path if writer is not None else None,
+            trace_id=self._trace_id,
         )
 
     @property
@@ -807,6 +813,10 @@ class CarbonTracker:
                 attributes={ATTR_EPOCHS_PLANNED: self.epochs},
             )
             self._state = "running"
+            self._trace_id = format(self._root_span.get_span_context().trace_id, "032x")
+            # Names the trace in the log, so `otel-joules report` counts a run whose spans
+            # and logs it is given only once. Both parsers ignore this line.
+            self._info(f"{TRACE_ID_LOG_PREFIX}{self._trace_id}: the training and epoch spans of this run.")
         self._epoch_counter += 1
         self._epoch_span = self._tracer.start_span(
             SPAN_EPOCH,

@@ -13,6 +13,11 @@ and output log with the same name stem). Formats are recognised by content; see
 :mod:`otel_joules.report.readers`. Corrupt or unknown inputs are skipped, each with a
 :class:`Skipped` entry saying which and why.
 
+A log pair written by :class:`otel_joules.carbontracker.tracker.CarbonTracker` names its
+trace (``OpenTelemetry trace_id ...`` in the standard log); when that trace's spans are among
+the inputs too, the run is counted once, from the spans, and the log pair is listed as
+skipped with that reason.
+
 **Energy of a trace (no double counting).** Energy attributes are machine-level over a
 span's interval, so a nested span's energy is already inside its parent's. Per trace, only
 the *topmost* spans that carry ``energy.joules`` are summed: a span counts unless one of its

@@ -325,8 +325,19 @@ def build_report(
     intensities = _Intensities(CarbonOptions(intensity_gco2eq_per_kwh, country, pue))
     inputs = read_inputs(paths)
     skipped = list(inputs.skipped)
-    runs = [_carbontracker_summary(run, intensities) for run in inputs.carbontracker_runs]
-    runs += _span_runs(inputs.spans, intensities, skipped)
+    span_runs = _span_runs(inputs.spans, intensities, skipped)
+    traced = {run.run_id for run in span_runs}
+    runs = []
+    for log in inputs.carbontracker_runs:
+        if log.trace_id is not None and log.trace_id in traced:
+            # The same training, exported as spans too: count it once, from the spans
+            # (exact durations rather than the log's centiseconds).
+            skipped.append(
+                Skipped(log.std_log, f"same training as trace {log.trace_id}, whose spans are counted instead")
+            )
+            continue
+        runs.append(_carbontracker_summary(log, intensities))
+    runs += span_runs
     total_joules = sum(r.joules for r in runs)
     total_kwh = sum(r.energy_kwh for r in runs)
     total_co2 = sum(r.co2eq_grams for r in runs)

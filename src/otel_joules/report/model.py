@@ -67,6 +67,7 @@ class CarbonTrackerRun:
         logged_actual_kwh: The output log's actual consumption (kWh, with PUE), if any.
         logged_actual_co2eq_grams: Its CO2eq, if any.
         early_stop: The log says training was interrupted.
+        trace_id: The trace of the same run, when an otel-joules tracker wrote the log.
     """
 
     stem: str
@@ -80,6 +81,7 @@ class CarbonTrackerRun:
     logged_actual_kwh: float | None
     logged_actual_co2eq_grams: float | None
     early_stop: bool
+    trace_id: str | None = None
 
 
 @dataclass(frozen=True)

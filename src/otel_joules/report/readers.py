@@ -48,6 +48,8 @@ MAX_LINE_MESSAGES = 3
 _HEX_TRACE = re.compile(r"^[0-9a-f]{32}$")
 _HEX_SPAN = re.compile(r"^[0-9a-f]{16}$")
 _CARBONTRACKER_SUFFIXES = (OUTPUT_LOG_SUFFIX, STD_LOG_SUFFIX, ERR_LOG_SUFFIX)
+# What otel_joules.carbontracker.tracker writes (TRACE_ID_LOG_PREFIX) when the run starts.
+_TRACE_ID_RE = re.compile(r" - OpenTelemetry trace_id ([0-9a-f]{32})\b")
 
 
 @dataclass
@@ -168,6 +170,7 @@ def _read_carbontracker_dir(directory: Path, stems: set[str] | None, inputs: Inp
                 logged_actual_kwh=actual["energy (kWh)"] if actual else None,
                 logged_actual_co2eq_grams=actual["co2eq (g)"] if actual else None,
                 early_stop=std.early_stop,
+                trace_id=match.group(1) if (match := _TRACE_ID_RE.search(std_text)) else None,
             )
         )
         inputs.files_read.extend([pair.std_log, pair.output_log])
