@@ -111,7 +111,9 @@ def demo(requests: list[str]) -> int:
         for path in requests:
             url = f"http://127.0.0.1:{server.server_address[1]}{path}"
             with urllib.request.urlopen(url, timeout=30) as response:
-                print(f"GET {path} -> {response.status} {response.read().decode()}", flush=True)
+                # One write per line: the server thread prints span lines at the same time.
+                sys.stdout.write(f"GET {path} -> {response.status} {response.read().decode()}\n")
+                sys.stdout.flush()
                 failures += response.status != 200
     finally:
         server.shutdown()
