@@ -202,3 +202,13 @@ def test_a_failing_handler_cannot_replace_the_result(shared_meter: CoreEnergyMet
         assert measure_energy(handler=Broken())(lambda: "value")() == "value"
     assert "the handler" in caplog.text and "failed on the measurement of <lambda>()" in caplog.text
     assert "disk on fire" in caplog.text
+
+
+def test_handler_subclass_written_for_pyjoules_without_base_init(powercap: FakePowercap, shared_meter: CoreEnergyMeter) -> None:
+    class Legacy(EnergyHandler):
+        def __init__(self) -> None:  # pyJoules-era code that never called EnergyHandler.__init__
+            self.traces = []
+
+    handler = Legacy()
+    measure_energy(handler=handler, domains=[RaplPackageDomain(0)])(lambda: powercap.zones["package_0"].advance_uj(5))()
+    assert energies(handler) == [5.0]

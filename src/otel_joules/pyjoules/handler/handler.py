@@ -55,6 +55,9 @@ class EnergyHandler:
 
     #: Whether :meth:`save_data` runs at interpreter exit for traces still held.
     flushes_at_exit: bool = False
+    #: Fallback for subclasses written for pyJoules that do not call ``EnergyHandler.__init__``;
+    #: every properly initialised handler has its own.
+    _lock: "threading.RLock" = threading.RLock()  # type: ignore[valid-type]
 
     def __init__(self) -> None:
         self.traces: List[EnergyTrace] = []
