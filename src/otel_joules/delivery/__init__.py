@@ -4,7 +4,8 @@
   ``--exporter`` specs), with exports that never hang or fail the caller
   (:func:`telemetry_from_env`).
 - :mod:`.hosts`: which process of a host reports the host's CPU and memory
-  (:func:`host_owner`, ``OTEL_JOULES_HOST_DOMAINS=auto|always|never``).
+  (:func:`host_owner`, ``OTEL_JOULES_HOST_DOMAINS=auto|always|never``), and what a
+  wrapper tells the command it runs (:func:`command_environment`).
 - :mod:`.resource`: ``host.name``, Slurm and torchrun resource attributes
   (:class:`JobResourceDetector`).
 - :mod:`.context`: the W3C trace context through ``TRACEPARENT``/``TRACESTATE``.
@@ -16,27 +17,29 @@ Host-level domains (RAPL ``package_N``/``dram_N``/``psys``, or the ``cpu_estimat
 ``memory_estimate`` estimates) measure a whole host; GPU domains measure one GPU.
 With :func:`host_owner` electing one process per host, each host's CPU and memory
 energy is reported by exactly one process, and each GPU by the process that uses it
-(the GPUs in its ``CUDA_VISIBLE_DEVICES``). Every data point carries the resource
+(the GPUs in its ``CUDA_VISIBLE_DEVICES``). Spans and data points carry the resource
 attributes ``host.name``, ``service.name``, ``slurm.job.id``, ``slurm.procid``,
-``torchrun.rank``, ... So:
+``torchrun.rank``, ... (always under ``otel-joules run``; under ``opentelemetry-instrument``
+with ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=otel_joules``). So:
 
 - **Energy of a job** = the sum of ``hw.host.energy`` over every process of the job
   (group by ``slurm.job.id`` or ``service.name``): per host, the owner's value holds
   CPU + memory + its GPUs, every other process's value holds only its GPUs, so nothing
-  is counted twice. Equivalently, the sum of ``hw.energy`` over the domains that are not
-  inside another (``package``, ``dram``, GPUs; not ``core``/``uncore``, which are inside
-  their package).
+  is counted twice. Equivalently, the sum of ``hw.energy`` over the domains that add to
+  ``energy.joules`` (``package``, ``dram``, GPUs; not ``core``/``uncore``, which are inside
+  their package, nor ``psys`` where a package exists).
 - **Energy of a host** = the same sum restricted to one ``host.name``.
 - **Per device** (``hw.energy`` by ``host.name`` and ``hw.id``): one series per
   device and host; ``hw.id`` is unique on a host only, so always group by ``host.name`` too.
-- **Spans** measure the energy of their host (CPU, memory) and of their process's GPUs
-  during the span. Spans of different processes on one host overlap in the host-level
-  part only in the owner's spans: a non-owner's spans carry its GPUs' energy alone. Add up
-  spans across processes only per GPU, or take the host part from the owner's spans.
-- ``otel-joules run`` measures the whole command as one root span. An instrumented
-  program it wraps measures again, inside it: as with nested spans, the wrapper's span
-  contains its children's, and their ``hw.*`` metrics repeat the wrapper's. Sum one
-  layer, not both.
+- **Spans**: the owner's spans carry the host's CPU and memory energy during the span
+  plus its GPUs'; every other process's spans carry its GPUs' energy only. Spans of one
+  process overlap when they nest or run concurrently (each gets everything spent during
+  its interval), so add up root spans, or one span name, never parents and children.
+- **Layers**: ``otel-joules run`` measures the whole command as one root span. An
+  instrumented program inside it measures again (inside its own election, see
+  :func:`command_environment`): as with nested spans, the wrapper's span contains its
+  children's, and the children's ``hw.*`` metrics repeat the wrapper's. Sum one layer,
+  not both.
 
 Caveat: GPUs are attributed through ``CUDA_VISIBLE_DEVICES``. When every worker sees every
 GPU (torchrun's default, each worker picking ``cuda:LOCAL_RANK`` itself), every worker
