@@ -10,10 +10,9 @@ the same thing.
 No double measurement: if the user also ran ``otel_joules.instrument()``, its
 :class:`~otel_joules.EnergySpanProcessor` would take its own closing snapshot and
 overwrite these attributes with a second, slightly different measurement. Our spans
-are therefore ended through the SDK's own ``Span.end`` (the processor's per-span
-wrapper is skipped) after our attributes are set, and the processor's
-``on_measurement`` hook (carbon and other extras) is called with our measurement. The
-processor's opening snapshot still happens; it is its only cost.
+are therefore ended with :func:`otel_joules.tracing.end_span_with_measurement`, which
+hands the processor our measurement (its ``on_measurement`` hook included) instead.
+The processor's opening snapshot still happens; it is its only cost.
 
 Without an SDK provider (the API's no-op default) nothing here runs.
 """
@@ -21,15 +20,14 @@ Without an SDK provider (the API's no-op default) nothing here runs.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from opentelemetry import trace
 from opentelemetry.trace import Span, Tracer
 
 from otel_joules._version import __version__
 from otel_joules.meter.meter import EnergyMeasurement
-from otel_joules.tracing.attributes import measurement_attributes
-from otel_joules.tracing.processor import EnergySpanProcessor
+from otel_joules.tracing.processor import end_span_with_measurement
 
 _log = logging.getLogger("otel_joules.pyjoules")
 
@@ -43,14 +41,6 @@ def sdk_tracer() -> "tuple[Any, Tracer] | None":
     if not hasattr(provider, "add_span_processor"):
         return None
     return provider, provider.get_tracer(TRACER_NAME, __version__)
-
-
-def _energy_processors(provider: Any) -> Iterator[EnergySpanProcessor]:
-    """The enabled energy processors registered on ``provider`` (SDK internals; none if they differ)."""
-    multi = getattr(provider, "_active_span_processor", None)
-    for processor in getattr(multi, "_span_processors", ()):
-        if isinstance(processor, EnergySpanProcessor) and processor.enabled:
-            yield processor
 
 
 class SpanHandle:
@@ -73,24 +63,10 @@ class SpanHandle:
 
     def end(self, measurement: Optional[EnergyMeasurement]) -> None:
         """Set the energy attributes of ``measurement`` (if it measured anything) and end the span."""
-        span = self.span
-        if measurement is None or not measurement.joules_by_domain:
-            span.end()
+        if measurement is None:
+            self.span.end()
             return
-        try:
-            span.set_attributes(measurement_attributes(measurement))
-            for processor in _energy_processors(self.provider):
-                hook = getattr(processor, "_on_measurement", None)
-                if hook is not None:
-                    hook(span, measurement)
-        except Exception as exc:  # noqa: BLE001 - the span must end whatever happens
-            _log.warning("otel-joules: could not put energy attributes on span %r: %s", getattr(span, "name", "?"), exc)
-        wrapper = getattr(span, "__dict__", {}).get("end")
-        if wrapper is not None and getattr(wrapper, "__qualname__", "").startswith(EnergySpanProcessor.__name__ + "."):
-            # The processor's wrapper would measure this span a second time: end it directly.
-            type(span).end(span)
-        else:
-            span.end()
+        end_span_with_measurement(self.span, measurement)
 
 
 __all__ = ["SpanHandle", "TRACER_NAME", "sdk_tracer"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Callable
+from typing import Any, Callable
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -65,26 +65,14 @@ class EnergySpanProcessor(SpanProcessor):
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
             self._report_failure(exc)
             return
-        span_ref = weakref.ref(span)
-        # The class's function, not the bound method: a bound method would hold the span
-        # strongly and make span -> wrapper -> span a cycle.
-        original_end = type(span).end
-        processor_ref = weakref.ref(self)
+        span.end = _MeasuringEnd(span, self, meter, start)  # type: ignore[method-assign]
 
-        def end(end_time: int | None = None) -> None:
-            live_span = span_ref()
-            if live_span is None:
-                return
-            processor = processor_ref()
-            if processor is not None and processor.enabled and live_span.end_time is None:
-                processor._finish(live_span, meter, start)
-            original_end(live_span, end_time)
-
-        span.end = end  # type: ignore[method-assign]
-
-    def _finish(self, span: Span, meter: EnergyMeter, start: EnergySnapshot) -> None:
+    def _finish(
+        self, span: Span, meter: EnergyMeter, start: EnergySnapshot, measurement: EnergyMeasurement | None
+    ) -> None:
         try:
-            measurement = meter.measure(start, meter.snapshot())
+            if measurement is None:
+                measurement = meter.measure(start, meter.snapshot())
             if not measurement.joules_by_domain:
                 return
             span.set_attributes(measurement_attributes(measurement))
@@ -108,3 +96,49 @@ class EnergySpanProcessor(SpanProcessor):
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Nothing is buffered here."""
         return True
+
+
+class _MeasuringEnd:
+    """Stands in for one span's ``end``: measures, sets the attributes, then really ends it.
+
+    Holds its span and processor weakly (a strong reference would make span -> end ->
+    span a cycle) and calls the span class's own ``end`` function.
+    """
+
+    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_start", "_original_end")
+
+    def __init__(self, span: Span, processor: EnergySpanProcessor, meter: EnergyMeter, start: EnergySnapshot) -> None:
+        self._span_ref = weakref.ref(span)
+        self._processor_ref = weakref.ref(processor)
+        self._meter = meter
+        self._start = start
+        self._original_end = type(span).end
+
+    def __call__(self, end_time: int | None = None) -> None:
+        self._end(None, end_time)
+
+    def _end(self, measurement: EnergyMeasurement | None, end_time: int | None) -> None:
+        span = self._span_ref()
+        if span is None:
+            return
+        processor = self._processor_ref()
+        if processor is not None and processor.enabled and span.end_time is None:
+            processor._finish(span, self._meter, self._start, measurement)
+        self._original_end(span, end_time)
+
+
+def end_span_with_measurement(span: Any, measurement: EnergyMeasurement, end_time: int | None = None) -> None:
+    """End ``span`` carrying ``measurement``, taken by the caller, instead of a second measurement.
+
+    For adapters that measure an interval themselves (the pyJoules API hands the same
+    numbers to its handlers): the span gets exactly those energy attributes, and an
+    :class:`EnergySpanProcessor` on the span's provider uses them, hooks included,
+    rather than reading the counters again.
+    """
+    end = getattr(span, "__dict__", {}).get("end")
+    if isinstance(end, _MeasuringEnd):
+        end._end(measurement, end_time)
+        return
+    if measurement.joules_by_domain and span.is_recording():
+        span.set_attributes(measurement_attributes(measurement))
+    span.end(end_time)
