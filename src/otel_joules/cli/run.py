@@ -100,8 +100,8 @@ def register(subparsers: Any) -> None:
         "run",
         help="run a command and measure its energy as one OpenTelemetry span",
         description=(
-            "Run CMD as a child process and measure it as one root span (energy, carbon, exit code), "
-            "exported by the standard OTEL_* variables or --exporter, with the hw.* energy metrics. "
+            "Run CMD as a child process and measure it as one root span (energy, carbon, exit code),\n"
+            "exported by the standard OTEL_* variables or --exporter, with the hw.* energy metrics.\n"
             "The child gets TRACEPARENT, so its own spans join the trace. Exits with the child's exit code."
         ),
         epilog=(
