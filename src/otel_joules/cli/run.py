@@ -36,6 +36,7 @@ long: they are reported in one line.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import shutil
@@ -383,7 +384,7 @@ def run(args: argparse.Namespace) -> int:
     meter = EnergyMeter(sysfs_root=args.sysfs_root, **ownership.meter_options())
     telemetry: Telemetry | None = None
     try:
-        with _maybe_capture(report, not args.verbose):
+        with contextlib.nullcontext() if args.verbose else capture_sdk_logs(report):
             if _sdk_disabled():
                 provider = TracerProvider(resource=build_resource(args.service_name, default_service_name=name))
             else:
@@ -416,19 +417,6 @@ def _print_summary(args: argparse.Namespace, result: RunResult, telemetry: Telem
             print(line, file=sys.stderr)
     except (OSError, ValueError):
         pass  # standard error is gone (closed terminal): the exit code still tells
-
-
-class _maybe_capture:  # noqa: N801 - a context manager
-    def __init__(self, report: DeliveryReport, enabled: bool) -> None:
-        self._inner = capture_sdk_logs(report) if enabled else None
-
-    def __enter__(self) -> None:
-        if self._inner is not None:
-            self._inner.__enter__()
-
-    def __exit__(self, *exc: object) -> None:
-        if self._inner is not None:
-            self._inner.__exit__(*exc)
 
 
 def _run_measured(
