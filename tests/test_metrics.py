@@ -64,3 +64,49 @@ def test_estimates_are_labelled_in_metrics(tmp_path, tracer_provider) -> None:
     assert {a["energy.source"] for a, _ in points["hw.energy"][1]} == {"estimate"}
     assert {a["energy.source"] for a, _ in points["hw.host.energy"][1]} == {"estimate"}
     handle.uninstrument()
+
+
+EXIT_SCRIPT = r"""
+import sys
+sys.path.insert(0, {tests!r})
+from powercap_fake import make_powercap
+from pathlib import Path
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, PeriodicExportingMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+import otel_joules
+
+class PrintLastHostEnergy(MetricExporter):
+    def __init__(self):
+        super().__init__()
+    def export(self, metrics_data, timeout_millis=10_000, **kwargs):
+        for rm in metrics_data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for m in sm.metrics:
+                    if m.name == "hw.host.energy":
+                        print("host", m.data.data_points[0].value, flush=True)
+        return MetricExportResult.SUCCESS
+    def force_flush(self, timeout_millis=10_000):
+        return True
+    def shutdown(self, timeout_millis=30_000, **kwargs):
+        pass
+
+tree = make_powercap(Path({root!r}), "amd")
+# The providers exist before instrument(), as in most applications: their exit hooks run last.
+meter_provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(PrintLastHostEnergy(), export_interval_millis=3_600_000)])
+otel_joules.instrument(TracerProvider(), meter_provider, sysfs_root=tree.sysfs_root, gpus=[])
+tree.zones["package_0"].advance_joules(7.25)
+# No shutdown, no flush: the interpreter exits here.
+"""
+
+
+def test_final_collection_at_exit_reports_the_last_values(tmp_path) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = EXIT_SCRIPT.format(tests=str(Path(__file__).parent), root=str(tmp_path / "sys"))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "host 7.25"
+    assert "stopped measuring" not in result.stderr  # no read of counters closed at exit

@@ -10,8 +10,9 @@ command, or ``--span-name``) carries:
 =============================  ===================================================
 ``energy.*``                   what the energy meter measured (:mod:`otel_joules.tracing.attributes`)
 ``energy.co2eq.grams``         CO2-equivalent of ``energy.joules`` (carbon intensity x PUE)
-``energy.carbon_intensity.gco2eq_per_kwh``  the intensity used
-``energy.carbon_intensity.source``          where it came from (``offline``, ``world_average``, ...)
+``carbon.intensity.gco2eq_per_kwh``  the intensity used
+``carbon.intensity.source``          where it came from (``offline``, ``world_average``, ...)
+``carbon.pue``                       the PUE applied
 ``process.command_line``       the command, shell-quoted
 ``process.executable.name``    the command's base name
 ``process.pid``                the child's process id
@@ -64,18 +65,20 @@ from otel_joules.delivery.setup import (
     Telemetry,
     build_resource,
     capture_sdk_logs,
-    expire_metric_snapshot,
     iter_failures_by_destination,
     telemetry_from_env,
 )
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
+from otel_joules.tracing.attributes import (
+    CARBON_INTENSITY_GCO2EQ_PER_KWH,
+    CARBON_INTENSITY_SOURCE,
+    CARBON_PUE,
+    ENERGY_CO2EQ_GRAMS,
+)
 from otel_joules.tracing.processor import EnergySpanProcessor
 
-ENERGY_CO2EQ_GRAMS = "energy.co2eq.grams"
-ENERGY_CARBON_INTENSITY = "energy.carbon_intensity.gco2eq_per_kwh"
-ENERGY_CARBON_INTENSITY_SOURCE = "energy.carbon_intensity.source"
 
 PROCESS_COMMAND_LINE = "process.command_line"
 PROCESS_EXECUTABLE_NAME = "process.executable.name"
@@ -439,8 +442,9 @@ def _run_measured(
         span.set_attributes(
             {
                 ENERGY_CO2EQ_GRAMS: grams,
-                ENERGY_CARBON_INTENSITY: intensity.gco2eq_per_kwh,
-                ENERGY_CARBON_INTENSITY_SOURCE: intensity.source,
+                CARBON_INTENSITY_GCO2EQ_PER_KWH: intensity.gco2eq_per_kwh,
+                CARBON_INTENSITY_SOURCE: intensity.source,
+                CARBON_PUE: pue,
             }
         )
 
@@ -485,7 +489,7 @@ def _run_measured(
         measured["measurement"] = measurement
         measured["grams"] = co2eq_grams(max(measurement.total_joules, 0.0), intensity, pue)
     if energy_metrics is not None:
-        expire_metric_snapshot(energy_metrics)
+        energy_metrics.refresh()  # the final collection must not reuse an older read
     return RunResult(
         list(command),
         exit_code,

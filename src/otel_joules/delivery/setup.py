@@ -711,15 +711,3 @@ def iter_failures_by_destination(report: DeliveryReport) -> Iterator[tuple[Desti
         if failure.destination not in seen:
             seen.add(failure.destination)
             yield failure.destination, failure.reason
-
-
-def expire_metric_snapshot(energy_metrics: Any) -> None:
-    """Make the next metric collection read the counters afresh.
-
-    ``EnergyMetrics`` reuses a snapshot younger than half a second across the callbacks
-    of one collection; a final collection right before exit must not report values up
-    to that old. Does nothing for objects without that cache.
-    """
-    # ``_current_at`` is EnergyMetrics' cache timestamp; it has no public way to expire it yet.
-    if hasattr(energy_metrics, "_current_at"):
-        energy_metrics._current_at = float("-inf")

@@ -31,7 +31,6 @@ Keyword arguments of ``EnergyInstrumentor().instrument(...)`` (for use in code):
 
 from __future__ import annotations
 
-import atexit
 import logging
 from typing import Any, Collection
 
@@ -40,9 +39,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from otel_joules.delivery.context import attach_environment_context
 from otel_joules.delivery.hosts import HostOwnership, host_owner
-from otel_joules.delivery.setup import expire_metric_snapshot
 from otel_joules.errors import OtelJoulesError
-from otel_joules.meter.registry import default_registry
 from otel_joules.tracing.instrument import Instrumentation, instrument
 
 _log = logging.getLogger("otel_joules")
@@ -59,8 +56,6 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._handle: Instrumentation | None = None
             self._ownership: HostOwnership | None = None
             self._context_token: object | None = None
-            self._exit_hook: Any = None
-            self._registry_close_unregistered = False
 
     def instrumentation_dependencies(self) -> Collection[str]:
         """None: energy needs no instrumented library."""
@@ -94,40 +89,8 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                 _log.info("otel-joules: %s and no GPU is measured here, so spans of this process carry no energy", self._ownership.reason)
         if kwargs.get("join_parent_trace", True):
             self._context_token = attach_environment_context()
-        if self._handle.metrics is not None:
-            self._arrange_final_collection()
-
-    def _arrange_final_collection(self) -> None:
-        """Make the SDK's last metric collection at exit read live, fresh counters.
-
-        At exit the SDK's meter provider collects and exports once more. Two things
-        would spoil that collection: the shared energy meter's own exit hook, which was
-        registered after the SDK's (atexit runs hooks last-registered-first) and would
-        close the counters before the SDK reads them; and the metric instruments'
-        half-second snapshot cache, which would report values up to that old. So the
-        meter is left open at exit (the operating system releases its files; nothing is
-        lost), and a hook registered now, which runs before the SDK's, expires the cache.
-        """
-        handle = self._handle
-        registry = default_registry()
-        if handle is not None and registry.peek() is handle.energy_meter:
-            atexit.unregister(registry.close)
-            self._registry_close_unregistered = True
-        self._exit_hook = self._expire_snapshot_at_exit
-        atexit.register(self._exit_hook)
-
-    def _expire_snapshot_at_exit(self) -> None:
-        handle = self._handle
-        if handle is not None and handle.metrics is not None and handle.active:
-            expire_metric_snapshot(handle.metrics)
 
     def _uninstrument(self, **kwargs: Any) -> None:
-        if self._exit_hook is not None:
-            atexit.unregister(self._exit_hook)
-            self._exit_hook = None
-        if self._registry_close_unregistered:
-            atexit.register(default_registry().close)
-            self._registry_close_unregistered = False
         if self._context_token is not None:
             try:
                 otel_context.detach(self._context_token)  # type: ignore[arg-type]

@@ -213,6 +213,10 @@ class EnergyMeter:
             self._start_sampler()
         with self._lock:
             now_ns = time.monotonic_ns()
+            if self._closed:
+                # Spans ended by other exit hooks after the meter closed: leave them
+                # without energy rather than read closed descriptors and warn per domain.
+                return _new_tuple(EnergySnapshot, (now_ns, (None,) * len(self._states)))
             cached = self._last_snapshot
             if cached is not None and now_ns - cached[0] < self._max_snapshot_age_ns:
                 return cached

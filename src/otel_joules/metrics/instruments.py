@@ -11,9 +11,11 @@ estimate is never mistaken for a measurement in a dashboard.
 
 from __future__ import annotations
 
+import atexit
 import socket
 import threading
 import time
+import weakref
 from typing import Iterable
 
 from opentelemetry import metrics
@@ -29,8 +31,9 @@ from otel_joules.meter.meter import (
 )
 
 INSTRUMENTATION_SCOPE = "otel_joules"
-#: One collection calls four callbacks; they share a snapshot younger than this.
-_SNAPSHOT_REUSE_S = 0.5
+#: One collection calls the four callbacks within microseconds of each other; they
+#: share a snapshot younger than this, and two collections never do.
+_SNAPSHOT_REUSE_S = 0.05
 
 
 class EnergyMetrics:
@@ -70,6 +73,13 @@ class EnergyMetrics:
         self._current_at = time.monotonic()
         self._last_known = [0.0] * len(energy_meter.domains)
         self._remember(self._current)
+        self._frozen = False
+        self._has_host_total = any(domain.in_total for domain in energy_meter.domains)
+        # At exit the SDK's meter provider collects once more, after the shared meter and
+        # NVML have shut down (atexit runs hooks last-registered-first, and the provider
+        # usually exists before instrument()). Freezing here, in a hook registered after
+        # theirs, gives that collection the final values without reading closed counters.
+        atexit.register(_freeze_at_exit, weakref.ref(self))
         provider = meter_provider or metrics.get_meter_provider()
         otel_meter = provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
         otel_meter.create_observable_counter(
@@ -85,11 +95,27 @@ class EnergyMetrics:
             "hw.host.power", [self._observe_host_power], unit="W", description="Power consumed by the host (no overlap)"
         )
 
+    def refresh(self) -> None:
+        """Make the next collection read the counters, however recent the last read."""
+        with self._lock:
+            self._current_at = float("-inf")
+
+    def freeze(self) -> None:
+        """Read the counters one last time; later collections report these values without reading.
+
+        Called at interpreter exit, so the SDK's final collection still exports the run's
+        last values after the counters are closed.
+        """
+        self.refresh()
+        self._snapshots()
+        with self._lock:
+            self._frozen = True
+
     def _snapshots(self) -> tuple[EnergySnapshot, EnergySnapshot]:
         """(previous, current) snapshots; a new current one unless the last is fresh."""
         with self._lock:
             now = time.monotonic()
-            if now - self._current_at >= _SNAPSHOT_REUSE_S:
+            if not self._frozen and now - self._current_at >= _SNAPSHOT_REUSE_S:
                 self._previous, self._current = self._current, self.energy_meter.snapshot()
                 self._current_at = now
                 self._remember(self._current)
@@ -129,6 +155,8 @@ class EnergyMetrics:
     def _observe_host_energy(self, options: CallbackOptions) -> Iterable[Observation]:
         if not self.enabled:
             return []
+        if not self._has_host_total:
+            return []  # e.g. a process that leaves the host to another and has no GPU
         self._snapshots()
         # Last known values: a domain that fails keeps its joules in the total, so the
         # host counter never goes backwards.
@@ -136,15 +164,25 @@ class EnergyMetrics:
         return [Observation(total, {**self._host_attributes, "energy.source": self._host_source()})]
 
     def _observe_host_power(self, options: CallbackOptions) -> Iterable[Observation]:
-        measurement = self._interval() if self.enabled else None
+        measurement = self._interval() if self.enabled and self._has_host_total else None
         if measurement is None:
             return []
         return [Observation(measurement.watts, {**self._host_attributes, "energy.source": measurement.source})]
 
     def _host_source(self) -> str:
+        """``energy.source`` of the host total (call only when some domain adds to it)."""
         methods = {d.method.is_measurement for d in self.energy_meter.domains if d.in_total}
         if methods == {True}:
             return SOURCE_MEASURED
         if methods == {False}:
             return SOURCE_ESTIMATE
         return SOURCE_MIXED
+
+
+def _freeze_at_exit(ref: "weakref.ref[EnergyMetrics]") -> None:
+    metrics = ref()
+    if metrics is not None and metrics.enabled:
+        try:
+            metrics.freeze()
+        except Exception:  # noqa: BLE001 - nothing may fail interpreter shutdown
+            pass

@@ -6,6 +6,13 @@
 ``energy.watts``                  average power over the span (double)
 ``energy.source``                 ``measured``, ``estimate`` or ``mixed``
 ``energy.below_resolution``       true when the span is shorter than a counter's update period
+
+Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
+
+``energy.co2eq.grams``                 gCO2eq of ``energy.joules`` (PUE applied)
+``carbon.intensity.gco2eq_per_kwh``    the grid carbon intensity used
+``carbon.intensity.source``            where it came from (``explicit``, ``offline``, ``world_average``, ...)
+``carbon.pue``                         the data-centre PUE applied
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ ENERGY_JOULES = "energy.joules"
 ENERGY_WATTS = "energy.watts"
 ENERGY_SOURCE = "energy.source"
 ENERGY_BELOW_RESOLUTION = "energy.below_resolution"
+ENERGY_CO2EQ_GRAMS = "energy.co2eq.grams"
+CARBON_INTENSITY_GCO2EQ_PER_KWH = "carbon.intensity.gco2eq_per_kwh"
+CARBON_INTENSITY_SOURCE = "carbon.intensity.source"
+CARBON_PUE = "carbon.pue"
 
 
 @lru_cache(maxsize=256)
