@@ -166,3 +166,86 @@ def test_snapshot_reuse_window_from_environment(monkeypatch, powercap) -> None:
     monkeypatch.setenv("OTEL_JOULES_MAX_SNAPSHOT_AGE_S", "-1")
     with pytest.raises(ConfigurationError, match="non-negative"):
         EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+
+
+def _meter_with_counters_and_estimates(powercap, busy: list[float], clock: list[float]) -> EnergyMeter:
+    """package_0, core_0, uncore_0, dram_0 (1 ms counters), cpu_estimate (10 ms), memory_estimate (0 s)."""
+    from otel_joules.config import Settings
+    from otel_joules.sensors.estimator import CpuTimeEstimateChannel, MemoryEstimateChannel
+    from otel_joules.sensors.rapl import discover
+
+    channels = discover(Settings(sysfs_root=powercap.sysfs_root)).channels + [
+        CpuTimeEstimateChannel(10.0, busy_seconds=lambda: busy[0]),
+        MemoryEstimateChannel(3.0, clock=lambda: clock[0]),
+    ]
+    return EnergyMeter(channels=channels, sample=False)
+
+
+def test_measure_counts_only_the_chosen_domains(powercap) -> None:
+    from otel_joules.meter.meter import EnergySnapshot
+
+    busy, clock = [100.0], [10.0]
+    meter = _meter_with_counters_and_estimates(powercap, busy, clock)
+    start = meter.snapshot()
+    powercap.zones["package_0"].advance_joules(4.0)
+    powercap.zones["core_0"].advance_joules(3.0)
+    powercap.zones["uncore_0"].advance_joules(0.5)
+    powercap.zones["dram_0"].advance_joules(1.0)
+    busy[0] += 1.5  # 15 J at 10 W per CPU
+    clock[0] += 2.0  # 6 J at 3 W
+    # 5 ms: longer than the counters' 1 ms update period, shorter than CPU time's 10 ms.
+    end = EnergySnapshot(start.monotonic_ns + 5_000_000, meter.snapshot().joules)
+
+    everything = meter.measure(start, end)
+    assert everything.total_joules == 4.0 + 1.0 + 15.0 + 6.0
+    assert everything.source == "mixed" and everything.below_resolution is True
+
+    counters = meter.measure(start, end, {"package_0", "core_0", "dram_0"})
+    assert counters.joules_by_domain == {"package_0": 4.0, "core_0": 3.0, "dram_0": 1.0}
+    assert counters.methods_by_domain == {"package_0": Method.COUNTER, "core_0": Method.COUNTER, "dram_0": Method.COUNTER}
+    assert counters.total_joules == 5.0  # core_0 is inside package_0
+    assert counters.watts == pytest.approx(1000.0)
+    assert counters.source == "measured"
+    assert counters.below_resolution is False
+    assert counters.duration_s == 0.005
+
+    with_cpu_time = meter.measure(start, end, ("package_0", "cpu_estimate"))
+    assert with_cpu_time.joules_by_domain == {"package_0": 4.0, "cpu_estimate": 15.0}
+    assert with_cpu_time.total_joules == 19.0
+    assert with_cpu_time.source == "mixed"
+    assert with_cpu_time.below_resolution is True
+
+    memory = meter.measure(start, end, ["memory_estimate"])
+    assert memory.joules_by_domain == {"memory_estimate": 6.0}
+    assert memory.total_joules == 6.0
+    assert memory.source == "estimate"
+    assert memory.below_resolution is False
+
+    nothing = meter.measure(start, end, ())
+    assert nothing.joules_by_domain == {} and nothing.total_joules == 0.0 and nothing.below_resolution is False
+
+    with pytest.raises(ConfigurationError, match="'nvidia_gpu_0' is not measured here"):
+        meter.measure(start, end, {"package_0", "nvidia_gpu_0"})
+
+
+def test_measure_adds_constant_power_domains_as_estimates(powercap) -> None:
+    from otel_joules.meter.meter import EnergySnapshot
+
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    start = meter.snapshot()
+    powercap.zones["package_0"].advance_joules(4.0)
+    end = EnergySnapshot(start.monotonic_ns + 2_000_000_000, meter.snapshot().joules)
+
+    m = meter.measure(start, end, {"package_0"}, constant_watts={"sim_gpu": 150.0})
+    assert m.joules_by_domain == {"package_0": 4.0, "sim_gpu": 300.0}
+    assert m.methods_by_domain["sim_gpu"] is Method.ESTIMATE
+    assert m.total_joules == 304.0
+    assert m.watts == 152.0
+    assert m.source == "mixed"
+
+    only_modelled = meter.measure(start, end, (), constant_watts={"sim_cpu": 20.0})
+    assert only_modelled.joules_by_domain == {"sim_cpu": 40.0}
+    assert only_modelled.source == "estimate" and only_modelled.below_resolution is False
+
+    with pytest.raises(ConfigurationError, match="constant_watts names 'package_0'"):
+        meter.measure(start, end, constant_watts={"package_0": 1.0})

@@ -111,14 +111,7 @@ from otel_joules.carbontracker.logs import (
     format_consumption,
 )
 from otel_joules.errors import ConfigurationError, OtelJoulesError
-from otel_joules.meter.meter import (
-    SOURCE_ESTIMATE,
-    SOURCE_MEASURED,
-    SOURCE_MIXED,
-    EnergyMeasurement,
-    EnergyMeter,
-    EnergySnapshot,
-)
+from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.sensors.base import Domain, HardwareType, Method
 from otel_joules.tracing.attributes import measurement_attributes
 
@@ -516,6 +509,8 @@ class CarbonTracker:
             )
             if sim is not None and sim.component in self._component_names
         ]
+        # What the meter adds to every measurement for them (fixed from here on).
+        self._sim_watts = {sim.domain_id: sim.watts for sim in self._sims}
         self.pue = validate_pue(pue)
         providers = list(intensity_providers)
         for provider in providers:
@@ -567,6 +562,7 @@ class CarbonTracker:
         self._meter: EnergyMeter | None = None
         self._owns_meter = energy_meter is None
         self._domains: tuple[Domain, ...] = ()
+        self._domain_ids: frozenset[str] = frozenset()
         self._devices: dict[str, tuple[str, ...]] = {}
         self._intensity = _IntensitySource(first_intensity, intensity_gco2eq_per_kwh, country, providers)
 
@@ -609,6 +605,7 @@ class CarbonTracker:
                 # core/uncore (inside their package) stay on the spans as detail; they are not added.
                 selected.append(domain)
         self._domains = tuple(selected)
+        self._domain_ids = frozenset(d.id for d in selected)
         devices: dict[str, list[str]] = {}
         for name in self._component_names:
             names = [sim.name for sim in self._sims if sim.component == name]
@@ -908,36 +905,11 @@ class CarbonTracker:
     def _measure(self, start: EnergySnapshot, end: EnergySnapshot) -> EnergyMeasurement:
         """The meter's measurement restricted to the chosen domains, plus simulated devices."""
         assert self._meter is not None
-        full = self._meter.measure(start, end)
-        chosen = {d.id: d for d in self._domains}
-        by_domain = {k: v for k, v in full.joules_by_domain.items() if k in chosen}
-        methods = {k: v for k, v in full.methods_by_domain.items() if k in chosen}
-        total = 0.0
-        measured = estimated = False
-        for domain_id, joules in by_domain.items():
-            domain = chosen[domain_id]
-            if domain.in_total:
-                total += joules
-                if domain.method.is_measurement:
-                    measured = True
-                else:
-                    estimated = True
-        for sim in self._sims:
-            joules = sim.watts * full.duration_s
-            by_domain[sim.domain_id] = joules
-            methods[sim.domain_id] = Method.ESTIMATE
-            total += joules
-            estimated = True
-        source = SOURCE_MIXED if measured and estimated else SOURCE_ESTIMATE if estimated else SOURCE_MEASURED
-        slowest = max((chosen[k].update_period_s for k in by_domain if k in chosen), default=0.0)
-        return EnergyMeasurement(
-            full.duration_s,
-            by_domain,
-            total,
-            total / full.duration_s if full.duration_s > 0 else 0.0,
-            source,
-            full.duration_s < slowest,
-            methods,
+        return self._meter.measure(
+            start,
+            end,
+            self._domain_ids,
+            constant_watts=self._sim_watts,
         )
 
     def _co2eq_grams(self, joules: float, intensity_gco2eq_per_kwh: float) -> float:

@@ -16,7 +16,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, NamedTuple, Sequence
+from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError
@@ -225,17 +225,42 @@ class EnergyMeter:
             self._last_snapshot = snapshot
             return snapshot
 
-    def measure(self, start: EnergySnapshot, end: EnergySnapshot) -> EnergyMeasurement:
-        """Energy spent between two snapshots of this meter."""
+    def measure(
+        self,
+        start: EnergySnapshot,
+        end: EnergySnapshot,
+        domains: Collection[str] | None = None,
+        *,
+        constant_watts: Mapping[str, float] | None = None,
+    ) -> EnergyMeasurement:
+        """Energy spent between two snapshots of this meter.
+
+        Args:
+            start: The earlier snapshot.
+            end: The later snapshot.
+            domains: Only these domain ids count (joules, total, source and
+                below_resolution are computed over them alone); None: every domain.
+            constant_watts: Modelled domains at a constant power (carbontracker's simulated
+                devices), by domain id: ``watts x duration_s`` joules each, reported as
+                :attr:`Method.ESTIMATE` and added to the total.
+
+        Raises:
+            ConfigurationError: ``domains`` names a domain this meter does not measure, or
+                ``constant_watts`` names one it does.
+        """
         duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
+        rows: Iterable[tuple[tuple[str, Method, bool, bool, float], float | None, float | None]] = zip(
+            self._plan, start.joules, end.joules
+        )
+        if domains is not None or constant_watts is not None:
+            # Not for every span: only callers that choose domains pay for building rows.
+            rows = self._selected_rows(rows, domains, constant_watts or {}, duration_s)
         by_domain: dict[str, float] = {}
         methods: dict[str, Method] = {}
         total = 0.0
         measured = estimated = False
         slowest_update_s = 0.0
-        for (domain_id, method, in_total, is_measurement, update_period_s), a, b in zip(
-            self._plan, start.joules, end.joules
-        ):
+        for (domain_id, method, in_total, is_measurement, update_period_s), a, b in rows:
             if a is None or b is None:
                 continue
             joules = b - a
@@ -258,6 +283,29 @@ class EnergyMeter:
             duration_s < slowest_update_s,
             methods,
         )
+
+    def _selected_rows(
+        self,
+        rows: Iterable[tuple[tuple[str, Method, bool, bool, float], float | None, float | None]],
+        domains: Collection[str] | None,
+        constant_watts: Mapping[str, float],
+        duration_s: float,
+    ) -> list[tuple[tuple[str, Method, bool, bool, float], float | None, float | None]]:
+        """``measure``'s rows restricted to ``domains``, plus one row per constant-power domain."""
+        if domains is not None:
+            for domain_id in domains:
+                self.domain_index(domain_id)  # raises for a domain not measured here
+            rows = [row for row in rows if row[0][0] in domains]
+        else:
+            rows = list(rows)
+        for domain_id, watts in constant_watts.items():
+            if domain_id in self._index:
+                raise ConfigurationError(
+                    f"constant_watts names {domain_id!r}, which this meter measures; give a modelled domain its own id"
+                )
+            # An estimate that never changes between reads: nothing to be below the resolution of.
+            rows.append(((domain_id, Method.ESTIMATE, True, False, 0.0), 0.0, watts * duration_s))
+        return rows
 
     def domain_index(self, domain_id: str) -> int:
         """Position of ``domain_id`` in :attr:`domains` and in snapshots."""
