@@ -982,26 +982,17 @@ class CarbonTracker:
     def _output_block(self, consumption: Consumption, epochs: int | None) -> None:
         kind = ConsumptionKind(consumption.kind)
         shown = consumption.equivalents_by_unit if self.interpretable else None
-        if self._writer is not None:
-            text = self._writer.write_consumption(
-                kind,
-                epochs=epochs,
-                duration_seconds=consumption.duration_s,
-                co2eq_grams=consumption.co2eq_grams,
-                energy_kwh=consumption.energy_kwh,
-                equivalents=shown,
-                decimal_precision=self.decimal_precision,
-            )
-        else:
-            text = format_consumption(
-                kind,
-                epochs=epochs,
-                duration_seconds=consumption.duration_s,
-                co2eq_grams=consumption.co2eq_grams,
-                energy_kwh=consumption.energy_kwh,
-                equivalents=shown,
-                decimal_precision=self.decimal_precision,
-            )
+        # The writer's method formats exactly like format_consumption and also logs the block.
+        write = self._writer.write_consumption if self._writer is not None else format_consumption
+        text = write(
+            kind,
+            epochs=epochs,
+            duration_seconds=consumption.duration_s,
+            co2eq_grams=consumption.co2eq_grams,
+            energy_kwh=consumption.energy_kwh,
+            equivalents=shown,
+            decimal_precision=self.decimal_precision,
+        )
         self._console(text)
 
     def _output_prediction(self) -> None:
