@@ -41,6 +41,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, Union
 
+from otel_joules.carbon.units import JOULES_PER_KWH
 from otel_joules.errors import OtelJoulesError
 
 #: What carbontracker puts before every output-log and console message.
@@ -60,8 +61,6 @@ CARBONTRACKER_PUE = 1.58
 CARBONTRACKER_PUE_SOURCE = "Daniel Bizo, 2023, Uptime Institute Global Data Center Survey"
 #: carbontracker refreshes the carbon intensity every 900 s and prints that interval.
 DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS = 900
-#: 1 kWh = 3.6 MJ.
-JOULES_PER_KWH = 3_600_000.0
 
 # A component name is written as one word ("GPU with device(s) ..." / "for gpu: ..."),
 # so that the parser can find where one component's device list ends.

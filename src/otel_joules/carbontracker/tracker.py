@@ -113,7 +113,14 @@ from otel_joules.carbontracker.logs import (
 from otel_joules.errors import ConfigurationError, OtelJoulesError
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.sensors.base import Domain, HardwareType, Method
-from otel_joules.tracing.attributes import measurement_attributes
+from otel_joules.tracing.attributes import (
+    CARBON_INTENSITY_GCO2EQ_PER_KWH as ATTR_INTENSITY,
+    CARBON_INTENSITY_SOURCE as ATTR_INTENSITY_SOURCE,
+    CARBON_PUE as ATTR_PUE,
+    ENERGY_CO2EQ_GRAMS as ATTR_CO2EQ_GRAMS,
+    ENERGY_JOULES,
+    measurement_attributes,
+)
 
 __all__ = [
     "CarbonTracker",
@@ -133,11 +140,8 @@ DEFAULT_UPDATE_INTERVAL_SECONDS = 1
 #: carbontracker's default utilisation of a simulated CPU or GPU.
 DEFAULT_SIM_UTILISATION = 0.5
 
-# Span and event attribute names this module adds to the core ones.
-ATTR_CO2EQ_GRAMS = "energy.co2eq.grams"
-ATTR_INTENSITY = "carbon.intensity.gco2eq_per_kwh"
-ATTR_INTENSITY_SOURCE = "carbon.intensity.source"
-ATTR_PUE = "carbon.pue"
+# Span and event attribute names this module adds to the core and carbon ones
+# (those are imported from otel_joules.tracing.attributes above).
 ATTR_EPOCH = "training.epoch"
 ATTR_EPOCH_INTERRUPTED = "training.epoch.interrupted"
 ATTR_EPOCHS = "training.epochs"
@@ -1025,7 +1029,7 @@ class CarbonTracker:
                 attributes={
                     ATTR_EPOCHS: predicted.epochs,
                     ATTR_DURATION_S: predicted.duration_s,
-                    "energy.joules": predicted.energy_joules,
+                    ENERGY_JOULES: predicted.energy_joules,
                     ATTR_ENERGY_KWH: predicted.energy_kwh,
                     ATTR_CO2EQ_GRAMS: predicted.co2eq_grams,
                     ATTR_INTENSITY: predicted.intensity_gco2eq_per_kwh,

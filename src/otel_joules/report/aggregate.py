@@ -10,17 +10,15 @@ from typing import Iterable
 from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.units import JOULES_PER_KWH, validate_pue
+from otel_joules.carbontracker.tracker import ATTR_EPOCH as EPOCH
+from otel_joules.carbontracker.tracker import SPAN_EPOCH as EPOCH_SPAN_NAME
 from otel_joules.errors import ConfigurationError
 from otel_joules.report.model import CarbonTrackerRun, EpochSummary, Report, RunSummary, Skipped, SpanRow
 from otel_joules.report.readers import read_inputs
-
-ENERGY_JOULES = "energy.joules"
-ENERGY_SOURCE = "energy.source"
-CO2EQ_GRAMS = "energy.co2eq.grams"
-INTENSITY = "carbon.intensity.gco2eq_per_kwh"
-PUE = "carbon.pue"
-EPOCH = "training.epoch"
-EPOCH_SPAN_NAME = "epoch"
+from otel_joules.tracing.attributes import CARBON_INTENSITY_GCO2EQ_PER_KWH as INTENSITY
+from otel_joules.tracing.attributes import CARBON_PUE as PUE
+from otel_joules.tracing.attributes import ENERGY_CO2EQ_GRAMS as CO2EQ_GRAMS
+from otel_joules.tracing.attributes import ENERGY_JOULES, ENERGY_SOURCE
 
 
 @dataclass(frozen=True)
