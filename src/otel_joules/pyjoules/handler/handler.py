@@ -11,12 +11,12 @@ Differences from pyJoules 0.5.1, all on purpose:
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
-import weakref
 from typing import Callable, List
 
+# The span exporters' exit hook (re-exported here, where pyJoules-style handlers find it).
+from otel_joules.exporters._files import register_exit_hook
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
 from otel_joules.pyjoules.exception import PyJoulesException
 
@@ -28,22 +28,6 @@ class UnconsistantSamplesError(PyJoulesException):
 
     The name keeps pyJoules' spelling so existing ``except`` clauses still match.
     """
-
-
-def register_exit_hook(target: object, method_name: str) -> Callable[[], None]:
-    """Call ``target.<method_name>()`` at interpreter exit without keeping ``target`` alive.
-
-    Returns the registered callable (for :func:`atexit.unregister`).
-    """
-    ref = weakref.ref(target)
-
-    def hook() -> None:
-        alive = ref()
-        if alive is not None:
-            getattr(alive, method_name)()
-
-    atexit.register(hook)
-    return hook
 
 
 class EnergyHandler:
