@@ -1,6 +1,10 @@
-"""What the CSV and JSON-lines exporters share: an append-only file written batch by batch.
+"""What the span exporters share: keeping what could not be delivered, and (CSV, JSON lines) the file.
 
-Writing model, documented here once for both formats:
+:class:`RetryingSpanExporter` is the part the file exporters and the MongoDB exporter
+have in common: spans that could not be delivered are kept (bounded) and sent ahead of
+the next batch, by ``force_flush()``, by ``shutdown()`` or at interpreter exit.
+
+File writing model, documented here once for the CSV and JSON-lines formats:
 
 - The file is opened at construction (``O_APPEND``, created with mode 0666 minus the
   umask if missing), so a path that cannot be written fails there, with
@@ -30,7 +34,7 @@ import threading
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Generic, Sequence, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -51,6 +55,9 @@ _HEADER_READ_LIMIT = 1 << 16
 # At interpreter exit another thread (a BatchSpanProcessor worker) may be mid-export;
 # wait for it this long rather than hanging the exit.
 _EXIT_LOCK_TIMEOUT_S = 5.0
+
+#: What a retrying exporter keeps per span: encoded bytes (files), a document (MongoDB).
+_Item = TypeVar("_Item")
 
 
 def check_max_pending_spans(value: int) -> int:
@@ -116,7 +123,144 @@ def inspect_existing(path: str) -> ExistingFile:
     return ExistingFile(size=info.st_size, first_line=first.rstrip(b"\r\n"), needs_newline=last != b"\n")
 
 
-class FileSpanExporter(SpanExporter):
+class RetryingSpanExporter(SpanExporter, Generic[_Item]):
+    """Base of the exporters that keep what they could not deliver and retry it.
+
+    ``export`` encodes each span (:meth:`_encode`), queues it and calls
+    :meth:`_send_pending`; what that leaves in ``self._pending`` stays (at most
+    ``max_pending_spans``, oldest dropped first, see :meth:`_drop_over_limit`) and goes
+    first on the next ``export``, ``force_flush()``, ``shutdown()`` or at interpreter
+    exit. Subclasses implement :meth:`_encode`, :meth:`_send_pending` and :meth:`_close`,
+    register :meth:`_flush_at_exit` with :func:`register_exit_hook` once they are fully
+    built (as ``self._exit_hook``), and name their records in the class attributes below,
+    which word the log lines.
+    """
+
+    #: What is kept per span, in log lines.
+    _ITEMS = "span record(s)"
+    #: Past participle of delivering (``written``, ``stored``).
+    _DELIVERED = "written"
+    #: Adjective for what is not yet delivered (``unwritten``, ``unsent``).
+    _UNDELIVERED = "unwritten"
+    #: Why items wait (``the file cannot be written``).
+    _WAITING_WHILE = "the file cannot be written"
+
+    _exit_hook: Callable[[], None]
+
+    def __init__(self, label: str, max_pending_spans: int) -> None:
+        self._max_pending_spans = check_max_pending_spans(max_pending_spans)
+        # Names the destination in log lines (the path, "MongoDB db.collection").
+        self._label = label
+        self._lock = threading.Lock()
+        # Not yet delivered, oldest first; one entry per span.
+        self._pending: deque[_Item] = deque()
+        self._failing = False
+        self._shutdown = False
+
+    @property
+    def pending_spans(self) -> int:
+        """Spans encoded but not yet delivered because delivery failed; retried on the next call."""
+        with self._lock:
+            return len(self._pending)
+
+    # Subclass hooks -------------------------------------------------------------------
+
+    def _encode(self, record: SpanRecord) -> _Item:
+        """What is kept and delivered for one span."""
+        raise NotImplementedError
+
+    def _send_pending(self) -> bool:
+        """Deliver ``self._pending`` (called under the lock); True when nothing is left to retry."""
+        raise NotImplementedError
+
+    def _close(self) -> None:
+        """Release the destination at ``shutdown()`` (called under the lock)."""
+        raise NotImplementedError
+
+    # SpanExporter ----------------------------------------------------------------------
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Deliver one record per span, after any kept from earlier failures; FAILURE if some are kept now."""
+        items = [self._encode(span_record(span)) for span in spans]
+        with self._lock:
+            if self._shutdown:
+                _LOGGER.warning(
+                    "%s: export after shutdown(); %d span(s) not %s", self._label, len(items), self._DELIVERED
+                )
+                return SpanExportResult.FAILURE
+            self._pending.extend(items)
+            return SpanExportResult.SUCCESS if self._send_pending() else SpanExportResult.FAILURE
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        """Retry what earlier failures left pending; True when nothing is left.
+
+        Successful exports are already delivered (not buffered), so with no earlier
+        failure there is nothing to do.
+        """
+        with self._lock:
+            if self._shutdown:
+                return not self._pending
+            return self._send_pending()
+
+    def shutdown(self) -> None:
+        """Deliver what is pending (one last try), release the destination, remove the exit hook.
+
+        Idempotent. Records still undeliverable are reported in an error log line: they are lost.
+        """
+        with self._lock:
+            if self._shutdown:
+                return
+            self._shutdown = True
+            self._send_pending()
+            self._report_lost("at shutdown")
+            self._close()
+        atexit.unregister(self._exit_hook)
+
+    # Internals -------------------------------------------------------------------------
+
+    def _flush_at_exit(self) -> None:
+        # The destination stays open: a TracerProvider's own exit hook may run after this
+        # one and still export what its BatchSpanProcessor holds.
+        if not self._lock.acquire(timeout=_EXIT_LOCK_TIMEOUT_S):
+            _LOGGER.error("%s: could not flush at exit, another thread kept the exporter busy", self._label)
+            return
+        try:
+            if self._shutdown:
+                return
+            self._send_pending()
+            self._report_lost("at interpreter exit")
+        finally:
+            self._lock.release()
+
+    def _report_lost(self, when: str) -> None:
+        if self._pending:
+            _LOGGER.error(
+                "%s: %d %s could not be %s %s and are lost (last error logged above)",
+                self._label,
+                len(self._pending),
+                self._ITEMS,
+                self._DELIVERED,
+                when,
+            )
+            self._pending.clear()
+
+    def _drop_over_limit(self) -> None:
+        excess = len(self._pending) - self._max_pending_spans
+        if excess > 0:
+            for _ in range(excess):
+                self._pending.popleft()
+            _LOGGER.error(
+                "%s: dropped the %d oldest %s %s: more than max_pending_spans=%d are waiting while %s",
+                self._label,
+                excess,
+                self._UNDELIVERED,
+                self._ITEMS,
+                self._max_pending_spans,
+                self._WAITING_WHILE,
+            )
+
+
+class FileSpanExporter(RetryingSpanExporter[bytes]):
     """Base of the CSV and JSON-lines exporters (see the module docstring for the model).
 
     Subclasses implement :meth:`_preamble` (what to write before the first record,
@@ -129,12 +273,7 @@ class FileSpanExporter(SpanExporter):
             self._path = os.fspath(path)
         except TypeError:
             raise ConfigurationError(f"path={path!r} must be a file path (str or os.PathLike)") from None
-        self._max_pending_spans = check_max_pending_spans(max_pending_spans)
-        self._lock = threading.Lock()
-        # Encoded lines not yet on disk, oldest first; one entry per span.
-        self._pending: deque[bytes] = deque()
-        self._failing = False
-        self._shutdown = False
+        super().__init__(self._path, max_pending_spans)
         existing = inspect_existing(self._path)
         preamble = self._preamble(existing)
         if existing.needs_newline:
@@ -168,12 +307,6 @@ class FileSpanExporter(SpanExporter):
         """The file this exporter appends to."""
         return self._path
 
-    @property
-    def pending_spans(self) -> int:
-        """Spans encoded but not yet written because writing failed; retried on the next call."""
-        with self._lock:
-            return len(self._pending)
-
     # Subclass hooks -------------------------------------------------------------------
 
     def _preamble(self, existing: ExistingFile) -> bytes:
@@ -184,83 +317,12 @@ class FileSpanExporter(SpanExporter):
         """One record as bytes, ending in ``\\n``."""
         raise NotImplementedError
 
-    # SpanExporter ----------------------------------------------------------------------
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Append one line per span; FAILURE if they could not be written yet (kept for retry)."""
-        lines = [self._encode(span_record(span)) for span in spans]
-        with self._lock:
-            if self._shutdown:
-                _LOGGER.warning("%s: export after shutdown(); %d span(s) not written", self._path, len(lines))
-                return SpanExportResult.FAILURE
-            self._pending.extend(lines)
-            return SpanExportResult.SUCCESS if self._write_pending() else SpanExportResult.FAILURE
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Retry spans kept after a failed write; True when nothing is left pending.
-
-        Successful exports are already on disk (written, not buffered), so with no
-        earlier failure there is nothing to do.
-        """
-        with self._lock:
-            if self._shutdown:
-                return not self._pending
-            return self._write_pending()
-
-    def shutdown(self) -> None:
-        """Write what is pending (one last try), close the file, remove the exit hook.
-
-        Idempotent. Spans still unwritable are reported in an error log line: they are lost.
-        """
-        with self._lock:
-            if self._shutdown:
-                return
-            self._shutdown = True
-            self._write_pending()
-            self._report_lost("at shutdown")
-            self._close_fd()
-        atexit.unregister(self._exit_hook)
-
     # Internals -------------------------------------------------------------------------
 
-    def _flush_at_exit(self) -> None:
-        # Don't close the file here: a TracerProvider's own exit hook may run after this
-        # one and still export what its BatchSpanProcessor holds.
-        if not self._lock.acquire(timeout=_EXIT_LOCK_TIMEOUT_S):
-            _LOGGER.error("%s: could not flush at exit, another thread kept the exporter busy", self._path)
-            return
-        try:
-            if self._shutdown:
-                return
-            self._write_pending()
-            self._report_lost("at interpreter exit")
-        finally:
-            self._lock.release()
+    def _close(self) -> None:
+        self._close_fd()
 
-    def _report_lost(self, when: str) -> None:
-        if self._pending:
-            _LOGGER.error(
-                "%s: %d span record(s) could not be written %s and are lost (last error logged above)",
-                self._path,
-                len(self._pending),
-                when,
-            )
-            self._pending.clear()
-
-    def _drop_over_limit(self) -> None:
-        excess = len(self._pending) - self._max_pending_spans
-        if excess > 0:
-            for _ in range(excess):
-                self._pending.popleft()
-            _LOGGER.error(
-                "%s: dropped the %d oldest unwritten span record(s): more than max_pending_spans=%d are waiting "
-                "while the file cannot be written",
-                self._path,
-                excess,
-                self._max_pending_spans,
-            )
-
-    def _write_pending(self) -> bool:
+    def _send_pending(self) -> bool:
         """Append every pending line at once; on failure keep them (bounded) and log."""
         if not self._pending:
             return True

@@ -45,20 +45,14 @@ waiting never happens in the code being measured.
 
 from __future__ import annotations
 
-import atexit
 import logging
-import threading
-from collections import deque
 from datetime import datetime, timezone
-from typing import Any, Mapping, Sequence
-
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from typing import Any, Mapping
 
 from otel_joules.errors import ConfigurationError
-from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, check_max_pending_spans, register_exit_hook
+from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, RetryingSpanExporter, register_exit_hook
 from otel_joules.exporters.errors import MissingExtraError
-from otel_joules.exporters.records import AttributeValue, SpanRecord, span_record
+from otel_joules.exporters.records import AttributeValue, SpanRecord
 
 _LOGGER = logging.getLogger("otel_joules.exporters")
 
@@ -72,8 +66,6 @@ LEAF_KEY = "_value"
 
 # MongoDB's duplicate-key error: the document is already stored.
 _DUPLICATE_KEY = 11000
-# Seconds to wait for another thread's export at interpreter exit.
-_EXIT_LOCK_TIMEOUT_S = 5.0
 # Driver messages (a whole topology description) can run to kilobytes; the log keeps the start.
 _MAX_ERROR_TEXT = 400
 
@@ -148,7 +140,7 @@ def _short(exc: BaseException) -> str:
     return text if len(text) <= _MAX_ERROR_TEXT else text[:_MAX_ERROR_TEXT] + "..."
 
 
-class MongoSpanExporter(SpanExporter):
+class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
     """Insert one document per span into ``database.collection`` (shape: module docstring).
 
     Give either ``uri`` (a ``mongodb://`` or ``mongodb+srv://`` URI; the exporter makes
@@ -161,6 +153,11 @@ class MongoSpanExporter(SpanExporter):
     needed and not installed, :class:`~otel_joules.errors.ConfigurationError` for
     unusable arguments.
     """
+
+    _ITEMS = "span document(s)"
+    _DELIVERED = "stored"
+    _UNDELIVERED = "unsent"
+    _WAITING_WHILE = "the server cannot be reached"
 
     def __init__(
         self,
@@ -179,7 +176,7 @@ class MongoSpanExporter(SpanExporter):
             raise ConfigurationError(
                 f"server_selection_timeout_ms={server_selection_timeout_ms!r} must be a positive whole number of milliseconds"
             )
-        self._max_pending_spans = check_max_pending_spans(max_pending_spans)
+        super().__init__(f"MongoDB {database}.{collection}", max_pending_spans)
         if (uri is None) == (client is None):
             raise ConfigurationError(
                 "give exactly one of uri='mongodb://host:27017' (the exporter makes its own client) "
@@ -191,12 +188,7 @@ class MongoSpanExporter(SpanExporter):
         else:
             self._owns_client = False
         self._client = client
-        self._target = f"{database}.{collection}"
         self._collection = client[database][collection]
-        self._lock = threading.Lock()
-        self._pending: deque[dict[str, Any]] = deque()
-        self._failing = False
-        self._shutdown = False
         self._exit_hook = register_exit_hook(self, "_flush_at_exit")
 
     @staticmethod
@@ -216,65 +208,12 @@ class MongoSpanExporter(SpanExporter):
             # The URI itself is not echoed: it may carry a password.
             raise ConfigurationError(f"the MongoDB uri cannot be used: {exc}; see https://www.mongodb.com/docs/manual/reference/connection-string/") from None
 
-    @property
-    def pending_spans(self) -> int:
-        """Documents waiting for the server to be reachable again."""
-        with self._lock:
-            return len(self._pending)
+    def _encode(self, record: SpanRecord) -> dict[str, Any]:
+        return span_document(record)
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        """Insert one document per span, after any kept from earlier failures."""
-        documents = [span_document(span_record(span)) for span in spans]
-        with self._lock:
-            if self._shutdown:
-                _LOGGER.warning("MongoDB %s: export after shutdown(); %d span(s) not stored", self._target, len(documents))
-                return SpanExportResult.FAILURE
-            self._pending.extend(documents)
-            return SpanExportResult.SUCCESS if self._send_pending() else SpanExportResult.FAILURE
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        """Send what earlier failures left pending; True when nothing is left."""
-        with self._lock:
-            if self._shutdown:
-                return not self._pending
-            return self._send_pending()
-
-    def shutdown(self) -> None:
-        """One last try for pending documents, then close the client if this exporter made it.
-
-        Idempotent. Documents still undeliverable are reported in an error log line.
-        """
-        with self._lock:
-            if self._shutdown:
-                return
-            self._shutdown = True
-            self._send_pending()
-            self._report_lost("at shutdown")
-            if self._owns_client:
-                self._client.close()
-        atexit.unregister(self._exit_hook)
-
-    def _flush_at_exit(self) -> None:
-        # The client stays open: a TracerProvider's exit hook may still export after this.
-        if not self._lock.acquire(timeout=_EXIT_LOCK_TIMEOUT_S):
-            _LOGGER.error("MongoDB %s: could not flush at exit, another thread kept the exporter busy", self._target)
-            return
-        try:
-            if not self._shutdown:
-                self._send_pending()
-                self._report_lost("at interpreter exit")
-        finally:
-            self._lock.release()
-
-    def _report_lost(self, when: str) -> None:
-        if self._pending:
-            _LOGGER.error(
-                "MongoDB %s: %d span document(s) could not be stored %s and are lost (last error logged above)",
-                self._target,
-                len(self._pending),
-                when,
-            )
-            self._pending.clear()
+    def _close(self) -> None:
+        if self._owns_client:
+            self._client.close()
 
     def _send_pending(self) -> bool:
         if not self._pending:
@@ -289,7 +228,7 @@ class MongoSpanExporter(SpanExporter):
                 return False
             return self._settle_write_errors(write_errors)
         if self._failing:
-            _LOGGER.warning("MongoDB %s is reachable again: stored %d span document(s) kept since the failure", self._target, len(documents))
+            _LOGGER.warning("%s is reachable again: stored %d span document(s) kept since the failure", self._label, len(documents))
             self._failing = False
         self._pending.clear()
         return True
@@ -297,40 +236,30 @@ class MongoSpanExporter(SpanExporter):
     def _keep_for_retry(self, exc: BaseException) -> None:
         if not self._failing:
             _LOGGER.error(
-                "cannot store %d span document(s) in MongoDB %s: %s; they are kept in memory (at most %d) and sent "
+                "cannot store %d span document(s) in %s: %s; they are kept in memory (at most %d) and sent "
                 "on the next export, force_flush() or shutdown(): check that the server runs and the URI and "
                 "credentials are right",
                 len(self._pending),
-                self._target,
+                self._label,
                 _short(exc),
                 self._max_pending_spans,
             )
         else:
-            _LOGGER.debug("MongoDB %s still failing (%s); %d pending", self._target, _short(exc), len(self._pending))
+            _LOGGER.debug("%s still failing (%s); %d pending", self._label, _short(exc), len(self._pending))
         self._failing = True
-        excess = len(self._pending) - self._max_pending_spans
-        if excess > 0:
-            for _ in range(excess):
-                self._pending.popleft()
-            _LOGGER.error(
-                "MongoDB %s: dropped the %d oldest unsent span document(s): more than max_pending_spans=%d are "
-                "waiting while the server cannot be reached",
-                self._target,
-                excess,
-                self._max_pending_spans,
-            )
+        self._drop_over_limit()
 
     def _settle_write_errors(self, write_errors: list[Mapping[str, Any]]) -> bool:
         """The server answered: all documents are stored except those it rejected for good."""
         rejected = [error for error in write_errors if error.get("code") != _DUPLICATE_KEY]
         if self._failing:
-            _LOGGER.warning("MongoDB %s is reachable again", self._target)
+            _LOGGER.warning("%s is reachable again", self._label)
             self._failing = False
         self._pending.clear()
         if rejected:
             _LOGGER.error(
-                "MongoDB %s rejected %d span document(s), which are dropped (retrying cannot help): %s",
-                self._target,
+                "%s rejected %d span document(s), which are dropped (retrying cannot help): %s",
+                self._label,
                 len(rejected),
                 rejected[0].get("errmsg", rejected[0]),
             )
