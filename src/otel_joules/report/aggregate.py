@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
@@ -58,6 +58,17 @@ class _Intensities:
         return self._fallback
 
 
+class _Carbon(NamedTuple):
+    """A run's carbon figures, named as :class:`RunSummary`'s fields (passed on with ``**_asdict()``)."""
+
+    pue: float
+    pue_origin: str
+    energy_kwh: float
+    co2eq_grams: float
+    intensity_gco2eq_per_kwh: float | None
+    intensity_source: str
+
+
 def _carbon(
     joules: float,
     *,
@@ -65,8 +76,8 @@ def _carbon(
     recorded_intensity: float | None,
     recorded_co2eq_grams: float | None,
     intensities: _Intensities,
-) -> tuple[float, str, float, float, float | None, str]:
-    """(pue, pue_origin, kwh, grams, intensity, intensity_source) for one run."""
+) -> _Carbon:
+    """PUE, kWh, grams and the intensity behind them for one run."""
     options = intensities.options
     if options.pue is not None:
         pue, pue_origin = options.pue, "option"
@@ -77,14 +88,14 @@ def _carbon(
     kwh = max(joules, 0.0) * pue / JOULES_PER_KWH
     override = intensities.override
     if override is not None:
-        return pue, pue_origin, kwh, kwh * override.gco2eq_per_kwh, override.gco2eq_per_kwh, override.source
+        return _Carbon(pue, pue_origin, kwh, kwh * override.gco2eq_per_kwh, override.gco2eq_per_kwh, override.source)
     if recorded_intensity is not None:
-        return pue, pue_origin, kwh, kwh * recorded_intensity, recorded_intensity, "recorded"
+        return _Carbon(pue, pue_origin, kwh, kwh * recorded_intensity, recorded_intensity, "recorded")
     if recorded_co2eq_grams is not None and options.pue is None:
         derived = recorded_co2eq_grams / kwh if kwh > 0 else None
-        return pue, pue_origin, kwh, recorded_co2eq_grams, derived, "recorded co2eq"
+        return _Carbon(pue, pue_origin, kwh, recorded_co2eq_grams, derived, "recorded co2eq")
     fallback = intensities.fallback
-    return pue, pue_origin, kwh, kwh * fallback.gco2eq_per_kwh, fallback.gco2eq_per_kwh, fallback.source
+    return _Carbon(pue, pue_origin, kwh, kwh * fallback.gco2eq_per_kwh, fallback.gco2eq_per_kwh, fallback.source)
 
 
 # ------------------------------------------------------------------------------ traces
@@ -160,7 +171,7 @@ def _trace_run(
         )
     grams = [span.number(CO2EQ_GRAMS) for span in counted]
     recorded_co2 = sum(grams) if grams and all(g is not None for g in grams) else None  # type: ignore[arg-type]
-    pue, pue_origin, kwh, co2, intensity, source = _carbon(
+    carbon = _carbon(
         joules,
         recorded_pue=recorded_pue,
         recorded_intensity=recorded_intensity,
@@ -183,12 +194,7 @@ def _trace_run(
         start_unix_nano=min(starts) if starts else None,
         duration_s=duration,
         joules=joules,
-        pue=pue,
-        pue_origin=pue_origin,
-        energy_kwh=kwh,
-        co2eq_grams=co2,
-        intensity_gco2eq_per_kwh=intensity,
-        intensity_source=source,
+        **carbon._asdict(),
         epochs=_trace_epochs(spans),
         energy_source=energy_source,
         spans_counted=len(counted),
@@ -261,7 +267,7 @@ def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> 
         notes.append("no epoch measurements: energy from the logged actual consumption")
     if run.early_stop:
         notes.append("training was interrupted (early stop)")
-    pue, pue_origin, kwh, co2, intensity, source = _carbon(
+    carbon = _carbon(
         joules,
         recorded_pue=run.pue,
         recorded_intensity=run.average_intensity_g_per_kwh,
@@ -277,12 +283,7 @@ def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> 
         start_unix_nano=_start_from_stem(run.stem),
         duration_s=duration,
         joules=joules,
-        pue=pue,
-        pue_origin=pue_origin,
-        energy_kwh=kwh,
-        co2eq_grams=co2,
-        intensity_gco2eq_per_kwh=intensity,
-        intensity_source=source,
+        **carbon._asdict(),
         epochs=tuple(epochs),
         energy_source=None,
         spans_counted=0,
