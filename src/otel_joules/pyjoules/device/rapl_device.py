@@ -54,13 +54,14 @@ class RaplDomain(Domain):
         return RaplDevice
 
     def __lt__(self, other: Any) -> bool:
-        if isinstance(other, RaplDomain):
-            return self.domain_id < other.domain_id
-        raise ValueError(f"cannot order {self!r} and {other!r}: only RAPL domains order among themselves")
+        return self.domain_id < self._id_to_order_by(other)
 
     def __gt__(self, other: Any) -> bool:
+        return self.domain_id > self._id_to_order_by(other)
+
+    def _id_to_order_by(self, other: Any) -> str:
         if isinstance(other, RaplDomain):
-            return self.domain_id > other.domain_id
+            return other.domain_id
         raise ValueError(f"cannot order {self!r} and {other!r}: only RAPL domains order among themselves")
 
     # A frozen dataclass would otherwise define no hash; the base class's is by name.
@@ -95,12 +96,9 @@ class RaplUncoreDomain(RaplDomain):
     name: ClassVar[str] = "uncore"
 
 
-#: Domain class by RAPL domain name.
+#: Domain class by RAPL domain name (each class's own ``name``).
 RAPL_DOMAIN_CLASSES: Dict[str, "type[RaplDomain]"] = {
-    "package": RaplPackageDomain,
-    "dram": RaplDramDomain,
-    "core": RaplCoreDomain,
-    "uncore": RaplUncoreDomain,
+    cls.name: cls for cls in (RaplPackageDomain, RaplDramDomain, RaplCoreDomain, RaplUncoreDomain)
 }
 
 
