@@ -515,6 +515,8 @@ class CarbonTracker:
         ]
         # What the meter adds to every measurement for them (fixed from here on).
         self._sim_watts = {sim.domain_id: sim.watts for sim in self._sims}
+        simulated = {sim.component for sim in self._sims}
+        self._measured_components = tuple(name for name in self._component_names if name not in simulated)
         self.pue = validate_pue(pue)
         providers = list(intensity_providers)
         for provider in providers:
@@ -567,6 +569,8 @@ class CarbonTracker:
         self._owns_meter = energy_meter is None
         self._domains: tuple[Domain, ...] = ()
         self._domain_ids: frozenset[str] = frozenset()
+        # Component (gpu, cpu) of each chosen domain that adds to it, simulated ones included.
+        self._component_by_domain_id: dict[str, str] = {}
         self._devices: dict[str, tuple[str, ...]] = {}
         self._intensity = _IntensitySource(first_intensity, intensity_gco2eq_per_kwh, country, providers)
 
@@ -586,9 +590,8 @@ class CarbonTracker:
     # -- setup --------------------------------------------------------------------------
 
     def _build_meter(self, sysfs_root: str | None, gpus: Sequence[int | str] | None) -> EnergyMeter:
-        simulated = {sim.component for sim in self._sims}
-        want_gpu = "gpu" in self._component_names and "gpu" not in simulated
-        want_cpu = "cpu" in self._component_names and "cpu" not in simulated
+        want_gpu = "gpu" in self._measured_components
+        want_cpu = "cpu" in self._measured_components
         return EnergyMeter(
             sysfs_root=sysfs_root,
             gpus=gpus if want_gpu else [],
@@ -598,8 +601,7 @@ class CarbonTracker:
 
     def _select_domains(self) -> None:
         assert self._meter is not None
-        simulated = {sim.component for sim in self._sims}
-        measured = [name for name in self._component_names if name not in simulated]
+        measured = self._measured_components
         selected: list[Domain] = []
         for domain in self._meter.domains:
             component = _component_of(domain)
@@ -610,6 +612,8 @@ class CarbonTracker:
                 selected.append(domain)
         self._domains = tuple(selected)
         self._domain_ids = frozenset(d.id for d in selected)
+        self._component_by_domain_id = {d.id: c for d in selected if (c := _component_of(d)) is not None}
+        self._component_by_domain_id.update({sim.domain_id: sim.component for sim in self._sims})
         devices: dict[str, list[str]] = {}
         for name in self._component_names:
             names = [sim.name for sim in self._sims if sim.component == name]
@@ -900,12 +904,6 @@ class CarbonTracker:
 
     # -- measurement helpers --------------------------------------------------------------
 
-    @property
-    def _component_by_domain_id(self) -> dict[str, str]:
-        mapping = {d.id: c for d in self._domains if (c := _component_of(d)) is not None}
-        mapping.update({sim.domain_id: sim.component for sim in self._sims})
-        return mapping
-
     def _measure(self, start: EnergySnapshot, end: EnergySnapshot) -> EnergyMeasurement:
         """The meter's measurement restricted to the chosen domains, plus simulated devices."""
         assert self._meter is not None
@@ -1111,7 +1109,8 @@ class CarbonTracker:
         if end is not None and self._root_start is not None:
             measurement = self._measure(self._root_start, end)
             kwh = max(measurement.total_joules, 0.0) * self.pue / JOULES_PER_KWH
-            actual = self._actual_consumption()
+            # Set by every caller that has measured epochs; computed here only for a run without any.
+            actual = self._actual if self._actual is not None else self._actual_consumption()
             # The epochs' energy-weighted intensity also applies to the time between them.
             intensity = actual.intensity_gco2eq_per_kwh
             attributes.update(
