@@ -56,6 +56,9 @@ OUTPUT_LOG_SUFFIX = "_carbontracker_output.log"
 ERR_LOG_SUFFIX = "_carbontracker_err.log"
 #: carbontracker 2.4.7's default ``decimal_precision``.
 DEFAULT_DECIMAL_PRECISION = 12
+#: Standard-log line naming the run's OpenTelemetry trace (followed by 32 hex digits),
+#: so a report given both the log and the trace's spans counts the run once.
+TRACE_ID_LOG_PREFIX = "OpenTelemetry trace_id "
 #: carbontracker 2.4.7's PUE and the source it prints with it.
 CARBONTRACKER_PUE = 1.58
 CARBONTRACKER_PUE_SOURCE = "Daniel Bizo, 2023, Uptime Institute Global Data Center Survey"

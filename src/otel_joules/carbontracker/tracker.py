@@ -105,6 +105,7 @@ from otel_joules.carbontracker.logs import (
     DEFAULT_DECIMAL_PRECISION,
     DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
     MESSAGE_PREFIX,
+    TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogWriter,
     ConsumptionKind,
     format_components_line,
@@ -151,8 +152,6 @@ ATTR_DURATION_S = "training.duration_s"
 ATTR_ENERGY_KWH = "energy.kwh"
 EVENT_PREDICTION = "training.prediction"
 SPAN_TRAINING = "training"
-#: Standard-log line naming the run's trace (followed by 32 hex digits).
-TRACE_ID_LOG_PREFIX = "OpenTelemetry trace_id "
 SPAN_EPOCH = "epoch"
 
 

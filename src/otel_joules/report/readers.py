@@ -31,7 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from otel_joules.carbontracker.logs import ERR_LOG_SUFFIX, OUTPUT_LOG_SUFFIX, STD_LOG_SUFFIX, CarbonTrackerLogError
+from otel_joules.carbontracker.logs import (
+    ERR_LOG_SUFFIX,
+    OUTPUT_LOG_SUFFIX,
+    STD_LOG_SUFFIX,
+    TRACE_ID_LOG_PREFIX,
+    CarbonTrackerLogError,
+)
 from otel_joules.carbontracker.parser import (
     SkippedLogWarning,
     find_log_pairs,
@@ -48,8 +54,8 @@ MAX_LINE_MESSAGES = 3
 _HEX_TRACE = re.compile(r"^[0-9a-f]{32}$")
 _HEX_SPAN = re.compile(r"^[0-9a-f]{16}$")
 _CARBONTRACKER_SUFFIXES = (OUTPUT_LOG_SUFFIX, STD_LOG_SUFFIX, ERR_LOG_SUFFIX)
-# What otel_joules.carbontracker.tracker writes (TRACE_ID_LOG_PREFIX) when the run starts.
-_TRACE_ID_RE = re.compile(r" - OpenTelemetry trace_id ([0-9a-f]{32})\b")
+# What otel_joules.carbontracker.tracker writes when the run starts.
+_TRACE_ID_RE = re.compile(rf" - {re.escape(TRACE_ID_LOG_PREFIX)}([0-9a-f]{{32}})\b")
 
 
 @dataclass
