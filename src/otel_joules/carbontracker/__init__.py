@@ -2,6 +2,9 @@
 
 Submodules:
 
+- :mod:`otel_joules.carbontracker.tracker`: ``CarbonTracker(epochs, ...)`` with
+  ``epoch_start()``, ``epoch_end()`` and ``stop()``, measured by the otel-joules meter: a
+  ``training`` span with one ``epoch`` child per epoch, carbon on each, results returned.
 - :mod:`otel_joules.carbontracker.logs`: writes carbontracker-format log files (standard,
   output and error logs) and formats the consumption blocks the console shows, so that
   carbontracker's own parser reads our logs and gets our values.
