@@ -50,7 +50,7 @@ class InstrumentSpec:
     attributes: tuple[str, ...]
 
 
-_DEVICE_ATTRIBUTES = ("energy.source", "hw.id", "hw.name", "hw.parent", "hw.type")
+_DEVICE_ATTRIBUTES = ("energy.method", "energy.source", "hw.id", "hw.name", "hw.parent", "hw.type")
 _HOST_ATTRIBUTES = ("energy.source", "hw.id", "hw.name")
 #: Checked against what otel_joules.metrics really exports (test_library_metrics_match_the_contract).
 LIBRARY_METRICS = (

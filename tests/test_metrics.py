@@ -42,6 +42,7 @@ def test_energy_and_power_per_domain_and_host(powercap, tracer_provider) -> None
     assert by_id["intel-rapl:0:2"][0]["hw.type"] == "memory"
     assert by_id["intel-rapl:0:0"][0]["hw.parent"] == "intel-rapl:0"  # the package's hw.id
     assert {attrs["energy.source"] for attrs, _ in energy} == {"measured"}
+    assert {attrs["energy.method"] for attrs, _ in energy} == {"counter"}
     assert points["hw.host.energy"][0] == "J"
     assert [v for _, v in points["hw.host.energy"][1]] == [36.0]  # package + dram, core is inside package
     unit, power = points["hw.power"]
@@ -62,6 +63,7 @@ def test_estimates_are_labelled_in_metrics(tmp_path, tracer_provider) -> None:
     handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), energy_meter=meter)
     points = _points(reader)
     assert {a["energy.source"] for a, _ in points["hw.energy"][1]} == {"estimate"}
+    assert {a["energy.method"] for a, _ in points["hw.energy"][1]} == {"estimate"}
     assert {a["energy.source"] for a, _ in points["hw.host.energy"][1]} == {"estimate"}
     handle.uninstrument()
 

@@ -26,4 +26,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        # `python -m otel_joules.carbon | head`: the reader left, which is not an error.
+        sys.stderr.close()
+        sys.exit(0)

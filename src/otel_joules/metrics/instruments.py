@@ -6,7 +6,8 @@
 ``hw.host.power``   Gauge,   ``W``, the same as power
 
 Every data point also carries ``energy.source`` (``measured`` or ``estimate``), so an
-estimate is never mistaken for a measurement in a dashboard.
+estimate is never mistaken for a measurement in a dashboard; per-domain points add
+``energy.method`` (``counter``, ``power_integration`` or ``estimate``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,9 @@ class EnergyMetrics:
                 "hw.type": domain.hw_type.value,
                 "hw.name": domain.hw_name,
                 "energy.source": SOURCE_MEASURED if domain.method.is_measurement else SOURCE_ESTIMATE,
+                # counter, power_integration or estimate: a GPU without an energy counter
+                # is measured, but by integrating its power sensor, and says so here.
+                "energy.method": domain.method.value,
             }
             if domain.hw_parent:
                 attributes["hw.parent"] = domain.hw_parent

@@ -464,7 +464,12 @@ def _probe(nvml: ModuleType, gpu: GpuInfo, handle: Any, session: NvmlSession) ->
         return NvmlPowerChannel(_gpu_domain(gpu, Method.POWER_INTEGRATION), gpu, session, handle)
     except Exception as exc:
         if _error_code(exc) == _NVML_ERROR_NOT_SUPPORTED:
-            return Unavailable(gpu.describe(), "NVML supports neither its energy counter nor its power reading")
+            return Unavailable(
+                gpu.describe(),
+                "NVML supports neither its energy counter nor its power reading",
+                "nothing to configure: this GPU (or its virtual GPU profile) reports no power telemetry, so its energy "
+                "is left out; `nvidia-smi -q -d POWER` shows what it exposes",
+            )
         return Unavailable(gpu.describe(), f"its power reading cannot be read: {_describe_nvml_error(exc)}", "check it with nvidia-smi")
 
 
