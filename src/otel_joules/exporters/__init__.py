@@ -3,8 +3,9 @@
 Each is a plain ``opentelemetry.sdk.trace.export.SpanExporter``: put it behind a
 ``BatchSpanProcessor`` (or ``SimpleSpanProcessor``) on any ``TracerProvider``. Each
 writes, per span, its name, trace and span ids, parent span id, start, end, duration,
-``service.name`` and every ``energy.*`` attribute (:mod:`.records` builds that record
-once for all of them):
+``service.name`` and every ``energy.*`` and ``carbon.*`` attribute (the prefixes in
+:data:`EXPORTED_ATTRIBUTE_PREFIXES`; :mod:`.records` builds that record once for all of
+them):
 
 - :class:`CsvSpanExporter` -- a CSV file (format: :mod:`.csv_exporter`);
 - :class:`JsonLinesSpanExporter` -- a JSON-lines file (format: :mod:`.jsonl_exporter`);
@@ -28,12 +29,21 @@ from otel_joules.exporters.dataframe_exporter import DataFrameSpanExporter
 from otel_joules.exporters.errors import CsvHeaderMismatchError, ExporterPathError, MissingExtraError
 from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 from otel_joules.exporters.mongo_exporter import MongoSpanExporter
-from otel_joules.exporters.records import CORE_FIELDS, ENERGY_ATTRIBUTE_PREFIX, SpanRecord, span_record
+from otel_joules.exporters.records import (
+    CARBON_ATTRIBUTE_PREFIX,
+    CORE_FIELDS,
+    ENERGY_ATTRIBUTE_PREFIX,
+    EXPORTED_ATTRIBUTE_PREFIXES,
+    SpanRecord,
+    span_record,
+)
 
 __all__ = [
+    "CARBON_ATTRIBUTE_PREFIX",
     "CORE_FIELDS",
     "DEFAULT_ENERGY_COLUMNS",
     "ENERGY_ATTRIBUTE_PREFIX",
+    "EXPORTED_ATTRIBUTE_PREFIXES",
     "CsvHeaderMismatchError",
     "CsvSpanExporter",
     "DataFrameSpanExporter",

@@ -11,7 +11,8 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
     name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,attributes
 
   that is the core fields of :mod:`otel_joules.exporters.records` in their order, then
-  one column per entry of ``energy_columns``, then ``attributes``.
+  one column per entry of ``energy_columns``, then ``attributes``. ``energy_columns`` may
+  name any ``energy.*`` or ``carbon.*`` attribute (e.g. ``carbon.pue``).
 - One row per span, in the order the spans were exported. Cells:
 
   ======================================  ============================================
@@ -25,14 +26,15 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
   ``duration_s``                          float, Python ``repr`` (shortest text that
                                           reads back to the same double: ``1.5``,
                                           ``0.25``, ``1e-05``)
-  ``energy.*`` columns                    the attribute's value: text as is, integers in
+  ``energy_columns`` columns              the attribute's value: text as is, integers in
                                           decimal, floats as ``duration_s`` (``NaN``,
                                           ``Infinity``, ``-Infinity`` if not finite),
                                           booleans ``true``/``false``, tuples as a JSON
                                           array; empty when the span lacks the attribute
-  ``attributes``                          a JSON object of **every** ``energy.*``
-                                          attribute of the span, keys sorted, compact
-                                          (``{"energy.joules":1.5,"energy.source":"measured"}``),
+  ``attributes``                          a JSON object of **every** ``energy.*`` and
+                                          ``carbon.*`` attribute of the span, keys
+                                          sorted (so ``carbon.*`` come first), compact
+                                          (``{"carbon.pue":1.2,"energy.joules":1.5}``),
                                           floats always with a ``.`` or exponent,
                                           non-finite floats as the strings ``"NaN"``,
                                           ``"Infinity"``, ``"-Infinity"``
@@ -42,10 +44,13 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
 
 Domain policy: spans and runs measure different domains (``energy.package_1.joules``
 exists on a two-socket host only, GPUs come and go), so the header cannot list them
-all. The ``attributes`` JSON column holds every ``energy.*`` attribute with its type
-and is the authoritative record; ``energy_columns`` only repeats chosen attributes as
-their own columns so a spreadsheet shows them directly. The header depends on nothing
-but ``energy_columns``, so every row of a file has the same layout.
+all. The ``attributes`` JSON column holds every ``energy.*`` and ``carbon.*`` attribute
+with its type and is the authoritative record (``otel-joules report`` reads it, not the
+other columns); ``energy_columns`` only repeats chosen attributes as their own columns
+so a spreadsheet shows them directly (the default names no ``carbon.*`` attribute: pass
+e.g. ``(*DEFAULT_ENERGY_COLUMNS, "carbon.pue")`` to see the PUE in its own column). The
+header depends on nothing but ``energy_columns``, so every row of a file has the same
+layout.
 
 Appending: when the file exists and is not empty, its first line must be the header
 this exporter would write; otherwise :class:`CsvHeaderMismatchError` is raised at
@@ -67,7 +72,7 @@ from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, ExistingFile
 from otel_joules.exporters.errors import CsvHeaderMismatchError
 from otel_joules.exporters.records import (
     CORE_FIELDS,
-    ENERGY_ATTRIBUTE_PREFIX,
+    EXPORTED_ATTRIBUTE_PREFIXES,
     AttributeValue,
     SpanRecord,
     json_value,
@@ -76,7 +81,7 @@ from otel_joules.exporters.records import (
 #: Attributes repeated as their own columns unless ``energy_columns`` says otherwise.
 DEFAULT_ENERGY_COLUMNS: tuple[str, ...] = ("energy.joules", "energy.watts", "energy.source", "energy.co2eq.grams")
 
-#: Name of the last column, the JSON object of every ``energy.*`` attribute.
+#: Name of the last column, the JSON object of every ``energy.*`` and ``carbon.*`` attribute.
 ATTRIBUTES_COLUMN = "attributes"
 
 
@@ -107,9 +112,11 @@ def _check_energy_columns(energy_columns: Iterable[str]) -> tuple[str, ...]:
         raise ConfigurationError(f"energy_columns={energy_columns!r} must be a sequence of attribute names, not one string")
     columns = tuple(energy_columns)
     for column in columns:
-        if not isinstance(column, str) or not column.startswith(ENERGY_ATTRIBUTE_PREFIX):
+        if not isinstance(column, str) or not column.startswith(EXPORTED_ATTRIBUTE_PREFIXES):
+            names = " or ".join(f"{prefix}*" for prefix in EXPORTED_ATTRIBUTE_PREFIXES)
             raise ConfigurationError(
-                f"energy_columns entry {column!r} is not an energy.* attribute name such as 'energy.joules'"
+                f"energy_columns entry {column!r} is not an exported attribute name ({names}) "
+                "such as 'energy.joules' or 'carbon.pue'"
             )
     if len(set(columns)) != len(columns):
         raise ConfigurationError(f"energy_columns={columns!r} names a column twice")

@@ -14,14 +14,20 @@ Format (what :class:`JsonLinesSpanExporter` writes and what a reader may rely on
      "duration_s":1.5,"service_name":"svc",
      "attributes":{"energy.joules":12.5,"energy.package_0.joules":10.0,"energy.source":"measured"}}
 
-  (shown wrapped here; each record is one line in the file).
+  (shown wrapped here; each record is one line in the file). A span that also carries
+  carbon attributes (``otel-joules run``, the CarbonTracker) has them in the same
+  object, sorted before the ``energy.*`` keys::
+
+    "attributes":{"carbon.intensity.gco2eq_per_kwh":300.0,"carbon.intensity.source":"explicit",
+                  "carbon.pue":1.2,"energy.co2eq.grams":0.00075,"energy.joules":7.5,...}
 - ``parent_span_id``: 16 hex digits, or ``null`` for a root span. ``service_name``:
   the ``service.name`` resource attribute or ``null``. Times: ISO 8601 UTC with nine
   fraction digits, and the exact integer nanoseconds since the epoch (JSON integers;
   they exceed 2**53, so a JavaScript reader must parse them as big integers).
   ``duration_s``: ``(end - start) / 1e9`` as a JSON number.
-- ``attributes``: every ``energy.*`` attribute of the span, keys sorted. Numbers as JSON
-  numbers (floats always with a ``.`` or exponent, so ``10.0`` stays a float), booleans
+- ``attributes``: every ``energy.*`` and ``carbon.*`` attribute of the span
+  (:data:`~otel_joules.exporters.records.EXPORTED_ATTRIBUTE_PREFIXES`), keys sorted.
+  Numbers as JSON numbers (floats always with a ``.`` or exponent, so ``10.0`` stays a float), booleans
   and strings as such, tuples as arrays; non-finite floats as the strings ``"NaN"``,
   ``"Infinity"``, ``"-Infinity"``.
 

@@ -13,15 +13,21 @@ Document shape (what :class:`MongoSpanExporter` inserts)::
       "duration_s": 1.5,
       "service_name": "svc" | None,
       "attributes": {"energy": {"joules": 12.5, "package_0": {"joules": 10.0},
-                                "source": "measured", "co2eq": {"grams": 1.2}}}
+                                "source": "measured", "co2eq": {"grams": 1.2}},
+                     "carbon": {"intensity": {"gco2eq_per_kwh": 300.0, "source": "explicit"},
+                                "pue": 1.2}}
     }
+
+(``carbon`` only on spans that carry ``carbon.*`` attributes: ``otel-joules run``, the
+CarbonTracker.)
 
 The fields are those of :mod:`otel_joules.exporters.records`, except:
 
 - ``start_time``/``end_time`` are BSON dates, so MongoDB can index, sort and expire
   (TTL) by them; the ``*_unix_nano`` integers keep the exact nanoseconds.
-- ``attributes`` nests every ``energy.*`` attribute by its dotted name, so a query path
-  is ``"attributes." + attribute name``: ``{"attributes.energy.joules": {"$gt": 100}}``.
+- ``attributes`` nests every ``energy.*`` and ``carbon.*`` attribute by its dotted name,
+  so a query path is ``"attributes." + attribute name``:
+  ``{"attributes.energy.joules": {"$gt": 100}}``, ``{"attributes.carbon.pue": 1.2}``.
   (MongoDB cannot query field names that contain dots.) Should a name be both a value
   and a prefix of another (``energy.gpu`` and ``energy.gpu.joules``), the value is kept
   under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
