@@ -43,6 +43,28 @@ CHILD_ATTRIBUTES = {
 #: The child's name needs CSV quoting and is not ASCII.
 CHILD_NAME = 'époque, "1"'
 
+#: Attributes of a root span as ``otel-joules run --carbon-intensity 300 --pue 1.2`` leaves
+#: it (cli/run.py): energy.*, the carbon.* it adds (exported too), process.* (not exported).
+#: 3.5 J x PUE 1.2 = 4.2 J = 4.2 / 3.6e6 kWh, x 300 g/kWh = 0.00035 g.
+RUN_ATTRIBUTES = {
+    "energy.joules": 3.5,
+    "energy.package_0.joules": 3.0,
+    "energy.dram_0.joules": 0.5,
+    "energy.core_0.joules": 0.25,
+    "energy.watts": 1.75,
+    "energy.source": "measured",
+    "energy.co2eq.grams": 0.00035,
+    "carbon.intensity.gco2eq_per_kwh": 300.0,
+    "carbon.intensity.source": "explicit",
+    "carbon.pue": 1.2,
+    "process.command_line": "python3 -c pass",
+    "process.executable.name": "python3",
+    "process.pid": 4242,
+    "process.exit.code": 0,
+}
+#: The name ``otel-joules run`` gives its root span: the command's base name.
+RUN_NAME = "python3"
+
 
 class SequentialIdGenerator(IdGenerator):
     """Trace id ``trace_id`` (default :data:`TRACE_ID`), span ids counting up from :data:`ROOT_SPAN_ID`."""
@@ -87,6 +109,12 @@ def emit_train_and_epoch(provider: TracerProvider) -> None:
     )
     child.end(end_time=T0_NS + 260_000_000)
     root.end(end_time=T0_NS + 1_500_000_000)
+
+
+def emit_run(provider: TracerProvider) -> None:
+    """One root span :data:`RUN_NAME` (2 s) with :data:`RUN_ATTRIBUTES`, like ``otel-joules run``'s."""
+    span = provider.get_tracer("otel-joules-tests").start_span(RUN_NAME, start_time=T0_NS, attributes=RUN_ATTRIBUTES)
+    span.end(end_time=T0_NS + 2_000_000_000)
 
 
 def emit_plain(provider: TracerProvider, name: str, offset_s: int, joules: float) -> None:

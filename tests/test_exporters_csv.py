@@ -7,6 +7,7 @@ import csv
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from exporters_support import (
     ROOT_SPAN_ID,
     TRACE_ID,
     emit_plain,
+    emit_run,
     emit_train_and_epoch,
     make_provider,
 )
@@ -107,7 +109,7 @@ def test_header_constant_matches_docstring_and_custom_columns(tmp_path: Path) ->
 
 @pytest.mark.parametrize(
     "columns",
-    [("joules",), ("energy.joules", "energy.joules"), "energy.joules", (3,)],
+    [("joules",), ("energy.joules", "energy.joules"), "energy.joules", (3,), ("carbon",), ("process.pid",)],
 )
 def test_bad_energy_columns_are_refused(tmp_path: Path, columns: object) -> None:
     with pytest.raises(ConfigurationError):
@@ -307,3 +309,45 @@ def test_text_utf8_cannot_carry_is_escaped_not_fatal(tmp_path: Path) -> None:
     provider.shutdown()
     rows = path.read_bytes().decode("utf-8").splitlines()  # still valid UTF-8
     assert rows[1].startswith("bad\\ud800name,")
+
+
+RUN_ATTRIBUTES_JSON = (
+    '"{""carbon.intensity.gco2eq_per_kwh"":300.0,""carbon.intensity.source"":""explicit"",""carbon.pue"":1.2,'
+    '""energy.co2eq.grams"":0.00035,""energy.core_0.joules"":0.25,""energy.dram_0.joules"":0.5,'
+    '""energy.joules"":3.5,""energy.package_0.joules"":3.0,""energy.source"":""measured"",""energy.watts"":1.75}"'
+)
+RUN_CORE_CELLS = (
+    f"python3,{TRACE_ID},{ROOT_SPAN_ID},,2023-11-14T22:13:20.000000000Z,2023-11-14T22:13:22.000000000Z,"
+    "1700000000000000000,1700000002000000000,2.0,svc,"
+)
+
+
+def test_carbon_attributes_are_in_the_attributes_cell_byte_for_byte(tmp_path: Path) -> None:
+    path = tmp_path / "run.csv"
+    provider = make_provider(SimpleSpanProcessor(CsvSpanExporter(path)))
+    emit_run(provider)
+    provider.shutdown()
+    # Same header as ever (the default columns name no carbon.* attribute); process.* left out.
+    assert path.read_bytes() == (
+        HEADER + RUN_CORE_CELLS + "3.5,1.75,measured,0.00035," + RUN_ATTRIBUTES_JSON + "\n"
+    ).encode("utf-8")
+
+
+def test_energy_columns_may_name_carbon_attributes(tmp_path: Path) -> None:
+    path = tmp_path / "run.csv"
+    columns = ("energy.joules", "carbon.pue", "carbon.intensity.gco2eq_per_kwh", "carbon.intensity.source")
+    provider = make_provider(SimpleSpanProcessor(CsvSpanExporter(path, energy_columns=columns)))
+    emit_run(provider)
+    emit_plain(provider, "no-carbon", offset_s=10, joules=1.0)
+    provider.shutdown()
+    assert path.read_bytes() == (
+        "name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,"
+        "duration_s,service_name,energy.joules,carbon.pue,carbon.intensity.gco2eq_per_kwh,carbon.intensity.source,"
+        "attributes\n"
+        + RUN_CORE_CELLS + "3.5,1.2,300.0,explicit," + RUN_ATTRIBUTES_JSON + "\n"
+        + f"no-carbon,{TRACE_ID},00f067aa0ba902b8,,2023-11-14T22:13:30.000000000Z,2023-11-14T22:13:32.000000000Z,"
+        + '1700000010000000000,1700000012000000000,2.0,svc,1.0,,,,"{""energy.joules"":1.0}"\n'
+    ).encode("utf-8")
+    # Appending needs the same columns; the hint names them, carbon.* included.
+    with pytest.raises(CsvHeaderMismatchError, match=re.escape(f"energy_columns={columns!r}")):
+        CsvSpanExporter(path)

@@ -1,4 +1,4 @@
-"""DataFrameSpanExporter: one row per span, typed columns, every energy.* attribute."""
+"""DataFrameSpanExporter: one row per span, typed columns, every energy.* and carbon.* attribute."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from exporters_support import (
     T0_NS,
     TRACE_ID,
     emit_plain,
+    emit_run,
     emit_train_and_epoch,
     make_provider,
 )
@@ -86,3 +87,30 @@ def test_batch_processor_clear_and_shutdown() -> None:
     assert exporter.force_flush() is True
     assert exporter.export([]) is SpanExportResult.FAILURE
     assert len(exporter.records) == 1  # collected data stays readable after shutdown
+
+
+def test_carbon_attributes_get_columns_of_their_own() -> None:
+    exporter = DataFrameSpanExporter()
+    provider = make_provider(SimpleSpanProcessor(exporter))
+    emit_run(provider)
+    emit_plain(provider, "no-carbon", offset_s=10, joules=1.0)
+    provider.shutdown()
+    frame = exporter.dataframe()
+    assert list(frame.columns) == [
+        *CORE_FIELDS,
+        "carbon.intensity.gco2eq_per_kwh",
+        "carbon.intensity.source",
+        "carbon.pue",
+        "energy.co2eq.grams",
+        "energy.core_0.joules",
+        "energy.dram_0.joules",
+        "energy.joules",
+        "energy.package_0.joules",
+        "energy.source",
+        "energy.watts",
+    ]
+    assert frame["carbon.pue"].dtype == "float64"
+    assert frame["carbon.pue"].iloc[0] == 1.2 and math.isnan(frame["carbon.pue"].iloc[1])
+    assert frame["carbon.intensity.gco2eq_per_kwh"].iloc[0] == 300.0
+    source = frame["carbon.intensity.source"]
+    assert source.iloc[0] == "explicit" and pd.isna(source.iloc[1])  # NaN or None, as pandas holds missing text

@@ -17,6 +17,7 @@ from exporters_support import (
     FAILING_DISK_SCRIPT,
     ROOT_SPAN_ID,
     TRACE_ID,
+    emit_run,
     emit_train_and_epoch,
     make_provider,
 )
@@ -203,3 +204,19 @@ def test_spans_still_batched_at_exit_reach_both_files(tmp_path: Path) -> None:
     with open(tmp_path / "s.csv", newline="") as handle:
         assert [row["energy.joules"] for row in csv.DictReader(handle)] == ["0.0", "1.0", "2.0", "3.0", "4.0"]
     assert done.stderr == ""
+
+
+def test_carbon_attributes_are_in_the_line_byte_for_byte(tmp_path: Path) -> None:
+    path = tmp_path / "run.jsonl"
+    provider = make_provider(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
+    emit_run(provider)
+    provider.shutdown()
+    assert path.read_bytes() == (
+        '{"name":"python3","trace_id":"' + TRACE_ID + '","span_id":"' + ROOT_SPAN_ID + '","parent_span_id":null,'
+        '"start_time":"2023-11-14T22:13:20.000000000Z","end_time":"2023-11-14T22:13:22.000000000Z",'
+        '"start_time_unix_nano":1700000000000000000,"end_time_unix_nano":1700000002000000000,'
+        '"duration_s":2.0,"service_name":"svc",'
+        '"attributes":{"carbon.intensity.gco2eq_per_kwh":300.0,"carbon.intensity.source":"explicit",'
+        '"carbon.pue":1.2,"energy.co2eq.grams":0.00035,"energy.core_0.joules":0.25,"energy.dram_0.joules":0.5,'
+        '"energy.joules":3.5,"energy.package_0.joules":3.0,"energy.source":"measured","energy.watts":1.75}}\n'
+    ).encode("utf-8")

@@ -22,6 +22,7 @@ from exporters_support import (
     ROOT_SPAN_ID,
     TRACE_ID,
     emit_plain,
+    emit_run,
     emit_train_and_epoch,
     make_provider,
 )
@@ -394,3 +395,27 @@ def test_against_a_real_server() -> None:
     finally:
         check["otel_joules_test"].drop_collection(collection)
         check.close()
+
+
+def test_carbon_attributes_are_nested_and_queryable() -> None:
+    client = mongomock.MongoClient()
+    provider = make_provider(SimpleSpanProcessor(MongoSpanExporter(client=client, database="energy", collection="runs")))
+    emit_run(provider)
+    emit_plain(provider, "no-carbon", offset_s=10, joules=1.0)
+    provider.shutdown()
+    run = client["energy"]["runs"].find_one({"_id": f"{TRACE_ID}-{ROOT_SPAN_ID}"})
+    assert run["name"] == "python3"
+    assert run["attributes"] == {
+        "carbon": {"intensity": {"gco2eq_per_kwh": 300.0, "source": "explicit"}, "pue": 1.2},
+        "energy": {
+            "co2eq": {"grams": 0.00035},
+            "core_0": {"joules": 0.25},
+            "dram_0": {"joules": 0.5},
+            "joules": 3.5,
+            "package_0": {"joules": 3.0},
+            "source": "measured",
+            "watts": 1.75,
+        },
+    }
+    found = client["energy"]["runs"].find({"attributes.carbon.pue": {"$gt": 1.0}})
+    assert [document["name"] for document in found] == ["python3"]

@@ -11,6 +11,8 @@ from exporters_support import (
     ROOT_SPAN_ID,
     T0_NS,
     TRACE_ID,
+    RUN_NAME,
+    emit_run,
     emit_train_and_epoch,
     make_provider,
 )
@@ -98,3 +100,29 @@ def test_missing_times_give_none_not_zero() -> None:
     record = SpanRecord("x", TRACE_ID, ROOT_SPAN_ID, None, T0_NS, None, None, {"energy.joules": math.pi})
     assert record.end_time is None and record.duration_s is None
     assert record.to_json_dict()["end_time_unix_nano"] is None
+
+
+def test_carbon_attributes_are_kept_with_the_energy_ones_and_nothing_else() -> None:
+    memory = InMemorySpanExporter()
+    provider = make_provider(SimpleSpanProcessor(memory))
+    emit_run(provider)
+    tracer = provider.get_tracer("t")
+    # Look-alikes of the two prefixes without their dot are not ours: not exported.
+    tracer.start_span("x", start_time=T0_NS, attributes={"carbonara.grams": 1.0, "energyx": 2.0}).end(end_time=T0_NS)
+    provider.shutdown()
+    run, lookalike = [span_record(span) for span in memory.get_finished_spans()]
+    assert run.name == RUN_NAME
+    assert dict(run.attributes) == {
+        "carbon.intensity.gco2eq_per_kwh": 300.0,
+        "carbon.intensity.source": "explicit",
+        "carbon.pue": 1.2,
+        "energy.co2eq.grams": 0.00035,
+        "energy.core_0.joules": 0.25,
+        "energy.dram_0.joules": 0.5,
+        "energy.joules": 3.5,
+        "energy.package_0.joules": 3.0,
+        "energy.source": "measured",
+        "energy.watts": 1.75,
+    }
+    assert list(run.attributes) == sorted(run.attributes)  # process.* gone, carbon.* sorted first
+    assert dict(lookalike.attributes) == {}
