@@ -182,7 +182,7 @@ def test_a_trace_in_two_exports_counts_once(tmp_path) -> None:
     assert run.run_id == trace_a
     assert run.joules == 1000.0
     assert set(run.sources) == {str(tmp_path / "otlp.json"), str(tmp_path / "spans.csv")}
-    # The OTLP copy carries the carbon attributes the CSV leaves out.
+    # Both copies carry the carbon attributes; whichever is kept, they are used.
     assert run.intensity_source == "recorded" and run.pue == 1.5
 
 

@@ -39,9 +39,14 @@ notes say how often.
 - Intensity: ``--intensity`` or ``--country`` (offline yearly average) if given, for every
   run; else the run's own (carbontracker's "Average carbon intensity", the spans'
   ``carbon.intensity.gco2eq_per_kwh``, energy-weighted); else the spans' own
-  ``energy.co2eq.grams`` summed as they are (CSV and JSON-lines exports keep only
-  ``energy.*`` attributes); else :func:`otel_joules.carbon.resolve_carbon_intensity`
-  (``OTEL_JOULES_COUNTRY``, or the world average). ``intensity_source`` says which.
+  ``energy.co2eq.grams`` summed as they are (spans with grams but no intensity, or
+  CSV and JSON-lines files exported before those formats kept ``carbon.*`` attributes);
+  else :func:`otel_joules.carbon.resolve_carbon_intensity` (``OTEL_JOULES_COUNTRY``, or
+  the world average). ``intensity_source`` says which.
+
+The spans' ``carbon.*`` attributes are read the same way from every span format: OTLP
+JSON files hold all attributes, and CSV (its ``attributes`` column) and JSON-lines
+exports hold every ``energy.*`` and ``carbon.*`` one, which is all the report uses.
 
 Equivalents (km by car and more) are of the total, with their source figures.
 """

@@ -208,7 +208,8 @@ def _span_runs(spans: list[SpanRow], intensities: _Intensities, skipped: list[Sk
     for span in spans:
         sources.setdefault(span.trace_id, {})[span.source] = None
         # The same span exported twice (a CSV and an OTLP file of one run) counts once;
-        # keep the copy with the most attributes (OTLP has more than CSV).
+        # keep the copy with the most attributes (OTLP has all of them, CSV and JSON
+        # lines only energy.* and carbon.*).
         by_id = traces.setdefault(span.trace_id, {})
         kept = by_id.get(span.span_id)
         if kept is None or len(span.attributes) > len(kept.attributes):

@@ -5,9 +5,12 @@ A file's format is recognised by its content, not its extension:
 - ``*_carbontracker.log`` / ``*_carbontracker_output.log``: a carbontracker-format run
   (both files needed; ``*_carbontracker_err.log`` is ignored);
 - a first line that is this project's CSV header (``name,trace_id,...,attributes``, see
-  :mod:`otel_joules.exporters.csv_exporter`): CSV span export;
+  :mod:`otel_joules.exporters.csv_exporter`): CSV span export; a span's attributes are
+  its ``attributes`` JSON cell (every ``energy.*`` and ``carbon.*`` attribute, typed),
+  whatever ``energy_columns`` the file was written with;
 - a first line that is a JSON object with ``trace_id`` and ``span_id``: JSON-lines span
-  export (:mod:`otel_joules.exporters.jsonl_exporter`);
+  export (:mod:`otel_joules.exporters.jsonl_exporter`), attributes from its
+  ``attributes`` object;
 - a JSON object with ``resourceSpans`` per line (what the Collector's ``file`` exporter and
   ``opentelemetry-exporter-otlp-json-file`` write), or one such document over several lines:
   OTLP/JSON (camelCase keys, hex ids, 64-bit integers as strings).
