@@ -6,12 +6,9 @@ import gc
 import logging
 import threading
 import time
-from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from powercap_fake import make_powercap
 
 import otel_joules

@@ -189,7 +189,6 @@ class EnergyMeter:
         self._plan = tuple(
             (d.id, d.method, d.in_total, d.method.is_measurement, d.update_period_s) for d in self.domains
         )
-        self._started_ns = time.monotonic_ns()
         self._max_snapshot_age_ns = round(self.settings.max_snapshot_age_s * 1e9)
         self._last_snapshot: EnergySnapshot | None = None
         self._sample = sample

@@ -167,9 +167,9 @@ def discover(settings: Settings) -> Discovery:
     for top, subs in zones:
         parent_match = _PACKAGE_NAME.match(top.name)
         parent_package = int(parent_match.group(1)) if parent_match else None
-        for zone, parent in [(top, None)] + [(s, parent_package) for s in subs]:
-            if parent is None and zone is not top:
-                continue  # sub-zones of psys and others have no pyJoules name
+        # Only a package's sub-zones have pyJoules names (core_N, uncore_N, dram_N).
+        package_subs = [(s, parent_package) for s in subs] if parent_package is not None else []
+        for zone, parent in [(top, None), *package_subs]:
             mapped = _domain_for(zone.name, parent)
             if mapped is None or mapped[0] in seen:
                 continue
