@@ -79,6 +79,7 @@ class EnergyMetrics:
         self._remember(self._current)
         self._frozen = False
         self._has_host_total = any(domain.in_total for domain in energy_meter.domains)
+        self._host_energy_attributes = {**self._host_attributes, "energy.source": _host_source(energy_meter)}
         # At exit the SDK's meter provider collects once more, after the shared meter and
         # NVML have shut down (atexit runs hooks last-registered-first, and the provider
         # usually exists before instrument()). Freezing here, in a hook registered after
@@ -165,7 +166,7 @@ class EnergyMetrics:
         # Last known values: a domain that fails keeps its joules in the total, so the
         # host counter never goes backwards.
         total = sum(joules for joules, domain in zip(self._last_known, self.energy_meter.domains) if domain.in_total)
-        return [Observation(total, {**self._host_attributes, "energy.source": self._host_source()})]
+        return [Observation(total, self._host_energy_attributes)]
 
     def _observe_host_power(self, options: CallbackOptions) -> Iterable[Observation]:
         measurement = self._interval() if self.enabled and self._has_host_total else None
@@ -173,14 +174,15 @@ class EnergyMetrics:
             return []
         return [Observation(measurement.watts, {**self._host_attributes, "energy.source": measurement.source})]
 
-    def _host_source(self) -> str:
-        """``energy.source`` of the host total (call only when some domain adds to it)."""
-        methods = {d.method.is_measurement for d in self.energy_meter.domains if d.in_total}
-        if methods == {True}:
-            return SOURCE_MEASURED
-        if methods == {False}:
-            return SOURCE_ESTIMATE
-        return SOURCE_MIXED
+
+def _host_source(energy_meter: EnergyMeter) -> str:
+    """``energy.source`` of the host total, fixed by which domains add to it."""
+    methods = {d.method.is_measurement for d in energy_meter.domains if d.in_total}
+    if methods == {True}:
+        return SOURCE_MEASURED
+    if methods == {False}:
+        return SOURCE_ESTIMATE
+    return SOURCE_MIXED
 
 
 def _freeze_at_exit(ref: "weakref.ref[EnergyMetrics]") -> None:
