@@ -100,10 +100,12 @@ from otel_joules.carbon.providers import (
 )
 from otel_joules.carbon.units import JOULES_PER_KWH, validate_pue
 from otel_joules.carbontracker.logs import (
+    BELOW_RESOLUTION_LOG_PREFIX,
     CARBONTRACKER_PUE,
     CARBONTRACKER_PUE_SOURCE,
     DEFAULT_DECIMAL_PRECISION,
     DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
+    ESTIMATE_LOG_PREFIX,
     MESSAGE_PREFIX,
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogWriter,
@@ -644,7 +646,7 @@ class CarbonTracker:
         estimated = [d.id for d in self._domains if d.method is Method.ESTIMATE] + [s.domain_id for s in self._sims]
         if estimated:
             note = (
-                f"ESTIMATE, not a measurement: {', '.join(estimated)} "
+                f"{ESTIMATE_LOG_PREFIX}{', '.join(estimated)} "
                 + (
                     "(no readable RAPL counter: CPU time x TDP and memory size x W/GB; run `otel-joules devices` for why)"
                     if any(d.method is Method.ESTIMATE for d in self._domains)
@@ -871,6 +873,15 @@ class CarbonTracker:
         self._end_span(span, attributes)
         if self._writer is not None:
             self._writer.write_epoch(result.epoch, duration_seconds=result.duration_s, power_watts=power)
+        if result.below_resolution:
+            # The figure is quantised (a counter did not tick, or ticked once, inside the
+            # epoch): say so where it is shown, and in the log for the report.
+            note = (
+                f"{BELOW_RESOLUTION_LOG_PREFIX}epoch {result.epoch} lasted {result.duration_s:.4f} s, shorter than a "
+                "counter's update period: its energy and power are quantised, not exact."
+            )
+            self._info(note)
+            self._console(MESSAGE_PREFIX + note)
         return result, end
 
     def _epoch_end_locked(self) -> None:
