@@ -365,8 +365,20 @@ def test_cli_text_and_json(mixed, capsys) -> None:
 
 def test_cli_nothing_readable_and_bad_options(tmp_path, capsys) -> None:
     (tmp_path / "junk.txt").write_text("x\n")
-    assert main(["report", str(tmp_path)]) == 1
-    assert "nothing to report" in capsys.readouterr().err
+    for extra in ([], ["--json"]):
+        assert main(["report", str(tmp_path), *extra]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""  # no all-zero table or JSON
+        assert f"skipped {tmp_path / 'junk.txt'}: unknown format" in captured.err
+        assert "nothing to report: no readable run in the paths given (1 input(s) skipped" in captured.err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"no file found in {str(empty)!r}" in captured.err
+    # The advice it prints works: the command it suggests gives a report.
+    advice = "`otel-joules run --exporter jsonl:runs.jsonl -- CMD` then `otel-joules report runs.jsonl`"
+    assert advice in captured.err
     for argv in (["--pue", "0.5"], ["--intensity", "-1"], ["--intensity", "5", "--country", "DK"], ["--pue", "x"]):
         with pytest.raises(SystemExit) as exited:
             main(["report", str(tmp_path), *argv])

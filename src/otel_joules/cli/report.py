@@ -1,8 +1,9 @@
 """``otel-joules report PATH...``: one aggregate over carbontracker logs, CSV, JSON-lines and OTLP JSON files.
 
 What is summed and how kWh and CO2eq are computed: :mod:`otel_joules.report`.
-Exit status: 0 when at least one run was reported, 1 when nothing could be read, 2 for
-invalid options (as every otel-joules command). Skipped inputs are listed on stderr, so
+Exit status: 0 when at least one run was reported; 1 when nothing could be read (the
+reasons go to stderr and nothing to stdout: no table of zeros); 2 for invalid options (as
+every otel-joules command). Skipped inputs are listed on stderr, so
 ``--json`` output on stdout stays machine-readable.
 """
 
@@ -70,13 +71,24 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(args.paths, intensity_gco2eq_per_kwh=args.intensity, country=args.country, pue=args.pue)
     for line in format_skipped(report):
         print(line, file=sys.stderr)
+    if not report.runs:
+        # The reasons are the skipped lines above; a table of zeros would only look like a result.
+        why = (
+            f"{len(report.skipped)} input(s) skipped, each with its reason above"
+            if report.skipped
+            else "no file found in " + ", ".join(repr(p) for p in args.paths)
+        )
+        print(
+            f"otel-joules report: nothing to report: no readable run in the paths given ({why}). Give carbontracker "
+            "log directories, otel-joules CSV or JSON-lines span exports, or OTLP JSON trace files, e.g. "
+            "`otel-joules run --exporter jsonl:runs.jsonl -- CMD` then `otel-joules report runs.jsonl`.",
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
         print(json.dumps(report_dict(report), indent=2, allow_nan=False))
     else:
         print(format_report(report))
-    if not report.runs:
-        print("otel-joules report: nothing to report: no readable run in the paths given", file=sys.stderr)
-        return 1
     if args.plot:
         plot_report(report, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
