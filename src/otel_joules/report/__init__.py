@@ -54,6 +54,7 @@ Equivalents (km by car and more) are of the total, with their source figures.
 from otel_joules.report.aggregate import CarbonOptions, build_report
 from otel_joules.report.model import (
     CarbonTrackerRun,
+    EnergyPart,
     EpochSummary,
     Report,
     ReportError,
@@ -61,7 +62,7 @@ from otel_joules.report.model import (
     Skipped,
     SpanRow,
 )
-from otel_joules.report.plot import plot_report
+from otel_joules.report.plot import plot_report, report_figure
 from otel_joules.report.readers import read_inputs
 from otel_joules.report.render import COUNTING_NOTE, format_report, format_skipped, report_dict, run_label
 
@@ -69,6 +70,7 @@ __all__ = [
     "COUNTING_NOTE",
     "CarbonOptions",
     "CarbonTrackerRun",
+    "EnergyPart",
     "EpochSummary",
     "Report",
     "ReportError",
@@ -80,6 +82,7 @@ __all__ = [
     "format_skipped",
     "plot_report",
     "read_inputs",
+    "report_figure",
     "report_dict",
     "run_label",
 ]
