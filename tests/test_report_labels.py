@@ -159,3 +159,21 @@ def test_simulated_gpu_beside_measured_cpu_is_mixed(powercap: FakePowercap, tmp_
     text = our_parser.print_aggregate(tmp_path / "logs")
     assert text.endswith("Partly estimated (1 of 1 run(s) include estimates) by otel-joules.")
     capsys.readouterr()
+
+
+def test_a_span_below_resolution_is_labelled_in_the_table_json_and_plot_notes(tmp_path: Path) -> None:
+    span = {
+        "name": "true", "trace_id": "2" * 32, "span_id": "3" * 16, "parent_span_id": None,
+        "start_time_unix_nano": 1_700_000_000_000_000_000, "end_time_unix_nano": 1_700_000_000_001_000_000,
+        "service_name": "true",
+        "attributes": {"energy.joules": 0.3, "energy.watts": 300.0, "energy.source": "measured",
+                       "energy.package_0.joules": 0.3, "energy.below_resolution": True},
+    }
+    (tmp_path / "runs.jsonl").write_text(json.dumps(span) + "\n")
+    report = build_report([tmp_path / "runs.jsonl"])
+    (run,) = report.runs
+    assert run.below_resolution and run.energy_source == "measured"
+    text = format_report(report)
+    assert "measured (below resolution)" in text.splitlines()[4]
+    assert "1 run(s) below a counter's resolution (quantised)" in text
+    assert any("quantised (below resolution)" in note for note in run.notes)
