@@ -39,12 +39,14 @@ def register(subparsers: Any) -> None:
         description=(
             "One aggregate over everything exported: carbontracker log directories, otel-joules CSV and JSON-lines "
             "span exports, and OTLP JSON trace files (Collector file exporter, opentelemetry-exporter-otlp-json-file). "
-            "Per trace only the topmost spans carrying energy.joules are summed, so nested spans are not counted twice."
+            "Per trace the spans' attributed share is summed (topmost energy.attributed.joules), with the host's "
+            "interval energy shown beside it; exports without attribution fall back to the topmost spans' "
+            "energy.joules, labelled 'interval'. Every run says whether it was measured or estimated."
         ),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (searched recursively)")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    parser.add_argument("--plot", metavar="FILE.png", help="write a PNG of energy per run and per epoch (needs matplotlib)")
+    parser.add_argument("--plot", metavar="FILE.png", help="write a PNG of energy and power per run by CPU/memory/GPU (estimates hatched) and per epoch (needs matplotlib)")
     carbon = parser.add_mutually_exclusive_group()
     carbon.add_argument(
         "--intensity",
