@@ -177,3 +177,38 @@ def test_a_span_below_resolution_is_labelled_in_the_table_json_and_plot_notes(tm
     assert "measured (below resolution)" in text.splitlines()[4]
     assert "1 run(s) below a counter's resolution (quantised)" in text
     assert any("quantised (below resolution)" in note for note in run.notes)
+
+
+def test_tracker_spans_and_logs_count_once_and_the_epochs_total_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from otel_joules.exporters import JsonLinesSpanExporter
+
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(tmp_path / "spans.jsonl")))
+    tracker = CarbonTracker(
+        epochs=2,
+        energy_meter=_estimating_meter(tmp_path),
+        intensity_gco2eq_per_kwh=100.0,
+        log_dir=tmp_path / "logs",
+        tracer_provider=provider,
+    )
+    for _ in range(2):
+        tracker.epoch_start()
+        _busy(0.03)
+        tracker.epoch_end()
+        time.sleep(0.05)  # between epochs: inside the training span, not in carbontracker's total
+    provider.shutdown()
+    actual = tracker.actual
+    assert actual is not None
+    console = capsys.readouterr().out
+    # The consumption block is carbontracker's format; the line right after it labels it.
+    block_end = console.index("Actual consumption for 2 epoch(s):")
+    assert "ESTIMATE, not a measurement: the consumption above includes estimates" in console[block_end:]
+
+    report = build_report([tmp_path / "logs", tmp_path / "spans.jsonl"])
+    (run,) = report.runs
+    assert run.kind == "trace" and run.energy_source == "estimate"
+    assert any(s.path.endswith("_carbontracker.log") for s in report.skipped)  # the same run, counted once
+    assert any(f"the epochs add up to {actual.energy_joules:.3f} J (what carbontracker prints" in n for n in run.notes)

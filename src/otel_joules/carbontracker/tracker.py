@@ -1102,6 +1102,10 @@ class CarbonTracker:
                 f"{actual.intensity_gco2eq_per_kwh:.2f} gCO2eq/kWh. {_say(intensity)}"
             )
         self._output_block(actual, None if self.epochs_before_pred == 0 else actual.epochs)
+        estimated = [d.id for d in self._domains if d.method is Method.ESTIMATE] + [s.domain_id for s in self._sims]
+        if estimated:
+            # The block above is carbontracker's format and cannot carry a label: say it right after.
+            self._output(f"{ESTIMATE_LOG_PREFIX}the consumption above includes estimates ({', '.join(estimated)}).")
         self._end_root(end, early_stop=early_stop)
         if self._writer is not None:
             text = self._writer.write_finished()

@@ -356,6 +356,14 @@ def _trace_run(
         per_span = [{"other": (span.number(basis.joules_key) or 0.0, _span_source(span))} for span in counted]
     else:
         per_span = [_span_parts(span, span.number(basis.joules_key) or 0.0, attributed) for span in counted]
+    epochs = _trace_epochs(spans)
+    epoch_joules = sum(e.joules for e in epochs)
+    if epochs and abs(epoch_joules - joules) > 5e-4 * max(abs(joules), 1e-9):
+        # A CarbonTracker trace: its printed actual consumption is the epochs alone.
+        notes.append(
+            f"the epochs add up to {epoch_joules:.3f} J (what carbontracker prints as the actual consumption); "
+            f"the {len(counted)} counted span(s) also cover the time between and around them"
+        )
     return RunSummary(
         run_id=trace_id,
         kind="trace",
@@ -366,7 +374,7 @@ def _trace_run(
         duration_s=duration,
         joules=joules,
         **carbon._asdict(),
-        epochs=_trace_epochs(spans),
+        epochs=epochs,
         energy_source=energy_source,
         spans_counted=len(counted),
         notes=tuple(notes),
