@@ -630,6 +630,10 @@ class CarbonTracker:
             )
         self._devices = {name: tuple(names) for name, names in devices.items()}
 
+    def _estimated_domain_ids(self) -> list[str]:
+        """The chosen domains that are estimates (no counter) or simulated: never to be called measured."""
+        return [d.id for d in self._domains if d.method is Method.ESTIMATE] + [sim.domain_id for sim in self._sims]
+
     def _write_header(self) -> None:
         components = {name: list(devs) for name, devs in self._devices.items()}
         line = format_components_line(components)
@@ -643,7 +647,7 @@ class CarbonTracker:
             )
         self._console(MESSAGE_PREFIX + line)
         self._console(MESSAGE_PREFIX + pue_line)
-        estimated = [d.id for d in self._domains if d.method is Method.ESTIMATE] + [s.domain_id for s in self._sims]
+        estimated = self._estimated_domain_ids()
         if estimated:
             note = (
                 f"{ESTIMATE_LOG_PREFIX}{', '.join(estimated)} "
@@ -1102,7 +1106,7 @@ class CarbonTracker:
                 f"{actual.intensity_gco2eq_per_kwh:.2f} gCO2eq/kWh. {_say(intensity)}"
             )
         self._output_block(actual, None if self.epochs_before_pred == 0 else actual.epochs)
-        estimated = [d.id for d in self._domains if d.method is Method.ESTIMATE] + [s.domain_id for s in self._sims]
+        estimated = self._estimated_domain_ids()
         if estimated:
             # The block above is carbontracker's format and cannot carry a label: say it right after.
             self._output(f"{ESTIMATE_LOG_PREFIX}the consumption above includes estimates ({', '.join(estimated)}).")

@@ -297,9 +297,10 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     m = result.measurement
     if m is None or not m.joules_by_domain:
         if not result.ownership.owner:
-            # The host's CPU and memory are another process's to report, and no GPU is here.
+            # Not "nothing measurable": `devices` would list what is. The host's CPU and memory
+            # are left to another process, and this one has no GPU.
             lines.append(
-                "  energy   none counted in this process: the host's CPU and memory are counted by another process "
+                "  energy   none counted in this process: the host's CPU and memory are left to another process "
                 "(see host below) and this process has no GPU; run with --host-domains always to count them here"
             )
         else:
