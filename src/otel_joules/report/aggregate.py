@@ -139,8 +139,9 @@ def _carbon(
 
 # ------------------------------------------------------------------------ energy parts
 
-# ``energy.<domain>.joules``: a domain id has no dot, which leaves out energy.joules and
-# the energy.attributed.* attributes.
+# ``energy.<domain>.joules``: a domain id has no dot, which leaves out energy.joules and the
+# per-kind and self shares (energy.attributed.joules itself matches as "attributed", a name
+# _domain_kind does not know, so it adds to no kind).
 _DOMAIN_JOULES_RE = re.compile(r"^energy\.([A-Za-z0-9_\-]+)\.joules$")
 
 
