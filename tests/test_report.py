@@ -159,15 +159,21 @@ def test_mixed_inputs_add_up_exactly(mixed) -> None:
 
     (log,) = [run for run in report.runs if run.kind == "carbontracker"]
     assert log.name == "otel-joules"
-    assert log.joules == pytest.approx(600.0, rel=1e-12)
+    # One total per run: the tracker's logged actual consumption (kWh with PUE, to the 12
+    # decimals it printed, and its grams), not a recomputation from the log's epochs.
+    assert log.energy_basis == "logged total"
+    assert log.energy_kwh == 0.000263333333
+    assert log.joules == pytest.approx(0.000263333333 * J_PER_KWH / 1.58, rel=1e-15)
+    assert log.joules == pytest.approx(600.0, rel=1e-8)
     assert [(e.epoch, e.duration_s, e.joules) for e in log.epochs] == [(1, 2.0, 300.0), (2, 3.0, 300.0)]
     assert (log.pue, log.pue_origin) == (1.58, "recorded")
-    assert log.co2eq_grams == pytest.approx(600.0 * 1.58 / J_PER_KWH * 200.0, rel=1e-12)
+    assert log.co2eq_grams == 0.05
+    assert log.energy_source == "measured"
     assert log.duration_s == 5.0
 
-    assert report.total_joules == pytest.approx(1000.0 + 100.0 + 360.0 + 600.0, rel=1e-12)
-    assert report.total_kwh == pytest.approx((1500.0 + 100.0 + 360.0 + 600.0 * 1.58) / J_PER_KWH, rel=1e-12)
-    total_grams = 1500.0 / J_PER_KWH * 300.0 + 0.005 + 360.0 / J_PER_KWH * 445.0 + 948.0 / J_PER_KWH * 200.0
+    assert report.total_joules == pytest.approx(1000.0 + 100.0 + 360.0 + 600.0, rel=1e-9)
+    assert report.total_kwh == pytest.approx((1500.0 + 100.0 + 360.0) / J_PER_KWH + 0.000263333333, rel=1e-12)
+    total_grams = 1500.0 / J_PER_KWH * 300.0 + 0.005 + 360.0 / J_PER_KWH * 445.0 + 0.05
     assert report.total_co2eq_grams == pytest.approx(total_grams, rel=1e-12)
     car = [e for e in report.equivalents if e.key == "km_by_car"][0]
     assert car.amount == pytest.approx(total_grams / 106.8, rel=1e-12)
@@ -345,7 +351,7 @@ def test_cli_text_and_json(mixed, capsys) -> None:
     assert "otel-joules report: 4 run(s)" in captured.out
     assert "Total: 2060.000 J" in captured.out
     assert "km travelled by car" in captured.out
-    assert "topmost spans carrying energy.joules" in captured.out
+    assert "topmost energy.attributed.joules" in captured.out and "interval energy" in captured.out
     assert f"skipped {root / 'junk.txt'}: unknown format" in captured.err
 
     assert main(["report", str(root), "--json", "--pue", "1.2"]) == 0
@@ -359,8 +365,20 @@ def test_cli_text_and_json(mixed, capsys) -> None:
 
 def test_cli_nothing_readable_and_bad_options(tmp_path, capsys) -> None:
     (tmp_path / "junk.txt").write_text("x\n")
-    assert main(["report", str(tmp_path)]) == 1
-    assert "nothing to report" in capsys.readouterr().err
+    for extra in ([], ["--json"]):
+        assert main(["report", str(tmp_path), *extra]) == 1
+        captured = capsys.readouterr()
+        assert captured.out == ""  # no all-zero table or JSON
+        assert f"skipped {tmp_path / 'junk.txt'}: unknown format" in captured.err
+        assert "nothing to report: no readable run in the paths given (1 input(s) skipped" in captured.err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["report", str(empty)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"no file found in {str(empty)!r}" in captured.err
+    # The advice it prints works: the command it suggests gives a report.
+    advice = "`otel-joules run --exporter jsonl:runs.jsonl -- CMD` then `otel-joules report runs.jsonl`"
+    assert advice in captured.err
     for argv in (["--pue", "0.5"], ["--intensity", "-1"], ["--intensity", "5", "--country", "DK"], ["--pue", "x"]):
         with pytest.raises(SystemExit) as exited:
             main(["report", str(tmp_path), *argv])

@@ -59,6 +59,15 @@ DEFAULT_DECIMAL_PRECISION = 12
 #: Standard-log line naming the run's OpenTelemetry trace (followed by 32 hex digits),
 #: so a report given both the log and the trace's spans counts the run once.
 TRACE_ID_LOG_PREFIX = "OpenTelemetry trace_id "
+#: Standard-log line naming the domains that are estimates, not measurements (their ids follow);
+#: readers label such a run ``estimate`` (every device estimated) or ``mixed``.
+ESTIMATE_LOG_PREFIX = "ESTIMATE, not a measurement: "
+#: How a device name on the components line says it is not measured (``cpu (estimate)``).
+ESTIMATE_DEVICE_MARKS = ("(estimate)", "(simulated)")
+#: Standard-log line for an epoch shorter than a counter's update period (its energy is quantised).
+BELOW_RESOLUTION_LOG_PREFIX = "BELOW RESOLUTION: "
+#: The ``software`` of the version line our writer puts first.
+OTEL_JOULES_SOFTWARE = "otel-joules"
 #: carbontracker 2.4.7's PUE and the source it prints with it.
 CARBONTRACKER_PUE = 1.58
 CARBONTRACKER_PUE_SOURCE = "Daniel Bizo, 2023, Uptime Institute Global Data Center Survey"
@@ -448,7 +457,7 @@ class CarbonTrackerLogWriter:
         *,
         pue: float = CARBONTRACKER_PUE,
         pue_source: str | None = CARBONTRACKER_PUE_SOURCE,
-        software: str = "otel-joules",
+        software: str = OTEL_JOULES_SOFTWARE,
         version: str | None = None,
     ) -> str:
         """The start of a run: version line, PUE line and the components found.

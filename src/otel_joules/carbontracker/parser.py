@@ -35,6 +35,10 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from otel_joules.carbontracker.logs import (
+    BELOW_RESOLUTION_LOG_PREFIX,
+    ESTIMATE_DEVICE_MARKS,
+    ESTIMATE_LOG_PREFIX,
+    OTEL_JOULES_SOFTWARE,
     OUTPUT_LOG_SUFFIX,
     STD_LOG_SUFFIX,
     CarbonTrackerLogError,
@@ -163,6 +167,11 @@ class StandardLog:
         epochs: The epoch blocks, in log order.
         average_intensity_g_per_kwh: From ``Average carbon intensity during training was ...``.
         early_stop: Whether it says ``Training was interrupted``.
+        energy_source: ``measured``, ``estimate`` (every device estimated or simulated) or
+            ``mixed``, from the ``ESTIMATE, not a measurement`` line and the device names;
+            None when the log does not say (carbontracker's own logs).
+        below_resolution: An epoch was shorter than a counter's update period (a
+            ``BELOW RESOLUTION`` line): its energy is quantised.
     """
 
     software: Optional[str] = None
@@ -172,6 +181,8 @@ class StandardLog:
     epochs: List[EpochRecord] = field(default_factory=list)
     average_intensity_g_per_kwh: Optional[float] = None
     early_stop: bool = False
+    energy_source: Optional[str] = None
+    below_resolution: bool = False
 
     @property
     def complete_epochs(self) -> List[EpochRecord]:
@@ -242,6 +253,7 @@ def parse_standard_log(text: str, *, source: str = "<text>") -> StandardLog:
     durations: List[Optional[float]] = []
     intensity: Optional[float] = None
     early_stop = False
+    estimate_line = below_resolution = False
 
     def current_epoch() -> int:
         # A Duration or power line before any "Epoch N:" starts an epoch of its own:
@@ -293,6 +305,8 @@ def parse_standard_log(text: str, *, source: str = "<text>") -> StandardLog:
                 intensity = float(match.group(1))
             if _EARLY_STOP_RE.search(message):
                 early_stop = True
+            estimate_line = estimate_line or message.startswith(ESTIMATE_LOG_PREFIX)
+            below_resolution = below_resolution or message.startswith(BELOW_RESOLUTION_LOG_PREFIX)
 
     records = [
         EpochRecord(epoch=record.epoch, duration_seconds=duration, power_watts=record.power_watts)
@@ -311,7 +325,19 @@ def parse_standard_log(text: str, *, source: str = "<text>") -> StandardLog:
         epochs=records,
         average_intensity_g_per_kwh=intensity,
         early_stop=early_stop,
+        energy_source=_energy_source(software, devices or {}, estimate_line),
+        below_resolution=below_resolution,
     )
+
+
+def _energy_source(software: Optional[str], devices: Dict[str, List[str]], estimate_line: bool) -> Optional[str]:
+    """What the log says its figures are: measured, estimate or mixed (None: it does not say)."""
+    names = [name for group in devices.values() for name in group]
+    estimated = [name for name in names if name.endswith(ESTIMATE_DEVICE_MARKS)]
+    if estimate_line or estimated:
+        return "mixed" if len(estimated) < len(names) else "estimate"
+    # Our writer always writes the ESTIMATE line when there is one; carbontracker never does.
+    return "measured" if software == OTEL_JOULES_SOFTWARE else None
 
 
 def _looks_like_standard_log(log: StandardLog) -> bool:
@@ -693,7 +719,8 @@ class _Totals:
     energy_kwh: float = 0.0
     co2eq_grams: float = 0.0
     equivalents: Dict[str, float] = field(default_factory=dict)
-    writers: List[str] = field(default_factory=list)
+    #: Who wrote the runs -> what their logs say the figures are (None: not said).
+    writers: Dict[str, List[Optional[str]]] = field(default_factory=dict)
 
 
 def _aggregate(log_dir: str | os.PathLike[str]) -> _Totals:
@@ -712,8 +739,8 @@ def _aggregate(log_dir: str | os.PathLike[str]) -> _Totals:
             totals.co2eq_grams += co2eq
         for unit, amount in (chosen["equivalents"] or {}).items():
             totals.equivalents[unit] = totals.equivalents.get(unit, 0.0) + amount
-        if run.std.software and run.std.software not in totals.writers:
-            totals.writers.append(run.std.software)
+        if run.std.software:
+            totals.writers.setdefault(run.std.software, []).append(run.std.energy_source)
     return totals
 
 
@@ -739,12 +766,23 @@ def aggregate_consumption(log_dir: str | os.PathLike[str]) -> Tuple[float, float
 _ATTRIBUTION = {"carbontracker": "carbontracker (https://github.com/lfwa/carbontracker)"}
 
 
+def _provenance(sources: List[Optional[str]]) -> str:
+    """``Measured``, ``Estimated`` or ``Partly estimated`` for one writer's runs: never an estimate called measured."""
+    estimated = sum(1 for source in sources if source in ("estimate", "mixed"))
+    if not estimated:
+        return "Measured"
+    if all(source == "estimate" for source in sources):
+        return "Estimated (not measured: no readable energy counter)"
+    return f"Partly estimated ({estimated} of {len(sources)} run(s) include estimates)"
+
+
 def print_aggregate(log_dir: str | os.PathLike[str]) -> str:
     """Print the aggregate consumption of ``log_dir`` as carbontracker's sentence; returns it too.
 
     ``The training of models in this work is estimated to use X kWh of electricity
     contributing to Y kg of CO2eq. This is equivalent to Z km travelled by car. Measured
-    by ...`` -- naming whoever wrote the logs (carbontracker, otel-joules).
+    by ...`` -- naming whoever wrote the logs (carbontracker, otel-joules), and saying
+    ``Estimated by`` / ``Partly estimated by`` where their logs say the figures are estimates.
     """
     totals = _aggregate(log_dir)
     text = (
@@ -754,7 +792,9 @@ def print_aggregate(log_dir: str | os.PathLike[str]) -> str:
     if totals.equivalents:
         text += "This is equivalent to " + " or ".join(f"{v:.16f} {k}" for k, v in totals.equivalents.items()) + ". "
     if totals.writers:
-        text += "Measured by " + " and ".join(_ATTRIBUTION.get(name, name) for name in totals.writers) + "."
+        text += " ".join(
+            f"{_provenance(sources)} by {_ATTRIBUTION.get(name, name)}." for name, sources in totals.writers.items()
+        )
     text = text.rstrip()
     print(text)
     return text

@@ -100,10 +100,12 @@ from otel_joules.carbon.providers import (
 )
 from otel_joules.carbon.units import JOULES_PER_KWH, validate_pue
 from otel_joules.carbontracker.logs import (
+    BELOW_RESOLUTION_LOG_PREFIX,
     CARBONTRACKER_PUE,
     CARBONTRACKER_PUE_SOURCE,
     DEFAULT_DECIMAL_PRECISION,
     DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
+    ESTIMATE_LOG_PREFIX,
     MESSAGE_PREFIX,
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogWriter,
@@ -628,6 +630,10 @@ class CarbonTracker:
             )
         self._devices = {name: tuple(names) for name, names in devices.items()}
 
+    def _estimated_domain_ids(self) -> list[str]:
+        """The chosen domains that are estimates (no counter) or simulated: never to be called measured."""
+        return [d.id for d in self._domains if d.method is Method.ESTIMATE] + [sim.domain_id for sim in self._sims]
+
     def _write_header(self) -> None:
         components = {name: list(devs) for name, devs in self._devices.items()}
         line = format_components_line(components)
@@ -641,10 +647,10 @@ class CarbonTracker:
             )
         self._console(MESSAGE_PREFIX + line)
         self._console(MESSAGE_PREFIX + pue_line)
-        estimated = [d.id for d in self._domains if d.method is Method.ESTIMATE] + [s.domain_id for s in self._sims]
+        estimated = self._estimated_domain_ids()
         if estimated:
             note = (
-                f"ESTIMATE, not a measurement: {', '.join(estimated)} "
+                f"{ESTIMATE_LOG_PREFIX}{', '.join(estimated)} "
                 + (
                     "(no readable RAPL counter: CPU time x TDP and memory size x W/GB; run `otel-joules devices` for why)"
                     if any(d.method is Method.ESTIMATE for d in self._domains)
@@ -871,6 +877,15 @@ class CarbonTracker:
         self._end_span(span, attributes)
         if self._writer is not None:
             self._writer.write_epoch(result.epoch, duration_seconds=result.duration_s, power_watts=power)
+        if result.below_resolution:
+            # The figure is quantised (a counter did not tick, or ticked once, inside the
+            # epoch): say so where it is shown, and in the log for the report.
+            note = (
+                f"{BELOW_RESOLUTION_LOG_PREFIX}epoch {result.epoch} lasted {result.duration_s:.4f} s, shorter than a "
+                "counter's update period: its energy and power are quantised, not exact."
+            )
+            self._info(note)
+            self._console(MESSAGE_PREFIX + note)
         return result, end
 
     def _epoch_end_locked(self) -> None:
@@ -1091,6 +1106,10 @@ class CarbonTracker:
                 f"{actual.intensity_gco2eq_per_kwh:.2f} gCO2eq/kWh. {_say(intensity)}"
             )
         self._output_block(actual, None if self.epochs_before_pred == 0 else actual.epochs)
+        estimated = self._estimated_domain_ids()
+        if estimated:
+            # The block above is carbontracker's format and cannot carry a label: say it right after.
+            self._output(f"{ESTIMATE_LOG_PREFIX}the consumption above includes estimates ({', '.join(estimated)}).")
         self._end_root(end, early_stop=early_stop)
         if self._writer is not None:
             text = self._writer.write_finished()

@@ -51,11 +51,19 @@ def run(args: argparse.Namespace) -> int:
     print(f"otel-joules devices (sysfs root: {report['sysfs_root']})")
     print()
     if report["domains"]:
-        print("Measured domains:")
         width = max(len(d["id"]) for d in report["domains"])
-        for d in report["domains"]:
-            total = "adds to energy.joules" if d["in_total"] else "reported, inside another domain"
-            print(f"  {d['id']:<{width}}  {d['hw_type']:<9} {d['method']:<17} {d['hw_name']}  ({total})")
+        # An estimate is never listed as a measurement.
+        for source, heading in (
+            ("measured", "Measured domains:"),
+            ("estimate", "Estimated domains (no energy counter: a model, NOT a measurement):"),
+        ):
+            domains = [d for d in report["domains"] if d["source"] == source]
+            if not domains:
+                continue
+            print(heading)
+            for d in domains:
+                total = "adds to energy.joules" if d["in_total"] else "reported, inside another domain"
+                print(f"  {d['id']:<{width}}  {d['hw_type']:<9} {d['method']:<17} {d['hw_name']}  ({total})")
     if report["unavailable"]:
         print()
         print("Not measured:")

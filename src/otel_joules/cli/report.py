@@ -1,8 +1,9 @@
 """``otel-joules report PATH...``: one aggregate over carbontracker logs, CSV, JSON-lines and OTLP JSON files.
 
 What is summed and how kWh and CO2eq are computed: :mod:`otel_joules.report`.
-Exit status: 0 when at least one run was reported, 1 when nothing could be read, 2 for
-invalid options (as every otel-joules command). Skipped inputs are listed on stderr, so
+Exit status: 0 when at least one run was reported; 1 when nothing could be read (the
+reasons go to stderr and nothing to stdout: no table of zeros); 2 for invalid options (as
+every otel-joules command). Skipped inputs are listed on stderr, so
 ``--json`` output on stdout stays machine-readable.
 """
 
@@ -38,12 +39,14 @@ def register(subparsers: Any) -> None:
         description=(
             "One aggregate over everything exported: carbontracker log directories, otel-joules CSV and JSON-lines "
             "span exports, and OTLP JSON trace files (Collector file exporter, opentelemetry-exporter-otlp-json-file). "
-            "Per trace only the topmost spans carrying energy.joules are summed, so nested spans are not counted twice."
+            "Per trace the spans' attributed share is summed (topmost energy.attributed.joules), with the host's "
+            "interval energy shown beside it; exports without attribution fall back to the topmost spans' "
+            "energy.joules, labelled 'interval'. Every run says whether it was measured or estimated."
         ),
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (searched recursively)")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    parser.add_argument("--plot", metavar="FILE.png", help="write a PNG of energy per run and per epoch (needs matplotlib)")
+    parser.add_argument("--plot", metavar="FILE.png", help="write a PNG of energy and power per run by CPU/memory/GPU (estimates hatched) and per epoch (needs matplotlib)")
     carbon = parser.add_mutually_exclusive_group()
     carbon.add_argument(
         "--intensity",
@@ -70,13 +73,24 @@ def run(args: argparse.Namespace) -> int:
     report = build_report(args.paths, intensity_gco2eq_per_kwh=args.intensity, country=args.country, pue=args.pue)
     for line in format_skipped(report):
         print(line, file=sys.stderr)
+    if not report.runs:
+        # The reasons are the skipped lines above; a table of zeros would only look like a result.
+        why = (
+            f"{len(report.skipped)} input(s) skipped, each with its reason above"
+            if report.skipped
+            else "no file found in " + ", ".join(repr(p) for p in args.paths)
+        )
+        print(
+            f"otel-joules report: nothing to report: no readable run in the paths given ({why}). Give carbontracker "
+            "log directories, otel-joules CSV or JSON-lines span exports, or OTLP JSON trace files, e.g. "
+            "`otel-joules run --exporter jsonl:runs.jsonl -- CMD` then `otel-joules report runs.jsonl`.",
+            file=sys.stderr,
+        )
+        return 1
     if args.json:
         print(json.dumps(report_dict(report), indent=2, allow_nan=False))
     else:
         print(format_report(report))
-    if not report.runs:
-        print("otel-joules report: nothing to report: no readable run in the paths given", file=sys.stderr)
-        return 1
     if args.plot:
         plot_report(report, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)

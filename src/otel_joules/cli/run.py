@@ -240,7 +240,9 @@ class StatusLine(threading.Thread):
             now_w = self._meter.measure(previous, current)
             so_far = self._meter.measure(first, current)
             previous = current
-            power = f"{now_w.watts:.1f} W" if now_w.joules_by_domain else "no energy counter"
+            # An estimate says so here too, as everywhere else.
+            label = "" if now_w.source == "measured" else f" {now_w.source}"
+            power = f"{now_w.watts:.1f} W{label}" if now_w.joules_by_domain else "nothing measured in this process"
             text = f"otel-joules: {self._label} {format_duration(time.monotonic() - self._started_at)}, {power}, {format_joules(so_far.total_joules)}"
             self._write("\r\x1b[K" + text)
 
@@ -294,13 +296,28 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     lines = [f"otel-joules: {shlex.join(result.command)} {how} after {format_duration(result.duration_s)}"]
     m = result.measurement
     if m is None or not m.joules_by_domain:
-        lines.append("  energy   nothing measurable here; `otel-joules devices` says why")
+        if not result.ownership.owner:
+            # Not "nothing measurable": `devices` would list what is. The host's CPU and memory
+            # are left to another process, and this one has no GPU.
+            lines.append(
+                "  energy   none counted in this process: the host's CPU and memory are left to another process "
+                "(see host below) and this process has no GPU; run with --host-domains always to count them here"
+            )
+        else:
+            lines.append(
+                "  energy   nothing measurable or estimable here; `otel-joules devices` says why and what to do"
+            )
     else:
         kwh = joules_to_kwh(max(m.total_joules, 0.0))
         lines.append(
             f"  energy   {format_joules(m.total_joules)} = {kwh:.4g} kWh, {m.watts:.4g} W on average "
             f"({m.source}: {', '.join(sorted(m.joules_by_domain))})"
         )
+        if m.below_resolution:
+            lines.append(
+                f"  note     BELOW RESOLUTION: {format_duration(m.duration_s)} is shorter than a counter's update "
+                "period, so these joules and watts are quantised, not exact; measure a longer run"
+            )
         if result.co2eq_grams is not None:
             pue = f", PUE {result.pue:g}" if result.pue != 1.0 else ""
             lines.append(

@@ -18,28 +18,44 @@ trace (``OpenTelemetry trace_id ...`` in the standard log); when that trace's sp
 the inputs too, the run is counted once, from the spans, and the log pair is listed as
 skipped with that reason.
 
-**Energy of a trace (no double counting).** Energy attributes are machine-level over a
-span's interval, so a nested span's energy is already inside its parent's. Per trace, only
-the *topmost* spans that carry ``energy.joules`` are summed: a span counts unless one of its
-ancestors in the trace also carries ``energy.joules``. For a training run that is the
-``training`` span alone, not its epochs. Several top-level spans of one trace (siblings,
-or spans whose common parent has no energy) are added, which overcounts when they ran at
-the same time; the run's notes say so.
+**Energy of a trace: the attributed share (no double counting).** Anything that sums
+adds up the spans' *attributed share* of host energy, never interval energy: per trace,
+``energy.attributed.joules`` (inclusive of children) of the topmost spans carrying it, or,
+when an export kept only ``energy.attributed.self.joules``, that over every span. The host's
+interval energy over the same spans (``energy.joules`` of the topmost spans carrying it) is
+kept beside it (:attr:`RunSummary.host_interval_joules`). Exports without attribution (older
+versions) fall back to the topmost spans' ``energy.joules``: machine-level energy over each
+span's interval, so a nested span's energy is inside its parent's and only a span without
+an ancestor carrying it counts; several such spans of one trace are added, which overcounts
+when they ran at the same time (the run's notes say so). :attr:`RunSummary.energy_basis`
+says which was summed; grams are always of that basis (``energy.attributed.co2eq.grams``
+for shares, never the interval's ``energy.co2eq.grams``).
 
-**Energy of a carbontracker run.** The standard log's epochs: average power of each
-component x epoch duration (IT energy). Logs written by carbontracker 2.x state a
-component's power as the mean over its devices; the report multiplies it by the number of
-devices (the sum is what the machine drew). A power of ``None`` counts as 0 W and the run's
-notes say how often.
+**Energy of a carbontracker run: one total.** The output log's actual consumption, the
+figure the tracker printed and ``parser.aggregate_consumption`` returns (kWh with PUE, back to
+IT joules with the log's PUE; its grams as logged). Per-epoch figures are the standard log's
+average power of each component x epoch duration (rounded to 0.01 s in the log, so they may
+add up to slightly more or less; the run's notes say so). Where the log has no matching
+actual consumption (or carbontracker 2.x's per-device averaging had to be corrected), the
+total is recomputed from the epochs: logs written by carbontracker 2.x state a component's
+power as the mean over its devices, and the report multiplies it by the number of devices
+(the sum is what the machine drew). A power of ``None`` counts as 0 W and the run's notes
+say how often.
+
+**Labels.** Every run says whether its energy was measured or estimated
+(:attr:`RunSummary.energy_source`: the spans' ``energy.source``, or the log's ``ESTIMATE``
+line and device names), per kind too (:attr:`RunSummary.parts`: CPU, memory, GPU), and
+whether a span or epoch was below a counter's resolution.
 
 **kWh and CO2eq.** Per run, ``kWh = joules x PUE / 3.6e6`` and ``grams = kWh x intensity``:
 
 - PUE: ``--pue`` if given; else the run's own (carbontracker's PUE line, the spans'
   ``carbon.pue``); else 1.0 (marked ``default``).
 - Intensity: ``--intensity`` or ``--country`` (offline yearly average) if given, for every
-  run; else the run's own (carbontracker's "Average carbon intensity", the spans'
-  ``carbon.intensity.gco2eq_per_kwh``, energy-weighted); else the spans' own
-  ``energy.co2eq.grams`` summed as they are (spans with grams but no intensity, or
+  run; else a carbontracker log's own logged grams; else the run's own intensity
+  (carbontracker's "Average carbon intensity", the spans'
+  ``carbon.intensity.gco2eq_per_kwh``, energy-weighted); else the spans' own grams of the
+  summed basis as they are (spans with grams but no intensity, or
   CSV and JSON-lines files exported before those formats kept ``carbon.*`` attributes);
   else :func:`otel_joules.carbon.resolve_carbon_intensity` (``OTEL_JOULES_COUNTRY``, or
   the world average). ``intensity_source`` says which.
@@ -54,6 +70,7 @@ Equivalents (km by car and more) are of the total, with their source figures.
 from otel_joules.report.aggregate import CarbonOptions, build_report
 from otel_joules.report.model import (
     CarbonTrackerRun,
+    EnergyPart,
     EpochSummary,
     Report,
     ReportError,
@@ -61,7 +78,7 @@ from otel_joules.report.model import (
     Skipped,
     SpanRow,
 )
-from otel_joules.report.plot import plot_report
+from otel_joules.report.plot import plot_report, report_figure
 from otel_joules.report.readers import read_inputs
 from otel_joules.report.render import COUNTING_NOTE, format_report, format_skipped, report_dict, run_label
 
@@ -69,6 +86,7 @@ __all__ = [
     "COUNTING_NOTE",
     "CarbonOptions",
     "CarbonTrackerRun",
+    "EnergyPart",
     "EpochSummary",
     "Report",
     "ReportError",
@@ -80,6 +98,7 @@ __all__ = [
     "format_skipped",
     "plot_report",
     "read_inputs",
+    "report_figure",
     "report_dict",
     "run_label",
 ]

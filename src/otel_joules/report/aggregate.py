@@ -4,21 +4,47 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass
-from typing import Iterable, NamedTuple
+from typing import Iterable, Mapping, NamedTuple
 
 from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.units import JOULES_PER_KWH, validate_pue
+from otel_joules.carbontracker.logs import ESTIMATE_DEVICE_MARKS
 from otel_joules.carbontracker.tracker import ATTR_EPOCH as EPOCH
 from otel_joules.carbontracker.tracker import SPAN_EPOCH as EPOCH_SPAN_NAME
 from otel_joules.errors import ConfigurationError
-from otel_joules.report.model import CarbonTrackerRun, EpochSummary, Report, RunSummary, Skipped, SpanRow
+from otel_joules.report.model import (
+    BASIS_ATTRIBUTED,
+    BASIS_EPOCHS,
+    BASIS_INTERVAL,
+    BASIS_LOGGED,
+    CarbonTrackerRun,
+    EnergyPart,
+    EpochSummary,
+    Report,
+    RunSummary,
+    Skipped,
+    SpanRow,
+)
 from otel_joules.report.readers import read_inputs
+from otel_joules.sensors.base import Method
 from otel_joules.tracing.attributes import CARBON_INTENSITY_GCO2EQ_PER_KWH as INTENSITY
 from otel_joules.tracing.attributes import CARBON_PUE as PUE
 from otel_joules.tracing.attributes import ENERGY_CO2EQ_GRAMS as CO2EQ_GRAMS
-from otel_joules.tracing.attributes import ENERGY_JOULES, ENERGY_SOURCE
+from otel_joules.tracing.attributes import (
+    ATTRIBUTED_KINDS,
+    ENERGY_ATTRIBUTED_CO2EQ_GRAMS,
+    ENERGY_ATTRIBUTED_JOULES,
+    ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS,
+    ENERGY_ATTRIBUTED_SELF_JOULES,
+    ENERGY_BELOW_RESOLUTION,
+    ENERGY_JOULES,
+    ENERGY_SOURCE,
+    attributed_kind_key,
+    domain_method_key,
+)
 
 
 @dataclass(frozen=True)
@@ -76,8 +102,17 @@ def _carbon(
     recorded_intensity: float | None,
     recorded_co2eq_grams: float | None,
     intensities: _Intensities,
+    recorded_kwh: float | None = None,
+    prefer_recorded_co2eq: bool = False,
 ) -> _Carbon:
-    """PUE, kWh, grams and the intensity behind them for one run."""
+    """PUE, kWh, grams and the intensity behind them for one run.
+
+    A carbontracker log's own totals (``recorded_kwh``, and ``recorded_co2eq_grams`` with
+    ``prefer_recorded_co2eq``) are used as they are unless an option overrides what they
+    were computed with, so the report repeats the number the tracker printed instead of
+    recomputing a near copy from the log's rounded intensity. Spans record their
+    intensity as a full double, so for them the recorded intensity comes first.
+    """
     options = intensities.options
     if options.pue is not None:
         pue, pue_origin = options.pue, "option"
@@ -86,9 +121,13 @@ def _carbon(
     else:
         pue, pue_origin = 1.0, "default"
     kwh = max(joules, 0.0) * pue / JOULES_PER_KWH
+    if recorded_kwh is not None and pue_origin == "recorded":
+        kwh = recorded_kwh
     override = intensities.override
     if override is not None:
         return _Carbon(pue, pue_origin, kwh, kwh * override.gco2eq_per_kwh, override.gco2eq_per_kwh, override.source)
+    if prefer_recorded_co2eq and recorded_co2eq_grams is not None and options.pue is None:
+        return _Carbon(pue, pue_origin, kwh, recorded_co2eq_grams, recorded_intensity, "recorded")
     if recorded_intensity is not None:
         return _Carbon(pue, pue_origin, kwh, kwh * recorded_intensity, recorded_intensity, "recorded")
     if recorded_co2eq_grams is not None and options.pue is None:
@@ -98,26 +137,108 @@ def _carbon(
     return _Carbon(pue, pue_origin, kwh, kwh * fallback.gco2eq_per_kwh, fallback.gco2eq_per_kwh, fallback.source)
 
 
+# ------------------------------------------------------------------------ energy parts
+
+# ``energy.<domain>.joules``: a domain id has no dot, which leaves out energy.joules and the
+# per-kind and self shares (energy.attributed.joules itself matches as "attributed", a name
+# _domain_kind does not know, so it adds to no kind).
+_DOMAIN_JOULES_RE = re.compile(r"^energy\.([A-Za-z0-9_\-]+)\.joules$")
+
+
+def _domain_kind(domain_id: str, has_package: bool) -> str | None:
+    """The kind a domain adds to; None for one inside another (core, uncore; psys beside a package)."""
+    if domain_id.startswith(("core", "uncore")):
+        return None
+    if domain_id.startswith("psys"):
+        return None if has_package else "cpu"
+    if domain_id.startswith("package") or domain_id in ("cpu_estimate", "sim_cpu"):
+        return "cpu"
+    if domain_id.startswith("dram") or domain_id == "memory_estimate":
+        return "memory"
+    if domain_id.startswith("nvidia_gpu") or domain_id == "sim_gpu":
+        return "gpu"
+    return None  # unknown: its energy stays in "other"
+
+
+def _merge_sources(sources: Iterable[str | None]) -> str | None:
+    known = {source for source in sources if source is not None}
+    if not known:
+        return None
+    return known.pop() if len(known) == 1 else "mixed"
+
+
+def _domain_source(span: SpanRow, domain_id: str) -> str | None:
+    source = span.attributes.get(ENERGY_SOURCE)
+    if source in ("measured", "estimate"):
+        return str(source)
+    if source == "mixed":
+        return "estimate" if span.attributes.get(domain_method_key(domain_id)) == Method.ESTIMATE.value else "measured"
+    return None
+
+
+def _span_source(span: SpanRow) -> str | None:
+    source = span.attributes.get(ENERGY_SOURCE)
+    return str(source) if isinstance(source, str) and source else None
+
+
+def _span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tuple[float, str | None]]:
+    """``{kind: (joules, source)}`` of one span; what no kind covers is ``other``."""
+    domains: dict[str, list[tuple[float, str | None]]] = {}
+    ids = [m.group(1) for key in span.attributes if (m := _DOMAIN_JOULES_RE.match(key))]
+    has_package = any(i.startswith("package") for i in ids)
+    for domain_id in ids:
+        kind = _domain_kind(domain_id, has_package)
+        value = span.number(f"energy.{domain_id}.joules")
+        if kind is not None and value is not None:
+            domains.setdefault(kind, []).append((value, _domain_source(span, domain_id)))
+    parts: dict[str, tuple[float, str | None]] = {}
+    for kind in ATTRIBUTED_KINDS:
+        sources = [source for _, source in domains.get(kind, ())]
+        if attributed:
+            value = span.number(attributed_kind_key(kind))
+        else:
+            value = sum(j for j, _ in domains[kind]) if kind in domains else None
+        if value is not None:
+            parts[kind] = (value, _merge_sources(sources) if sources else _span_source(span))
+    rest = total - sum(j for j, _ in parts.values())
+    if abs(rest) > 1e-9 * max(abs(total), 1.0):
+        parts["other"] = (rest, _span_source(span))
+    return parts
+
+
+def _sum_parts(per_span: Iterable[Mapping[str, tuple[float, str | None]]]) -> tuple[EnergyPart, ...]:
+    joules: dict[str, float] = {}
+    sources: dict[str, list[str | None]] = {}
+    for parts in per_span:
+        for kind, (value, source) in parts.items():
+            joules[kind] = joules.get(kind, 0.0) + value
+            sources.setdefault(kind, []).append(source)
+    order = [*ATTRIBUTED_KINDS, "cpu+memory", "other"]
+    return tuple(
+        EnergyPart(kind, joules[kind], _merge_sources(sources[kind])) for kind in order if kind in joules
+    )
+
+
 # ------------------------------------------------------------------------------ traces
 
 
-def _counted_spans(spans: list[SpanRow]) -> list[SpanRow]:
-    """The topmost spans carrying ``energy.joules``: no ancestor in the trace carries it.
+def _counted_spans(spans: list[SpanRow], key: str = ENERGY_JOULES) -> list[SpanRow]:
+    """The topmost spans carrying ``key``: no ancestor in the trace carries it.
 
-    A nested span's energy is inside its parent's (energy is machine-level over the
-    span's interval), so adding both would count it twice.
+    A nested span's energy (interval or inclusive attributed share) is inside its
+    parent's, so adding both would count it twice.
     """
     by_id = {span.span_id: span for span in spans}
     counted = []
     for span in spans:
-        if span.number(ENERGY_JOULES) is None:
+        if span.number(key) is None:
             continue
         parent_id, seen = span.parent_span_id, {span.span_id}
         nested = False
         while parent_id is not None and parent_id in by_id and parent_id not in seen:
             seen.add(parent_id)
             parent = by_id[parent_id]
-            if parent.number(ENERGY_JOULES) is not None:
+            if parent.number(key) is not None:
                 nested = True
                 break
             parent_id = parent.parent_span_id
@@ -126,11 +247,39 @@ def _counted_spans(spans: list[SpanRow]) -> list[SpanRow]:
     return counted
 
 
+@dataclass(frozen=True)
+class _Basis:
+    """Which attribute a trace's energy is summed from, and over which spans."""
+
+    name: str
+    joules_key: str
+    co2eq_key: str
+    spans: list[SpanRow]
+
+
+def _basis(spans: list[SpanRow]) -> _Basis | None:
+    """Attributed shares when the export has them (topmost ``energy.attributed.joules``, else
+    every span's ``energy.attributed.self.joules``); interval energy for older exports."""
+    counted = _counted_spans(spans, ENERGY_ATTRIBUTED_JOULES)
+    if counted:
+        return _Basis(BASIS_ATTRIBUTED, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_CO2EQ_GRAMS, counted)
+    selves = [span for span in spans if span.number(ENERGY_ATTRIBUTED_SELF_JOULES) is not None]
+    if selves:
+        return _Basis(BASIS_ATTRIBUTED, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS, selves)
+    counted = _counted_spans(spans, ENERGY_JOULES)
+    if counted:
+        return _Basis(BASIS_INTERVAL, ENERGY_JOULES, CO2EQ_GRAMS, counted)
+    return None
+
+
 def _trace_epochs(spans: list[SpanRow]) -> tuple[EpochSummary, ...]:
     epochs = [s for s in spans if s.name == EPOCH_SPAN_NAME and s.number(ENERGY_JOULES) is not None]
     if not epochs:
         return ()
     epochs.sort(key=lambda s: (s.start_unix_nano or 0, s.span_id))
+    # Epochs are summed on the run's basis too: their attributed share when every epoch has one.
+    attributed = all(span.number(ENERGY_ATTRIBUTED_JOULES) is not None for span in epochs)
+    key = ENERGY_ATTRIBUTED_JOULES if attributed else ENERGY_JOULES
     result = []
     for position, span in enumerate(epochs, start=1):
         number = span.attributes.get(EPOCH)
@@ -140,17 +289,29 @@ def _trace_epochs(spans: list[SpanRow]) -> tuple[EpochSummary, ...]:
             if span.start_unix_nano is not None and span.end_unix_nano is not None
             else None
         )
-        result.append(EpochSummary(epoch=epoch, duration_s=duration, joules=span.number(ENERGY_JOULES) or 0.0))
+        joules = span.number(key) or 0.0
+        result.append(
+            EpochSummary(
+                epoch=epoch,
+                duration_s=duration,
+                joules=joules,
+                parts=_sum_parts([_span_parts(span, joules, attributed)]),
+            )
+        )
     return tuple(result)
 
 
 def _trace_run(
     trace_id: str, spans: list[SpanRow], intensities: _Intensities, sources: tuple[str, ...]
 ) -> RunSummary | None:
-    counted = _counted_spans(spans)
-    if not counted:
+    basis = _basis(spans)
+    if basis is None:
         return None
-    joules = sum(span.number(ENERGY_JOULES) or 0.0 for span in counted)
+    counted = basis.spans
+    attributed = basis.name == BASIS_ATTRIBUTED
+    joules = sum(span.number(basis.joules_key) or 0.0 for span in counted)
+    interval_counted = _counted_spans(spans, ENERGY_JOULES)
+    host_joules = sum(span.number(ENERGY_JOULES) or 0.0 for span in interval_counted) if attributed else None
     known = {span.span_id for span in spans}
     roots = [span for span in spans if span.parent_span_id is None or span.parent_span_id not in known]
     roots.sort(key=lambda s: (s.start_unix_nano or 0, s.span_id))
@@ -160,7 +321,7 @@ def _trace_run(
     duration = (max(ends) - min(starts)) / 1e9 if starts and ends else None
     pues = {span.number(PUE) for span in counted}
     recorded_pue = pues.pop() if len(pues) == 1 else None
-    weights = [(span.number(ENERGY_JOULES) or 0.0, span.number(INTENSITY)) for span in counted]
+    weights = [(span.number(basis.joules_key) or 0.0, span.number(INTENSITY)) for span in counted]
     recorded_intensity = None
     if all(value is not None for _, value in weights):
         total = sum(max(j, 0.0) for j, _ in weights)
@@ -169,7 +330,8 @@ def _trace_run(
             if total > 0
             else weights[0][1]
         )
-    grams = [span.number(CO2EQ_GRAMS) for span in counted]
+    # The grams of the same basis: never the interval's grams for an attributed share.
+    grams = [span.number(basis.co2eq_key) for span in counted]
     recorded_co2 = sum(grams) if grams and all(g is not None for g in grams) else None  # type: ignore[arg-type]
     carbon = _carbon(
         joules,
@@ -178,13 +340,31 @@ def _trace_run(
         recorded_co2eq_grams=recorded_co2,
         intensities=intensities,
     )
-    energy_sources = {str(span.attributes.get(ENERGY_SOURCE)) for span in counted if span.attributes.get(ENERGY_SOURCE)}
-    energy_source = (
-        energy_sources.pop() if len(energy_sources) == 1 else ("mixed" if energy_sources else None)
-    )
+    energy_source = _merge_sources(_span_source(span) for span in counted)
     notes = []
-    if len(counted) > 1:
-        notes.append(f"{len(counted)} top-level spans with energy summed (their intervals may overlap)")
+    if len(counted) > 1 and basis.joules_key != ENERGY_ATTRIBUTED_SELF_JOULES:
+        if attributed:
+            notes.append(f"{len(counted)} top-level spans' attributed shares summed")
+        else:
+            notes.append(f"{len(counted)} top-level spans with energy summed (their intervals may overlap)")
+    if not attributed:
+        notes.append("no energy.attributed.* attributes (an older export): summed the spans' interval energy")
+    below = any(span.attributes.get(ENERGY_BELOW_RESOLUTION) is True for span in counted + interval_counted)
+    if below:
+        notes.append("a span was shorter than a counter's update period: its energy is quantised (below resolution)")
+    if basis.joules_key == ENERGY_ATTRIBUTED_SELF_JOULES:
+        # Self shares have no split by kind.
+        per_span = [{"other": (span.number(basis.joules_key) or 0.0, _span_source(span))} for span in counted]
+    else:
+        per_span = [_span_parts(span, span.number(basis.joules_key) or 0.0, attributed) for span in counted]
+    epochs = _trace_epochs(spans)
+    epoch_joules = sum(e.joules for e in epochs)
+    if epochs and abs(epoch_joules - joules) > 5e-4 * max(abs(joules), 1e-9):
+        # A CarbonTracker trace: its printed actual consumption is the epochs alone.
+        notes.append(
+            f"the epochs add up to {epoch_joules:.3f} J (what carbontracker prints as the actual consumption); "
+            f"the {len(counted)} counted span(s) also cover the time between and around them"
+        )
     return RunSummary(
         run_id=trace_id,
         kind="trace",
@@ -195,10 +375,14 @@ def _trace_run(
         duration_s=duration,
         joules=joules,
         **carbon._asdict(),
-        epochs=_trace_epochs(spans),
+        epochs=epochs,
         energy_source=energy_source,
         spans_counted=len(counted),
         notes=tuple(notes),
+        energy_basis=basis.name,
+        host_interval_joules=host_joules,
+        below_resolution=below,
+        parts=_sum_parts(per_span),
     )
 
 
@@ -233,13 +417,30 @@ def _span_runs(spans: list[SpanRow], intensities: _Intensities, skipped: list[Sk
 # ------------------------------------------------------------------------ carbontracker
 
 
+def _component_source(run: CarbonTrackerRun, component: str) -> str | None:
+    """measured / estimate / mixed for one component, from the log's label and its device names."""
+    if run.energy_source != "mixed":
+        return run.energy_source
+    marks = [name.endswith(ESTIMATE_DEVICE_MARKS) for name in run.devices.get(component, ())]
+    if marks and all(marks):
+        return "estimate"
+    return "mixed" if any(marks) else "measured"
+
+
+def _component_kind(component: str, devices: Iterable[str]) -> str:
+    # Our tracker's cpu component holds the memory domains too (carbontracker has no memory component).
+    if component == "cpu" and any(name.startswith("dram") for name in devices):
+        return "cpu+memory"
+    return component if component in ATTRIBUTED_KINDS else "other"
+
+
 def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> RunSummary:
     notes: list[str] = []
     corrected: set[str] = set()
     missing = 0
     epochs = []
     for epoch, duration, power in run.epochs:
-        joules = 0.0
+        by_kind: dict[str, tuple[float, str | None]] = {}
         for component, values in power.items():
             if values is None or any(math.isnan(v) for v in values):
                 missing += 1
@@ -251,9 +452,14 @@ def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> 
                 # every device go into one list): the component drew devices x that.
                 watts *= devices
                 corrected.add(component)
-            joules += watts * duration
-        epochs.append(EpochSummary(epoch=epoch, duration_s=duration, joules=joules))
-    joules = sum(e.joules for e in epochs)
+            kind = _component_kind(component, run.devices.get(component, ()))
+            before, source = by_kind.get(kind, (0.0, None))
+            by_kind[kind] = (before + watts * duration, _merge_sources([source, _component_source(run, component)]))
+        joules = sum(j for j, _ in by_kind.values())
+        epochs.append(EpochSummary(epoch=epoch, duration_s=duration, joules=joules, parts=_sum_parts([by_kind])))
+    epoch_joules = sum(e.joules for e in epochs)
+    joules = epoch_joules
+    basis = BASIS_EPOCHS
     duration = sum(e.duration_s or 0.0 for e in epochs) if epochs else None
     if corrected:
         notes.append(
@@ -261,20 +467,50 @@ def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> 
         )
     if missing:
         notes.append(f"{missing} component-epoch(s) without a power value counted as 0 W")
-    if not epochs and run.logged_actual_kwh is not None:
-        # No epoch block to integrate: take the logged actual consumption back to IT energy.
-        logged_pue = run.pue if run.pue and run.pue >= 1.0 else 1.0
+    logged_pue = run.pue if run.pue is not None and math.isfinite(run.pue) and run.pue >= 1.0 else 1.0
+    recorded_kwh = recorded_co2 = None
+    if (
+        run.logged_actual_kwh is not None
+        and math.isfinite(run.logged_actual_kwh)
+        and not corrected
+        and (not epochs or run.logged_actual_epochs == len(epochs))
+    ):
+        # The tracker's own total, as it printed it and as both parsers read it: the epochs'
+        # durations in the standard log are rounded to 0.01 s, so recomputing from them
+        # would give a second total for the same run.
         joules = run.logged_actual_kwh * JOULES_PER_KWH / logged_pue
-        notes.append("no epoch measurements: energy from the logged actual consumption")
+        basis = BASIS_LOGGED
+        recorded_kwh = run.logged_actual_kwh
+        recorded_co2 = run.logged_actual_co2eq_grams
+        if not epochs:
+            notes.append("no epoch measurements: energy from the logged actual consumption")
+        elif abs(epoch_joules - joules) > 5e-4 * max(joules, 1e-9):
+            notes.append(
+                f"total is the logged actual consumption; the per-epoch figures are the log's power x durations "
+                f"rounded to 0.01 s (they add up to {epoch_joules:.3f} J)"
+            )
+    elif run.logged_actual_kwh is not None and epochs:
+        notes.append("total recomputed from the log's epochs (power x durations rounded to 0.01 s)")
     if run.early_stop:
         notes.append("training was interrupted (early stop)")
+    if run.below_resolution:
+        notes.append("an epoch was shorter than a counter's update period: its energy is quantised (below resolution)")
     carbon = _carbon(
         joules,
         recorded_pue=run.pue,
         recorded_intensity=run.average_intensity_g_per_kwh,
-        recorded_co2eq_grams=None,
+        recorded_co2eq_grams=recorded_co2,
         intensities=intensities,
+        recorded_kwh=recorded_kwh,
+        prefer_recorded_co2eq=True,
     )
+    run_parts = _sum_parts({p.kind: (p.joules, p.source) for p in e.parts} for e in epochs) if epochs else ()
+    if run_parts and epoch_joules > 0 and joules != epoch_joules:
+        # The split by component comes from the epochs; the amounts follow the run's total.
+        scale = joules / epoch_joules
+        run_parts = tuple(EnergyPart(p.kind, p.joules * scale, p.source) for p in run_parts)
+    elif not run_parts:
+        run_parts = (EnergyPart("other", joules, run.energy_source),)
     return RunSummary(
         run_id=run.stem,
         kind="carbontracker",
@@ -286,9 +522,12 @@ def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> 
         joules=joules,
         **carbon._asdict(),
         epochs=tuple(epochs),
-        energy_source=None,
+        energy_source=run.energy_source,
         spans_counted=0,
         notes=tuple(notes),
+        energy_basis=basis,
+        below_resolution=run.below_resolution,
+        parts=run_parts,
     )
 
 
@@ -349,4 +588,9 @@ def build_report(
         total_co2eq_grams=total_co2,
         equivalents=equivalents(max(total_co2, 0.0)),
         files_read=tuple(dict.fromkeys(inputs.files_read)),
+        host_interval_joules=(
+            sum(r.host_interval_joules for r in runs if r.host_interval_joules is not None)
+            if any(r.host_interval_joules is not None for r in runs)
+            else None
+        ),
     )

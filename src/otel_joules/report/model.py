@@ -11,6 +11,16 @@ from otel_joules.errors import OtelJoulesError
 #: Attribute values as read back from any export format.
 AttributeValue = object
 
+#: What a run's ``joules`` are (:attr:`RunSummary.energy_basis`).
+BASIS_ATTRIBUTED = "attributed share"
+BASIS_INTERVAL = "interval energy"
+BASIS_LOGGED = "logged total"
+BASIS_EPOCHS = "epoch power x duration"
+
+#: Energy kinds a run is split into: ``hw.type`` values; ``cpu+memory`` for a carbontracker
+#: log's cpu component that holds the memory too; ``other`` for what no kind covers.
+PART_KINDS = ("cpu", "memory", "gpu", "cpu+memory", "other")
+
 
 class ReportError(OtelJoulesError):
     """The report cannot be made (nothing readable, a plot without matplotlib, an unwritable file)."""
@@ -69,6 +79,10 @@ class CarbonTrackerRun:
         logged_actual_co2eq_grams: Its CO2eq, if any.
         early_stop: The log says training was interrupted.
         trace_id: The trace of the same run, when an otel-joules tracker wrote the log.
+        logged_actual_epochs: How many epochs the logged actual consumption covers.
+        energy_source: ``measured``, ``estimate`` or ``mixed`` as the log says; None when
+            it does not say (carbontracker's own logs).
+        below_resolution: The log says an epoch was shorter than a counter's update period.
     """
 
     stem: str
@@ -83,6 +97,9 @@ class CarbonTrackerRun:
     logged_actual_co2eq_grams: float | None
     early_stop: bool
     trace_id: str | None = None
+    logged_actual_epochs: int | None = None
+    energy_source: str | None = None
+    below_resolution: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,12 +111,28 @@ class Skipped:
 
 
 @dataclass(frozen=True)
+class EnergyPart:
+    """One kind's share of a run's (or epoch's) joules, and whether it was measured.
+
+    Attributes:
+        kind: One of :data:`PART_KINDS`.
+        joules: Its joules, on the run's basis (attributed share or interval energy).
+        source: ``measured``, ``estimate`` or ``mixed``; None when the input does not say.
+    """
+
+    kind: str
+    joules: float
+    source: str | None
+
+
+@dataclass(frozen=True)
 class EpochSummary:
     """Energy of one epoch of a run (IT energy, no PUE)."""
 
     epoch: int
     duration_s: float | None
     joules: float
+    parts: tuple[EnergyPart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -124,8 +157,17 @@ class RunSummary:
             spans' own ``energy.co2eq.grams``), or a :data:`otel_joules.carbon.SOURCES` name.
         epochs: Per-epoch energy, where the input has epochs.
         energy_source: ``measured``, ``estimate`` or ``mixed`` when the input says.
-        spans_counted: Spans whose ``energy.joules`` make up ``joules`` (0 for logs).
+        spans_counted: Spans whose energy makes up ``joules`` (0 for logs).
         notes: Corrections and caveats for this run.
+        energy_basis: What ``joules`` is: :data:`BASIS_ATTRIBUTED` (the spans' attributed
+            share), :data:`BASIS_INTERVAL` (host energy over the spans' intervals: exports
+            without attribution), :data:`BASIS_LOGGED` (carbontracker's logged actual
+            consumption) or :data:`BASIS_EPOCHS` (recomputed from the log's epochs).
+        host_interval_joules: For an attributed run, the host's energy over the same spans'
+            intervals (``energy.joules``), shown beside the share; None otherwise.
+        below_resolution: A counted span or epoch was shorter than a counter's update
+            period: the figure is quantised.
+        parts: ``joules`` split by kind (cpu, memory, gpu, other), each measured or estimated.
     """
 
     run_id: str
@@ -146,6 +188,10 @@ class RunSummary:
     energy_source: str | None = None
     spans_counted: int = 0
     notes: tuple[str, ...] = ()
+    energy_basis: str = BASIS_INTERVAL
+    host_interval_joules: float | None = None
+    below_resolution: bool = False
+    parts: tuple[EnergyPart, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -160,6 +206,8 @@ class Report:
         total_co2eq_grams: Sum of the runs' CO2eq.
         equivalents: ``total_co2eq_grams`` as km by car and more.
         files_read: Files that contributed at least one run.
+        host_interval_joules: Sum of the attributed runs' host interval energy (shown beside
+            their shares); None when no run is attributed.
     """
 
     runs: tuple[RunSummary, ...]
@@ -169,3 +217,4 @@ class Report:
     total_co2eq_grams: float
     equivalents: tuple[Equivalent, ...] = field(default_factory=tuple)
     files_read: tuple[str, ...] = ()
+    host_interval_joules: float | None = None

@@ -179,6 +179,9 @@ def _read_carbontracker_dir(directory: Path, stems: set[str] | None, inputs: Inp
                 logged_actual_kwh=actual["energy (kWh)"] if actual else None,
                 logged_actual_co2eq_grams=actual["co2eq (g)"] if actual else None,
                 early_stop=std.early_stop,
+                logged_actual_epochs=actual["epochs"] if actual else None,
+                energy_source=std.energy_source,
+                below_resolution=std.below_resolution,
                 trace_id=match.group(1) if (match := _TRACE_ID_RE.search(std_text)) else None,
             )
         )

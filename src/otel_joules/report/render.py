@@ -6,13 +6,37 @@ import math
 from typing import Any
 
 from otel_joules.exporters.records import iso_utc_from_unix_nano
-from otel_joules.report.model import Report, RunSummary
+from otel_joules.report.model import (
+    BASIS_ATTRIBUTED,
+    BASIS_EPOCHS,
+    BASIS_INTERVAL,
+    BASIS_LOGGED,
+    EnergyPart,
+    Report,
+    RunSummary,
+)
 
 #: Printed under every text report: what was summed, so nobody has to guess.
 COUNTING_NOTE = (
-    "Per trace, only the topmost spans carrying energy.joules are summed (nested spans are inside their "
-    "parents' energy). kWh = joules x PUE / 3.6e6; CO2eq = kWh x intensity."
+    "Per trace, the spans' attributed share is summed (the topmost energy.attributed.joules; nested spans are "
+    "inside their parents'); exports without attribution fall back to the topmost spans' interval energy "
+    "(energy.joules: everything the host drew while they ran), labelled 'interval'. A carbontracker log counts "
+    "with the total the tracker logged. kWh = joules x PUE / 3.6e6; CO2eq = kWh x intensity."
 )
+
+#: How each :attr:`RunSummary.energy_basis` is written in the table's "counted" column.
+BASIS_LABELS = {
+    BASIS_ATTRIBUTED: "attributed",
+    BASIS_INTERVAL: "interval",
+    BASIS_LOGGED: "logged total",
+    BASIS_EPOCHS: "epochs",
+}
+
+
+def source_label(run: RunSummary) -> str:
+    """``measured``, ``estimate``, ``mixed`` or ``not stated``; ``(below resolution)`` when quantised."""
+    label = run.energy_source or "not stated"
+    return f"{label} (below resolution)" if run.below_resolution else label
 
 
 def _duration(seconds: float | None) -> str:
@@ -41,31 +65,46 @@ def _intensity(run: RunSummary) -> str:
 
 
 def format_report(report: Report) -> str:
-    """The human-readable report: one row per run, then totals, equivalents and notes."""
-    headers = ("run", "kind", "epochs", "duration", "joules", "kWh", "PUE", "gCO2eq/kWh (source)", "gCO2eq")
-    rows = [
-        (
+    """The human-readable report: one row per run, then totals, equivalents and notes.
+
+    Every row says whether its energy was measured or estimated (``source``) and what was
+    summed (``counted``: the spans' attributed share, their interval energy, or a
+    carbontracker log's total); attributed runs show the host's interval energy beside it.
+    """
+    with_host = any(run.host_interval_joules is not None for run in report.runs)
+    headers = ["run", "kind", "source", "epochs", "duration", "joules", "counted"]
+    if with_host:
+        headers.append("host interval J")
+    headers += ["kWh", "PUE", "gCO2eq/kWh (source)", "gCO2eq"]
+    rows = []
+    for run in report.runs:
+        cells = [
             run_label(run),
             run.kind,
+            source_label(run),
             str(len(run.epochs)) if run.epochs else "-",
             _duration(run.duration_s),
             f"{run.joules:.3f}",
+            BASIS_LABELS.get(run.energy_basis, run.energy_basis),
+        ]
+        if with_host:
+            cells.append("-" if run.host_interval_joules is None else f"{run.host_interval_joules:.3f}")
+        cells += [
             f"{run.energy_kwh:.9f}",
             f"{run.pue:g}" + ("*" if run.pue_origin == "default" else ""),
             _intensity(run),
             f"{run.co2eq_grams:.6f}",
-        )
-        for run in report.runs
-    ]
+        ]
+        rows.append(tuple(cells))
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-    numeric = {2, 4, 5, 6, 8}
+    numeric = {i for i, h in enumerate(headers) if h in ("epochs", "joules", "host interval J", "kWh", "PUE", "gCO2eq")}
 
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
     out = [f"otel-joules report: {len(report.runs)} run(s) from {len(report.files_read)} file(s)", ""]
     if rows:
-        out.append(line(headers))
+        out.append(line(tuple(headers)))
         out.append(line(tuple("-" * w for w in widths)))
         out.extend(line(r) for r in rows)
         out.append("")
@@ -73,6 +112,7 @@ def format_report(report: Report) -> str:
         f"Total: {report.total_joules:.3f} J ({report.total_joules / 3.6e6:.9f} kWh IT energy), "
         f"{report.total_kwh:.9f} kWh with PUE, {report.total_co2eq_grams:.6f} gCO2eq"
     )
+    out.append("  " + _total_provenance(report))
     if report.equivalents:
         out.append("This is equivalent to:")
         for item in report.equivalents:
@@ -89,6 +129,26 @@ def format_report(report: Report) -> str:
     return "\n".join(out)
 
 
+def _total_provenance(report: Report) -> str:
+    """What the total is made of: bases and sources, and the attributed runs' host interval energy."""
+    bases: dict[str, int] = {}
+    for run in report.runs:
+        key = BASIS_LABELS.get(run.energy_basis, run.energy_basis)
+        bases[key] = bases.get(key, 0) + 1
+    sources: dict[str, int] = {}
+    for run in report.runs:
+        key = run.energy_source or "not stated"
+        sources[key] = sources.get(key, 0) + 1
+    text = "of which: " + ", ".join(f"{count} run(s) {name}" for name, count in bases.items())
+    text += "; " + ", ".join(f"{count} {name}" for name, count in sources.items())
+    if report.host_interval_joules is not None:
+        text += f"; host interval energy of the attributed runs: {report.host_interval_joules:.3f} J"
+    below = sum(1 for run in report.runs if run.below_resolution)
+    if below:
+        text += f"; {below} run(s) below a counter's resolution (quantised)"
+    return text
+
+
 def format_skipped(report: Report) -> list[str]:
     """One line per skipped input: ``skipped PATH: REASON``."""
     return [f"skipped {item.path}: {item.reason}" for item in report.skipped]
@@ -96,6 +156,10 @@ def format_skipped(report: Report) -> list[str]:
 
 def _finite(value: float | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
+
+
+def _parts(parts: tuple[EnergyPart, ...]) -> list[dict[str, Any]]:
+    return [{"kind": p.kind, "energy_joules": p.joules, "energy_source": p.source} for p in parts]
 
 
 def report_dict(report: Report) -> dict[str, Any]:
@@ -118,9 +182,19 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "intensity_gco2eq_per_kwh": _finite(run.intensity_gco2eq_per_kwh),
                 "intensity_source": run.intensity_source,
                 "energy_source": run.energy_source,
+                "energy_basis": run.energy_basis,
+                "host_interval_joules": run.host_interval_joules,
+                "below_resolution": run.below_resolution,
+                "energy_parts": _parts(run.parts),
                 "spans_counted": run.spans_counted,
                 "epochs": [
-                    {"epoch": e.epoch, "duration_s": _finite(e.duration_s), "energy_joules": e.joules} for e in run.epochs
+                    {
+                        "epoch": e.epoch,
+                        "duration_s": _finite(e.duration_s),
+                        "energy_joules": e.joules,
+                        "energy_parts": _parts(e.parts),
+                    }
+                    for e in run.epochs
                 ],
                 "notes": list(run.notes),
             }
@@ -131,6 +205,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             "energy_joules": report.total_joules,
             "energy_kwh": report.total_kwh,
             "co2eq_grams": report.total_co2eq_grams,
+            "host_interval_joules": report.host_interval_joules,
         },
         "equivalents": [
             {

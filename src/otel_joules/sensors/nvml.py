@@ -554,6 +554,18 @@ def discover(
     return Discovery(channels=channels, unavailable=unavailable)
 
 
+def gpu_indices(session: NvmlSession | None = None) -> list[int] | None:
+    """The NVML indices of every GPU on this machine (whatever the process may use); None when NVML cannot say.
+
+    For messages that name an index the user may pass (``gpus=[...]``, ``NvidiaGPUDomain(i)``).
+    """
+    try:
+        nvml = (default_session() if session is None else session).acquire()
+        return list(range(int(nvml.nvmlDeviceGetCount())))
+    except Exception:  # noqa: BLE001 - only for advice: an unusable NVML says nothing
+        return None
+
+
 def _wants_any(gpus: Sequence[int | str] | str | None) -> bool:
     if gpus is None:
         return False

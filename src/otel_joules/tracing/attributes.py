@@ -13,6 +13,10 @@ Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
 ``carbon.intensity.gco2eq_per_kwh``    the grid carbon intensity used
 ``carbon.intensity.source``            where it came from (``explicit``, ``offline``, ``world_average``, ...)
 ``carbon.pue``                         the data-centre PUE applied
+
+Attribution (the span's share of host energy, set where a layer attributes it):
+``energy.attributed.joules``, ``energy.attributed.self.joules``,
+``energy.attributed.<cpu|memory|gpu>.joules`` and their ``*.co2eq.grams``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,19 @@ ENERGY_CO2EQ_GRAMS = "energy.co2eq.grams"
 CARBON_INTENSITY_GCO2EQ_PER_KWH = "carbon.intensity.gco2eq_per_kwh"
 CARBON_INTENSITY_SOURCE = "carbon.intensity.source"
 CARBON_PUE = "carbon.pue"
+# The span's attributed share of host energy (issue 9; names fixed for all layers): what
+# anything that sums (reports, dashboards) adds up, instead of interval energy.
+ENERGY_ATTRIBUTED_JOULES = "energy.attributed.joules"
+ENERGY_ATTRIBUTED_SELF_JOULES = "energy.attributed.self.joules"
+ENERGY_ATTRIBUTED_CO2EQ_GRAMS = "energy.attributed.co2eq.grams"
+ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS = "energy.attributed.self.co2eq.grams"
+#: ``hw.type`` values with an ``energy.attributed.<kind>.joules`` attribute.
+ATTRIBUTED_KINDS = ("cpu", "memory", "gpu")
+
+
+def attributed_kind_key(kind: str) -> str:
+    """``energy.attributed.<kind>.joules`` for ``cpu``, ``memory`` or ``gpu``."""
+    return f"energy.attributed.{kind}.joules"
 
 
 @lru_cache(maxsize=256)

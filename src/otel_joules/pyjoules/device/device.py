@@ -85,14 +85,29 @@ def why_not_measured(domain: Domain, meter: "CoreEnergyMeter") -> str:
         return "; ".join(reasons)
     gpu = _GPU_ID.match(domain_id)
     if gpu:
-        index = gpu.group(1)
-        return (
-            f"this process's energy meter does not measure it (it measures: {measured}). NvidiaGPUDomain({index}) "
-            f"is the GPU with NVML index {index}, as nvidia-smi numbers them; by default the meter measures the GPUs "
-            "this process may use (CUDA_VISIBLE_DEVICES). To measure others call "
-            f"otel_joules.get_energy_meter(gpus=[{index}, ...]) before the first measurement"
-        )
+        return _why_gpu_not_measured(int(gpu.group(1)), meter, measured)
     return f"this machine has no such domain (measured here: {measured})"
+
+
+def _why_gpu_not_measured(index: int, meter: "CoreEnergyMeter", measured: str) -> str:
+    """Advice that works when followed: a GPU that does not exist is not to be asked for."""
+    from otel_joules.sensors.nvml import gpu_indices
+
+    indices = gpu_indices()
+    if indices is not None and index not in indices:
+        seen = ", ".join(str(i) for i in indices) if indices else "none"
+        return (
+            f"there is no GPU with NVML index {index} on this machine (NVML indices here: {seen}; `nvidia-smi -L` "
+            "lists them). NvidiaGPUDomain(i) takes an NVML index: use one of those"
+        )
+    measured_gpus = [int(m.group(1)) for d in meter.domains if (m := _GPU_ID.match(d.id))]
+    wanted = ", ".join(str(i) for i in sorted({*measured_gpus, index}))
+    return (
+        f"this process's energy meter does not measure it (it measures: {measured}). NvidiaGPUDomain({index}) is "
+        f"the GPU with NVML index {index}, as nvidia-smi numbers them. The process-wide meter keeps the GPUs it "
+        f"was created with, so call otel_joules.get_energy_meter(gpus=[{wanted}]) at the start of the program, "
+        "before anything measures"
+    )
 
 
 class Device:
