@@ -121,8 +121,9 @@ def register(subparsers: Any) -> None:
         "--exporter",
         action="append",
         metavar="SPEC",
-        help="otlp, console, csv:PATH, jsonl:PATH or none; repeat for several "
-        "(default: OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER, else otlp). csv and jsonl hold spans only",
+        help="otlp, console, csv:PATH, jsonl:PATH, otlp-file:PATH or none; repeat for several "
+        "(default: OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER, else otlp). The files hold spans only; "
+        "otlp-file is OTLP/JSON for Jaeger's UI and Tempo",
     )
     parser.add_argument("--service-name", help="service.name (default: OTEL_SERVICE_NAME, else the command's name)")
     parser.add_argument("--span-name", help="name of the root span (default: the command's name)")

@@ -7,8 +7,9 @@ way the OpenTelemetry SDK's own configuration would, for tools that run outside
 - exporters per signal from ``OTEL_TRACES_EXPORTER`` and ``OTEL_METRICS_EXPORTER``
   (comma-separated; ``otlp`` when unset; ``console``; ``none``; or the name of any
   installed ``opentelemetry_traces_exporter``/``opentelemetry_metrics_exporter`` entry point),
-  or from ``exporters=`` specs (``otlp``, ``console``, ``csv:PATH``, ``jsonl:PATH``, ``none``),
-  which replace both variables. ``csv`` and ``jsonl`` hold spans only;
+  or from ``exporters=`` specs (``otlp``, ``console``, ``csv:PATH``, ``jsonl:PATH``,
+  ``otlp-file:PATH``, ``none``), which replace both variables. The file kinds hold spans
+  only; ``otlp-file`` writes OTLP/JSON, one request per line (Jaeger's UI, Tempo);
 - ``otlp`` speaks ``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_PROTOCOL`` or
   ``OTEL_EXPORTER_OTLP_PROTOCOL``: ``grpc`` (the Python SDK's default) or ``http/protobuf``.
   The stock OTLP exporters read everything else themselves: ``OTEL_EXPORTER_OTLP_ENDPOINT``
@@ -72,12 +73,16 @@ PROTOCOL_GRPC = "grpc"
 PROTOCOL_HTTP_PROTOBUF = "http/protobuf"
 PROTOCOLS = (PROTOCOL_GRPC, PROTOCOL_HTTP_PROTOBUF)
 
+#: ``--exporter`` kinds that write a file (``KIND:PATH``).
+FILE_EXPORTER_KINDS = ("csv", "jsonl", "otlp-file")
+
 #: ``--exporter`` kinds, and the signals each one carries.
 EXPORTER_KINDS: dict[str, tuple[str, ...]] = {
     "otlp": (SIGNAL_TRACES, SIGNAL_METRICS),
     "console": (SIGNAL_TRACES, SIGNAL_METRICS),
     "csv": (SIGNAL_TRACES,),
     "jsonl": (SIGNAL_TRACES,),
+    "otlp-file": (SIGNAL_TRACES,),
     "none": (),
 }
 
@@ -107,14 +112,14 @@ class Destination:
 
 @dataclass(frozen=True)
 class ExporterSpec:
-    """One parsed ``--exporter`` value: ``kind`` and, for ``csv``/``jsonl``, the file ``path``."""
+    """One parsed ``--exporter`` value: ``kind`` and, for the file kinds (:data:`FILE_EXPORTER_KINDS`), the file ``path``."""
 
     kind: str
     path: str | None = None
 
 
 def parse_exporter_spec(text: str) -> ExporterSpec:
-    """Parse ``otlp``, ``console``, ``none``, ``csv:PATH`` or ``jsonl:PATH``.
+    """Parse ``otlp``, ``console``, ``none``, ``csv:PATH``, ``jsonl:PATH`` or ``otlp-file:PATH``.
 
     Raises:
         ConfigurationError: unknown kind, or a file kind without a path (or a path given to another kind).
@@ -123,14 +128,15 @@ def parse_exporter_spec(text: str) -> ExporterSpec:
     kind = kind.strip().lower()
     if kind not in EXPORTER_KINDS:
         raise ConfigurationError(
-            f"unknown exporter {text!r}: use otlp, console, csv:PATH, jsonl:PATH or none"
+            f"unknown exporter {text!r}: use otlp, console, csv:PATH, jsonl:PATH, otlp-file:PATH or none"
         )
-    if kind in ("csv", "jsonl"):
+    if kind in FILE_EXPORTER_KINDS:
         if not path.strip():
-            raise ConfigurationError(f"exporter {text!r} needs a file: {kind}:PATH, e.g. {kind}:spans.{kind}")
+            example = "traces.otlp.jsonl" if kind == "otlp-file" else f"spans.{kind}"
+            raise ConfigurationError(f"exporter {text!r} needs a file: {kind}:PATH, e.g. {kind}:{example}")
         return ExporterSpec(kind, path.strip())
     if sep:
-        raise ConfigurationError(f"exporter {text!r}: only csv and jsonl take a path; write just {kind!r}")
+        raise ConfigurationError(f"exporter {text!r}: only csv, jsonl and otlp-file take a path; write just {kind!r}")
     return ExporterSpec(kind)
 
 
@@ -586,6 +592,10 @@ def _file_exporter(spec: ExporterSpec) -> tuple[Any, Destination, None]:
         from otel_joules.exporters.csv_exporter import CsvSpanExporter
 
         exporter: Any = CsvSpanExporter(spec.path)
+    elif spec.kind == "otlp-file":
+        from otel_joules.exporters.otlp_file_exporter import OtlpFileSpanExporter
+
+        exporter = OtlpFileSpanExporter(spec.path)
     else:
         from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 
