@@ -13,6 +13,9 @@ Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
 ``carbon.intensity.gco2eq_per_kwh``    the grid carbon intensity used
 ``carbon.intensity.source``            where it came from (``explicit``, ``offline``, ``world_average``, ...)
 ``carbon.pue``                         the data-centre PUE applied
+``energy.attributed.co2eq.grams``      gCO2eq of the span's attributed share (``energy.attributed.joules``)
+``energy.attributed.self.co2eq.grams`` gCO2eq of ``energy.attributed.self.joules``: what dashboards and
+                                       the Collector's ``sum`` connector add up
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ ENERGY_CO2EQ_GRAMS = "energy.co2eq.grams"
 CARBON_INTENSITY_GCO2EQ_PER_KWH = "carbon.intensity.gco2eq_per_kwh"
 CARBON_INTENSITY_SOURCE = "carbon.intensity.source"
 CARBON_PUE = "carbon.pue"
+# Attribution (issue 9) names, read by the carbon hook; carbon of the attributed shares.
+ENERGY_ATTRIBUTED_JOULES = "energy.attributed.joules"
+ENERGY_ATTRIBUTED_SELF_JOULES = "energy.attributed.self.joules"
+ENERGY_ATTRIBUTED_CO2EQ_GRAMS = "energy.attributed.co2eq.grams"
+ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS = "energy.attributed.self.co2eq.grams"
 
 
 @lru_cache(maxsize=256)
