@@ -76,6 +76,11 @@ def test_every_line_parses_and_carries_every_attribute(tmp_path):
         (CHILD_NAME, TRACE_ID, CHILD_SPAN_ID, ROOT_SPAN_ID), ("train", TRACE_ID, ROOT_SPAN_ID, None)}
     assert all(s["kind"] == 1 for s in raw_spans)
 
+    # protobuf's parser also takes each line exactly as written (it reads the hex ids as
+    # base64, so only their bytes differ): every attribute is there.
+    raw = spans_by_name([json_format.Parse(line, ExportTraceServiceRequest()) for line in lines])
+    assert attribute_values(raw["train"][0]) == ROOT_ATTRIBUTES
+
     spans = spans_by_name([parse_line(line) for line in lines])
     root, resource = spans["train"]
     assert attribute_values(root) == ROOT_ATTRIBUTES  # all of them, not only energy.*
