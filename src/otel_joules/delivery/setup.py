@@ -676,19 +676,22 @@ def _prometheus_reader(env: Mapping[str, str], report: DeliveryReport) -> tuple[
     wait_s = _prometheus_wait_s(env)
 
     class ScrapedReader(PrometheusMetricReader):  # type: ignore[misc]
-        """Records every scrape; :meth:`wait_for_scrape` waits for one after a point in time."""
+        """Records every scrape; :meth:`wait_for_final_scrape` waits for one that starts after a point in time."""
 
         def __init__(self) -> None:
-            super().__init__()
+            # Before super().__init__, which hands self.collect to the scrape handler.
             self._scraped = threading.Condition()
             self._last_scrape = -1.0
             self._server: Any = None
+            super().__init__()
 
-        def _receive_metrics(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> None:
-            super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
+        def collect(self, timeout_millis: float = 10_000) -> None:
+            """Collect for one scrape, and record it by when it started (the values it reads are from then on)."""
+            started = time.monotonic()
+            super().collect(timeout_millis=timeout_millis)
             report.record_success(destination, 1)
             with self._scraped:
-                self._last_scrape = time.monotonic()
+                self._last_scrape = max(self._last_scrape, started)
                 self._scraped.notify_all()
 
         def wait_for_final_scrape(self) -> None:
