@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -79,8 +80,7 @@ def share(span, joules):
         span.set_attributes({"energy.attributed.joules": joules, "energy.attributed.self.joules": joules})
 
 print("ready", flush=True)
-while sys.stdin.readline() == "":
-    pass
+sys.stdin.readline()  # "go" (or the end of input: the test is gone)
 deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
     with tracer.start_as_current_span("GET /checkout") as root:
@@ -194,7 +194,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
     server = started[0]
     prometheus = None
     try:
-        assert app.stdout is not None and app.stdout.readline().strip() == "ready"
+        assert app.stdout is not None
+        assert select.select([app.stdout], [], [], 60)[0], "the instrumented app did not start within 60 s"
+        assert app.stdout.readline().strip() == "ready"
         draw.start()
         assert app.stdin is not None
         app.stdin.write("go\n")
