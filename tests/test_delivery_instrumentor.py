@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import logging
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +163,32 @@ def test_bad_host_domains_value_is_reported(instrumentor, caplog, powercap):
     with caplog.at_level(logging.WARNING, logger="otel_joules"):
         instrumentor.instrument(tracer_provider=TracerProvider(), host_domains="sometimes", sysfs_root=powercap.sysfs_root)
     assert "'sometimes' is not one of auto, always, never" in caplog.text
+
+
+def test_the_readmes_console_command_shows_energy_on_the_apps_spans(tmp_path, fake_host):
+    """The README's zero-code command for seeing spans, as written there, prints them with their energy."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    (line,) = [l for l in readme.splitlines() if "OTEL_TRACES_EXPORTER=console" in l and l.rstrip().endswith("opentelemetry-instrument python app.py")]
+    words = shlex.split(line)
+    assignments = dict(w.split("=", 1) for w in words[: words.index("opentelemetry-instrument")])
+    app = tmp_path / "app.py"
+    app.write_text(API_ONLY_APP)
+    env = clean_env(tmp_path, {"OTEL_JOULES_SYSFS_ROOT": fake_host.sysfs_root, **assignments})
+    command = [opentelemetry_instrument(), sys.executable, str(app),
+               str(fake_host.zones["package_0"].path / "energy_uj"), str(fake_host.zones["dram_0"].path / "energy_uj")]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    assert "app done" in result.stdout
+    spans = {}
+    decoder = json.JSONDecoder()
+    text = result.stdout.replace("app done\n", "")
+    position = 0
+    while text[position:].strip():
+        position += len(text[position:]) - len(text[position:].lstrip())
+        span, position = decoder.raw_decode(text, position)
+        spans[span["name"]] = span["attributes"]
+    assert spans["checkout"]["energy.joules"] == 5.5
+    assert spans["checkout"]["energy.source"] == "measured"
+    assert spans["checkout"]["energy.package_0.joules"] == 4.5
+    assert spans["charge-card"]["energy.joules"] == 0.5
+    assert "Connection" not in result.stderr and "Failed to export" not in result.stderr

@@ -53,12 +53,13 @@ def test_exporter_specs():
     assert parse_exporter_spec(" Console ") == ExporterSpec("console")
     assert parse_exporter_spec("csv:out/runs.csv") == ExporterSpec("csv", "out/runs.csv")
     assert parse_exporter_spec("jsonl:C:x.jsonl") == ExporterSpec("jsonl", "C:x.jsonl")
+    assert parse_exporter_spec("otlp-file:t.jsonl") == ExporterSpec("otlp-file", "t.jsonl")
     assert parse_exporter_spec("none") == ExporterSpec("none")
     with pytest.raises(ConfigurationError, match="unknown exporter 'zipkin'"):
         parse_exporter_spec("zipkin")
     with pytest.raises(ConfigurationError, match="needs a file: csv:PATH"):
         parse_exporter_spec("csv:")
-    with pytest.raises(ConfigurationError, match="only csv and jsonl take a path"):
+    with pytest.raises(ConfigurationError, match="only csv, jsonl and otlp-file take a path"):
         parse_exporter_spec("otlp:http://x")
 
 

@@ -10,6 +10,7 @@ command, or ``--span-name``) carries:
 =============================  ===================================================
 ``energy.*``                   what the energy meter measured (:mod:`otel_joules.tracing.attributes`)
 ``energy.co2eq.grams``         CO2-equivalent of ``energy.joules`` (carbon intensity x PUE)
+``energy.attributed[.self].co2eq.grams``  the same of the attributed shares, when the span has them
 ``carbon.intensity.gco2eq_per_kwh``  the intensity used
 ``carbon.intensity.source``          where it came from (``offline``, ``world_average``, ...)
 ``carbon.pue``                       the PUE applied
@@ -55,6 +56,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_joules.carbon import co2eq_grams, joules_to_kwh, providers_from_env, resolve_carbon_intensity, validate_pue
 from otel_joules.carbon.intensity import CarbonIntensity
+from otel_joules.carbon.spans import carbon_attributes
 from otel_joules.delivery.context import child_environment, context_from_environment
 from otel_joules.delivery.hosts import MODES, HostOwnership, command_environment, host_owner, remove_command_lock
 from otel_joules.delivery.setup import (
@@ -71,12 +73,7 @@ from otel_joules.delivery.setup import (
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
-from otel_joules.tracing.attributes import (
-    CARBON_INTENSITY_GCO2EQ_PER_KWH,
-    CARBON_INTENSITY_SOURCE,
-    CARBON_PUE,
-    ENERGY_CO2EQ_GRAMS,
-)
+from otel_joules.tracing.attributes import ENERGY_CO2EQ_GRAMS
 from otel_joules.tracing.processor import EnergySpanProcessor
 
 
@@ -121,8 +118,9 @@ def register(subparsers: Any) -> None:
         "--exporter",
         action="append",
         metavar="SPEC",
-        help="otlp, console, csv:PATH, jsonl:PATH or none; repeat for several "
-        "(default: OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER, else otlp). csv and jsonl hold spans only",
+        help="otlp, console, csv:PATH, jsonl:PATH, otlp-file:PATH or none; repeat for several "
+        "(default: OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER, else otlp). The files hold spans only; "
+        "otlp-file is OTLP/JSON for Jaeger's UI and Tempo",
     )
     parser.add_argument("--service-name", help="service.name (default: OTEL_SERVICE_NAME, else the command's name)")
     parser.add_argument("--span-name", help="name of the root span (default: the command's name)")
@@ -454,16 +452,9 @@ def _run_measured(
 
     def on_measurement(span: Span, measurement: EnergyMeasurement) -> None:
         measured["measurement"] = measurement
-        grams = co2eq_grams(max(measurement.total_joules, 0.0), intensity, pue)
-        measured["grams"] = grams
-        span.set_attributes(
-            {
-                ENERGY_CO2EQ_GRAMS: grams,
-                CARBON_INTENSITY_GCO2EQ_PER_KWH: intensity.gco2eq_per_kwh,
-                CARBON_INTENSITY_SOURCE: intensity.source,
-                CARBON_PUE: pue,
-            }
-        )
+        attributes = carbon_attributes(measurement.total_joules, intensity, pue, span.attributes)
+        measured["grams"] = float(attributes[ENERGY_CO2EQ_GRAMS])
+        span.set_attributes(attributes)
 
     provider.add_span_processor(EnergySpanProcessor(meter, on_measurement=on_measurement))
     energy_metrics = None

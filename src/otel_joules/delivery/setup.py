@@ -7,8 +7,9 @@ way the OpenTelemetry SDK's own configuration would, for tools that run outside
 - exporters per signal from ``OTEL_TRACES_EXPORTER`` and ``OTEL_METRICS_EXPORTER``
   (comma-separated; ``otlp`` when unset; ``console``; ``none``; or the name of any
   installed ``opentelemetry_traces_exporter``/``opentelemetry_metrics_exporter`` entry point),
-  or from ``exporters=`` specs (``otlp``, ``console``, ``csv:PATH``, ``jsonl:PATH``, ``none``),
-  which replace both variables. ``csv`` and ``jsonl`` hold spans only;
+  or from ``exporters=`` specs (``otlp``, ``console``, ``csv:PATH``, ``jsonl:PATH``,
+  ``otlp-file:PATH``, ``none``), which replace both variables. The file kinds hold spans
+  only; ``otlp-file`` writes OTLP/JSON, one request per line (Jaeger's UI, Tempo);
 - ``otlp`` speaks ``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_PROTOCOL`` or
   ``OTEL_EXPORTER_OTLP_PROTOCOL``: ``grpc`` (the Python SDK's default) or ``http/protobuf``.
   The stock OTLP exporters read everything else themselves: ``OTEL_EXPORTER_OTLP_ENDPOINT``
@@ -16,6 +17,12 @@ way the OpenTelemetry SDK's own configuration would, for tools that run outside
   ``..._INSECURE``, ``..._TIMEOUT``, ``OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE``;
 - metrics through a ``PeriodicExportingMetricReader`` every ``OTEL_METRIC_EXPORT_INTERVAL``
   milliseconds (60000 when unset), flushed by :meth:`Telemetry.shutdown`;
+- ``prometheus`` (``pip install 'otel-joules[prometheus]'``): a scrape endpoint on
+  ``OTEL_EXPORTER_PROMETHEUS_HOST``:``OTEL_EXPORTER_PROMETHEUS_PORT`` (``localhost:9464``).
+  Every scrape is recorded. A pull exporter only delivers what is scraped, so
+  :meth:`Telemetry.shutdown` keeps the endpoint up until it has been scraped once more
+  after the last measurement, at most ``OTEL_JOULES_PROMETHEUS_WAIT_S`` seconds
+  (:data:`DEFAULT_PROMETHEUS_WAIT_S`; 0 does not wait), then closes it;
 - the resource from ``Resource.create()`` (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
   ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS``) over the job attributes of
   :mod:`otel_joules.delivery.resource`.
@@ -65,6 +72,12 @@ PROBE_TIMEOUT_S = 2.0
 #: An endpoint that failed is not tried again before this many seconds.
 RETRY_AFTER_S = 30.0
 
+#: Longest wait at shutdown for a last scrape of a Prometheus endpoint (a common scrape interval).
+DEFAULT_PROMETHEUS_WAIT_S = 15.0
+PROMETHEUS_WAIT_VARIABLE = "OTEL_JOULES_PROMETHEUS_WAIT_S"
+#: ``Destination.kind`` of the Prometheus scrape endpoint.
+PROMETHEUS = "prometheus"
+
 SIGNAL_TRACES = "traces"
 SIGNAL_METRICS = "metrics"
 
@@ -72,12 +85,16 @@ PROTOCOL_GRPC = "grpc"
 PROTOCOL_HTTP_PROTOBUF = "http/protobuf"
 PROTOCOLS = (PROTOCOL_GRPC, PROTOCOL_HTTP_PROTOBUF)
 
+#: ``--exporter`` kinds that write a file (``KIND:PATH``).
+FILE_EXPORTER_KINDS = ("csv", "jsonl", "otlp-file")
+
 #: ``--exporter`` kinds, and the signals each one carries.
 EXPORTER_KINDS: dict[str, tuple[str, ...]] = {
     "otlp": (SIGNAL_TRACES, SIGNAL_METRICS),
     "console": (SIGNAL_TRACES, SIGNAL_METRICS),
     "csv": (SIGNAL_TRACES,),
     "jsonl": (SIGNAL_TRACES,),
+    "otlp-file": (SIGNAL_TRACES,),
     "none": (),
 }
 
@@ -107,14 +124,14 @@ class Destination:
 
 @dataclass(frozen=True)
 class ExporterSpec:
-    """One parsed ``--exporter`` value: ``kind`` and, for ``csv``/``jsonl``, the file ``path``."""
+    """One parsed ``--exporter`` value: ``kind`` and, for the file kinds (:data:`FILE_EXPORTER_KINDS`), the file ``path``."""
 
     kind: str
     path: str | None = None
 
 
 def parse_exporter_spec(text: str) -> ExporterSpec:
-    """Parse ``otlp``, ``console``, ``none``, ``csv:PATH`` or ``jsonl:PATH``.
+    """Parse ``otlp``, ``console``, ``none``, ``csv:PATH``, ``jsonl:PATH`` or ``otlp-file:PATH``.
 
     Raises:
         ConfigurationError: unknown kind, or a file kind without a path (or a path given to another kind).
@@ -123,14 +140,15 @@ def parse_exporter_spec(text: str) -> ExporterSpec:
     kind = kind.strip().lower()
     if kind not in EXPORTER_KINDS:
         raise ConfigurationError(
-            f"unknown exporter {text!r}: use otlp, console, csv:PATH, jsonl:PATH or none"
+            f"unknown exporter {text!r}: use otlp, console, csv:PATH, jsonl:PATH, otlp-file:PATH or none"
         )
-    if kind in ("csv", "jsonl"):
+    if kind in FILE_EXPORTER_KINDS:
         if not path.strip():
-            raise ConfigurationError(f"exporter {text!r} needs a file: {kind}:PATH, e.g. {kind}:spans.{kind}")
+            example = "traces.otlp.jsonl" if kind == "otlp-file" else f"spans.{kind}"
+            raise ConfigurationError(f"exporter {text!r} needs a file: {kind}:PATH, e.g. {kind}:{example}")
         return ExporterSpec(kind, path.strip())
     if sep:
-        raise ConfigurationError(f"exporter {text!r}: only csv and jsonl take a path; write just {kind!r}")
+        raise ConfigurationError(f"exporter {text!r}: only csv, jsonl and otlp-file take a path; write just {kind!r}")
     return ExporterSpec(kind)
 
 
@@ -240,6 +258,8 @@ class DeliveryReport:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._delivered: dict[Destination, int] = {}
+        # Pull destinations: how long shutdown waited for a final scrape, and whether one came.
+        self._final_scrape: dict[Destination, tuple[bool, float]] = {}
         self._failures: list[DeliveryFailure] = []
         self._endpoints: dict[tuple[str, int], _EndpointState] = {}
         self.sdk_messages: list[str] = []
@@ -265,11 +285,22 @@ class DeliveryReport:
         with self._lock:
             return self._delivered.get(destination, 0)
 
+    def record_final_scrape(self, destination: Destination, scraped: bool, waited_s: float) -> None:
+        """Whether the pull ``destination`` was scraped after the last measurement (waiting ``waited_s`` at most)."""
+        with self._lock:
+            self._final_scrape[destination] = (scraped, waited_s)
+
     def outcome(self, destination: Destination) -> str:
-        """``delivered``, ``failed`` (nothing got through), ``partly delivered`` or ``nothing sent``."""
+        """``delivered``, ``failed`` (nothing got through), ``partly delivered`` or ``nothing sent``.
+
+        For a scrape endpoint: ``scraped N time(s)``, and whether the last measurement was.
+        """
         with self._lock:
             ok = self._delivered.get(destination, 0)
             failed = any(f.destination == destination for f in self._failures)
+            final = self._final_scrape.get(destination)
+        if destination.kind == PROMETHEUS:
+            return _scrape_outcome(ok, final)
         if failed:
             return "partly delivered" if ok else "failed"
         return "delivered" if ok else "nothing sent"
@@ -296,6 +327,18 @@ class DeliveryReport:
     def _endpoint_failed(self, address: tuple[str, int], reason: str) -> None:
         with self._lock:
             self._endpoints[address] = _EndpointState(good=False, failed_at=time.monotonic(), reason=reason)
+
+
+def _scrape_outcome(scrapes: int, final: tuple[bool, float] | None) -> str:
+    if final is None:
+        return f"scraped {scrapes} time(s)" if scrapes else "not scraped yet"
+    scraped, waited_s = final
+    if scraped:
+        return f"scraped {scrapes} time(s), the last after the final measurement"
+    hint = f"waited {waited_s:g} s; set {PROMETHEUS_WAIT_VARIABLE} to your scrape interval"
+    if not scrapes:
+        return f"never scraped ({hint})"
+    return f"scraped {scrapes} time(s), not after the final measurement: its last joules were not scraped ({hint})"
 
 
 class _SdkLogCapture(logging.Handler):
@@ -495,6 +538,8 @@ class Telemetry:
     destinations: tuple[Destination, ...]
     report: DeliveryReport
     export_timeout_s: float = DEFAULT_EXPORT_TIMEOUT_S
+    #: Scrape endpoints (``prometheus``): shutdown waits for their final scrape.
+    pull_readers: tuple[Any, ...] = ()
     _shut_down: bool = field(default=False, repr=False)
 
     def destinations_for(self, signal: str) -> tuple[Destination, ...]:
@@ -505,7 +550,7 @@ class Telemetry:
         """Export what is pending (spans, then a last metric collection) and shut both providers down.
 
         Takes at most about two export timeouts per destination, whatever the endpoints
-        do; never raises. Idempotent.
+        do, plus ``OTEL_JOULES_PROMETHEUS_WAIT_S`` for a scrape endpoint; never raises. Idempotent.
         """
         if self._shut_down:
             return
@@ -515,6 +560,8 @@ class Telemetry:
             self.tracer_provider.shutdown()
         except Exception as exc:  # noqa: BLE001 - delivery must never fail the caller
             _log.debug("otel-joules: tracer provider shutdown failed: %s", exc)
+        for reader in self.pull_readers:
+            reader.wait_for_final_scrape()
         if self.meter_provider is not None:
             try:
                 self.meter_provider.shutdown(timeout_millis=timeout_millis)
@@ -586,11 +633,96 @@ def _file_exporter(spec: ExporterSpec) -> tuple[Any, Destination, None]:
         from otel_joules.exporters.csv_exporter import CsvSpanExporter
 
         exporter: Any = CsvSpanExporter(spec.path)
+    elif spec.kind == "otlp-file":
+        from otel_joules.exporters.otlp_file_exporter import OtlpFileSpanExporter
+
+        exporter = OtlpFileSpanExporter(spec.path)
     else:
         from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 
         exporter = JsonLinesSpanExporter(spec.path)
     return exporter, Destination(SIGNAL_TRACES, spec.kind, os.path.abspath(str(spec.path))), None
+
+
+def _prometheus_wait_s(env: Mapping[str, str]) -> float:
+    raw = env.get(PROMETHEUS_WAIT_VARIABLE, "").strip()
+    if not raw:
+        return DEFAULT_PROMETHEUS_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not (value >= 0 and value < float("inf")):
+        raise ConfigurationError(f"{PROMETHEUS_WAIT_VARIABLE}={raw!r} must be a number of seconds >= 0 (0: do not wait)")
+    return value
+
+
+def _prometheus_reader(env: Mapping[str, str], report: DeliveryReport) -> tuple[Any, Destination, None]:
+    """A ``PrometheusMetricReader`` serving ``/metrics`` that records each scrape in ``report``."""
+    try:
+        from opentelemetry.exporter.prometheus import PrometheusMetricReader
+        from prometheus_client import start_http_server
+    except ImportError:
+        raise ConfigurationError(
+            "OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus: pip install 'otel-joules[prometheus]'"
+        ) from None
+    host = env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost"
+    raw_port = env.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or "9464"
+    try:
+        port = int(raw_port)
+    except ValueError:
+        raise ConfigurationError(f"OTEL_EXPORTER_PROMETHEUS_PORT={raw_port!r} is not a port number") from None
+    destination = Destination(SIGNAL_METRICS, PROMETHEUS, f"http://{host}:{port}/metrics")
+    wait_s = _prometheus_wait_s(env)
+
+    class ScrapedReader(PrometheusMetricReader):  # type: ignore[misc]
+        """Records every scrape; :meth:`wait_for_final_scrape` waits for one that starts after a point in time."""
+
+        def __init__(self) -> None:
+            # Before super().__init__, which hands self.collect to the scrape handler.
+            self._scraped = threading.Condition()
+            self._last_scrape = -1.0
+            self._server: Any = None
+            super().__init__()
+
+        def collect(self, timeout_millis: float = 10_000) -> None:
+            """Collect for one scrape, and record it by when it started (the values it reads are from then on)."""
+            started = time.monotonic()
+            super().collect(timeout_millis=timeout_millis)
+            report.record_success(destination, 1)
+            with self._scraped:
+                self._last_scrape = max(self._last_scrape, started)
+                self._scraped.notify_all()
+
+        def wait_for_final_scrape(self) -> None:
+            """Wait (at most ``OTEL_JOULES_PROMETHEUS_WAIT_S``) for a scrape from now on, which holds the last values."""
+            since = time.monotonic()
+            with self._scraped:
+                try:
+                    scraped = self._scraped.wait_for(lambda: self._last_scrape >= since, timeout=wait_s)
+                except KeyboardInterrupt:  # Ctrl-C while waiting: stop waiting, report what happened
+                    scraped = self._last_scrape >= since
+            report.record_final_scrape(destination, scraped, wait_s)
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            """Unregister and close the endpoint (its port is free again)."""
+            super().shutdown(timeout_millis, **kwargs)
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+
+    reader = ScrapedReader()
+    try:
+        started = start_http_server(port, addr=host)
+    except OSError as exc:
+        reader.shutdown()
+        raise ConfigurationError(
+            f"cannot serve Prometheus metrics on {host}:{port}: {exc.strerror or exc}; "
+            "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port"
+        ) from None
+    # prometheus_client returns (server, thread) since 0.17; older versions return None.
+    reader._server = started[0] if isinstance(started, tuple) else None
+    return reader, destination, None
 
 
 def _entry_point_exporter(signal: str, name: str) -> tuple[Any, Destination, None]:
@@ -657,6 +789,8 @@ def telemetry_from_env(
                     built[signal].append(_otlp_exporter(signal, env, export_timeout_s))
                 elif name == "console":
                     built[signal].append(_console_exporter(signal, stream))
+                elif name == PROMETHEUS and signal == SIGNAL_METRICS:
+                    built[signal].append(_prometheus_reader(env, report))
                 else:
                     built[signal].append(_entry_point_exporter(signal, name))
 
@@ -678,7 +812,8 @@ def telemetry_from_env(
             readers.append(PeriodicExportingMetricReader(bounded_metrics, export_timeout_millis=export_timeout_s * 1000))
         destinations.append(destination)
     meter_provider = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False) if readers else None
-    return Telemetry(tracer_provider, meter_provider, resource, tuple(destinations), report, export_timeout_s)
+    pull_readers = tuple(reader for reader in readers if hasattr(reader, "wait_for_final_scrape"))
+    return Telemetry(tracer_provider, meter_provider, resource, tuple(destinations), report, export_timeout_s, pull_readers)
 
 
 class capture_sdk_logs:  # noqa: N801 - used as a context manager, like contextlib's

@@ -9,6 +9,10 @@ them):
 
 - :class:`CsvSpanExporter` -- a CSV file (format: :mod:`.csv_exporter`);
 - :class:`JsonLinesSpanExporter` -- a JSON-lines file (format: :mod:`.jsonl_exporter`);
+- :class:`OtlpFileSpanExporter` -- OTLP/JSON, one ``ExportTraceServiceRequest`` per line,
+  every attribute kept: files Jaeger's UI, Tempo (through the Collector) and
+  ``otel-joules report`` read (``pip install 'otel-joules[otlp-file]'``; format:
+  :mod:`.otlp_file_exporter`);
 - :class:`MongoSpanExporter` -- a MongoDB collection (``pip install 'otel-joules[mongo]'``;
   format: :mod:`.mongo_exporter`);
 - :class:`DataFrameSpanExporter` -- in memory, returned by ``.dataframe()`` as a pandas
@@ -29,6 +33,7 @@ from otel_joules.exporters.dataframe_exporter import DataFrameSpanExporter
 from otel_joules.exporters.errors import CsvHeaderMismatchError, ExporterPathError, MissingExtraError
 from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 from otel_joules.exporters.mongo_exporter import MongoSpanExporter
+from otel_joules.exporters.otlp_file_exporter import OtlpFileSpanExporter
 from otel_joules.exporters.records import (
     CARBON_ATTRIBUTE_PREFIX,
     CORE_FIELDS,
@@ -51,6 +56,7 @@ __all__ = [
     "JsonLinesSpanExporter",
     "MissingExtraError",
     "MongoSpanExporter",
+    "OtlpFileSpanExporter",
     "SpanRecord",
     "csv_header",
     "span_record",

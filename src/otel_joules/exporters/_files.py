@@ -179,9 +179,17 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
 
     # SpanExporter ----------------------------------------------------------------------
 
+    def _encode_batch(self, spans: Sequence[ReadableSpan]) -> list[_Item]:
+        """What one ``export`` call keeps and delivers: one item per span by default.
+
+        A format that writes a whole batch as one item (OTLP/JSON: one request per
+        line) overrides this instead of :meth:`_encode`.
+        """
+        return [self._encode(span_record(span)) for span in spans]
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Deliver one record per span, after any kept from earlier failures; FAILURE if some are kept now."""
-        items = [self._encode(span_record(span)) for span in spans]
+        items = self._encode_batch(spans)
         with self._lock:
             if self._shutdown:
                 _LOGGER.warning(

@@ -23,6 +23,8 @@ What else it does:
   and fresh, so the last ``hw.energy`` values include everything the app spent.
 - Job resource attributes (``host.name``, Slurm, torchrun) come from the SDK's resource
   detection: set ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=otel_joules``.
+- CO2eq on spans when ``OTEL_JOULES_COUNTRY`` or a live carbon provider is configured
+  (:mod:`otel_joules.carbon.spans`).
 
 Keyword arguments of ``EnergyInstrumentor().instrument(...)`` (for use in code):
 ``tracer_provider``, ``meter_provider``, ``host_domains`` (``auto``/``always``/``never``),

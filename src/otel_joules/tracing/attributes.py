@@ -13,10 +13,9 @@ Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
 ``carbon.intensity.gco2eq_per_kwh``    the grid carbon intensity used
 ``carbon.intensity.source``            where it came from (``explicit``, ``offline``, ``world_average``, ...)
 ``carbon.pue``                         the data-centre PUE applied
-
-Attribution (the span's share of host energy, set where a layer attributes it):
-``energy.attributed.joules``, ``energy.attributed.self.joules``,
-``energy.attributed.<cpu|memory|gpu>.joules`` and their ``*.co2eq.grams``.
+``energy.attributed.co2eq.grams``      gCO2eq of the span's attributed share (``energy.attributed.joules``)
+``energy.attributed.self.co2eq.grams`` gCO2eq of ``energy.attributed.self.joules``: what dashboards and
+                                       the Collector's ``sum`` connector add up
 """
 
 from __future__ import annotations
@@ -34,8 +33,8 @@ ENERGY_CO2EQ_GRAMS = "energy.co2eq.grams"
 CARBON_INTENSITY_GCO2EQ_PER_KWH = "carbon.intensity.gco2eq_per_kwh"
 CARBON_INTENSITY_SOURCE = "carbon.intensity.source"
 CARBON_PUE = "carbon.pue"
-# The span's attributed share of host energy (issue 9; names fixed for all layers): what
-# anything that sums (reports, dashboards) adds up, instead of interval energy.
+# The span's attributed share of host energy (issue 9): what anything that sums (reports,
+# dashboards, the carbon hook) adds up, instead of interval energy.
 ENERGY_ATTRIBUTED_JOULES = "energy.attributed.joules"
 ENERGY_ATTRIBUTED_SELF_JOULES = "energy.attributed.self.joules"
 ENERGY_ATTRIBUTED_CO2EQ_GRAMS = "energy.attributed.co2eq.grams"

@@ -94,6 +94,9 @@ def instrument(
     *,
     energy_meter: EnergyMeter | None = None,
     metrics_enabled: bool = True,
+    carbon_intensity: float | None = None,
+    country: str | None = None,
+    pue: float = 1.0,
     **options: Any,
 ) -> Instrumentation:
     """Put energy attributes on every span of ``tracer_provider`` and export energy metrics.
@@ -104,6 +107,14 @@ def instrument(
             Metrics are skipped when no SDK meter provider is configured.
         energy_meter: The meter to read; the process-wide shared meter when omitted.
         metrics_enabled: Register the metric instruments.
+        carbon_intensity: gCO2eq/kWh to put CO2eq on spans with (``energy.co2eq.grams``,
+            ``energy.attributed.co2eq.grams``, ``energy.attributed.self.co2eq.grams``,
+            ``carbon.*``). Without it, spans get CO2eq when a live provider is configured
+            (``OTEL_JOULES_CARBON_PROVIDERS``, ``OTEL_JOULES_ELECTRICITYMAPS_API_KEY``) or a
+            country is (``country`` or ``OTEL_JOULES_COUNTRY``), and none otherwise. The
+            intensity is resolved once, here; see :mod:`otel_joules.carbon.spans`.
+        country: ISO 3166 code for the carbon intensity (default ``OTEL_JOULES_COUNTRY``).
+        pue: Data-centre PUE applied to the CO2eq (>= 1.0).
         **options: :class:`~otel_joules.EnergyMeter` keywords for the shared meter
             (``sysfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
             Without ``host``, several processes of one job on one host elect the one
@@ -117,7 +128,8 @@ def instrument(
         returns an inactive handle and measures nothing.
 
     Raises:
-        ConfigurationError: no SDK tracer provider is configured, or the options are invalid.
+        ConfigurationError: no SDK tracer provider is configured, or the options are invalid
+            (an unknown country, a PUE below 1, ...).
     """
     if _sdk_disabled():
         _log.info("otel-joules: OTEL_SDK_DISABLED=true, energy is not measured")
@@ -135,9 +147,15 @@ def instrument(
 
         options.update(host_owner().meter_options())
 
+    # Resolved before the handle exists, so a bad setting fails instrument() itself.
+    # The import is deferred: carbon sits downstream of tracing.
+    from otel_joules.carbon.spans import span_carbon_from_settings
+
+    span_carbon = span_carbon_from_settings(carbon_intensity, country, pue)
+
     def create() -> Instrumentation:
         meter = energy_meter or get_energy_meter(**options)
-        processor = EnergySpanProcessor(meter)
+        processor = EnergySpanProcessor(meter, on_measurement=span_carbon)
         provider.add_span_processor(processor)
         energy_metrics = None
         if metrics_enabled:
