@@ -13,7 +13,9 @@ Switch by changing the import prefix::
     print(result.actual.energy_kwh, result.actual.co2eq_grams)
 
 What is the same as carbontracker 2.4.7: the constructor's arguments and defaults (also
-``set_api_keys()``), the console messages, the log files (``log_dir``) in its format --
+``set_api_keys()``), the console messages (to which we add, where they apply, which
+carbon intensity source was used, that a figure is an estimate, and ignored ``sim_*``
+numbers), the log files (``log_dir``) in its format --
 its own parser reads them and gets our values --, PUE 1.58 by default, a prediction after
 ``epochs_before_pred`` epochs and the actual consumption after ``monitor_epochs`` epochs
 or at :meth:`stop`. With ``interpretable=True`` (the default) each consumption block ends
