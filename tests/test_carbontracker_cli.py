@@ -111,7 +111,9 @@ def test_usage_errors_are_clear(tmp_path: Path, powercap: FakePowercap) -> None:
     assert nothing.returncode == 2 and "no command given" in nothing.stderr
     keys = _cli(tmp_path, powercap, "--api_keys", "electricitymaps=KEY", "true")
     assert keys.returncode == 2 and "--api_keys 'electricitymaps=KEY' must be a dictionary" in keys.stderr
-    assert "Traceback" not in missing.stderr + nothing.stderr + keys.stderr
+    util = _cli(tmp_path, powercap, "--sim-cpu", "X", "--sim-cpu-tdp", "100", "--sim-cpu-util", "2", "true")
+    assert util.returncode == 2 and "sim_cpu_util=2.0 must be greater than 0 and at most 1" in util.stderr
+    assert "Traceback" not in missing.stderr + nothing.stderr + keys.stderr + util.stderr
 
 
 def test_simulated_cpu_as_in_carbontracker(tmp_path: Path, powercap: FakePowercap) -> None:

@@ -136,20 +136,26 @@ def track_command(args: argparse.Namespace, command: Sequence[str]) -> int:
     name = os.path.basename(command[0]) or command[0]
     report = DeliveryReport()
     with capture_sdk_logs(report):
+        api_keys = parse_api_keys(args.api_keys)
         telemetry = _telemetry(args.exporter, name, report)
-        tracker = CarbonTracker(
-            epochs=1,
-            log_dir=args.log_dir,
-            epochs_before_pred=0,
-            api_keys=parse_api_keys(args.api_keys),
-            sim_cpu=args.sim_cpu,
-            sim_cpu_tdp=args.sim_cpu_tdp,
-            sim_cpu_util=args.sim_cpu_util,
-            sim_gpu=args.sim_gpu,
-            sim_gpu_watts=args.sim_gpu_watts,
-            sim_gpu_util=args.sim_gpu_util,
-            tracer_provider=telemetry.tracer_provider if telemetry is not None else None,
-        )
+        try:
+            tracker = CarbonTracker(
+                epochs=1,
+                log_dir=args.log_dir,
+                epochs_before_pred=0,
+                api_keys=api_keys,
+                sim_cpu=args.sim_cpu,
+                sim_cpu_tdp=args.sim_cpu_tdp,
+                sim_cpu_util=args.sim_cpu_util,
+                sim_gpu=args.sim_gpu,
+                sim_gpu_watts=args.sim_gpu_watts,
+                sim_gpu_util=args.sim_gpu_util,
+                tracer_provider=telemetry.tracer_provider if telemetry is not None else None,
+            )
+        except Exception:
+            if telemetry is not None:
+                telemetry.shutdown()
+            raise
         try:
             tracker.epoch_start()
             # The tracker made the epoch span current: the child's spans become its children.
