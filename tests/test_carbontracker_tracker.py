@@ -526,7 +526,7 @@ def test_stop_and_confirm_on_a_real_terminal(tmp_path) -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"epochs": 0}, "epochs=0 must be an integer >= 1"),
+        ({"epochs": -1}, "epochs=-1 must be an integer >= 0"),
         ({"epochs": "10"}, "epochs='10' must be an integer"),
         ({"epochs": 5, "monitor_epochs": 0}, "monitor_epochs cannot be zero"),
         ({"epochs": 5, "monitor_epochs": 2, "epochs_before_pred": 3}, "cannot be less than epochs_before_pred=3"),

@@ -52,11 +52,13 @@ def test_busy_cpu_time_leaves_out_idle_and_does_not_count_guest_time_twice(monke
     assert estimator.busy_cpu_seconds() == 100.0 + 10.0 + 20.0 + 1.0 + 2.0 + 3.0
 
 
-def _fake_machine(monkeypatch: pytest.MonkeyPatch, cpus: int, memory_gib: int) -> Callable[[float], None]:
+def _fake_machine(monkeypatch: pytest.MonkeyPatch, cpus: int, memory_gib: int, tmp_path: Path) -> Callable[[float], None]:
     """A machine with ``cpus`` logical CPUs and ``memory_gib`` GiB; returns a function that adds busy CPU seconds."""
     busy = [1000.0]
     monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: cpus)
-    monkeypatch.setattr(psutil, "virtual_memory", lambda: collections.namedtuple("Memory", "total")(memory_gib * GIB))
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text(f"MemTotal:       {memory_gib * GIB // 1024} kB\nMemFree:        1024 kB\n")
+    monkeypatch.setattr(estimator, "MEMINFO_PATH", str(meminfo))
     monkeypatch.setattr(
         psutil,
         "cpu_times",
@@ -88,7 +90,7 @@ def _estimated(tmp_path: Path, spend: Callable[[float], None], cpu_seconds: floa
 def test_estimator_default_model_is_tdp_per_cpu_and_watts_per_gb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in ESTIMATOR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    spend = _fake_machine(monkeypatch, cpus=4, memory_gib=16)
+    spend = _fake_machine(monkeypatch, cpus=4, memory_gib=16, tmp_path=tmp_path)
     got = _estimated(tmp_path, spend, cpu_seconds=2.0, wall_s=0.2)
     # Two busy CPU-seconds at 85 W / 4 CPUs; 16 GiB x 0.375 W/GB = 6 W for memory.
     assert got["cpu_joules"] == pytest.approx(2.0 * 85.0 / 4, abs=1e-6)
@@ -98,7 +100,7 @@ def test_estimator_default_model_is_tdp_per_cpu_and_watts_per_gb(monkeypatch: py
 def test_estimator_settings_from_the_environment_size_the_model(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("OTEL_JOULES_CPU_TDP_WATTS", "120")
     monkeypatch.setenv("OTEL_JOULES_MEMORY_WATTS_PER_GB", "0.5")
-    spend = _fake_machine(monkeypatch, cpus=8, memory_gib=64)
+    spend = _fake_machine(monkeypatch, cpus=8, memory_gib=64, tmp_path=tmp_path)
     got = _estimated(tmp_path, spend, cpu_seconds=4.0, wall_s=0.2)
     assert got["cpu_joules"] == pytest.approx(4.0 * 120.0 / 8, abs=1e-6)
     assert got["memory_watts"] == pytest.approx(64 * 0.5, rel=0.01)

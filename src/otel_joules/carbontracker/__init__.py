@@ -11,7 +11,13 @@ Submodules:
 - :mod:`otel_joules.carbontracker.parser`: ``parse_all_logs``, ``parse_logs``,
   ``get_consumption``, ``aggregate_consumption``, ``print_aggregate`` with carbontracker's
   return shapes, reading logs written by carbontracker and by otel-joules, without
-  carbontracker's parser bugs.
+  carbontracker's parser bugs; also its helpers ``get_all_logs``, ``get_devices``,
+  ``get_epoch_durations``, ``get_avg_power_usages``, ``get_most_recent_logs``.
+- :mod:`otel_joules.carbontracker.report`: ``generate_report_from_log(log_file, output_pdf)``,
+  a one-page PDF with the sections of carbontracker's report (matplotlib).
+- :mod:`otel_joules.carbontracker.cli`: carbontracker's command line
+  (``python -m otel_joules.carbontracker.cli``, same arguments), run through ``otel-joules run``'s
+  child-process machinery.
 
 This package module imports nothing on purpose: ``import otel_joules.carbontracker.parser``
 must stay cheap and must not start measuring anything.

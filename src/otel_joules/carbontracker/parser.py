@@ -54,8 +54,13 @@ __all__ = [
     "StandardLog",
     "aggregate_consumption",
     "find_log_pairs",
+    "get_all_logs",
+    "get_avg_power_usages",
     "get_consumption",
+    "get_devices",
     "get_early_stop",
+    "get_epoch_durations",
+    "get_most_recent_logs",
     "parse_all_logs",
     "parse_duration",
     "parse_logs",
@@ -681,10 +686,16 @@ def parse_logs(
         LogFormatError: the file is not a carbontracker standard log, or a value in it
             cannot be read (the message names the line).
         LogReadError: the file cannot be read.
+
+    A run that has written nothing yet (empty standard logs only, or an empty
+    ``std_log_file``) gives ``{}``, as in carbontracker.
     """
     del output_log_file  # carbontracker ignores it as well; the standard log has everything.
     if std_log_file is None:
-        path = _most_recent_std_log(_check_dir(log_dir))
+        directory = _check_dir(log_dir)
+        if _only_empty_std_logs(directory):
+            return {}
+        path = _most_recent_std_log(directory)
     else:
         path = os.fspath(std_log_file)
         if not os.path.exists(path):
@@ -692,6 +703,8 @@ def parse_logs(
             if os.path.exists(inside):
                 path = inside
     text = _read_text(path)
+    if not text.strip():
+        return {}
     log = parse_standard_log(text, source=path)
     if not _looks_like_standard_log(log):
         raise LogFormatError(
@@ -798,3 +811,97 @@ def print_aggregate(log_dir: str | os.PathLike[str]) -> str:
     text = text.rstrip()
     print(text)
     return text
+
+
+# ------------------------------------------------------ carbontracker's helper functions
+
+
+def _only_empty_std_logs(directory: str) -> bool:
+    """True when ``directory`` has standard logs and every one is empty (runs that wrote nothing yet)."""
+    sizes = [
+        os.path.getsize(os.path.join(directory, name))
+        for name in os.listdir(directory)
+        if name.endswith(STD_LOG_SUFFIX) and os.path.isfile(os.path.join(directory, name))
+    ]
+    return bool(sizes) and not any(sizes)
+
+
+def get_all_logs(log_dir: str | os.PathLike[str]) -> Tuple[List[str], List[str]]:
+    """All runs' output and standard logs in ``log_dir``, as carbontracker's ``get_all_logs``.
+
+    Returns:
+        ``(output_logs, std_logs)``: two lists of paths (``log_dir`` joined with the file
+        name), sorted by name, where ``output_logs[i]`` and ``std_logs[i]`` are the same
+        run. Empty logs and logs without their counterpart are left out with a
+        :class:`SkippedLogWarning` (carbontracker drops them silently, pairs the rest by
+        position -- which mixes runs up when one run lacks its standard log and another its
+        output log -- and raises ``MismatchedLogFilesError`` where it cannot).
+
+    Raises:
+        LogFilesNotFoundError: ``log_dir`` is not a directory.
+    """
+    pairs = find_log_pairs(log_dir)
+    return [pair.output_log for pair in pairs], [pair.std_log for pair in pairs]
+
+
+def get_devices(std_log_data: str) -> Dict[str, List[str]]:
+    """Component -> device names of a standard log's text, as carbontracker's ``get_devices``.
+
+    Returns:
+        ``{"gpu": ["NVIDIA A100.1", "T4"], "cpu": ["cpu:0", "dram:0"]}``; ``{}`` when the
+        text has no components line. Unlike carbontracker, a dot inside a device name does
+        not end the list and names carry no leading space.
+    """
+    return dict(parse_standard_log(std_log_data).devices)
+
+
+def get_epoch_durations(std_log_data: str) -> List[float]:
+    """Seconds of every epoch with a ``Duration:`` line, in log order, as carbontracker's ``get_epoch_durations``.
+
+    Durations keep all their decimals (carbontracker's pattern keeps at most two).
+    """
+    return [record.duration_seconds for record in parse_standard_log(std_log_data).complete_epochs]  # type: ignore[misc]
+
+
+def get_avg_power_usages(std_log_data: str) -> Dict[str, List[List[float]]]:
+    """Average power per epoch and component, as carbontracker's ``get_avg_power_usages``.
+
+    Returns:
+        ``{component: [[W, ...] per epoch]}`` in the order components first appear: one
+        value per row where the log has one, one per device where it has a list. Unlike
+        carbontracker 2.4.7: ``None`` (nothing measured) is ``[nan]``, not ``[0.0]``;
+        ``1.2e-05`` is 1.2e-05, not 1.2; a list wrapped over several lines is read whole;
+        the dict's order is the log's (carbontracker's comes from a set).
+    """
+    result: Dict[str, List[List[float]]] = {}
+    for record in parse_standard_log(std_log_data).epochs:
+        for component, power in record.power_watts.items():
+            result.setdefault(component, []).append([math.nan] if power is None else list(power))
+    return result
+
+
+def get_most_recent_logs(log_dir: str | os.PathLike[str]) -> Tuple[str, str]:
+    """The standard and output log of the most recently modified run, as carbontracker's ``get_most_recent_logs``.
+
+    Returns:
+        ``(std_log, output_log)``: paths of one run (carbontracker sorts the two kinds
+        separately by modification time, so it can return two different runs' files).
+        A run that has written nothing yet counts, as in carbontracker.
+
+    Raises:
+        LogFilesNotFoundError: ``log_dir`` is not a directory, has no standard log, or the
+            most recent one has no output log (carbontracker raises ``IndexError``).
+    """
+    directory = _check_dir(log_dir)
+    std_logs = [
+        os.path.join(directory, name)
+        for name in os.listdir(directory)
+        if name.endswith(STD_LOG_SUFFIX) and os.path.isfile(os.path.join(directory, name))
+    ]
+    if not std_logs:
+        raise LogFilesNotFoundError(f"no *{STD_LOG_SUFFIX} file in {directory!r}; pass the log_dir the tracker wrote to")
+    std_log = max(std_logs, key=lambda path: (os.path.getmtime(path), path))
+    output_log = std_log[: -len(STD_LOG_SUFFIX)] + OUTPUT_LOG_SUFFIX
+    if not os.path.isfile(output_log):
+        raise LogFilesNotFoundError(f"the most recent standard log {std_log!r} has no output log {output_log!r}")
+    return std_log, output_log

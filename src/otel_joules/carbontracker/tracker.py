@@ -12,10 +12,21 @@ Switch by changing the import prefix::
     result = tracker.stop()                   # actual and predicted consumption, as dataclasses
     print(result.actual.energy_kwh, result.actual.co2eq_grams)
 
-What is the same as carbontracker 2.4.7: the constructor's arguments and defaults, the
-console messages, the log files (``log_dir``) in its format -- its own parser reads them
-and gets our values --, PUE 1.58 by default, a prediction after ``epochs_before_pred``
-epochs and the actual consumption after ``monitor_epochs`` epochs or at :meth:`stop`.
+What is the same as carbontracker 2.4.7: the constructor's arguments and defaults (also
+``set_api_keys()``), the console messages (to which we add, where they apply, which
+carbon intensity source was used, that a figure is an estimate, and ignored ``sim_*``
+numbers), the log files (``log_dir``) in its format --
+its own parser reads them and gets our values --, PUE 1.58 by default, a prediction after
+``epochs_before_pred`` epochs and the actual consumption after ``monitor_epochs`` epochs
+or at :meth:`stop`. With ``interpretable=True`` (the default) each consumption block ends
+with carbontracker's one "This is equivalent to:" line, km travelled by car (106.8
+gCO2eq/km); with ``interpretable=False`` it has none. The other equivalents
+(:func:`otel_joules.carbon.equivalents`) are in :attr:`Consumption.equivalents`, never in
+the text. ``epochs=0`` (a resumed training with nothing left to do) is accepted: no
+prediction is made (there is nothing to predict), and every epoch run is measured until
+:meth:`stop`. The ``sim_*`` power and utilisation arguments without their ``sim_cpu`` or
+``sim_gpu`` name are ignored as carbontracker ignores them (the real hardware is
+measured), and the console says so once.
 
 What is different, on purpose:
 
@@ -142,6 +153,11 @@ COMPONENT_NAMES = ("gpu", "cpu")
 DEFAULT_UPDATE_INTERVAL_SECONDS = 1
 #: carbontracker's default utilisation of a simulated CPU or GPU.
 DEFAULT_SIM_UTILISATION = 0.5
+#: The equivalents carbontracker 2.4.7 prints with ``interpretable=True`` (its conversion
+#: table's latest row: km travelled by car); keys of :data:`otel_joules.carbon.equivalents.FACTORS`.
+PRINTED_EQUIVALENT_KEYS = ("km_by_car",)
+#: carbontracker's API key names, each selecting a live carbon-intensity service.
+KNOWN_API_KEYS = ("electricitymaps", "carbonintensityGB", "energidataservice")
 
 # Span and event attribute names this module adds to the core and carbon ones
 # (those are imported from otel_joules.tracing.attributes above).
@@ -337,11 +353,8 @@ def _simulated(
     kind: str, name: object, watts: object, util: object, watts_keyword: str
 ) -> _Simulated | None:
     if name is None:
-        if watts is not None or util is not None:
-            raise ConfigurationError(
-                f"sim_{kind}_{'tdp' if kind == 'cpu' else 'watts'}/sim_{kind}_util need sim_{kind}= (the simulated "
-                f"{kind.upper()}'s name) as well"
-            )
+        # carbontracker simulates only when the name is given and ignores the numbers
+        # otherwise; so do we (the tracker says so once, see _ignored_sim_arguments).
         return None
     if not isinstance(name, str) or not name.strip():
         raise ConfigurationError(f"sim_{kind}={name!r} must be the simulated {kind.upper()}'s name, e.g. 'Xeon 8380'")
@@ -386,7 +399,8 @@ class CarbonTracker:
     """Track and predict the energy and carbon of a training loop (carbontracker's API).
 
     Args:
-        epochs: Total epochs of the training loop (>= 1).
+        epochs: Total epochs of the training loop (>= 0; 0, e.g. a resumed training with
+            none left: no prediction, every epoch run is measured until :meth:`stop`).
         epochs_before_pred: Epochs to measure before printing the prediction for all
             ``epochs``; ``-1``: after all epochs; ``0``: no prediction.
         monitor_epochs: Epochs to measure; the actual consumption is reported when reached.
@@ -408,7 +422,8 @@ class CarbonTracker:
             ``OTEL_JOULES_COUNTRY``); ``"carbonintensityGB"`` and ``"energidataservice"``
             keys select those (keyless) services.
         sim_cpu, sim_cpu_tdp, sim_cpu_util, sim_gpu, sim_gpu_watts, sim_gpu_util: Simulated
-            components (see the module docstring).
+            components (see the module docstring); the numbers without their name are
+            ignored, as by carbontracker, and the console says so.
         pue: Power usage effectiveness applied to kWh and CO2eq (carbontracker's 1.58).
         intensity_gco2eq_per_kwh: Use this carbon intensity (wins over everything).
         country: ISO 3166 code for the offline yearly average (else ``OTEL_JOULES_COUNTRY``).
@@ -462,8 +477,11 @@ class CarbonTracker:
         stdin: TextIO | None = None,
     ) -> None:
         # -- arguments: programming errors, raised whatever ignore_errors says
-        if not _is_int(epochs) or epochs < 1:
-            raise ConfigurationError(f"epochs={epochs!r} must be an integer >= 1 (the total epochs of your training loop)")
+        if not _is_int(epochs) or epochs < 0:
+            raise ConfigurationError(
+                f"epochs={epochs!r} must be an integer >= 0 (the total epochs of your training loop; 0 when a resumed "
+                "training has none left)"
+            )
         if not _is_int(epochs_before_pred) or epochs_before_pred < -1:
             raise ConfigurationError(
                 f"epochs_before_pred={epochs_before_pred!r} must be an integer: epochs to measure before the "
@@ -476,6 +494,11 @@ class CarbonTracker:
         if monitor_epochs == 0:
             raise ConfigurationError("monitor_epochs cannot be zero: pass -1 to monitor all epochs, or a number >= 1")
         pred_after = epochs if epochs_before_pred == -1 else int(epochs_before_pred)
+        if epochs == 0:
+            # Nothing is planned: no prediction (of zero epochs), and every epoch that runs
+            # anyway is measured until stop() (carbontracker predicts "0 epoch(s)" and,
+            # monitoring "all 0 epochs", never reports by itself either).
+            pred_after = 0
         monitor = epochs if monitor_epochs == -1 else int(monitor_epochs)
         if monitor < pred_after:
             raise ConfigurationError(
@@ -498,12 +521,7 @@ class CarbonTracker:
             raise ConfigurationError(f"log_dir={log_dir!r} must be a directory path or None")
         if api_keys is not None and not isinstance(api_keys, Mapping):
             raise ConfigurationError(f"api_keys={api_keys!r} must be a dict such as {{'electricitymaps': 'KEY'}}")
-        known_keys = ("electricitymaps", "carbonintensityGB", "energidataservice")
-        for name in api_keys or {}:
-            if name not in known_keys:
-                raise ConfigurationError(
-                    f"api_keys names unknown provider {name!r}; supported: {', '.join(known_keys)}"
-                )
+        _check_api_keys(api_keys)
         self._component_names = parse_components(components)
         self._all_requested = "all" in [part.strip().lower() for part in components.split(",")]
         self._sims = [
@@ -523,17 +541,17 @@ class CarbonTracker:
         for provider in providers:
             if not isinstance(provider, LiveProvider):
                 raise ConfigurationError(f"intensity_providers holds {provider!r}, which is not a LiveProvider")
-        providers = list(providers_from_env(api_keys=dict(api_keys or {}), country=country)) + providers
-        if api_keys and "carbonintensityGB" in api_keys:
-            providers.append(UKCarbonIntensityProvider())
-        if api_keys and "energidataservice" in api_keys:
-            providers.append(EnergiDataServiceProvider())
+        self._extra_providers = tuple(providers)
+        self._country = country
+        providers = _providers_for_api_keys(api_keys, country, providers)
         # An invalid explicit value or country code is a configuration error: resolve once now.
         first_intensity = resolve_carbon_intensity(intensity_gco2eq_per_kwh, country, providers)
 
         self.epochs = int(epochs)
         self.epochs_before_pred = int(epochs_before_pred)
         self.monitor_epochs = monitor
+        # epochs=0 with monitor_epochs=-1 ("all 0 epochs"): no limit, stop() ends monitoring.
+        self._monitor_limit = sys.maxsize if epochs == 0 and monitor_epochs == -1 else monitor
         self.update_interval = update_interval
         self.interpretable = bool(interpretable)
         self.stop_and_confirm = bool(stop_and_confirm)
@@ -547,6 +565,9 @@ class CarbonTracker:
         self.api_keys = api_keys
         self._pred_after = pred_after
         self._stdin = stdin
+        self._ignored_sim = _ignored_sim_arguments(
+            sim_cpu, sim_cpu_tdp, sim_cpu_util, sim_gpu, sim_gpu_watts, sim_gpu_util
+        )
 
         self._lock = threading.RLock()
         self._state = "ready"  # ready -> running -> finished (or failed)
@@ -647,6 +668,10 @@ class CarbonTracker:
             )
         self._console(MESSAGE_PREFIX + line)
         self._console(MESSAGE_PREFIX + pue_line)
+        if self._ignored_sim:
+            note = f"{self._ignored_sim} (as carbontracker ignores them): the real hardware is measured."
+            self._info(note)
+            self._console(MESSAGE_PREFIX + note)
         estimated = self._estimated_domain_ids()
         if estimated:
             note = (
@@ -737,6 +762,24 @@ class CarbonTracker:
                 except Exception as exc:  # noqa: BLE001 - routed through ignore_errors
                     self._fail(exc, "stop()")
             return self.result
+
+    def set_api_keys(self, api_keys: Mapping[str, str] | None) -> None:
+        """Use these carbontracker API keys from now on, as carbontracker's ``set_api_keys``.
+
+        ``{"electricitymaps": KEY}`` (zone from ``country``/``OTEL_JOULES_COUNTRY``),
+        ``"carbonintensityGB"`` or ``"energidataservice"`` select live carbon-intensity
+        services; they replace those the constructor's ``api_keys`` selected (providers
+        given as ``intensity_providers`` stay). The intensity is fetched now, in the
+        background, and every 900 s; epochs measured before keep the intensity they had.
+
+        Raises:
+            ConfigurationError: ``api_keys`` is not a dict or names an unknown service.
+        """
+        if api_keys is not None and not isinstance(api_keys, Mapping):
+            raise ConfigurationError(f"api_keys={api_keys!r} must be a dict such as {{'electricitymaps': 'KEY'}}")
+        _check_api_keys(api_keys)
+        self.api_keys = api_keys
+        self._intensity.set_providers(_providers_for_api_keys(api_keys, self._country, self._extra_providers))
 
     def __enter__(self) -> "CarbonTracker":
         return self
@@ -904,7 +947,7 @@ class CarbonTracker:
                     f"training stopped at the user's request after {self._epoch_counter} epoch(s); the actual "
                     "consumption was reported and is in tracker.result"
                 )
-        if self._epoch_counter >= self.monitor_epochs:
+        if self._epoch_counter >= self._monitor_limit:
             self._finish(end, early_stop=False)
 
     def _stop_locked(self) -> None:
@@ -912,6 +955,10 @@ class CarbonTracker:
             _, end = self._close_epoch(interrupted=True)
         else:
             end = self._snapshot() if self._meter is not None else None
+        if self.epochs == 0 and self._monitor_limit == sys.maxsize:
+            # Nothing was planned, so stop() is the normal end, not an interruption.
+            self._finish(end, early_stop=False)
+            return
         if self._writer is not None:
             self._writer.write_early_stop(self.monitor_epochs)
         self._finish(end, early_stop=True)
@@ -997,7 +1044,12 @@ class CarbonTracker:
 
     def _output_block(self, consumption: Consumption, epochs: int | None) -> None:
         kind = ConsumptionKind(consumption.kind)
-        shown = consumption.equivalents_by_unit if self.interpretable else None
+        # carbontracker prints only its one equivalent (km by car); the others stay in the result.
+        shown = (
+            {item.unit: item.amount for item in consumption.equivalents if item.key in PRINTED_EQUIVALENT_KEYS}
+            if self.interpretable
+            else None
+        )
         # The writer's method formats exactly like format_consumption and also logs the block.
         write = self._writer.write_consumption if self._writer is not None else format_consumption
         text = write(
@@ -1191,6 +1243,38 @@ def _sdk_provider_or_own() -> Any:
     return TracerProvider()
 
 
+def _check_api_keys(api_keys: Mapping[str, str] | None) -> None:
+    for name in api_keys or {}:
+        if name not in KNOWN_API_KEYS:
+            raise ConfigurationError(f"api_keys names unknown provider {name!r}; supported: {', '.join(KNOWN_API_KEYS)}")
+
+
+def _providers_for_api_keys(
+    api_keys: Mapping[str, str] | None, country: str | None, extra: Sequence[LiveProvider]
+) -> list[LiveProvider]:
+    """The live providers carbontracker's ``api_keys`` select (and the environment's), then ``extra``."""
+    providers = list(providers_from_env(api_keys=dict(api_keys or {}), country=country)) + list(extra)
+    if api_keys and "carbonintensityGB" in api_keys:
+        providers.append(UKCarbonIntensityProvider())
+    if api_keys and "energidataservice" in api_keys:
+        providers.append(EnergiDataServiceProvider())
+    return providers
+
+
+def _ignored_sim_arguments(
+    sim_cpu: object, sim_cpu_tdp: object, sim_cpu_util: object, sim_gpu: object, sim_gpu_watts: object, sim_gpu_util: object
+) -> str:
+    """A sentence naming the ``sim_*`` numbers given without their device name (carbontracker ignores them), or ''."""
+    ignored = []
+    if sim_cpu is None:
+        ignored += [name for name, value in (("sim_cpu_tdp", sim_cpu_tdp), ("sim_cpu_util", sim_cpu_util)) if value is not None]
+    if sim_gpu is None:
+        ignored += [name for name, value in (("sim_gpu_watts", sim_gpu_watts), ("sim_gpu_util", sim_gpu_util)) if value is not None]
+    if not ignored:
+        return ""
+    return f"Ignored {', '.join(ignored)}: simulation needs sim_cpu=/sim_gpu= (the simulated device's name)"
+
+
 def _location(intensity: CarbonIntensity) -> str:
     return intensity.region or "Unknown"
 
@@ -1235,21 +1319,38 @@ class _IntensitySource:
         with self._lock:
             return list(self._values)
 
-    def start_refreshing(self) -> None:
+    def set_providers(self, providers: Sequence[LiveProvider]) -> None:
+        """Ask these providers from now on: once now (in the background) and every refresh period."""
+        with self._lock:
+            self._providers = tuple(providers)
+            started = self._thread is not None
+        if self._explicit is not None or not providers or self._stop.is_set():
+            return
+        if started:
+            threading.Thread(target=self._refresh_once, name="otel-joules-intensity-now", daemon=True).start()
+        else:
+            self.start_refreshing(now=True)
+
+    def _refresh_once(self) -> None:
+        try:
+            value = resolve_carbon_intensity(None, self._country, self._providers)
+        except Exception:  # noqa: BLE001 - keep the last value
+            return
+        with self._lock:
+            self._current = value
+            self._values.append(value.gco2eq_per_kwh)
+
+    def start_refreshing(self, *, now: bool = False) -> None:
         if self._explicit is not None or not self._providers or self._thread is not None:
             return
-        self._thread = threading.Thread(target=self._run, name="otel-joules-intensity", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(now,), name="otel-joules-intensity", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, now: bool = False) -> None:
+        if now:
+            self._refresh_once()
         while not self._stop.wait(self._refresh_s):
-            try:
-                value = resolve_carbon_intensity(None, self._country, self._providers)
-            except Exception:  # noqa: BLE001 - keep the last value
-                continue
-            with self._lock:
-                self._current = value
-                self._values.append(value.gco2eq_per_kwh)
+            self._refresh_once()
 
     def stop(self) -> None:
         self._stop.set()

@@ -369,7 +369,7 @@ def _command_from(args: argparse.Namespace) -> list[str]:
     return command
 
 
-def _check_runnable(executable: str) -> tuple[int, str] | None:
+def check_runnable(executable: str) -> tuple[int, str] | None:
     """``(exit code, message)`` when ``executable`` cannot be run, the way a shell reports it."""
     if os.sep in executable:
         if not os.path.exists(executable):
@@ -389,7 +389,7 @@ def _sdk_disabled() -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run the command, export its span and metrics, print the summary; return its exit code."""
     command = _command_from(args)
-    problem = _check_runnable(command[0])
+    problem = check_runnable(command[0])
     if problem is not None:
         print(f"otel-joules: {problem[1]}", file=sys.stderr)
         return problem[0]
@@ -471,19 +471,14 @@ def _run_measured(
     # summary still reports the energy.
     first = meter.snapshot()
     started = time.monotonic()
-    signal_name = start_error = None
     env = child_environment(span)
     host_env = command_environment(ownership, env)
     env.update(host_env)
-    try:
-        process = subprocess.Popen(list(command), env=env)
-    except OSError as exc:
-        exit_code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
-        start_error = exc.strerror or str(exc)
+    child = run_child(command, env, meter, name, show_status, on_start=lambda pid: span.set_attribute(PROCESS_PID, pid))
+    exit_code, signal_name, start_error = child.exit_code, child.signal_name, child.start_error
+    if start_error is not None:
         span.set_status(Status(StatusCode.ERROR, f"could not start: {start_error}"))
     else:
-        span.set_attribute(PROCESS_PID, process.pid)
-        exit_code, signal_name = _wait(process, meter, name, show_status)
         remove_command_lock(host_env)
         if signal_name:
             span.set_status(Status(StatusCode.ERROR, f"killed by {signal_name}"))
@@ -511,6 +506,46 @@ def _run_measured(
         signal_name,
         start_error,
     )
+
+
+@dataclass(frozen=True)
+class ChildOutcome:
+    """How a child process ended.
+
+    Attributes:
+        exit_code: Its exit code; 128 + N when killed by signal N; 127/126 when it could not start.
+        signal_name: The signal that killed it (``SIGTERM``), or None.
+        start_error: Why it could not start, or None.
+    """
+
+    exit_code: int
+    signal_name: str | None = None
+    start_error: str | None = None
+
+
+def run_child(
+    command: Sequence[str],
+    env: dict[str, str],
+    meter: EnergyMeter,
+    label: str,
+    show_status: bool,
+    *,
+    on_start: Callable[[int], None] | None = None,
+) -> ChildOutcome:
+    """Run ``command`` with ``env`` until it ends: signals forwarded, status line on request.
+
+    Used by ``otel-joules run`` and by the carbontracker-style command line
+    (:mod:`otel_joules.carbontracker.cli`). ``on_start`` gets the child's pid once it runs.
+    """
+    try:
+        process = subprocess.Popen(list(command), env=env)
+    except OSError as exc:
+        exit_code = EXIT_NOT_FOUND if isinstance(exc, FileNotFoundError) else EXIT_NOT_EXECUTABLE
+        return ChildOutcome(exit_code, start_error=exc.strerror or str(exc))
+    if on_start is not None:
+        on_start(process.pid)
+    exit_code, signal_name = _wait(process, meter, label, show_status)
+    return ChildOutcome(exit_code, signal_name)
 
 
 def _wait(process: subprocess.Popen[Any], meter: EnergyMeter, name: str, show_status: bool) -> tuple[int, str | None]:

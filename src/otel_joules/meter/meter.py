@@ -372,7 +372,9 @@ def _discover(
         channels += found.channels
         unavailable += found.unavailable
         if estimate or (estimate is None and not found.channels):
-            channels += estimator.discover(settings).channels
+            estimated = estimator.discover(settings)
+            channels += estimated.channels
+            unavailable += estimated.unavailable
     elif estimate:
         raise ConfigurationError("estimate=True needs host=True: the estimator measures the host's CPU and memory")
     if gpus is not None and len(gpus) == 0:

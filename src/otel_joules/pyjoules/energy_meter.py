@@ -30,6 +30,14 @@ pyJoules bugs fixed here:
 - A handler that raises cannot replace the user's result or exception: its error is
   logged on the ``otel_joules.pyjoules`` logger.
 
+User-written devices (pyJoules' ``Device`` subclasses; see
+:mod:`otel_joules.pyjoules.device.device`) are read at every point next to the core
+snapshot: their domains appear in samples (differences of ``get_energy()`` values, in
+microjoules as the device's :attr:`~otel_joules.pyjoules.device.Device.energy_unit_joules`
+says), handlers and spans (``energy.<domain>.joules``, counted in ``energy.joules`` unless
+the device sets ``in_total = False``). A ``get_energy()`` that raises is logged once and
+its domains are left out of the samples it touches, as for a failed counter.
+
 Spans: see :mod:`otel_joules.pyjoules._spans`.
 """
 
@@ -48,16 +56,17 @@ from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
 from otel_joules.errors import ConfigurationError
-from otel_joules.meter.meter import SOURCE_MEASURED, EnergyMeasurement, EnergySnapshot
+from otel_joules.meter.meter import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, EnergyMeasurement, EnergySnapshot
 from otel_joules.meter.meter import EnergyMeter as CoreEnergyMeter
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.pyjoules._spans import SpanHandle
 from otel_joules.pyjoules.device import Device, Domain
-from otel_joules.pyjoules.device.device import joules_to_microjoules
+from otel_joules.pyjoules.device.device import joules_to_microjoules, reads_core_meter
 from otel_joules.pyjoules.device.device_factory import DeviceFactory, Selection, check_domains, select_domains
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
 from otel_joules.pyjoules.exception import HandlerTypeError, PyJoulesException, PyJoulesWarning
 from otel_joules.pyjoules.handler import EnergyHandler, PrintHandler
+from otel_joules.sensors.base import Method
 
 _log = logging.getLogger("otel_joules.pyjoules")
 
@@ -96,20 +105,23 @@ class EnergyState:
         tag: Tag of the sample that begins at this point.
         snapshot: The core meter's snapshot, limited to the meter's domains.
         stop: True for the point written by ``stop()`` (no sample begins there).
+        user_values: Each user-written device's ``get_energy()`` at this point, in the
+            meter's device order; None for a device whose read failed.
     """
 
     timestamp: float
     tag: str
     snapshot: EnergySnapshot
     stop: bool = False
+    user_values: Tuple[Optional[Tuple[Optional[float], ...]], ...] = ()
 
 
 class EnergyMeter:
     """Records the energy of devices between points tagged by the user (pyJoules' manual API).
 
     Args:
-        devices: Configured devices (:meth:`DeviceFactory.create_devices`); they must
-            read the same core meter.
+        devices: Configured devices (:meth:`DeviceFactory.create_devices`, or user-written
+            ``Device`` subclasses, configured); ours must read the same core meter.
         default_tag: Tag of a point given no tag.
 
     Raises:
@@ -119,7 +131,10 @@ class EnergyMeter:
     def __init__(self, devices: Sequence[Device], default_tag: str = "") -> None:
         self.devices = list(devices)
         self.default_tag = default_tag
-        cores = {id(device.meter): device.meter for device in self.devices}
+        #: User-written devices, read through their own get_energy() at every point.
+        self._user_devices: List[Device] = [device for device in self.devices if not reads_core_meter(device)]
+        self._user_failed: set[int] = set()
+        cores = {id(device.meter): device.meter for device in self.devices if device.meter is not None}
         if len(cores) > 1:
             raise ConfigurationError("the devices read different otel_joules meters; create them with the same meter")
         self._core: Optional[CoreEnergyMeter] = next(iter(cores.values()), None)
@@ -142,9 +157,28 @@ class EnergyMeter:
             snapshot.monotonic_ns, tuple(j if keep else None for j, keep in zip(snapshot.joules, self._keep))
         )
 
+    def _read_user_devices(self) -> Tuple[Optional[Tuple[Optional[float], ...]], ...]:
+        values: List[Optional[Tuple[Optional[float], ...]]] = []
+        for index, device in enumerate(self._user_devices):
+            try:
+                values.append(tuple(None if v is None else float(v) for v in device.get_energy()))
+            except Exception as exc:  # noqa: BLE001 - a user's device must not break the measured code
+                values.append(None)
+                if index not in self._user_failed:
+                    self._user_failed.add(index)
+                    _log.warning(
+                        "otel_joules.pyjoules: %s.get_energy() failed (%s: %s); its domains are left out of the "
+                        "samples this read touches",
+                        type(device).__name__,
+                        type(exc).__name__,
+                        exc,
+                    )
+        return tuple(values)
+
     def _add_state(self, tag: Optional[str], stop: bool = False) -> None:
         timestamp = time.time()
-        state = EnergyState(timestamp, self.default_tag if tag is None else tag, self._snapshot(), stop)
+        user_values = self._read_user_devices() if self._user_devices else ()
+        state = EnergyState(timestamp, self.default_tag if tag is None else tag, self._snapshot(), stop, user_values)
         previous = self._states[-1] if self._states else None
         self._states.append(state)
         if self._on_state is not None:
@@ -196,19 +230,43 @@ class EnergyMeter:
 
     # -- results --------------------------------------------------------------------------
 
+    def _user_microjoules(self, begin: EnergyState, end: EnergyState) -> Dict[str, Tuple[float, bool]]:
+        """(microjoules, adds to the total) per domain of the user-written devices between two points."""
+        result: Dict[str, Tuple[float, bool]] = {}
+        for device, before, after in zip(self._user_devices, begin.user_values, end.user_values):
+            if before is None or after is None:
+                continue
+            # Multiplied by the unit's size in microjoules (exactly 1.0 for pyJoules' default unit),
+            # so a device's own numbers come through unchanged.
+            scale = device.energy_unit_joules * 1e6
+            for domain, a, b in zip(device.get_configured_domains(), before, after):
+                if a is not None and b is not None:
+                    result[domain.domain_id] = ((b - a) * scale, device.in_total)
+        return result
+
     def measure(self, begin: EnergyState, end: EnergyState) -> EnergyMeasurement:
-        """The core measurement of this meter's domains between two points."""
+        """The measurement of this meter's domains between two points (core domains and user-written devices)."""
         if self._core is None:
             duration_s = max(0, end.snapshot.monotonic_ns - begin.snapshot.monotonic_ns) / 1e9
-            return EnergyMeasurement(duration_s, {}, 0.0, 0.0, SOURCE_MEASURED, False)
-        return self._core.measure(begin.snapshot, end.snapshot)
+            core = EnergyMeasurement(duration_s, {}, 0.0, 0.0, SOURCE_MEASURED, False)
+        else:
+            core = self._core.measure(begin.snapshot, end.snapshot)
+        if not self._user_devices:
+            return core
+        return _with_user_domains(core, self._user_microjoules(begin, end))
 
     def sample(self, begin: EnergyState, end: EnergyState, measurement: Optional[EnergyMeasurement] = None) -> EnergySample:
         """The sample from ``begin`` to ``end``: microjoules per domain, in this meter's domain order."""
         if measurement is None:
             measurement = self.measure(begin, end)
         joules = measurement.joules_by_domain
-        energy: Dict[str, float] = {name: joules_to_microjoules(joules[name]) for name in self._names if name in joules}
+        user = self._user_microjoules(begin, end) if self._user_devices else {}
+        energy: Dict[str, float] = {}
+        for name in self._names:
+            if name in user:
+                energy[name] = user[name][0]
+            elif name in joules:
+                energy[name] = joules_to_microjoules(joules[name])
         return EnergySample(begin.timestamp, begin.tag, measurement.duration_s, energy)
 
     def _segments(self) -> Iterator[Tuple[EnergyState, EnergyState]]:
@@ -250,6 +308,30 @@ class EnergyMeter:
 
     def __repr__(self) -> str:
         return f"EnergyMeter(domains={self._names})"
+
+
+def _with_user_domains(core: EnergyMeasurement, user: Dict[str, Tuple[float, bool]]) -> EnergyMeasurement:
+    """``core`` plus the user-written devices' domains: read from their counters, so measured."""
+    if not user:
+        return core
+    by_domain = dict(core.joules_by_domain)
+    methods = dict(core.methods_by_domain)
+    total = core.total_joules
+    adds = False
+    for domain_id, (microjoules, in_total) in user.items():
+        joules = microjoules / 1e6
+        by_domain[domain_id] = joules
+        methods[domain_id] = Method.COUNTER
+        if in_total:
+            total += joules
+            adds = True
+    source = core.source
+    if adds and source == SOURCE_ESTIMATE and any(not m.is_measurement for m in core.methods_by_domain.values()):
+        source = SOURCE_MIXED
+    duration_s = core.duration_s
+    return EnergyMeasurement(
+        duration_s, by_domain, total, total / duration_s if duration_s > 0 else 0.0, source, core.below_resolution, methods
+    )
 
 
 # -- selection for the decorator and the context ------------------------------------------

@@ -8,21 +8,51 @@ carry :attr:`Method.ESTIMATE`, which spans report as ``energy.source = "estimate
 
 The figures are coarse (TDP is neither idle nor peak power), but they scale with
 the work done, which is what lets a user compare two runs on a laptop or CI box.
+
+An input the estimator cannot read (``/proc/meminfo`` hidden or without ``MemTotal``
+in some containers, ``/proc/stat`` unreadable) drops that one estimate with one warning
+and an :class:`~otel_joules.sensors.base.Unavailable` entry; the other estimate and the
+GPUs are still measured.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Callable
 
 import psutil
 
 from otel_joules.config import Settings
-from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method
+from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+
+_log = logging.getLogger("otel_joules")
 
 #: psutil's CPU times come from /proc/stat, counted in clock ticks (10 ms on Linux).
 CPU_TIMES_RESOLUTION_S = 0.01
 _BYTES_PER_GB = 1024**3
+#: Where the installed memory (``MemTotal``) is read when :func:`discover` is given no path.
+MEMINFO_PATH = "/proc/meminfo"
+_MEMINFO_UNITS = {b"kb": 1024, b"mb": 1024**2, b"gb": 1024**3, b"b": 1}
+
+
+def installed_memory_bytes(meminfo_path: str | None = None) -> int:
+    """Installed memory from the ``MemTotal:`` line of ``meminfo_path`` (default :data:`MEMINFO_PATH`).
+
+    Raises:
+        OSError: the file cannot be read.
+        ValueError: it has no readable ``MemTotal:`` line.
+    """
+    path = MEMINFO_PATH if meminfo_path is None else meminfo_path
+    with open(path, "rb") as meminfo:
+        for line in meminfo:
+            if line.startswith(b"MemTotal:"):
+                fields = line.split()
+                unit = fields[2].lower() if len(fields) > 2 else b"b"
+                if len(fields) < 2 or not fields[1].isdigit() or unit not in _MEMINFO_UNITS:
+                    raise ValueError(f"{path}: unreadable MemTotal line {line.strip()!r}")
+                return int(fields[1]) * _MEMINFO_UNITS[unit]
+    raise ValueError(f"{path} has no MemTotal line")
 
 
 def busy_cpu_seconds() -> float:
@@ -80,13 +110,37 @@ class MemoryEstimateChannel(Channel):
         return round((self._clock() - self._origin_s) * self.watts * 1e6)
 
 
-def discover(settings: Settings) -> Discovery:
-    """The estimator's two channels, sized for this machine from ``settings``."""
+def discover(settings: Settings, *, meminfo_path: str | None = None) -> Discovery:
+    """The estimator's two channels, sized for this machine from ``settings``.
+
+    Args:
+        settings: TDP and W/GB.
+        meminfo_path: Where to read ``MemTotal`` (default :data:`MEMINFO_PATH`).
+
+    An estimate whose input cannot be read is left out (one warning, one
+    :class:`Unavailable` entry saying why and what to do); the other one is kept.
+    """
+    found = Discovery()
     cpus = psutil.cpu_count(logical=True) or 1
-    memory_gb = psutil.virtual_memory().total / _BYTES_PER_GB
-    return Discovery(
-        channels=[
-            CpuTimeEstimateChannel(settings.cpu_tdp_watts / cpus),
-            MemoryEstimateChannel(memory_gb * settings.memory_watts_per_gb),
-        ]
-    )
+    try:
+        found.channels.append(CpuTimeEstimateChannel(settings.cpu_tdp_watts / cpus))
+    except Exception as exc:  # noqa: BLE001 - a missing input drops this estimate only
+        _drop(found, "cpu_estimate", f"cannot read the CPU times (/proc/stat): {exc}", "mount /proc readable in the container")
+    try:
+        memory_gb = installed_memory_bytes(meminfo_path) / _BYTES_PER_GB
+    except (OSError, ValueError) as exc:
+        path = MEMINFO_PATH if meminfo_path is None else meminfo_path
+        _drop(
+            found,
+            "memory_estimate",
+            f"cannot read the installed memory from {path}: {exc}",
+            "make /proc/meminfo readable in the container",
+        )
+    else:
+        found.channels.append(MemoryEstimateChannel(memory_gb * settings.memory_watts_per_gb))
+    return found
+
+
+def _drop(found: Discovery, domain_id: str, reason: str, remedy: str) -> None:
+    found.unavailable.append(Unavailable(domain_id, reason, remedy))
+    _log.warning("otel-joules: no %s: %s. The other domains are still measured (to fix: %s).", domain_id, reason, remedy)

@@ -4,6 +4,15 @@ A device no longer opens files or calls NVML itself; it asks the core meter, whi
 reads every counter once per snapshot, corrects wrap-arounds and converts units. A
 device's values are therefore cumulative microjoules since the *meter* started, and
 only their differences mean anything (as with pyJoules' raw counters).
+
+Devices written by users, as pyJoules documents them (a subclass of :class:`Device`
+that overrides ``available_domains()`` -- a static method without arguments --,
+``get_energy()`` and optionally ``configure()``, with a :class:`Domain` subclass whose
+``get_device_type()`` returns it), read their own energy source: :class:`Device` sees
+that the subclass has no core-meter domain types (:func:`reads_core_meter`) and
+constructs it the pyJoules way. ``EnergyMeter``, ``measure_energy`` and
+``EnergyContext`` then call its ``get_energy()`` at every point of a trace, next to the
+core meter's snapshot, and report its domains in samples, handlers and spans.
 """
 
 from __future__ import annotations
@@ -110,28 +119,56 @@ def _why_gpu_not_measured(index: int, meter: "CoreEnergyMeter", measured: str) -
     )
 
 
+def reads_core_meter(device: "Device | type[Device]") -> bool:
+    """True for the devices backed by the core meter (RAPL, NVIDIA, psys/estimates); False for user-written ones.
+
+    Ours name the domain classes they read in :attr:`Device.domain_types`; a pyJoules-style
+    subclass written by a user does not, and reads its own source through ``get_energy()``.
+    """
+    return bool(device.domain_types)
+
+
 class Device:
     """Reads the energy of some domains from the core meter.
 
+    Subclass it to add an energy source of your own, as in pyJoules: override
+    ``available_domains()`` (a static method without arguments), ``get_energy()``
+    (cumulative values, one per configured domain, in the order of
+    ``get_configured_domains()``), and call ``Device.__init__(self)`` from ``__init__``.
+    Values are taken as microjoules, pyJoules' unit; set :attr:`energy_unit_joules` when
+    your counter counts something else (``1e-3`` for millijoules, ``1.0`` for joules).
+
     Args:
         meter: The core meter to read; the process-wide one
-            (:func:`otel_joules.get_energy_meter`) when omitted.
+            (:func:`otel_joules.get_energy_meter`) when omitted. Not used by user-written devices.
 
     Raises:
-        NoSuchDeviceError: the meter measures no domain of this device.
+        NoSuchDeviceError: the meter measures no domain of this device (user-written
+            devices: whatever their ``available_domains()`` raises).
     """
 
-    #: Domain classes this device reads (set by subclasses).
+    #: Domain classes this device reads from the core meter (set by our subclasses; empty
+    #: for user-written devices, which read their own source).
     domain_types: ClassVar[tuple[type[Domain], ...]] = ()
+    #: Joules per unit of a user-written device's ``get_energy()`` values (pyJoules' unit: microjoules).
+    energy_unit_joules: ClassVar[float] = 1e-6
+    #: Whether a user-written device's domains add to a span's ``energy.joules``. Set False
+    #: for a source that overlaps others (a wall-plug meter that already includes the CPU).
+    in_total: ClassVar[bool] = True
 
     def __init__(self, *, meter: "Optional[CoreEnergyMeter]" = None) -> None:
-        self._meter = meter if meter is not None else get_energy_meter()
         self._configured_domains: Optional[List[Domain]] = None
+        if not reads_core_meter(self):
+            # pyJoules' contract for user devices: available_domains() takes no argument.
+            self._meter: "Optional[CoreEnergyMeter]" = None
+            self._available_domains = list(self.available_domains())
+            return
+        self._meter = meter if meter is not None else get_energy_meter()
         self._available_domains = self.available_domains(self._meter)
 
     @property
-    def meter(self) -> "CoreEnergyMeter":
-        """The core meter this device reads."""
+    def meter(self) -> "Optional[CoreEnergyMeter]":
+        """The core meter this device reads; None for a user-written device."""
         return self._meter
 
     @classmethod
@@ -144,6 +181,10 @@ class Device:
         Raises:
             NoSuchDeviceError: there is none (the message says why).
         """
+        if not reads_core_meter(cls):
+            raise NotImplementedError(
+                f"{cls.__name__}.available_domains() must be overridden: return the domains your device can measure"
+            )
         meter = meter if meter is not None else get_energy_meter()
         found = [domain_for_id(d.id) for d in meter.domains]
         mine = sorted((d for d in found if isinstance(d, cls.domain_types)), key=pyjoules_order)
@@ -164,6 +205,11 @@ class Device:
         chosen = list(domains)
         for domain in chosen:
             if domain not in self._available_domains:
+                if self._meter is None:
+                    listed = ", ".join(map(str, self._available_domains)) or "nothing"
+                    raise NoSuchDomainError(
+                        domain, f"{type(self).__name__}.available_domains() does not list it (it lists: {listed})"
+                    )
                 raise NoSuchDomainError(domain, why_not_measured(domain, self._meter))
         self._configured_domains = chosen
 
@@ -181,7 +227,14 @@ class Device:
         """Cumulative microjoules of each configured domain since the meter started, in configured order.
 
         A domain whose counter has failed is None. Only differences between two calls mean anything.
+
+        Raises:
+            NotImplementedError: a user-written device that does not override it.
         """
+        if self._meter is None:
+            raise NotImplementedError(
+                f"{type(self).__name__}.get_energy() must be overridden: return one cumulative value per configured domain"
+            )
         snapshot = self._meter.snapshot()
         values: List[Optional[float]] = []
         for domain in self.get_configured_domains():
@@ -190,4 +243,11 @@ class Device:
         return values
 
 
-__all__ = ["Device", "NotConfiguredDeviceException", "domain_for_id", "joules_to_microjoules", "why_not_measured"]
+__all__ = [
+    "Device",
+    "NotConfiguredDeviceException",
+    "domain_for_id",
+    "joules_to_microjoules",
+    "reads_core_meter",
+    "why_not_measured",
+]

@@ -3,6 +3,10 @@
 Also the lenient selection the decorator and :class:`EnergyContext` use
 (:func:`select_domains`): they must never fail the user's code because a domain is
 missing, so they measure what exists and report the rest in one warning.
+
+Domains of user-written devices (see :mod:`otel_joules.pyjoules.device.device`) are
+grouped with their device type like ours, and that device is constructed the pyJoules
+way (``device_type()``, then ``configure(domains)``).
 """
 
 from __future__ import annotations
@@ -11,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence
 
 from otel_joules.meter.registry import get_energy_meter
-from otel_joules.pyjoules.device.device import Device, domain_for_id, pyjoules_order, why_not_measured
+from otel_joules.pyjoules.device.device import Device, domain_for_id, pyjoules_order, reads_core_meter, why_not_measured
 from otel_joules.pyjoules.device.domain import Domain
 from otel_joules.pyjoules.device.meter_device import MeterDevice
 from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDevice
@@ -72,16 +76,22 @@ class Selection:
         meter: The core meter.
         domains: The measured domains, in output order (grouped by device as pyJoules orders them).
         missing: Requested domains the meter does not measure, with the reason for each.
+        user_devices: The configured user-written devices among :attr:`domains`' device types.
     """
 
     meter: "CoreEnergyMeter"
     domains: tuple[Domain, ...]
     missing: tuple[tuple[Domain, str], ...] = ()
+    user_devices: tuple[Device, ...] = ()
 
     def devices(self) -> List[Device]:
-        """One configured device per device type of :attr:`domains`."""
+        """One configured device per device type of :attr:`domains` (user-written ones as configured already)."""
+        built = {type(device): device for device in self.user_devices}
         devices: List[Device] = []
         for device_type, group in group_by_device(self.domains).items():
+            if device_type in built:
+                devices.append(built[device_type])
+                continue
             device = device_type(meter=self.meter)
             device.configure(group)
             devices.append(device)
@@ -93,10 +103,23 @@ def select_domains(domains: Optional[Sequence[Domain]], meter: "CoreEnergyMeter"
     if domains is None:
         return Selection(meter, tuple(all_available_domains(meter)))
     measured = {d.id for d in meter.domains}
-    present = [d for d in domains if d.domain_id in measured]
-    missing = tuple((d, why_not_measured(d, meter)) for d in domains if d.domain_id not in measured)
+    reasons: Dict[str, str] = {}
+    user_devices: List[Device] = []
+    for device_type, group in group_by_device(domains).items():
+        if reads_core_meter(device_type):
+            reasons.update((d.domain_id, why_not_measured(d, meter)) for d in group if d.domain_id not in measured)
+            continue
+        try:
+            device = device_type()
+            device.configure(group)
+        except Exception as exc:  # noqa: BLE001 - a user's device must not stop the user's code
+            reasons.update((d.domain_id, f"{device_type.__name__}: {type(exc).__name__}: {exc}") for d in group)
+            continue
+        user_devices.append(device)
+    present = [d for d in domains if d.domain_id not in reasons]
+    missing = tuple((d, reasons[d.domain_id]) for d in domains if d.domain_id in reasons)
     ordered = [d for group in group_by_device(present).values() for d in group]
-    return Selection(meter, tuple(ordered), missing)
+    return Selection(meter, tuple(ordered), missing, tuple(user_devices))
 
 
 class DeviceFactory:
@@ -115,15 +138,29 @@ class DeviceFactory:
             ``domains`` is None and nothing can be measured here.
 
         Raises:
-            NoSuchDomainError: a requested domain cannot be measured (the message says why).
+            NoSuchDeviceError: a requested domain's device (RAPL, the NVIDIA GPUs, ...) has
+                no measurable domain here at all, as in pyJoules (the message says why).
+            NoSuchDomainError: the device exists but not this domain (e.g. ``RaplPackageDomain(1)``
+                on one socket; the message says why).
         """
-        meter = meter if meter is not None else get_energy_meter()
         checked = check_domains(domains)
-        selection = select_domains(checked, meter)
-        if selection.missing:
-            domain, reason = selection.missing[0]
-            raise NoSuchDomainError(domain, reason)
-        return selection.devices()
+        if checked is None:
+            return select_domains(None, meter if meter is not None else get_energy_meter()).devices()
+        devices: List[Device] = []
+        for device_type, group in group_by_device(checked).items():
+            if not reads_core_meter(device_type):
+                # A user-written device: constructed and configured as pyJoules does, its own errors raised.
+                device = device_type()
+            else:
+                meter = meter if meter is not None else get_energy_meter()
+                try:
+                    device_type.available_domains(meter)
+                except NoSuchDeviceError as exc:
+                    raise NoSuchDeviceError(f"{exc}; asked for {group[0]}: {why_not_measured(group[0], meter)}") from None
+                device = device_type(meter=meter)
+            device.configure(group)
+            devices.append(device)
+        return devices
 
 
 __all__ = ["DEVICE_TYPES", "DeviceFactory", "Selection", "all_available_domains", "check_domains", "select_domains"]

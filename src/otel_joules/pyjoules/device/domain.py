@@ -16,14 +16,24 @@ if TYPE_CHECKING:
 
 
 class Domain:
-    """Base of every domain class; subclasses give :attr:`domain_id` and :meth:`get_device_type`."""
+    """Base of every domain class; subclasses give :attr:`domain_id` and :meth:`get_device_type`.
+
+    A user-written domain may instead override ``__repr__`` as pyJoules documents it
+    (``'my_meter_0'``): its ``repr`` is then its id and its name in every output.
+    """
 
     __slots__ = ()
 
     @property
     def domain_id(self) -> str:
-        """The core meter's id of this domain (``package_0``, ``nvidia_gpu_0``, ``psys``, ...)."""
-        raise NotImplementedError
+        """The core meter's id of this domain (``package_0``, ``nvidia_gpu_0``, ``psys``, ...).
+
+        Raises:
+            NotImplementedError: the subclass overrides neither this nor ``__repr__``.
+        """
+        if type(self).__repr__ is not Domain.__repr__:
+            return repr(self)
+        raise NotImplementedError(f"{type(self).__name__} must define domain_id or __repr__ (the domain's name)")
 
     def get_device_type(self) -> "type[Device]":
         """The :class:`~otel_joules.pyjoules.device.Device` class that reads this domain."""

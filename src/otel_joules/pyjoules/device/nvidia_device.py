@@ -44,8 +44,11 @@ class NvidiaGPUDomain(Domain):
             raise DomainTypeError(
                 f"NvidiaGPUDomain({self.device_id!r}): the argument is the GPU's NVML index (as in nvidia-smi), a whole number"
             ) from None
-        if device_id < 0 or isinstance(self.device_id, bool):
-            raise DomainTypeError(f"NvidiaGPUDomain({self.device_id!r}): the NVML index must be >= 0")
+        if isinstance(self.device_id, bool):
+            raise DomainTypeError(
+                f"NvidiaGPUDomain({self.device_id!r}): the argument is the GPU's NVML index (as in nvidia-smi), a whole number"
+            )
+        # A negative index is accepted here, as pyJoules accepts it; looking it up fails.
         object.__setattr__(self, "device_id", device_id)
 
     @property

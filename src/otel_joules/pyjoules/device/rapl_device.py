@@ -36,8 +36,10 @@ class RaplDomain(Domain):
             socket = operator.index(self.socket)
         except TypeError:
             raise DomainTypeError(f"{type(self).__name__}(socket={self.socket!r}): socket must be a whole number such as 0") from None
-        if socket < 0 or isinstance(self.socket, bool):
-            raise DomainTypeError(f"{type(self).__name__}(socket={self.socket!r}): socket must be a number >= 0")
+        if isinstance(self.socket, bool):
+            raise DomainTypeError(f"{type(self).__name__}(socket={self.socket!r}): socket must be a whole number such as 0")
+        # A negative socket is accepted here, as pyJoules accepts it: no machine has it, so
+        # looking its device up (DeviceFactory, configure) raises NoSuchDomainError.
         object.__setattr__(self, "socket", socket)
 
     @property
