@@ -30,7 +30,9 @@ def test_cumulative_joules_per_domain(powercap) -> None:
 
 def test_several_wraps_inside_one_interval_are_exact(tmp_path: Path) -> None:
     # A 10 J counter; the span spends 47.3 J, i.e. wraps four times, read between wraps.
-    pc = make_powercap(tmp_path, "amd", range_uj=10_000_000, start_uj=9_000_000)
+    # The fake advances instantly, so the zone's power bound (1 kW) must allow 4.3 J within
+    # the meter's slack: else each wrap would rightly be taken for a counter restart.
+    pc = make_powercap(tmp_path, "amd", range_uj=10_000_000, start_uj=9_000_000, max_power_uw=1_000_000_000)
     meter = EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False)
     start = meter.snapshot()
     for _ in range(11):
