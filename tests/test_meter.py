@@ -119,10 +119,18 @@ def test_estimator_cpu_model_is_busy_time_times_watts_per_cpu() -> None:
     assert memory.read_uj() == 60_000_000
 
 
-def test_estimator_settings_from_environment(monkeypatch, tmp_path: Path) -> None:
+def test_estimator_settings_from_environment(monkeypatch, tmp_path: Path, caplog) -> None:
+    monkeypatch.setenv("OTEL_JOULES_CPU_TDP_WATTS", "120")
+    assert EnergyMeter(sysfs_root=str(tmp_path), gpus=[], sample=False).settings.cpu_tdp_watts == 120.0
+    # A bad value is said once, by name, and the default is used: the estimate is kept.
     monkeypatch.setenv("OTEL_JOULES_CPU_TDP_WATTS", "nonsense")
-    with pytest.raises(ConfigurationError, match="OTEL_JOULES_CPU_TDP_WATTS"):
-        EnergyMeter(sysfs_root=str(tmp_path), gpus=[])
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        meter = EnergyMeter(sysfs_root=str(tmp_path), gpus=[], sample=False)
+    assert meter.settings.cpu_tdp_watts == 85.0
+    assert "cpu_estimate" in [d.id for d in meter.domains]
+    assert [r.getMessage() for r in caplog.records if "OTEL_JOULES_CPU_TDP_WATTS" in r.getMessage()] == [
+        "otel-joules: OTEL_JOULES_CPU_TDP_WATTS='nonsense' is not a number; using the default 85 instead"
+    ]
 
 
 def test_shared_meter_is_one_per_process_and_rejects_other_options(powercap) -> None:
@@ -166,8 +174,9 @@ def test_snapshot_reuse_window_from_environment(monkeypatch, powercap) -> None:
     monkeypatch.setenv("OTEL_JOULES_MAX_SNAPSHOT_AGE_S", "0.5")
     assert EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False).settings.max_snapshot_age_s == 0.5
     monkeypatch.setenv("OTEL_JOULES_MAX_SNAPSHOT_AGE_S", "-1")
-    with pytest.raises(ConfigurationError, match="non-negative"):
-        EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    assert EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False).settings.max_snapshot_age_s == 0.0
+    with pytest.raises(ConfigurationError, match=">= 0"):  # in code, a bad keyword is an error
+        EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False, max_snapshot_age_s=-1)
 
 
 def _meter_with_counters_and_estimates(powercap, busy: list[float], clock: list[float]) -> EnergyMeter:
