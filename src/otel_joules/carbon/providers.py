@@ -425,6 +425,10 @@ class IpGeolocator:
             return None
 
 
+#: Electricity Maps zones: an ISO 3166-1 alpha-2 code, optionally with dash-separated parts.
+_ZONE = re.compile(r"^[A-Z]{2}(?:-[A-Z0-9]+)*$")
+
+
 def _provider(name: str, settings: Settings, api_key: str, country: str | None) -> LiveProvider:
     """One configured provider; raises :class:`ConfigurationError` when it lacks what it needs."""
     if name == "electricitymaps":
@@ -442,6 +446,8 @@ def _provider(name: str, settings: Settings, api_key: str, country: str | None) 
             from otel_joules.carbon.offline import lookup_country
 
             zone = lookup_country(zone)[0].iso_code
+        if not _ZONE.match(zone):
+            raise ConfigurationError(f"{zone!r} is not an Electricity Maps zone (such as DE, US-CAL-CISO or DK-DK1)")
         return ElectricityMapsProvider(api_key, zone)
     if name == "uk_carbon_intensity":
         return UKCarbonIntensityProvider(settings.uk_postcode)
