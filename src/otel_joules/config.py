@@ -147,6 +147,11 @@ class _Reported:
             self._seen.add((name, raw, problem))
         _log.warning("otel-joules: %s=%r %s; using %s instead", name, raw[:80], problem, default)
 
+    def forget(self) -> None:
+        """Report every value again from now on (tests start each case afresh)."""
+        with self._lock:
+            self._seen.clear()
+
     def _after_fork_in_child(self) -> None:
         self._lock = threading.Lock()
 
@@ -163,6 +168,11 @@ def report_bad_value(name: str, raw: str, problem: str, default: str) -> None:
     table's country codes), so every bad setting is reported the same way.
     """
     _REPORTED.warn(name, raw, problem, default)
+
+
+def forget_reported_values() -> None:
+    """Forget which bad values were reported, so each is reported again (for tests)."""
+    _REPORTED.forget()
 
 
 def _number(env: Mapping[str, str], name: str, key: str, default: float) -> float:
@@ -190,7 +200,7 @@ def _number_problem(key: str, value: object) -> str | None:
     if number < low or (number == low and not zero_ok):
         return f"must be {'>= 0' if zero_ok else '> 0'}"
     if number > high:
-        return f"is beyond the largest sensible value ({high:g})"
+        return f"is beyond the largest sensible value ({high:.10g})"
     return None
 
 
