@@ -27,6 +27,8 @@
  *   read_delay_ms=F          the energy and power reads take this long (a GPU falling
  *                            off the bus stalls NVML for seconds) ...
  *   slow_after_s=F           ... from this time on (default 0: always)
+ *   read_delay_file=/path    the delay in ms read from this file at each read (missing
+ *                            or empty: no delay), so a test can stall and unstall a GPU
  *   compute_pids=1,2,self    "self" is the calling process; graphics_pids likewise
  *   compute_pids_file=/path  pids read at each call (processes come and go)
  *   cc=8.0, cores=N, sm_clock_mhz=N
@@ -79,6 +81,7 @@ typedef struct {
     unsigned long long energy_start_mj;
     double lost_after_s; /* < 0: never */
     double read_delay_ms, slow_after_s;
+    char read_delay_file[512];
     char compute_pids[512], graphics_pids[512], compute_pids_file[512];
     int cc_major, cc_minor;
     unsigned cores, sm_clock_mhz;
@@ -146,6 +149,7 @@ static void set_card_key(card_t *c, const char *key, const char *value) {
     else if (!strcmp(key, "lost_after_s")) c->lost_after_s = atof(value);
     else if (!strcmp(key, "read_delay_ms")) c->read_delay_ms = atof(value);
     else if (!strcmp(key, "slow_after_s")) c->slow_after_s = atof(value);
+    else if (!strcmp(key, "read_delay_file")) copy_str(c->read_delay_file, sizeof c->read_delay_file, value);
     else if (!strcmp(key, "compute_pids")) copy_str(c->compute_pids, sizeof c->compute_pids, value);
     else if (!strcmp(key, "graphics_pids")) copy_str(c->graphics_pids, sizeof c->graphics_pids, value);
     else if (!strcmp(key, "compute_pids_file")) copy_str(c->compute_pids_file, sizeof c->compute_pids_file, value);
@@ -251,10 +255,19 @@ static int is_lost(const card_t *c) {
 
 /* A stalled read: sleeps (without holding the stand-in's lock) when the card is slow now. */
 static void stall(const card_t *c) {
-    if (c->read_delay_ms <= 0 || elapsed_s() < c->slow_after_s) return;
+    double delay_ms = c->read_delay_ms;
+    if (c->read_delay_file[0]) {
+        delay_ms = 0;
+        FILE *f = fopen(c->read_delay_file, "r");
+        if (f) {
+            if (fscanf(f, "%lf", &delay_ms) != 1) delay_ms = 0;
+            fclose(f);
+        }
+    }
+    if (delay_ms <= 0 || elapsed_s() < c->slow_after_s) return;
     struct timespec ts;
-    ts.tv_sec = (time_t)(c->read_delay_ms / 1000.0);
-    ts.tv_nsec = (long)((c->read_delay_ms - (double)ts.tv_sec * 1000.0) * 1e6);
+    ts.tv_sec = (time_t)(delay_ms / 1000.0);
+    ts.tv_nsec = (long)((delay_ms - (double)ts.tv_sec * 1000.0) * 1e6);
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
     }
 }

@@ -187,17 +187,17 @@ class _ChannelState:
       energy than the zone's power bound allows in the time between the reads, when the new
       value itself fits that bound, was a restart: count from the new origin, say so once.
     * Failures: a failed read is retried with back-off (the domain is left out of spans
-      meanwhile), reported once; the domain is dropped only after
-      :data:`READ_FAILURES_BEFORE_DROP` consecutive failures or a lost device. When it reads
-      again that is said once; the counter is cumulative, so the first good read covers the
-      gap and no energy is invented or lost.
+      meanwhile); the domain is dropped only after :data:`READ_FAILURES_BEFORE_DROP`
+      consecutive failures or a lost device. Each fault is said once, when its outcome is
+      known: dropped, or back (with the error and how long). The counter is cumulative, so
+      the first good read covers the gap: no energy is invented or lost.
     * Channels that may block are read through a :class:`_DeviceReader`; :attr:`stale` says
       the last :meth:`read_joules` returned the last known value instead of a fresh one.
     """
 
     __slots__ = (
         "channel", "read_uj", "wrap_uj", "max_power_watts", "last_raw_uj", "last_ns", "total_uj", "failed",
-        "failures", "retry_at_ns", "first_failure_ns", "resets", "reader", "stale",
+        "failures", "retry_at_ns", "first_failure_ns", "first_error", "resets", "reader", "stale",
     )
 
     def __init__(self, channel: Channel, first_raw_uj: int, first_ns: int | None = None) -> None:
@@ -212,6 +212,7 @@ class _ChannelState:
         self.failures = 0
         self.retry_at_ns = 0
         self.first_failure_ns = 0
+        self.first_error = ""
         self.resets = 0
         self.reader = _DeviceReader(channel.read_uj, channel.domain.id) if channel.may_block else None
         self.stale = False
@@ -287,39 +288,35 @@ class _ChannelState:
         return True
 
     def _failed_read(self, exc: BaseException, now_ns: int) -> None:
-        domain_id = self.channel.domain.id
+        # One message per fault, when its outcome is known: dropped (here) or back (_recovered).
         self.failures += 1
         if self.failures == 1:
             self.first_failure_ns = now_ns
-        if isinstance(exc, DeviceLostError) or self.failures >= READ_FAILURES_BEFORE_DROP:
-            self.failed = True
-            if self.reader is not None:
-                self.reader.close()
-            _log.warning(
-                "otel-joules: stopped measuring %s%s: %s. Other domains are still measured; "
-                "spans and metrics leave %s out from now on.",
-                domain_id,
-                "" if self.failures == 1 else f" after {self.failures} failed reads",
-                exc,
-                domain_id,
-            )
+            self.first_error = str(exc)
+        if not (isinstance(exc, DeviceLostError) or self.failures >= READ_FAILURES_BEFORE_DROP):
+            self.retry_at_ns = now_ns + round(READ_RETRY_FIRST_DELAY_S * 2 ** (self.failures - 1) * 1e9)
             return
-        self.retry_at_ns = now_ns + round(READ_RETRY_FIRST_DELAY_S * 2 ** (self.failures - 1) * 1e9)
-        if self.failures == 1:
-            _log.warning(
-                "otel-joules: could not read %s: %s. Retrying with back-off; spans leave %s out until it reads again.",
-                domain_id,
-                exc,
-                domain_id,
-            )
+        self.failed = True
+        if self.reader is not None:
+            self.reader.close()
+        domain_id = self.channel.domain.id
+        _log.warning(
+            "otel-joules: stopped measuring %s%s: %s. Other domains are still measured; "
+            "spans and metrics leave %s out from now on.",
+            domain_id,
+            "" if self.failures == 1 else f" after {self.failures} failed reads over {(now_ns - self.first_failure_ns) / 1e9:.1f} s",
+            exc,
+            domain_id,
+        )
 
     def _recovered(self, now_ns: int) -> None:
         _log.warning(
-            "otel-joules: %s reads again after %d failed read(s) over %.1f s; it is measured again "
-            "(its counter is cumulative, so nothing spent in the gap is lost).",
+            "otel-joules: %s could not be read %d time(s) over %.1f s (%s) and reads again: spans that ended "
+            "meanwhile left it out; it is measured again (its counter is cumulative, so nothing spent in the gap is lost).",
             self.channel.domain.id,
             self.failures,
             (now_ns - self.first_failure_ns) / 1e9,
+            self.first_error,
         )
         self.failures = 0
 
