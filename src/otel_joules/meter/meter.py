@@ -6,6 +6,12 @@ corrected against the previous read whoever made it. The sampler reads often eno
 that no counter can wrap twice between two reads (see
 :attr:`Channel.max_read_interval_s`); a span of any length is then exact however many
 times its counters wrapped inside it.
+
+The read policy of each channel (:class:`_ChannelState`) keeps the host program safe and
+the energy honest: a counter restart is told from a wrap by the zone's power bound, a
+failing read is retried with back-off before the domain is dropped, and channels that may
+block (NVML) are read in their own thread with a deadline, so a stalled device makes a
+span's value stale (``energy.<domain>.stale``), never the span slow.
 """
 
 from __future__ import annotations
