@@ -209,14 +209,16 @@ def _text(env: Mapping[str, str], name: str) -> str | None:
     return raw.strip() if raw is not None and raw.strip() else None
 
 
-def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str | None, *, upper: bool = False) -> str | None:
+def _choice(
+    env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str | None, *, upper: bool = False, meaning: str = ""
+) -> str | None:
     raw = env.get(name)
     if raw is None or not raw.strip():
         return default
     value = raw.strip().upper() if upper else raw.strip().lower()
     if value in choices:
         return value
-    report_bad_value(name, raw, f"is not one of {', '.join(choices)}", repr(default) if default else "the default")
+    report_bad_value(name, raw, f"is not one of {', '.join(choices)}", meaning or repr(default))
     return default
 
 
@@ -307,7 +309,9 @@ class Settings:
             "carbon_providers": _providers(env),
             "electricitymaps_api_key": _text(env, OTEL_JOULES_ELECTRICITYMAPS_API_KEY),
             "uk_postcode": _text(env, OTEL_JOULES_UK_POSTCODE),
-            "dk_price_area": _choice(env, OTEL_JOULES_DK_PRICE_AREA, DK_PRICE_AREAS, None, upper=True),
+            "dk_price_area": _choice(
+                env, OTEL_JOULES_DK_PRICE_AREA, DK_PRICE_AREAS, None, upper=True, meaning="both price areas"
+            ),
             "full_command_line": _flag(env, OTEL_JOULES_FULL_COMMAND_LINE, False),
         }
         for key, value in overrides.items():

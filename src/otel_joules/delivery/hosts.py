@@ -289,7 +289,7 @@ def command_environment(ownership: HostOwnership, env: Mapping[str, str] | None 
     a lock for the command's processes only (remove it with :func:`remove_command_lock`).
     """
     env = os.environ if env is None else env
-    if env.get(HOST_DOMAINS_ENV, "").strip().lower() in (MODE_ALWAYS, MODE_NEVER):
+    if Settings.from_env(env).host_domains in (MODE_ALWAYS, MODE_NEVER):
         return {}
     if not ownership.owner:
         return {HOST_DOMAINS_ENV: MODE_NEVER}
