@@ -33,6 +33,7 @@ from powercap_fake import INTEL_RANGE_UJ, make_powercap
 import otel_joules
 from otel_joules import EnergyMeter, EnergySpanProcessor
 from otel_joules.config import ENVIRONMENT_VARIABLES, OTEL_JOULES_HOST_LOCK, OTEL_JOULES_SYSFS_ROOT
+from otel_joules.errors import SensorReadError
 from otel_joules.meter import meter as meter_module
 from otel_joules.meter.registry import default_registry, get_energy_meter
 from otel_joules.sensors.base import Channel, Domain, HardwareType
@@ -152,6 +153,40 @@ def test_transient_read_failure_is_retried_and_the_gap_is_counted_once(tmp_path:
     assert meter.measure(start, end).joules_by_domain["package_0"] == 4.0
     (message,) = _warnings(caplog, "package_0")
     assert "reads again" in message and "is empty" in message
+
+
+class _FlakyChannel(Channel):
+    """An in-memory counter that raises SensorReadError while ``broken`` (a GPU mid-reset, say)."""
+
+    def __init__(self, domain_id: str) -> None:
+        super().__init__(Domain(domain_id, HardwareType.GPU, "flaky", domain_id))
+        self.value_uj = 0
+        self.broken = False
+
+    def read_uj(self) -> int:
+        if self.broken:
+            raise SensorReadError(f"{self.domain.id}: the device is resetting")
+        return self.value_uj
+
+
+def test_a_counter_failing_its_very_first_read_is_retried_not_dropped(caplog) -> None:
+    # RAPL probes its zones at discovery; a channel that passes discovery and then fails the
+    # meter's first read is retried like any other, and its first good read is the origin.
+    flaky = _FlakyChannel("nvidia_gpu_0")
+    flaky.value_uj, flaky.broken = 10_000_000, True
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        meter = EnergyMeter(channels=[flaky], sample=False)
+        assert [d.id for d in meter.domains] == ["nvidia_gpu_0"] and meter.unavailable == ()
+        before = meter.snapshot()
+        flaky.broken, flaky.value_uj = False, 11_000_000
+        time.sleep(meter_module.READ_RETRY_FIRST_DELAY_S + 0.01)
+        start = meter.snapshot()
+        flaky.value_uj += 500_000
+        end = meter.snapshot()
+    assert before.joules == (None,) and start.joules == (0.0,)
+    assert meter.measure(start, end).joules_by_domain["nvidia_gpu_0"] == 0.5
+    (message,) = _warnings(caplog, "nvidia_gpu_0")
+    assert "reads again" in message and "resetting" in message
 
 
 def test_persistent_read_failure_is_dropped_after_repeated_tries_with_one_message(
@@ -374,7 +409,7 @@ class _WrappingCounter(Channel):
         return self.raw_uj
 
 
-def test_eight_threads_of_fifty_thousand_spans_keep_totals_exact() -> None:
+def test_eight_threads_of_fifty_thousand_spans_keep_totals_exact(caplog) -> None:
     counter = _WrappingCounter()
     meter = EnergyMeter(channels=[counter], sample=False)
     provider = TracerProvider()
@@ -395,12 +430,13 @@ def test_eight_threads_of_fifty_thousand_spans_keep_totals_exact() -> None:
             errors.append(exc)
 
     threads = [threading.Thread(target=worker) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     final = meter.snapshot().joules[0]
-    assert errors == [] and results == ["done"] * 8
+    assert errors == [] and results == ["done"] * 8 and not caplog.records
     assert next(counting.ended) == 400_000 and next(counting.bad) == 0
     # Every read's 7 uJ counted once across ~5,600 wraps raced by 8 threads: exact.
     assert round(final * 1e6) == 7 * (counter.reads - 1)

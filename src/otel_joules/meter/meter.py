@@ -206,7 +206,7 @@ class _ChannelState:
         "failures", "retry_at_ns", "first_failure_ns", "first_error", "resets", "reader", "stale",
     )
 
-    def __init__(self, channel: Channel, first_raw_uj: int, first_ns: int | None = None) -> None:
+    def __init__(self, channel: Channel, first_raw_uj: int | None, first_ns: int | None = None) -> None:
         self.channel = channel
         self.read_uj = channel.read_uj  # bound once: this runs twice per span per domain
         self.wrap_uj = channel.wrap_uj
@@ -258,7 +258,10 @@ class _ChannelState:
     def _advance(self, raw: int, now_ns: int) -> None:
         if self.failures:
             self._recovered(now_ns)
-        delta = raw - self.last_raw_uj
+            if self.last_raw_uj is None:  # the first read of all failed: this one is the origin
+                self.last_raw_uj, self.last_ns = raw, now_ns
+                return
+        delta = raw - self.last_raw_uj  # type: ignore[operator]
         if delta < 0:
             if self.wrap_uj is None or self._restarted(raw, delta + self.wrap_uj, now_ns):
                 # A counter that cannot wrap went backwards, or a wrap the hardware could not
@@ -393,12 +396,19 @@ class EnergyMeter:
         self._states: list[_ChannelState] = []
         for channel in found:
             try:
-                first = channel.read_uj()
-            except Exception as exc:  # noqa: BLE001 - a sensor must never break the user's program
+                first: int | None = channel.read_uj()
+                failure: Exception | None = None
+            except DeviceLostError as exc:
                 self.unavailable += (Unavailable(channel.domain.id, f"first read failed: {exc}"),)
                 channel.close()
                 continue
-            self._states.append(_ChannelState(channel, first, time.monotonic_ns()))
+            except Exception as exc:  # noqa: BLE001 - a sensor must never break the user's program
+                # Maybe transient: retried like any failed read; its first good read is the origin.
+                first, failure = None, exc
+            state = _ChannelState(channel, first, time.monotonic_ns())
+            if failure is not None:
+                state._failed_read(failure, state.last_ns)
+            self._states.append(state)
         self.domains: tuple[Domain, ...] = tuple(s.channel.domain for s in self._states)
         self._index = {d.id: i for i, d in enumerate(self.domains)}
         # What measure() needs per domain, unpacked once instead of per span.
