@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from powercap_fake import FakePowercap, make_powercap  # noqa: E402
 
+from otel_joules.config import forget_reported_values  # noqa: E402
 from otel_joules.meter.registry import default_registry  # noqa: E402
 
 
@@ -40,5 +41,6 @@ def tracer_provider(span_exporter: InMemorySpanExporter) -> TracerProvider:
 def _fresh_shared_meter(monkeypatch: pytest.MonkeyPatch):
     """Every test starts without a shared meter and with no GPU library on the path."""
     default_registry().close()
+    forget_reported_values()  # each bad setting is said once per process: once per test here
     yield
     default_registry().close()

@@ -6,6 +6,8 @@ test_carbon_providers.py.
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from otel_joules.carbon import (
@@ -75,7 +77,16 @@ def test_bad_explicit_value_is_a_configuration_error(value: object) -> None:
 
 def test_unknown_country_is_an_error_even_with_an_explicit_value() -> None:
     with pytest.raises(ConfigurationError, match=r"'XX'.*python -m otel_joules.carbon"):
-        resolve_carbon_intensity(100.0, env={"OTEL_JOULES_COUNTRY": "XX"})
+        resolve_carbon_intensity(100.0, country="XX", env={})
+
+
+def test_unknown_country_in_the_environment_is_said_once_and_ignored(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        first = resolve_carbon_intensity(env={"OTEL_JOULES_COUNTRY": "XQ"})
+        resolve_carbon_intensity(env={"OTEL_JOULES_COUNTRY": "XQ"})
+    assert first.source == "world_average"
+    (record,) = [r for r in caplog.records if "OTEL_JOULES_COUNTRY='XQ'" in r.getMessage()]
+    assert "python -m otel_joules.carbon" in record.getMessage()
 
 
 def test_carbon_intensity_validates_itself() -> None:

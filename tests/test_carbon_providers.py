@@ -520,6 +520,15 @@ def test_provider_list_order_and_options() -> None:
         ({"OTEL_JOULES_ELECTRICITYMAPS_API_KEY": "k"}, "OTEL_JOULES_COUNTRY"),
     ],
 )
-def test_provider_configuration_errors(env: dict[str, str], message: str) -> None:
-    with pytest.raises(ConfigurationError, match=message):
-        providers_from_env(env)
+def test_provider_configuration_problems_are_said_once_and_skipped(env: dict[str, str], message: str, caplog) -> None:
+    # From the environment: one warning naming the variable, the provider left out, no exception.
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        assert providers_from_env(env) == ()
+        assert providers_from_env(env) == ()
+    (record,) = [r for r in caplog.records if message in r.getMessage()]
+    assert "OTEL_JOULES_CARBON_PROVIDERS=" in record.getMessage() or "OTEL_JOULES_ELECTRICITYMAPS_API_KEY='<set>'" in record.getMessage()
+
+
+def test_provider_problems_in_arguments_are_errors() -> None:
+    with pytest.raises(ConfigurationError, match="OTEL_JOULES_COUNTRY"):
+        providers_from_env({}, api_keys={"electricitymaps": "k"})

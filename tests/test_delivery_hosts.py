@@ -74,7 +74,7 @@ def test_a_malformed_rank_is_ignored_with_a_warning(election, tmp_path, caplog):
     assert "ignoring LOCAL_RANK='zero'" in caplog.text
 
 
-def test_explicit_modes_and_the_environment_variable(election, tmp_path):
+def test_explicit_modes_and_the_environment_variable(election, tmp_path, caplog):
     lock = str(tmp_path / "lock")
     assert election.decide("always", env={"LOCAL_RANK": "5"}, lock_path=lock).owner is True
     assert election.decide("never", env={"LOCAL_RANK": "0"}, lock_path=lock).owner is False
@@ -83,8 +83,13 @@ def test_explicit_modes_and_the_environment_variable(election, tmp_path):
     assert resolve_mode(None, {}) == "auto"
     with pytest.raises(ConfigurationError, match="'sometimes' is not one of auto, always, never"):
         resolve_mode("sometimes", {})
-    with pytest.raises(ConfigurationError, match=f"{HOST_DOMAINS_ENV}='1'"):
-        election.decide(env={HOST_DOMAINS_ENV: "1"})
+    # A bad variable is not an error in the user's program: said once by name, auto used.
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        assert resolve_mode(None, {HOST_DOMAINS_ENV: "1"}) == "auto"
+        assert resolve_mode(None, {HOST_DOMAINS_ENV: "1"}) == "auto"
+    assert [r.getMessage() for r in caplog.records] == [
+        f"otel-joules: {HOST_DOMAINS_ENV}='1' is not one of auto, always, never; using 'auto' instead"
+    ]
 
 
 def test_the_lock_elects_one_owner_in_process(tmp_path):

@@ -95,10 +95,18 @@ def test_only_missing_domains_requested(shared_meter: CoreEnergyMeter) -> None:
     assert len(caught) == 1 and handler.traces == []
 
 
-def test_broken_configuration_runs_unmeasured_with_the_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_setting_is_said_once_and_the_function_still_runs(monkeypatch: pytest.MonkeyPatch, powercap, caplog) -> None:
+    # A bad variable is not an error (issue 13): the default is used and the call is measured.
+    monkeypatch.setenv("OTEL_JOULES_SYSFS_ROOT", powercap.sysfs_root)
     monkeypatch.setenv("OTEL_JOULES_CPU_TDP_WATTS", "lots")
-    with pytest.warns(PyJoulesWarning, match=r"energy meter cannot be created: OTEL_JOULES_CPU_TDP_WATTS='lots' is not a number"):
-        assert measure_energy(handler=EnergyHandler())(lambda: 7)() == 7
+    handler = EnergyHandler()
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        assert measure_energy(handler=handler)(lambda: 7)() == 7
+        assert measure_energy(handler=handler)(lambda: 8)() == 8
+    assert [r.getMessage() for r in caplog.records] == [
+        "otel-joules: OTEL_JOULES_CPU_TDP_WATTS='lots' is not a number; using the default 85 instead"
+    ]
+    assert len(handler.traces) == 2
 
 
 def test_not_a_domain_or_handler_is_refused_when_decorating() -> None:

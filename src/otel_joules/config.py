@@ -1,17 +1,37 @@
-"""Settings shared by every layer, read from keywords first, then ``OTEL_JOULES_*`` variables.
+"""Every setting of otel-joules, in one place: the environment variables and the :class:`Settings` read from them.
 
-=================================  ==========================================  =========
-Environment variable               Meaning                                     Default
-=================================  ==========================================  =========
-``OTEL_JOULES_SYSFS_ROOT``         Where sysfs is mounted (containers often    ``/sys``
-                                   mount the host's elsewhere)
-``OTEL_JOULES_CPU_TDP_WATTS``      CPU thermal design power for the estimator  ``85``
-``OTEL_JOULES_MEMORY_WATTS_PER_GB`` Memory power per GB for the estimator      ``0.375``
-``OTEL_JOULES_MAX_POWER_WATTS``    Power bound for RAPL zones without a        ``1000``
-                                   ``constraint_*_max_power_uw`` file
-``OTEL_JOULES_MAX_SNAPSHOT_AGE_S`` Reuse a counter snapshot younger than this  ``0``
-                                   (seconds; 0 reads the counters every time)
-=================================  ==========================================  =========
+Each ``OTEL_JOULES_*`` variable is a constant below (as in the OpenTelemetry SDK's
+``environment_variables`` module) and is read only here, through :meth:`Settings.from_env`
+(the ``env`` mapping is injectable). A bad value (not a number, negative, NaN, infinite,
+absurdly large, not one of the choices) is reported once, naming the variable, and the
+default is used instead, as the OpenTelemetry specification asks: a setting never makes
+``instrument()`` raise or ``otel-joules run`` refuse to run a command. Keyword arguments
+given in code are different: a bad one is a :class:`~otel_joules.errors.ConfigurationError`.
+
+=======================================  ===============================================  ===============
+Environment variable                     Meaning                                          Default
+=======================================  ===============================================  ===============
+``OTEL_JOULES_SYSFS_ROOT``               Where sysfs is mounted (containers often mount   ``/sys``
+                                         the host's elsewhere)
+``OTEL_JOULES_CPU_TDP_WATTS``            CPU thermal design power for the estimator       ``85``
+``OTEL_JOULES_MEMORY_WATTS_PER_GB``      Memory power per GB for the estimator            ``0.375``
+``OTEL_JOULES_MAX_POWER_WATTS``          Power bound for RAPL zones without a             ``1000``
+                                         ``constraint_*_max_power_uw`` file
+``OTEL_JOULES_MAX_SNAPSHOT_AGE_S``       Reuse a counter snapshot younger than this       ``0``
+                                         (seconds; 0 reads the counters every time)
+``OTEL_JOULES_HOST_DOMAINS``             ``auto``, ``always`` or ``never``: which          ``auto``
+                                         process of a host reports its CPU and memory
+``OTEL_JOULES_HOST_LOCK``                The per-host election's lock file                see
+                                                                                          :mod:`~otel_joules.delivery.hosts`
+``OTEL_JOULES_COUNTRY``                  ISO 3166 code for the offline carbon intensity   world average
+``OTEL_JOULES_CARBON_PROVIDERS``         Live carbon-intensity providers, in order        none
+``OTEL_JOULES_ELECTRICITYMAPS_API_KEY``  Electricity Maps API key                         none
+``OTEL_JOULES_UK_POSTCODE``              GB postcode for carbonintensity.org.uk           national figure
+``OTEL_JOULES_DK_PRICE_AREA``            ``DK1`` or ``DK2`` for Energi Data Service       both
+``OTEL_JOULES_FULL_COMMAND_LINE``        ``true``: ``otel-joules run`` exports the whole  ``false``
+                                         command line; else values that look like
+                                         secrets are redacted
+=======================================  ===============================================  ===============
 
 The estimator's defaults are CodeCarbon's published fallbacks: 85 W TDP when the
 CPU model is unknown, and 3 W per 8 GB of memory (0.375 W/GB).
@@ -19,64 +39,293 @@ CPU model is unknown, and 3 W per 8 GB of memory (0.375 W/GB).
 
 from __future__ import annotations
 
+import logging
+import math
 import os
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, fields
 from typing import Mapping
 
 from otel_joules.errors import ConfigurationError
+
+_log = logging.getLogger("otel_joules")
+
+# -- the environment variables ----------------------------------------------------------------
+
+OTEL_JOULES_SYSFS_ROOT = "OTEL_JOULES_SYSFS_ROOT"
+"""Where sysfs is mounted; containers often mount the host's ``/sys`` elsewhere. Default ``/sys``."""
+
+OTEL_JOULES_CPU_TDP_WATTS = "OTEL_JOULES_CPU_TDP_WATTS"
+"""The CPU's thermal design power in watts, for the estimator. Default 85 (CodeCarbon's fallback)."""
+
+OTEL_JOULES_MEMORY_WATTS_PER_GB = "OTEL_JOULES_MEMORY_WATTS_PER_GB"
+"""Memory power in watts per GB, for the estimator. Default 0.375 (3 W per 8 GB)."""
+
+OTEL_JOULES_MAX_POWER_WATTS = "OTEL_JOULES_MAX_POWER_WATTS"
+"""Power bound for RAPL zones that expose no ``constraint_*_max_power_uw``. Default 1000."""
+
+OTEL_JOULES_MAX_SNAPSHOT_AGE_S = "OTEL_JOULES_MAX_SNAPSHOT_AGE_S"
+"""Reuse a counter snapshot younger than this many seconds. Default 0 (always read)."""
+
+OTEL_JOULES_HOST_DOMAINS = "OTEL_JOULES_HOST_DOMAINS"
+"""``auto``, ``always`` or ``never``: whether this process reports the host's CPU and memory. Default ``auto``."""
+
+OTEL_JOULES_HOST_LOCK = "OTEL_JOULES_HOST_LOCK"
+"""The lock file of the per-host election (see :mod:`otel_joules.delivery.hosts`)."""
+
+OTEL_JOULES_COUNTRY = "OTEL_JOULES_COUNTRY"
+"""ISO 3166 code for the offline yearly carbon intensity (and Electricity Maps' zone). Default: world average."""
+
+OTEL_JOULES_CARBON_PROVIDERS = "OTEL_JOULES_CARBON_PROVIDERS"
+"""Comma-separated live carbon-intensity providers, tried in order (see :data:`CARBON_PROVIDER_NAMES`)."""
+
+OTEL_JOULES_ELECTRICITYMAPS_API_KEY = "OTEL_JOULES_ELECTRICITYMAPS_API_KEY"
+"""Electricity Maps API key; alone it turns that provider on."""
+
+OTEL_JOULES_UK_POSTCODE = "OTEL_JOULES_UK_POSTCODE"
+"""GB postcode (or its outward code) for carbonintensity.org.uk's regional figures."""
+
+OTEL_JOULES_DK_PRICE_AREA = "OTEL_JOULES_DK_PRICE_AREA"
+"""``DK1`` or ``DK2`` for Energi Data Service; unset: both."""
+
+OTEL_JOULES_FULL_COMMAND_LINE = "OTEL_JOULES_FULL_COMMAND_LINE"
+"""``true``: ``otel-joules run`` exports ``process.command_line`` unredacted. Default ``false``."""
+
+#: Every variable above, in documentation order.
+ENVIRONMENT_VARIABLES: tuple[str, ...] = (
+    OTEL_JOULES_SYSFS_ROOT,
+    OTEL_JOULES_CPU_TDP_WATTS,
+    OTEL_JOULES_MEMORY_WATTS_PER_GB,
+    OTEL_JOULES_MAX_POWER_WATTS,
+    OTEL_JOULES_MAX_SNAPSHOT_AGE_S,
+    OTEL_JOULES_HOST_DOMAINS,
+    OTEL_JOULES_HOST_LOCK,
+    OTEL_JOULES_COUNTRY,
+    OTEL_JOULES_CARBON_PROVIDERS,
+    OTEL_JOULES_ELECTRICITYMAPS_API_KEY,
+    OTEL_JOULES_UK_POSTCODE,
+    OTEL_JOULES_DK_PRICE_AREA,
+    OTEL_JOULES_FULL_COMMAND_LINE,
+)
+
+# -- defaults and bounds ----------------------------------------------------------------------
 
 DEFAULT_SYSFS_ROOT = "/sys"
 DEFAULT_CPU_TDP_WATTS = 85.0
 DEFAULT_MEMORY_WATTS_PER_GB = 0.375
 DEFAULT_MAX_POWER_WATTS = 1000.0
 DEFAULT_MAX_SNAPSHOT_AGE_S = 0.0
+DEFAULT_HOST_DOMAINS = "auto"
+HOST_DOMAINS_MODES = ("auto", "always", "never")
+#: Known live carbon-intensity providers (``OTEL_JOULES_CARBON_PROVIDERS``).
+CARBON_PROVIDER_NAMES = ("electricitymaps", "uk_carbon_intensity", "energidataservice")
+DK_PRICE_AREAS = ("DK1", "DK2")
+
+#: Largest values taken as meant: above them a number is a typo (or an attack on an
+#: overflow), not a machine. Per setting: (minimum, zero allowed, maximum).
+_NUMBER_BOUNDS: dict[str, tuple[float, bool, float]] = {
+    "cpu_tdp_watts": (0.0, False, 100_000.0),
+    "memory_watts_per_gb": (0.0, False, 1_000.0),
+    "max_power_watts": (0.0, False, 10_000_000.0),
+    "max_snapshot_age_s": (0.0, True, 3600.0),
+}
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
 
 
-def _env_float(env: Mapping[str, str], name: str, default: float, *, allow_zero: bool = False) -> float:
+class _Reported:
+    """Which bad values were already reported, so each is said once per process, not per read."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: set[tuple[str, str, str]] = set()
+
+    def warn(self, name: str, raw: str, problem: str, default: str) -> None:
+        with self._lock:
+            if (name, raw, problem) in self._seen:
+                return
+            self._seen.add((name, raw, problem))
+        _log.warning("otel-joules: %s=%r %s; using %s instead", name, raw[:80], problem, default)
+
+    def forget(self) -> None:
+        """Report every value again from now on (tests start each case afresh)."""
+        with self._lock:
+            self._seen.clear()
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()
+
+
+_REPORTED = _Reported()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_REPORTED._after_fork_in_child)
+
+
+def report_bad_value(name: str, raw: str, problem: str, default: str) -> None:
+    """Say once per process that ``name=raw`` is unusable (``problem``) and ``default`` is used.
+
+    For layers that validate a variable's value against data only they have (the carbon
+    table's country codes), so every bad setting is reported the same way.
+    """
+    _REPORTED.warn(name, raw, problem, default)
+
+
+def forget_reported_values() -> None:
+    """Forget which bad values were reported, so each is reported again (for tests)."""
+    _REPORTED.forget()
+
+
+def _number(env: Mapping[str, str], name: str, key: str, default: float) -> float:
     raw = env.get(name)
     if raw is None or raw.strip() == "":
         return default
+    problem = _number_problem(key, raw)
+    if problem is not None:
+        report_bad_value(name, raw, problem, f"the default {default:g}")
+        return default
+    return float(raw)
+
+
+def _number_problem(key: str, value: object) -> str | None:
+    """Why ``value`` is not a valid ``key``, or None."""
+    low, zero_ok, high = _NUMBER_BOUNDS[key]
+    if isinstance(value, bool):
+        return "is not a number"
     try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigurationError(f"{name}={raw!r} is not a number; set it to a positive number or unset it") from None
-    if not (value > 0 or (allow_zero and value == 0)):
-        raise ConfigurationError(f"{name}={raw!r} must be a {'non-negative' if allow_zero else 'positive'} number")
-    return value
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return "is not a number"
+    if not math.isfinite(number):
+        return "is not a finite number"
+    if number < low or (number == low and not zero_ok):
+        return f"must be {'>= 0' if zero_ok else '> 0'}"
+    if number > high:
+        return f"is beyond the largest sensible value ({high:.10g})"
+    return None
+
+
+def _text(env: Mapping[str, str], name: str) -> str | None:
+    raw = env.get(name)
+    return raw.strip() if raw is not None and raw.strip() else None
+
+
+def _choice(
+    env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str | None, *, upper: bool = False, meaning: str = ""
+) -> str | None:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = raw.strip().upper() if upper else raw.strip().lower()
+    if value in choices:
+        return value
+    report_bad_value(name, raw, f"is not one of {', '.join(choices)}", meaning or repr(default))
+    return default
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    report_bad_value(name, raw, "is not true or false", str(default).lower())
+    return default
+
+
+def _providers(env: Mapping[str, str]) -> tuple[str, ...]:
+    raw = env.get(OTEL_JOULES_CARBON_PROVIDERS) or ""
+    names: list[str] = []
+    for name in dict.fromkeys(n.strip().lower() for n in raw.split(",") if n.strip()):
+        if name in CARBON_PROVIDER_NAMES:
+            names.append(name)
+        else:
+            report_bad_value(
+                OTEL_JOULES_CARBON_PROVIDERS,
+                raw,
+                f"names unknown provider {name[:40]!r} (known: {', '.join(CARBON_PROVIDER_NAMES)})",
+                "the known ones it names",
+            )
+    return tuple(names)
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Resolved configuration of sensors and meter."""
+    """Every setting, resolved and validated (see the module docstring for the variables).
+
+    Attributes:
+        sysfs_root: Where sysfs is mounted.
+        cpu_tdp_watts: CPU TDP for the estimator.
+        memory_watts_per_gb: Memory power per GB for the estimator.
+        max_power_watts: Power bound for RAPL zones without ``constraint_*_max_power_uw``.
+        max_snapshot_age_s: Reuse a counter snapshot younger than this.
+        host_domains: ``auto``, ``always`` or ``never``.
+        host_lock: The per-host election's lock file, None for the default.
+        country: ISO 3166 code as given (the carbon layer checks it against its table).
+        carbon_providers: Known live providers named by ``OTEL_JOULES_CARBON_PROVIDERS``.
+        electricitymaps_api_key: Electricity Maps API key, or None.
+        uk_postcode: GB postcode for regional figures, or None.
+        dk_price_area: ``DK1``/``DK2``, or None for both.
+        full_command_line: Export ``process.command_line`` unredacted.
+    """
 
     sysfs_root: str = DEFAULT_SYSFS_ROOT
     cpu_tdp_watts: float = DEFAULT_CPU_TDP_WATTS
     memory_watts_per_gb: float = DEFAULT_MEMORY_WATTS_PER_GB
     max_power_watts: float = DEFAULT_MAX_POWER_WATTS
     max_snapshot_age_s: float = DEFAULT_MAX_SNAPSHOT_AGE_S
+    host_domains: str = DEFAULT_HOST_DOMAINS
+    host_lock: str | None = None
+    country: str | None = None
+    carbon_providers: tuple[str, ...] = ()
+    electricitymaps_api_key: str | None = None
+    uk_postcode: str | None = None
+    dk_price_area: str | None = None
+    full_command_line: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "Settings":
-        """Build settings from ``env`` (default ``os.environ``); keywords that are not None win."""
+        """Build settings from ``env`` (default ``os.environ``); keywords that are not None win.
+
+        Never raises for an environment value (a bad one is reported once and the default
+        used). Raises :class:`ConfigurationError` for a bad or unknown keyword.
+        """
         env = os.environ if env is None else env
         values: dict[str, object] = {
-            "sysfs_root": env.get("OTEL_JOULES_SYSFS_ROOT") or DEFAULT_SYSFS_ROOT,
-            "cpu_tdp_watts": _env_float(env, "OTEL_JOULES_CPU_TDP_WATTS", DEFAULT_CPU_TDP_WATTS),
-            "memory_watts_per_gb": _env_float(env, "OTEL_JOULES_MEMORY_WATTS_PER_GB", DEFAULT_MEMORY_WATTS_PER_GB),
-            "max_power_watts": _env_float(env, "OTEL_JOULES_MAX_POWER_WATTS", DEFAULT_MAX_POWER_WATTS),
-            "max_snapshot_age_s": _env_float(
-                env, "OTEL_JOULES_MAX_SNAPSHOT_AGE_S", DEFAULT_MAX_SNAPSHOT_AGE_S, allow_zero=True
+            "sysfs_root": _text(env, OTEL_JOULES_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT,
+            "cpu_tdp_watts": _number(env, OTEL_JOULES_CPU_TDP_WATTS, "cpu_tdp_watts", DEFAULT_CPU_TDP_WATTS),
+            "memory_watts_per_gb": _number(
+                env, OTEL_JOULES_MEMORY_WATTS_PER_GB, "memory_watts_per_gb", DEFAULT_MEMORY_WATTS_PER_GB
             ),
+            "max_power_watts": _number(env, OTEL_JOULES_MAX_POWER_WATTS, "max_power_watts", DEFAULT_MAX_POWER_WATTS),
+            "max_snapshot_age_s": _number(
+                env, OTEL_JOULES_MAX_SNAPSHOT_AGE_S, "max_snapshot_age_s", DEFAULT_MAX_SNAPSHOT_AGE_S
+            ),
+            "host_domains": _choice(env, OTEL_JOULES_HOST_DOMAINS, HOST_DOMAINS_MODES, DEFAULT_HOST_DOMAINS),
+            "host_lock": _text(env, OTEL_JOULES_HOST_LOCK),
+            "country": _text(env, OTEL_JOULES_COUNTRY),
+            "carbon_providers": _providers(env),
+            "electricitymaps_api_key": _text(env, OTEL_JOULES_ELECTRICITYMAPS_API_KEY),
+            "uk_postcode": _text(env, OTEL_JOULES_UK_POSTCODE),
+            "dk_price_area": _choice(
+                env, OTEL_JOULES_DK_PRICE_AREA, DK_PRICE_AREAS, None, upper=True, meaning="both price areas"
+            ),
+            "full_command_line": _flag(env, OTEL_JOULES_FULL_COMMAND_LINE, False),
         }
         for key, value in overrides.items():
             if value is None:
                 continue
             if key not in values:
                 raise ConfigurationError(f"unknown setting {key!r}; known: {', '.join(sorted(values))}")
-            if key == "max_snapshot_age_s":
-                if not (isinstance(value, (int, float)) and value >= 0):
-                    raise ConfigurationError(f"{key}={value!r} must be a non-negative number of seconds")
-            elif key != "sysfs_root" and not (isinstance(value, (int, float)) and value > 0):
-                raise ConfigurationError(f"{key}={value!r} must be a positive number")
+            if key in _NUMBER_BOUNDS:
+                problem = _number_problem(key, value)
+                if problem is not None:
+                    raise ConfigurationError(f"{key}={value!r} {problem}")
             values[key] = value
         return cls(**values)  # type: ignore[arg-type]
+
+
+#: Setting names, for error messages and tests.
+SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings))

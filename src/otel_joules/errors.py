@@ -2,8 +2,8 @@
 
 Every error the library raises on purpose derives from :class:`OtelJoulesError`, so
 callers can catch one type. Errors that happen while a span is being measured are
-never raised into the user's code: they are reported once as a warning and the
-affected domain is dropped (see :mod:`otel_joules.meter`).
+never raised into the user's code: the affected domain is left out and retried, and
+the fault is reported once as a warning (see :mod:`otel_joules.meter`).
 """
 
 from __future__ import annotations

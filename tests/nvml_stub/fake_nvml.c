@@ -24,6 +24,11 @@
  *   power=0|1                power sensor supported (else NOT_SUPPORTED)
  *   energy_start_mj=N        counter value at the epoch ("since driver load")
  *   lost_after_s=F           from this time on every call on the card: GPU_IS_LOST
+ *   read_delay_ms=F          the energy and power reads take this long (a GPU falling
+ *                            off the bus stalls NVML for seconds) ...
+ *   slow_after_s=F           ... from this time on (default 0: always)
+ *   read_delay_file=/path    the delay in ms read from this file at each read (missing
+ *                            or empty: no delay), so a test can stall and unstall a GPU
  *   compute_pids=1,2,self    "self" is the calling process; graphics_pids likewise
  *   compute_pids_file=/path  pids read at each call (processes come and go)
  *   cc=8.0, cores=N, sm_clock_mhz=N
@@ -75,6 +80,8 @@ typedef struct {
     int energy_supported, power_supported;
     unsigned long long energy_start_mj;
     double lost_after_s; /* < 0: never */
+    double read_delay_ms, slow_after_s;
+    char read_delay_file[512];
     char compute_pids[512], graphics_pids[512], compute_pids_file[512];
     int cc_major, cc_minor;
     unsigned cores, sm_clock_mhz;
@@ -140,6 +147,9 @@ static void set_card_key(card_t *c, const char *key, const char *value) {
     else if (!strcmp(key, "power")) c->power_supported = atoi(value);
     else if (!strcmp(key, "energy_start_mj")) c->energy_start_mj = strtoull(value, NULL, 10);
     else if (!strcmp(key, "lost_after_s")) c->lost_after_s = atof(value);
+    else if (!strcmp(key, "read_delay_ms")) c->read_delay_ms = atof(value);
+    else if (!strcmp(key, "slow_after_s")) c->slow_after_s = atof(value);
+    else if (!strcmp(key, "read_delay_file")) copy_str(c->read_delay_file, sizeof c->read_delay_file, value);
     else if (!strcmp(key, "compute_pids")) copy_str(c->compute_pids, sizeof c->compute_pids, value);
     else if (!strcmp(key, "graphics_pids")) copy_str(c->graphics_pids, sizeof c->graphics_pids, value);
     else if (!strcmp(key, "compute_pids_file")) copy_str(c->compute_pids_file, sizeof c->compute_pids_file, value);
@@ -241,6 +251,25 @@ static double energy_j(const card_t *c, double t) {
 
 static int is_lost(const card_t *c) {
     return c->lost_after_s >= 0 && elapsed_s() >= c->lost_after_s;
+}
+
+/* A stalled read: sleeps (without holding the stand-in's lock) when the card is slow now. */
+static void stall(const card_t *c) {
+    double delay_ms = c->read_delay_ms;
+    if (c->read_delay_file[0]) {
+        delay_ms = 0;
+        FILE *f = fopen(c->read_delay_file, "r");
+        if (f) {
+            if (fscanf(f, "%lf", &delay_ms) != 1) delay_ms = 0;
+            fclose(f);
+        }
+    }
+    if (delay_ms <= 0 || elapsed_s() < c->slow_after_s) return;
+    struct timespec ts;
+    ts.tv_sec = (time_t)(delay_ms / 1000.0);
+    ts.tv_nsec = (long)((delay_ms - (double)ts.tv_sec * 1000.0) * 1e6);
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
 }
 
 static int check_init(void) {
@@ -473,6 +502,7 @@ EXPORT int nvmlDeviceGetTotalEnergyConsumption(void *device, unsigned long long 
     if (rc) return rc;
     if (!energy_mj) return NVML_ERROR_INVALID_ARGUMENT;
     if (!c->energy_supported || mig >= 0) return NVML_ERROR_NOT_SUPPORTED;
+    stall(c);
     double t = elapsed_s();
     /* The real counter refreshes periodically, not at every read. */
     double tq = S.update_s > 0 ? floor(t / S.update_s) * S.update_s : t;
@@ -487,6 +517,7 @@ EXPORT int nvmlDeviceGetPowerUsage(void *device, unsigned *power_mw) {
     if (rc) return rc;
     if (!power_mw) return NVML_ERROR_INVALID_ARGUMENT;
     if (!c->power_supported || mig >= 0) return NVML_ERROR_NOT_SUPPORTED;
+    stall(c);
     double w = power_w(c, elapsed_s());
     *power_mw = w > 0 ? (unsigned)(w * 1000.0 + 0.5) : 0;
     return NVML_SUCCESS;

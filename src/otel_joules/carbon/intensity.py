@@ -17,10 +17,10 @@ The result is a :class:`CarbonIntensity` whose ``source`` and ``detail`` say whi
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+from otel_joules.config import OTEL_JOULES_COUNTRY, Settings, report_bad_value
 from otel_joules.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -96,18 +96,26 @@ def resolve_carbon_intensity(
             asked only when no country is configured and nothing earlier gave a value.
 
     Raises:
-        ConfigurationError: the explicit value is not a number >= 0, or the country
-            code is unknown (the message says how to list valid codes). Live
-            providers never cause an exception here.
+        ConfigurationError: the explicit value is not a number >= 0, or ``country`` is
+            unknown (the message says how to list valid codes). An unknown
+            ``OTEL_JOULES_COUNTRY`` is reported once and ignored; live providers never
+            cause an exception here.
     """
     from otel_joules.carbon.offline import lookup_country
 
-    env = os.environ if env is None else env
-    configured = country if country is not None and str(country).strip() else env.get("OTEL_JOULES_COUNTRY")
-    configured = configured.strip() if configured and configured.strip() else None
-    # A wrong code is a configuration error even when a live value would be found:
-    # it would silently change results the day the provider is down.
-    row_and_note = lookup_country(configured) if configured else None
+    explicit_country = country is not None and bool(str(country).strip())
+    configured = str(country).strip() if explicit_country else Settings.from_env(env).country
+    # A wrong code given in code is an error even when a live value would be found: it
+    # would silently change results the day the provider is down. From the environment it
+    # is said once and ignored (a setting never breaks the program).
+    row_and_note = None
+    if configured and explicit_country:
+        row_and_note = lookup_country(configured)
+    elif configured:
+        try:
+            row_and_note = lookup_country(configured)
+        except ConfigurationError as exc:
+            report_bad_value(OTEL_JOULES_COUNTRY, configured, f"is unusable ({exc})", "no country")
     region = row_and_note[0].iso_code if row_and_note else None
 
     if explicit_gco2eq_per_kwh is not None:

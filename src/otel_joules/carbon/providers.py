@@ -32,7 +32,6 @@ import abc
 import json
 import logging
 import math
-import os
 import re
 import threading
 import time
@@ -43,6 +42,7 @@ from dataclasses import dataclass
 from typing import Callable, ClassVar, Mapping, TypeVar
 
 from otel_joules.carbon.intensity import CarbonIntensity
+from otel_joules.config import OTEL_JOULES_CARBON_PROVIDERS, OTEL_JOULES_ELECTRICITYMAPS_API_KEY, Settings, report_bad_value
 from otel_joules.errors import ConfigurationError, OtelJoulesError
 
 logger = logging.getLogger("otel_joules.carbon")
@@ -425,6 +425,35 @@ class IpGeolocator:
             return None
 
 
+#: Electricity Maps zones: an ISO 3166-1 alpha-2 code, optionally with dash-separated parts.
+_ZONE = re.compile(r"^[A-Z]{2}(?:-[A-Z0-9]+)*$")
+
+
+def _provider(name: str, settings: Settings, api_key: str, country: str | None) -> LiveProvider:
+    """One configured provider; raises :class:`ConfigurationError` when it lacks what it needs."""
+    if name == "electricitymaps":
+        zone = (country or settings.country or "").strip()
+        if not api_key.strip():
+            raise ConfigurationError(
+                "electricitymaps is configured but has no API key: set OTEL_JOULES_ELECTRICITYMAPS_API_KEY "
+                "or pass api_keys={'electricitymaps': KEY}"
+            )
+        if not zone:
+            raise ConfigurationError("Electricity Maps needs a zone: set OTEL_JOULES_COUNTRY (e.g. DE) or pass country=")
+        zone = zone.upper()
+        if len(zone) == 3 and zone.isalpha():
+            # Electricity Maps zones start with alpha-2 codes; accept DNK as we do offline.
+            from otel_joules.carbon.offline import lookup_country
+
+            zone = lookup_country(zone)[0].iso_code
+        if not _ZONE.match(zone):
+            raise ConfigurationError(f"{zone!r} is not an Electricity Maps zone (such as DE, US-CAL-CISO or DK-DK1)")
+        return ElectricityMapsProvider(api_key, zone)
+    if name == "uk_carbon_intensity":
+        return UKCarbonIntensityProvider(settings.uk_postcode)
+    return EnergiDataServiceProvider(settings.dk_price_area)
+
+
 def providers_from_env(
     env: Mapping[str, str] | None = None,
     *,
@@ -440,40 +469,26 @@ def providers_from_env(
       (carbontracker's ``api_keys`` argument); its zone is ``country`` or
       ``OTEL_JOULES_COUNTRY``.
     * ``OTEL_JOULES_UK_POSTCODE``: regional GB figures; ``OTEL_JOULES_DK_PRICE_AREA``: DK1 or DK2.
+
+    A provider the environment configures badly (unknown name, no key, no zone, a bad
+    postcode) is reported once and left out: a setting never breaks the program. The same
+    problem in arguments (``country``, ``api_keys``) is a :class:`ConfigurationError`.
     """
-    env = os.environ if env is None else env
-    api_key = (api_keys or {}).get("electricitymaps") or env.get("OTEL_JOULES_ELECTRICITYMAPS_API_KEY") or ""
-    raw = env.get("OTEL_JOULES_CARBON_PROVIDERS", "")
-    names = [name.strip().lower() for name in raw.split(",") if name.strip()]
+    settings = Settings.from_env(env)
+    explicit_key = (api_keys or {}).get("electricitymaps")
+    api_key = explicit_key or settings.electricitymaps_api_key or ""
+    names = list(settings.carbon_providers)
     if not names and api_key.strip():
         names = ["electricitymaps"]
-    known = ("electricitymaps", "uk_carbon_intensity", "energidataservice")
     providers: list[LiveProvider] = []
-    for name in dict.fromkeys(names):
-        if name == "electricitymaps":
-            zone = (country or env.get("OTEL_JOULES_COUNTRY") or "").strip()
-            if not api_key.strip():
-                raise ConfigurationError(
-                    "electricitymaps is configured but has no API key: set OTEL_JOULES_ELECTRICITYMAPS_API_KEY "
-                    "or pass api_keys={'electricitymaps': KEY}"
-                )
-            if not zone:
-                raise ConfigurationError(
-                    "Electricity Maps needs a zone: set OTEL_JOULES_COUNTRY (e.g. DE) or pass country="
-                )
-            zone = zone.upper()
-            if len(zone) == 3 and zone.isalpha():
-                # Electricity Maps zones start with alpha-2 codes; accept DNK as we do offline.
-                from otel_joules.carbon.offline import lookup_country
-
-                zone = lookup_country(zone)[0].iso_code
-            providers.append(ElectricityMapsProvider(api_key, zone))
-        elif name == "uk_carbon_intensity":
-            providers.append(UKCarbonIntensityProvider(env.get("OTEL_JOULES_UK_POSTCODE") or None))
-        elif name == "energidataservice":
-            providers.append(EnergiDataServiceProvider(env.get("OTEL_JOULES_DK_PRICE_AREA") or None))
-        else:
-            raise ConfigurationError(
-                f"OTEL_JOULES_CARBON_PROVIDERS names unknown provider {name!r}; known: {', '.join(known)}"
-            )
+    for name in names:
+        try:
+            providers.append(_provider(name, settings, api_key, country))
+        except ConfigurationError as exc:
+            if name == "electricitymaps" and (explicit_key or country):
+                raise
+            if settings.carbon_providers:
+                report_bad_value(OTEL_JOULES_CARBON_PROVIDERS, ",".join(names), f"cannot use {name}: {exc}", "the others")
+            else:  # implied by the key alone; never print the key
+                report_bad_value(OTEL_JOULES_ELECTRICITYMAPS_API_KEY, "<set>", f"cannot be used: {exc}", "no live provider")
     return tuple(providers)

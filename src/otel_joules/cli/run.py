@@ -14,7 +14,9 @@ command, or ``--span-name``) carries:
 ``carbon.intensity.gco2eq_per_kwh``  the intensity used
 ``carbon.intensity.source``          where it came from (``offline``, ``world_average``, ...)
 ``carbon.pue``                       the PUE applied
-``process.command_line``       the command, shell-quoted
+``process.command_line``       the command, shell-quoted, values that look like secrets
+                               redacted (:mod:`otel_joules.delivery.redaction`;
+                               ``OTEL_JOULES_FULL_COMMAND_LINE=true`` exports it whole)
 ``process.executable.name``    the command's base name
 ``process.pid``                the child's process id
 ``process.exit.code``          its exit code (128 + N when killed by signal N)
@@ -57,8 +59,10 @@ from opentelemetry.trace import Status, StatusCode
 from otel_joules.carbon import co2eq_grams, joules_to_kwh, providers_from_env, resolve_carbon_intensity, validate_pue
 from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.spans import carbon_attributes
+from otel_joules.config import Settings
 from otel_joules.delivery.context import child_environment, context_from_environment
 from otel_joules.delivery.hosts import MODES, HostOwnership, command_environment, host_owner, remove_command_lock
+from otel_joules.delivery.redaction import command_line
 from otel_joules.delivery.setup import (
     DEFAULT_EXPORT_TIMEOUT_S,
     SIGNAL_METRICS,
@@ -464,7 +468,10 @@ def _run_measured(
     span = tracer.start_span(
         args.span_name or name,
         context=context_from_environment(),
-        attributes={PROCESS_COMMAND_LINE: shlex.join(command), PROCESS_EXECUTABLE_NAME: name},
+        attributes={
+            PROCESS_COMMAND_LINE: command_line(command, full=Settings.from_env().full_command_line),
+            PROCESS_EXECUTABLE_NAME: name,
+        },
     )
     show_status = args.status if args.status is not None else (not args.quiet and sys.stderr.isatty())
     # Own snapshots too: with OTEL_SDK_DISABLED the span does not record, and the

@@ -48,14 +48,16 @@ import threading
 from dataclasses import dataclass
 from typing import Mapping
 
+from otel_joules.config import HOST_DOMAINS_MODES, OTEL_JOULES_HOST_DOMAINS, OTEL_JOULES_HOST_LOCK, Settings
 from otel_joules.errors import ConfigurationError
 
 _log = logging.getLogger("otel_joules")
 
-#: Environment variable choosing the mode: ``auto``, ``always`` or ``never``.
-HOST_DOMAINS_ENV = "OTEL_JOULES_HOST_DOMAINS"
-#: Environment variable overriding the path of the per-host lock file.
-HOST_LOCK_ENV = "OTEL_JOULES_HOST_LOCK"
+#: Environment variable choosing the mode (defined in :mod:`otel_joules.config`; this public
+#: name is kept for existing imports).
+HOST_DOMAINS_ENV = OTEL_JOULES_HOST_DOMAINS
+#: Environment variable overriding the path of the per-host lock file (likewise).
+HOST_LOCK_ENV = OTEL_JOULES_HOST_LOCK
 #: The lock file used when no launcher rank is set. ``/tmp`` rather than ``$TMPDIR`` or
 #: ``$XDG_RUNTIME_DIR``: both are often per job or per user, and the host's counters are not.
 DEFAULT_HOST_LOCK_PATH = "/tmp/otel-joules-host-domains.lock"
@@ -63,7 +65,7 @@ DEFAULT_HOST_LOCK_PATH = "/tmp/otel-joules-host-domains.lock"
 MODE_AUTO = "auto"
 MODE_ALWAYS = "always"
 MODE_NEVER = "never"
-MODES = (MODE_AUTO, MODE_ALWAYS, MODE_NEVER)
+MODES = HOST_DOMAINS_MODES
 
 #: Per-host ranks, in the order they are reported; all that are set must be 0 to own.
 RANK_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID")
@@ -100,14 +102,17 @@ class HostOwnership:
 
 
 def resolve_mode(mode: str | None = None, env: Mapping[str, str] | None = None) -> str:
-    """``mode``, else ``OTEL_JOULES_HOST_DOMAINS``, else ``auto``; validated and lower-cased."""
-    env = os.environ if env is None else env
-    raw = mode if mode is not None else env.get(HOST_DOMAINS_ENV, "")
-    value = raw.strip().lower() or MODE_AUTO
+    """``mode``, else ``OTEL_JOULES_HOST_DOMAINS``, else ``auto``; validated and lower-cased.
+
+    A bad ``mode`` is a :class:`ConfigurationError`; a bad variable is reported once and
+    ``auto`` used (:class:`otel_joules.config.Settings`).
+    """
+    if mode is None:
+        return Settings.from_env(env).host_domains
+    value = mode.strip().lower() or MODE_AUTO
     if value not in MODES:
-        origin = "host_domains" if mode is not None else HOST_DOMAINS_ENV
         raise ConfigurationError(
-            f"{origin}={raw!r} is not one of {', '.join(MODES)}: 'auto' elects one process per host, "
+            f"host_domains={mode!r} is not one of {', '.join(MODES)}: 'auto' elects one process per host, "
             "'always' counts the host's CPU and memory in this process, 'never' only its GPUs"
         )
     return value
@@ -284,7 +289,7 @@ def command_environment(ownership: HostOwnership, env: Mapping[str, str] | None 
     a lock for the command's processes only (remove it with :func:`remove_command_lock`).
     """
     env = os.environ if env is None else env
-    if env.get(HOST_DOMAINS_ENV, "").strip().lower() in (MODE_ALWAYS, MODE_NEVER):
+    if Settings.from_env(env).host_domains in (MODE_ALWAYS, MODE_NEVER):
         return {}
     if not ownership.owner:
         return {HOST_DOMAINS_ENV: MODE_NEVER}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import atexit
+import os
 import threading
+import weakref
 from typing import Any
 
 from otel_joules.errors import ConfigurationError
@@ -23,6 +25,11 @@ class MeterRegistry:
         self._meter: EnergyMeter | None = None
         self._options: dict[str, Any] = {}
         self._atexit_registered = False
+        if hasattr(os, "register_at_fork"):
+            # A thread of the parent may hold the lock at fork time (creating the meter):
+            # the child would wait for it forever. Weak: a registry must stay collectable.
+            ref = weakref.ref(self)
+            os.register_at_fork(after_in_child=lambda: _new_lock_in_child(ref))
 
     def get(self, **options: Any) -> EnergyMeter:
         """Return the shared meter, creating it with ``options`` (EnergyMeter keywords) on first use."""
@@ -51,6 +58,12 @@ class MeterRegistry:
             self._options = {}
         if meter is not None:
             meter.close()
+
+
+def _new_lock_in_child(ref: "weakref.ref[MeterRegistry]") -> None:
+    registry = ref()
+    if registry is not None:
+        registry._lock = threading.Lock()
 
 
 _registry = MeterRegistry()

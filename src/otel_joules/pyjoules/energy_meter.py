@@ -154,7 +154,9 @@ class EnergyMeter:
         snapshot = self._core.snapshot()
         # Domains not selected read as "not measured", so core measurements cover the selection only.
         return EnergySnapshot(
-            snapshot.monotonic_ns, tuple(j if keep else None for j, keep in zip(snapshot.joules, self._keep))
+            snapshot.monotonic_ns,
+            tuple(j if keep else None for j, keep in zip(snapshot.joules, self._keep)),
+            snapshot.stale,
         )
 
     def _read_user_devices(self) -> Tuple[Optional[Tuple[Optional[float], ...]], ...]:

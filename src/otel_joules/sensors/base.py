@@ -106,6 +106,25 @@ class Channel(abc.ABC):
         """
         return None
 
+    @property
+    def max_power_watts(self) -> float | None:
+        """The most power this domain can draw, or None if unknown.
+
+        The meter uses it to tell a counter that wrapped from one that restarted (driver
+        reload, suspend/resume): a wrap implying more energy than this power over the
+        time between two reads allows was a restart.
+        """
+        return None
+
+    @property
+    def may_block(self) -> bool:
+        """True when a read calls into a device library that can stall (NVML on a GPU falling off the bus).
+
+        The meter then reads the channel off the span path with a deadline
+        (:data:`otel_joules.meter.meter.DEVICE_READ_DEADLINE_S`) instead of inline.
+        """
+        return False
+
     @abc.abstractmethod
     def read_uj(self) -> int:
         """Return the counter's current value in microjoules.

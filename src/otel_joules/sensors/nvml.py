@@ -258,6 +258,11 @@ class NvmlChannel(Channel):
         self._lost_message: str | None = None
 
     @property
+    def may_block(self) -> bool:
+        """True: an NVML call can take seconds (a GPU falling off the bus), so the meter reads it off the span path."""
+        return True
+
+    @property
     def uuid(self) -> str:
         """The GPU's UUID (``hw.id``)."""
         return self.gpu.uuid

@@ -82,6 +82,7 @@ class RaplChannel(Channel):
         super().__init__(domain)
         self._fd = fd
         self._wrap_uj = wrap_uj
+        self._max_power_watts = max_power_watts
         wrap_seconds = (wrap_uj / 1e6) / max_power_watts
         self._max_read_interval_s = wrap_seconds / _READS_PER_WRAP
 
@@ -94,6 +95,11 @@ class RaplChannel(Channel):
     def max_read_interval_s(self) -> float:
         """A quarter of the time the counter needs to wrap at the zone's maximum power."""
         return self._max_read_interval_s
+
+    @property
+    def max_power_watts(self) -> float:
+        """The zone's largest ``constraint_*_max_power_uw``, else ``OTEL_JOULES_MAX_POWER_WATTS``."""
+        return self._max_power_watts
 
     def read_uj(self) -> int:
         """Read ``energy_uj`` with ``pread`` (no reopen, no seek)."""

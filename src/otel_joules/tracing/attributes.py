@@ -6,6 +6,9 @@
 ``energy.watts``                  average power over the span (double)
 ``energy.source``                 ``measured``, ``estimate`` or ``mixed``
 ``energy.below_resolution``       true when the span is shorter than a counter's update period
+``energy.<domain>.stale``         true when a device (NVML) did not answer within the meter's deadline at the
+                                  span's start or end: that domain's value is its last known reading, late
+                                  rather than lost (the energy appears in later spans); absent otherwise
 
 Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
 
@@ -55,6 +58,12 @@ def domain_joules_key(domain_id: str) -> str:
 
 
 @lru_cache(maxsize=256)
+def domain_stale_key(domain_id: str) -> str:
+    """``energy.<domain>.stale`` for a domain id."""
+    return f"energy.{domain_id}.stale"
+
+
+@lru_cache(maxsize=256)
 def domain_method_key(domain_id: str) -> str:
     """``energy.<domain>.method`` for a domain id."""
     return f"energy.{domain_id}.method"
@@ -75,4 +84,6 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
             attributes[domain_method_key(domain_id)] = method.value
     if measurement.below_resolution:
         attributes[ENERGY_BELOW_RESOLUTION] = True
+    for domain_id in measurement.stale_domains:
+        attributes[domain_stale_key(domain_id)] = True
     return attributes

@@ -11,6 +11,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
+from otel_joules.config import OTEL_JOULES_HOST_DOMAINS
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.meter.registry import get_energy_meter
@@ -81,7 +82,7 @@ def _several_processes_per_host_possible() -> bool:
     A lone process keeps the host's domains without an election (which would take a
     per-host lock that unrelated processes on the machine would then contend for).
     """
-    return any(os.environ.get(name, "").strip() for name in ("OTEL_JOULES_HOST_DOMAINS", "LOCAL_RANK", "SLURM_LOCALID"))
+    return any(os.environ.get(name, "").strip() for name in (OTEL_JOULES_HOST_DOMAINS, "LOCAL_RANK", "SLURM_LOCALID"))
 
 
 def _sdk_disabled() -> bool:

@@ -1,0 +1,130 @@
+"""otel_joules.config: the one home of every OTEL_JOULES_* variable, its README table, bad values."""
+
+from __future__ import annotations
+
+import logging
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from delivery_support import REPO
+
+from otel_joules import config
+from otel_joules.config import ENVIRONMENT_VARIABLES, Settings
+from otel_joules.errors import ConfigurationError
+
+README = REPO / "README.md"
+SOURCE = REPO / "src" / "otel_joules"
+
+#: The values every variable is fuzzed with (issue 13).
+HOSTILE_VALUES = ("garbage", "-1", "nan", "inf", "1e400", "")
+
+
+def _readme_settings_rows() -> dict[str, str]:
+    """Variable -> default column of the README's settings table (the one headed 'setting | environment variable')."""
+    text = README.read_text()
+    table = text[text.index("| setting | environment variable | default |") :]
+    rows: dict[str, str] = {}
+    for line in table.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        _, variable_cell, default_cell = [cell.strip() for cell in line.strip("|").split("|")]
+        for name in re.findall(r"OTEL_JOULES_\w+", variable_cell):
+            rows[name] = default_cell
+    return rows
+
+
+def test_readme_settings_table_is_the_config_module() -> None:
+    rows = _readme_settings_rows()
+    assert list(rows) == list(ENVIRONMENT_VARIABLES)
+    # Numeric defaults as the README states them.
+    assert rows[config.OTEL_JOULES_CPU_TDP_WATTS].startswith(f"{config.DEFAULT_CPU_TDP_WATTS:g} W")
+    assert rows[config.OTEL_JOULES_MEMORY_WATTS_PER_GB].startswith(f"{config.DEFAULT_MEMORY_WATTS_PER_GB:g} W/GB")
+    assert rows[config.OTEL_JOULES_MAX_POWER_WATTS].startswith(f"{config.DEFAULT_MAX_POWER_WATTS:g} W")
+    assert rows[config.OTEL_JOULES_MAX_SNAPSHOT_AGE_S].startswith(f"{config.DEFAULT_MAX_SNAPSHOT_AGE_S:g} s")
+    assert rows[config.OTEL_JOULES_SYSFS_ROOT] == f"`{config.DEFAULT_SYSFS_ROOT}`"
+    assert rows[config.OTEL_JOULES_HOST_DOMAINS] == f"`{config.DEFAULT_HOST_DOMAINS}`"
+    # And the module docstring's table names them all too.
+    assert all(f"``{name}``" in (config.__doc__ or "") for name in ENVIRONMENT_VARIABLES)
+
+
+def test_every_variable_the_package_mentions_is_a_config_constant() -> None:
+    # Only config.py spells a variable's value in code; other modules import its constant.
+    names: set[str] = set()
+    for path in SOURCE.rglob("*.py"):
+        names.update(re.findall(r"OTEL_JOULES_[A-Z0-9_]*[A-Z0-9]", path.read_text()))
+    assert names <= set(ENVIRONMENT_VARIABLES), names - set(ENVIRONMENT_VARIABLES)
+    grep = subprocess.run(
+        ["grep", "-rnE", r"(environ|getenv|env\.get)\(\s*[\"']OTEL_JOULES_", str(SOURCE)], capture_output=True, text=True
+    )
+    assert grep.stdout == "", "read an OTEL_JOULES_* variable outside config.py:\n" + grep.stdout
+
+
+@pytest.mark.parametrize("value", HOSTILE_VALUES)
+def test_hostile_values_of_every_variable_fall_back_to_defaults(value: str, caplog) -> None:
+    env = {name: value for name in ENVIRONMENT_VARIABLES}
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        settings = Settings.from_env(env)
+        again = Settings.from_env(env)
+    assert settings == again
+    default = Settings()
+    for field in ("cpu_tdp_watts", "memory_watts_per_gb", "max_power_watts", "max_snapshot_age_s", "host_domains",
+                  "dk_price_area", "full_command_line", "carbon_providers"):
+        assert getattr(settings, field) == getattr(default, field), field
+    if value == "":
+        assert settings == default
+    messages = [r.getMessage() for r in caplog.records]
+    # Each bad variable is said at most once (a repeat is silent) and by its name.
+    assert len(messages) == len(set(messages))
+    for message in messages:
+        assert re.match(r"otel-joules: OTEL_JOULES_\w+=", message), message
+
+
+@pytest.mark.parametrize(
+    ("raw", "problem"),
+    [("abc", "is not a number"), ("-5", "must be > 0"), ("0", "must be > 0"), ("nan", "is not a finite number"),
+     ("inf", "is not a finite number"), ("-inf", "is not a finite number"), ("1e308", "is beyond the largest sensible value (10000000)")],
+)
+def test_a_bad_number_is_named_with_its_problem_and_the_default(raw: str, problem: str, caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        settings = Settings.from_env({config.OTEL_JOULES_MAX_POWER_WATTS: raw})
+    assert settings.max_power_watts == 1000.0
+    assert [r.getMessage() for r in caplog.records] == [
+        f"otel-joules: OTEL_JOULES_MAX_POWER_WATTS={raw!r} {problem}; using the default 1000 instead"
+    ]
+
+
+def test_tdp_inf_keeps_the_estimate(tmp_path: Path) -> None:
+    # It used to remove the estimate domain silently.
+    from otel_joules import EnergyMeter
+
+    meter = EnergyMeter(settings=Settings.from_env({config.OTEL_JOULES_CPU_TDP_WATTS: "inf", config.OTEL_JOULES_SYSFS_ROOT: str(tmp_path)}), gpus=[], sample=False)
+    assert [d.id for d in meter.domains] == ["cpu_estimate", "memory_estimate"]
+    assert meter.settings.cpu_tdp_watts == 85.0
+
+
+def test_valid_values_are_used() -> None:
+    settings = Settings.from_env(
+        {
+            config.OTEL_JOULES_CPU_TDP_WATTS: " 120 ",
+            config.OTEL_JOULES_MAX_SNAPSHOT_AGE_S: "0",
+            config.OTEL_JOULES_HOST_DOMAINS: "NEVER",
+            config.OTEL_JOULES_CARBON_PROVIDERS: "energidataservice, uk_carbon_intensity",
+            config.OTEL_JOULES_DK_PRICE_AREA: "dk2",
+            config.OTEL_JOULES_FULL_COMMAND_LINE: "yes",
+        }
+    )
+    assert (settings.cpu_tdp_watts, settings.max_snapshot_age_s, settings.host_domains) == (120.0, 0.0, "never")
+    assert settings.carbon_providers == ("energidataservice", "uk_carbon_intensity")
+    assert (settings.dk_price_area, settings.full_command_line) == ("DK2", True)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [({"max_power_watts": float("inf")}, "not a finite number"), ({"cpu_tdp_watts": -1}, "> 0"),
+     ({"max_snapshot_age_s": True}, "not a number"), ({"colour": "blue"}, "unknown setting 'colour'")],
+)
+def test_bad_keywords_in_code_are_errors(overrides: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        Settings.from_env({}, **overrides)
