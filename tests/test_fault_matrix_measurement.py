@@ -82,6 +82,7 @@ def test_root_only_rapl_falls_back_to_the_estimate_with_one_message(tmp_path: Pa
             from opentelemetry.sdk.trace.export import SimpleSpanProcessor
             from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
             import otel_joules
+            import otel_joules.carbon.spans  # instrument() loads it (and csv) lazily; the stdlib is under /root
             logging.basicConfig(level=logging.WARNING, format="%(message)s")
             provider = TracerProvider(); exporter = InMemorySpanExporter()  # imports lazily: before the drop
             provider.add_span_processor(SimpleSpanProcessor(exporter))

@@ -31,6 +31,9 @@ Environment variable                     Meaning                                
 ``OTEL_JOULES_FULL_COMMAND_LINE``        ``true``: ``otel-joules run`` exports the whole  ``false``
                                          command line; else values that look like
                                          secrets are redacted
+``OTEL_JOULES_PROMETHEUS_WAIT_S``        How long ``otel-joules run`` keeps its           ``15``
+                                         Prometheus endpoint up after the command, for
+                                         the scrape that holds the last values (0: none)
 =======================================  ===============================================  ===============
 
 The estimator's defaults are CodeCarbon's published fallbacks: 85 W TDP when the
@@ -91,6 +94,9 @@ OTEL_JOULES_DK_PRICE_AREA = "OTEL_JOULES_DK_PRICE_AREA"
 OTEL_JOULES_FULL_COMMAND_LINE = "OTEL_JOULES_FULL_COMMAND_LINE"
 """``true``: ``otel-joules run`` exports ``process.command_line`` unredacted. Default ``false``."""
 
+OTEL_JOULES_PROMETHEUS_WAIT_S = "OTEL_JOULES_PROMETHEUS_WAIT_S"
+"""Seconds ``otel-joules run`` waits, after the command, for one more Prometheus scrape. Default 15; 0 does not wait."""
+
 #: Every variable above, in documentation order.
 ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_SYSFS_ROOT,
@@ -106,6 +112,7 @@ ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_UK_POSTCODE,
     OTEL_JOULES_DK_PRICE_AREA,
     OTEL_JOULES_FULL_COMMAND_LINE,
+    OTEL_JOULES_PROMETHEUS_WAIT_S,
 )
 
 # -- defaults and bounds ----------------------------------------------------------------------
@@ -116,6 +123,7 @@ DEFAULT_MEMORY_WATTS_PER_GB = 0.375
 DEFAULT_MAX_POWER_WATTS = 1000.0
 DEFAULT_MAX_SNAPSHOT_AGE_S = 0.0
 DEFAULT_HOST_DOMAINS = "auto"
+DEFAULT_PROMETHEUS_WAIT_S = 15.0
 HOST_DOMAINS_MODES = ("auto", "always", "never")
 #: Known live carbon-intensity providers (``OTEL_JOULES_CARBON_PROVIDERS``).
 CARBON_PROVIDER_NAMES = ("electricitymaps", "uk_carbon_intensity", "energidataservice")
@@ -128,6 +136,7 @@ _NUMBER_BOUNDS: dict[str, tuple[float, bool, float]] = {
     "memory_watts_per_gb": (0.0, False, 1_000.0),
     "max_power_watts": (0.0, False, 10_000_000.0),
     "max_snapshot_age_s": (0.0, True, 3600.0),
+    "prometheus_wait_s": (0.0, True, 3600.0),
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -269,6 +278,7 @@ class Settings:
         uk_postcode: GB postcode for regional figures, or None.
         dk_price_area: ``DK1``/``DK2``, or None for both.
         full_command_line: Export ``process.command_line`` unredacted.
+        prometheus_wait_s: How long ``otel-joules run`` waits for a last Prometheus scrape.
     """
 
     sysfs_root: str = DEFAULT_SYSFS_ROOT
@@ -284,6 +294,7 @@ class Settings:
     uk_postcode: str | None = None
     dk_price_area: str | None = None
     full_command_line: bool = False
+    prometheus_wait_s: float = DEFAULT_PROMETHEUS_WAIT_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "Settings":
@@ -313,6 +324,9 @@ class Settings:
                 env, OTEL_JOULES_DK_PRICE_AREA, DK_PRICE_AREAS, None, upper=True, meaning="both price areas"
             ),
             "full_command_line": _flag(env, OTEL_JOULES_FULL_COMMAND_LINE, False),
+            "prometheus_wait_s": _number(
+                env, OTEL_JOULES_PROMETHEUS_WAIT_S, "prometheus_wait_s", DEFAULT_PROMETHEUS_WAIT_S
+            ),
         }
         for key, value in overrides.items():
             if value is None:

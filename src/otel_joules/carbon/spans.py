@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.providers import LiveProvider, providers_from_env
 from otel_joules.carbon.units import co2eq_grams, validate_pue
+from otel_joules.config import Settings
 from otel_joules.meter.meter import EnergyMeasurement
 from otel_joules.tracing.attributes import (
     CARBON_INTENSITY_GCO2EQ_PER_KWH,
@@ -152,7 +153,7 @@ def span_carbon_from_settings(
     env = os.environ if env is None else env
     pue = validate_pue(pue)
     live = tuple(providers_from_env(env, country=country) if providers is None else providers)
-    has_country = bool((country or env.get("OTEL_JOULES_COUNTRY") or "").strip())
+    has_country = bool((country or Settings.from_env(env).country or "").strip())
     if carbon_intensity is None and not live and not has_country:
         return None
 

@@ -67,7 +67,7 @@ ESTIMATE_DEVICE_MARKS = ("(estimate)", "(simulated)")
 #: Standard-log line for an epoch shorter than a counter's update period (its energy is quantised).
 BELOW_RESOLUTION_LOG_PREFIX = "BELOW RESOLUTION: "
 #: The ``software`` of the version line our writer puts first.
-OTEL_JOULES_SOFTWARE = "otel-joules"
+SOFTWARE_NAME = "otel-joules"
 #: carbontracker 2.4.7's PUE and the source it prints with it.
 CARBONTRACKER_PUE = 1.58
 CARBONTRACKER_PUE_SOURCE = "Daniel Bizo, 2023, Uptime Institute Global Data Center Survey"
@@ -457,7 +457,7 @@ class CarbonTrackerLogWriter:
         *,
         pue: float = CARBONTRACKER_PUE,
         pue_source: str | None = CARBONTRACKER_PUE_SOURCE,
-        software: str = OTEL_JOULES_SOFTWARE,
+        software: str = SOFTWARE_NAME,
         version: str | None = None,
     ) -> str:
         """The start of a run: version line, PUE line and the components found.

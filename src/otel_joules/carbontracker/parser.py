@@ -38,7 +38,7 @@ from otel_joules.carbontracker.logs import (
     BELOW_RESOLUTION_LOG_PREFIX,
     ESTIMATE_DEVICE_MARKS,
     ESTIMATE_LOG_PREFIX,
-    OTEL_JOULES_SOFTWARE,
+    SOFTWARE_NAME,
     OUTPUT_LOG_SUFFIX,
     STD_LOG_SUFFIX,
     CarbonTrackerLogError,
@@ -342,7 +342,7 @@ def _energy_source(software: Optional[str], devices: Dict[str, List[str]], estim
     if estimate_line or estimated:
         return "mixed" if len(estimated) < len(names) else "estimate"
     # Our writer always writes the ESTIMATE line when there is one; carbontracker never does.
-    return "measured" if software == OTEL_JOULES_SOFTWARE else None
+    return "measured" if software == SOFTWARE_NAME else None
 
 
 def _looks_like_standard_log(log: StandardLog) -> bool:

@@ -22,7 +22,7 @@ way the OpenTelemetry SDK's own configuration would, for tools that run outside
   Every scrape is recorded. A pull exporter only delivers what is scraped, so
   :meth:`Telemetry.shutdown` keeps the endpoint up until it has been scraped once more
   after the last measurement, at most ``OTEL_JOULES_PROMETHEUS_WAIT_S`` seconds
-  (:data:`DEFAULT_PROMETHEUS_WAIT_S`; 0 does not wait), then closes it;
+  (:data:`otel_joules.config.DEFAULT_PROMETHEUS_WAIT_S`; 0 does not wait), then closes it;
 - the resource from ``Resource.create()`` (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
   ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS``) over the job attributes of
   :mod:`otel_joules.delivery.resource`.
@@ -60,6 +60,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from otel_joules.config import OTEL_JOULES_PROMETHEUS_WAIT_S, Settings
 from otel_joules.delivery.resource import job_resource
 from otel_joules.errors import ConfigurationError
 
@@ -73,8 +74,6 @@ PROBE_TIMEOUT_S = 2.0
 RETRY_AFTER_S = 30.0
 
 #: Longest wait at shutdown for a last scrape of a Prometheus endpoint (a common scrape interval).
-DEFAULT_PROMETHEUS_WAIT_S = 15.0
-PROMETHEUS_WAIT_VARIABLE = "OTEL_JOULES_PROMETHEUS_WAIT_S"
 #: ``Destination.kind`` of the Prometheus scrape endpoint.
 PROMETHEUS = "prometheus"
 
@@ -335,7 +334,7 @@ def _scrape_outcome(scrapes: int, final: tuple[bool, float] | None) -> str:
     scraped, waited_s = final
     if scraped:
         return f"scraped {scrapes} time(s), the last after the final measurement"
-    hint = f"waited {waited_s:g} s; set {PROMETHEUS_WAIT_VARIABLE} to your scrape interval"
+    hint = f"waited {waited_s:g} s; set {OTEL_JOULES_PROMETHEUS_WAIT_S} to your scrape interval"
     if not scrapes:
         return f"never scraped ({hint})"
     return f"scraped {scrapes} time(s), not after the final measurement: its last joules were not scraped ({hint})"
@@ -644,19 +643,6 @@ def _file_exporter(spec: ExporterSpec) -> tuple[Any, Destination, None]:
     return exporter, Destination(SIGNAL_TRACES, spec.kind, os.path.abspath(str(spec.path))), None
 
 
-def _prometheus_wait_s(env: Mapping[str, str]) -> float:
-    raw = env.get(PROMETHEUS_WAIT_VARIABLE, "").strip()
-    if not raw:
-        return DEFAULT_PROMETHEUS_WAIT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = -1.0
-    if not (value >= 0 and value < float("inf")):
-        raise ConfigurationError(f"{PROMETHEUS_WAIT_VARIABLE}={raw!r} must be a number of seconds >= 0 (0: do not wait)")
-    return value
-
-
 def _prometheus_reader(env: Mapping[str, str], report: DeliveryReport) -> tuple[Any, Destination, None]:
     """A ``PrometheusMetricReader`` serving ``/metrics`` that records each scrape in ``report``."""
     try:
@@ -673,7 +659,7 @@ def _prometheus_reader(env: Mapping[str, str], report: DeliveryReport) -> tuple[
     except ValueError:
         raise ConfigurationError(f"OTEL_EXPORTER_PROMETHEUS_PORT={raw_port!r} is not a port number") from None
     destination = Destination(SIGNAL_METRICS, PROMETHEUS, f"http://{host}:{port}/metrics")
-    wait_s = _prometheus_wait_s(env)
+    wait_s = Settings.from_env(env).prometheus_wait_s
 
     class ScrapedReader(PrometheusMetricReader):  # type: ignore[misc]
         """Records every scrape; :meth:`wait_for_final_scrape` waits for one that starts after a point in time."""
