@@ -5,6 +5,8 @@ Environment variable               Meaning                                     D
 =================================  ==========================================  =========
 ``OTEL_JOULES_SYSFS_ROOT``         Where sysfs is mounted (containers often    ``/sys``
                                    mount the host's elsewhere)
+``OTEL_JOULES_PROCFS_ROOT``        Where procfs is mounted (host busy time,    ``/proc``
+                                   process and thread CPU times for attribution)
 ``OTEL_JOULES_CPU_TDP_WATTS``      CPU thermal design power for the estimator  ``85``
 ``OTEL_JOULES_MEMORY_WATTS_PER_GB`` Memory power per GB for the estimator      ``0.375``
 ``OTEL_JOULES_MAX_POWER_WATTS``    Power bound for RAPL zones without a        ``1000``
@@ -26,6 +28,7 @@ from typing import Mapping
 from otel_joules.errors import ConfigurationError
 
 DEFAULT_SYSFS_ROOT = "/sys"
+DEFAULT_PROCFS_ROOT = "/proc"
 DEFAULT_CPU_TDP_WATTS = 85.0
 DEFAULT_MEMORY_WATTS_PER_GB = 0.375
 DEFAULT_MAX_POWER_WATTS = 1000.0
@@ -50,6 +53,7 @@ class Settings:
     """Resolved configuration of sensors and meter."""
 
     sysfs_root: str = DEFAULT_SYSFS_ROOT
+    procfs_root: str = DEFAULT_PROCFS_ROOT
     cpu_tdp_watts: float = DEFAULT_CPU_TDP_WATTS
     memory_watts_per_gb: float = DEFAULT_MEMORY_WATTS_PER_GB
     max_power_watts: float = DEFAULT_MAX_POWER_WATTS
@@ -61,6 +65,7 @@ class Settings:
         env = os.environ if env is None else env
         values: dict[str, object] = {
             "sysfs_root": env.get("OTEL_JOULES_SYSFS_ROOT") or DEFAULT_SYSFS_ROOT,
+            "procfs_root": env.get("OTEL_JOULES_PROCFS_ROOT") or DEFAULT_PROCFS_ROOT,
             "cpu_tdp_watts": _env_float(env, "OTEL_JOULES_CPU_TDP_WATTS", DEFAULT_CPU_TDP_WATTS),
             "memory_watts_per_gb": _env_float(env, "OTEL_JOULES_MEMORY_WATTS_PER_GB", DEFAULT_MEMORY_WATTS_PER_GB),
             "max_power_watts": _env_float(env, "OTEL_JOULES_MAX_POWER_WATTS", DEFAULT_MAX_POWER_WATTS),
@@ -76,7 +81,7 @@ class Settings:
             if key == "max_snapshot_age_s":
                 if not (isinstance(value, (int, float)) and value >= 0):
                     raise ConfigurationError(f"{key}={value!r} must be a non-negative number of seconds")
-            elif key != "sysfs_root" and not (isinstance(value, (int, float)) and value > 0):
+            elif key not in ("sysfs_root", "procfs_root") and not (isinstance(value, (int, float)) and value > 0):
                 raise ConfigurationError(f"{key}={value!r} must be a positive number")
             values[key] = value
         return cls(**values)  # type: ignore[arg-type]

@@ -147,6 +147,9 @@ class EnergyMeter:
             Hardware counters change only every update period (RAPL ~1 ms, NVML ~100 ms),
             so a window well below it, such as 0.0002 s, costs at most one counter update
             at a span's ends while sparing the reads of back-to-back and nested spans.
+        procfs_root: Where procfs is mounted, for the attribution of energy to processes
+            and spans (default ``OTEL_JOULES_PROCFS_ROOT`` or ``/proc``; see
+            :mod:`otel_joules.attribution`).
     """
 
     def __init__(
@@ -161,8 +164,11 @@ class EnergyMeter:
         channels: Iterable[Channel] | None = None,
         sample: bool = True,
         max_snapshot_age_s: float | None = None,
+        procfs_root: str | None = None,
     ) -> None:
-        self.settings = settings or Settings.from_env(sysfs_root=sysfs_root, max_snapshot_age_s=max_snapshot_age_s)
+        self.settings = settings or Settings.from_env(
+            sysfs_root=sysfs_root, max_snapshot_age_s=max_snapshot_age_s, procfs_root=procfs_root
+        )
         unavailable: list[Unavailable] = []
         if channels is None:
             found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable)

@@ -7,6 +7,14 @@
 ``energy.source``                 ``measured``, ``estimate`` or ``mixed``
 ``energy.below_resolution``       true when the span is shorter than a counter's update period
 
+Attribution (the span's share of the host's energy; :mod:`otel_joules.attribution`):
+
+``energy.attributed.joules``          the span's share, inclusive of its children (double)
+``energy.attributed.self.joules``     the same minus what its instrumented children were attributed
+``energy.attributed.cpu.joules``      inclusive share of the CPU-side domains (also ``.memory.``, ``.gpu.``)
+``energy.attribution``                the model that produced the share (``cpu_time_share``)
+``energy.unavailable_reason``         why a span with explicit start/end times has no ``energy.joules``
+
 Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
 
 ``energy.co2eq.grams``                 gCO2eq of ``energy.joules`` (PUE applied)
@@ -19,6 +27,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from otel_joules.attribution.model import KIND_CPU, KIND_GPU, KIND_MEMORY, MODEL_CPU_TIME_SHARE, SpanAttribution
 from otel_joules.meter.meter import EnergyMeasurement
 from otel_joules.sensors.base import Method
 
@@ -30,6 +39,13 @@ ENERGY_CO2EQ_GRAMS = "energy.co2eq.grams"
 CARBON_INTENSITY_GCO2EQ_PER_KWH = "carbon.intensity.gco2eq_per_kwh"
 CARBON_INTENSITY_SOURCE = "carbon.intensity.source"
 CARBON_PUE = "carbon.pue"
+ENERGY_ATTRIBUTED_JOULES = "energy.attributed.joules"
+ENERGY_ATTRIBUTED_SELF_JOULES = "energy.attributed.self.joules"
+ENERGY_ATTRIBUTED_CPU_JOULES = "energy.attributed.cpu.joules"
+ENERGY_ATTRIBUTED_MEMORY_JOULES = "energy.attributed.memory.joules"
+ENERGY_ATTRIBUTED_GPU_JOULES = "energy.attributed.gpu.joules"
+ENERGY_ATTRIBUTION = "energy.attribution"
+ENERGY_UNAVAILABLE_REASON = "energy.unavailable_reason"
 
 
 @lru_cache(maxsize=256)
@@ -59,4 +75,20 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
             attributes[domain_method_key(domain_id)] = method.value
     if measurement.below_resolution:
         attributes[ENERGY_BELOW_RESOLUTION] = True
+    return attributes
+
+
+def attribution_attributes(attribution: SpanAttribution, kinds: tuple[str, ...]) -> dict[str, float | str]:
+    """The span attributes for a span's share; per-kind values only for the kinds the meter measures."""
+    attributes: dict[str, float | str] = {
+        ENERGY_ATTRIBUTED_JOULES: attribution.cpu_joules + attribution.memory_joules + attribution.gpu_joules,
+        ENERGY_ATTRIBUTED_SELF_JOULES: attribution.self_joules,
+        ENERGY_ATTRIBUTION: MODEL_CPU_TIME_SHARE,
+    }
+    if KIND_CPU in kinds:
+        attributes[ENERGY_ATTRIBUTED_CPU_JOULES] = attribution.cpu_joules
+    if KIND_MEMORY in kinds:
+        attributes[ENERGY_ATTRIBUTED_MEMORY_JOULES] = attribution.memory_joules
+    if KIND_GPU in kinds:
+        attributes[ENERGY_ATTRIBUTED_GPU_JOULES] = attribution.gpu_joules
     return attributes

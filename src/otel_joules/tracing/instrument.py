@@ -138,6 +138,7 @@ def instrument(
     def create() -> Instrumentation:
         meter = energy_meter or get_energy_meter(**options)
         processor = EnergySpanProcessor(meter)
+        processor.attributor  # noqa: B018 - read /proc/stat now rather than on the first span
         provider.add_span_processor(processor)
         energy_metrics = None
         if metrics_enabled:

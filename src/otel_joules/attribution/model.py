@@ -1,0 +1,657 @@
+"""The attribution model: which part of the host's energy is this process's, and each span's.
+
+Model ``cpu_time_share`` (what ``energy.attribution`` names):
+
+* **CPU-side domains** (RAPL package/psys, the CPU estimate) and **memory** (RAPL dram, the
+  memory estimate): in each sampler period the host's energy of the kind is shared among the
+  busy work of the host in proportion to CPU time, as Scaphandre does. The price of one CPU
+  second is ``joules / max(host busy CPU seconds, this process's CPU seconds)`` (the second
+  term guards against ``/proc/stat``'s tick sampling undercounting a short period, so this
+  process is never given more than the host spent). A period in which no CPU was busy is
+  **idle**: its energy belongs to no process and no span.
+* **Spans**: a span's CPU seconds are those of the thread it started on while it is a *leaf*
+  there (open with no open child span on that thread); when several spans are leaves on one
+  thread at once (asyncio tasks), the thread's CPU time is split equally among them. Each
+  span's CPU seconds are priced at the periods they were spent in (the latest period for time
+  after the last sample: a span shorter than the period is priced at the recent average).
+* **GPUs**: the process's fraction of each GPU comes from NVML (:mod:`.gpu`); within the
+  process, the GPU energy during a span is split equally among the leaf spans open at each
+  moment (all threads), at the power of the latest sampler period.
+* ``self`` joules are what a span accrued as a leaf; ``inclusive`` = self + the inclusive
+  joules of its children that ended before it. Summed over all spans, ``self`` counts every
+  joule once, whatever the nesting, concurrency or remote parents.
+
+The sampler thread reads ``/proc/stat`` and the counters every :data:`HISTORY_PERIOD_S`
+and keeps :data:`HISTORY_S` seconds of history; spans only read their thread's CPU clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+from otel_joules.attribution.procfs import CpuClocks, ProcfsReadError
+from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.sensors.base import HardwareType
+
+if TYPE_CHECKING:
+    from otel_joules.attribution.gpu import NvmlProcessShares
+    from otel_joules.meter.meter import EnergyMeter
+
+_log = logging.getLogger("otel_joules")
+_new_tuple = tuple.__new__
+
+#: The model's name, the value of ``energy.attribution``.
+MODEL_CPU_TIME_SHARE = "cpu_time_share"
+#: How often the sampler reads ``/proc/stat``, the process's CPU time and the counters.
+HISTORY_PERIOD_S = 0.1
+#: How far back the history reaches (spans with explicit times older than this get no energy).
+HISTORY_S = 300.0
+
+KIND_CPU = "cpu"
+KIND_MEMORY = "memory"
+KIND_GPU = "gpu"
+KINDS = (KIND_CPU, KIND_MEMORY, KIND_GPU)
+
+
+def kind_of(hw_type: HardwareType) -> str:
+    """The attribution kind of a domain's hardware type (psys counts as CPU-side)."""
+    if hw_type is HardwareType.MEMORY:
+        return KIND_MEMORY
+    if hw_type is HardwareType.GPU:
+        return KIND_GPU
+    return KIND_CPU
+
+
+class SpanAttribution(NamedTuple):
+    """One span's attributed joules (inclusive of children ended before it, per kind) and its self joules."""
+
+    cpu_joules: float
+    memory_joules: float
+    gpu_joules: float
+    self_joules: float
+
+    @property
+    def joules(self) -> float:
+        """The inclusive total over the kinds."""
+        return self.cpu_joules + self.memory_joules + self.gpu_joules
+
+
+@dataclass(frozen=True)
+class HistorySample:
+    """What the sampler read at one instant.
+
+    Attributes:
+        monotonic_ns: ``time.monotonic_ns()`` of the reads.
+        wall_offset_ns: ``time.time_ns() - time.monotonic_ns()`` then (spans state wall times).
+        snapshot: The meter's snapshot.
+        busy_s: The host's busy CPU seconds since boot.
+        process_cpu_s: This process's CPU seconds.
+        process_joules: This process's attributed joules since the attributor started, per kind.
+    """
+
+    monotonic_ns: int
+    wall_offset_ns: int
+    snapshot: EnergySnapshot
+    busy_s: float
+    process_cpu_s: float
+    process_joules: tuple[float, float, float]
+
+
+class _Rates(NamedTuple):
+    """Prices after the latest sample: joules per CPU second (cpu, memory) and the process's GPU watts."""
+
+    since_ns: int
+    cpu_j_per_cpu_s: float
+    memory_j_per_cpu_s: float
+    gpu_watts: float
+
+
+class _Ledger:
+    """One thread's CPU clock and the joules it has accrued per leaf span (the integral trick).
+
+    ``acc_*_j`` grows by (CPU seconds x price) / leaves at every event, so a span that is a
+    leaf from event a to event b accrued ``acc(b) - acc(a)``: O(1) per event however many
+    spans are open on the thread.
+    """
+
+    __slots__ = ("lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "leaves", "generation", "owner")
+
+    def __init__(self, clock: Callable[[], float], generation: int, owner: "Attributor") -> None:
+        self.owner = owner
+        self.lock = threading.Lock()
+        self.clock = clock
+        self.cpu_s = _read_clock(clock, 0.0)
+        self.t_ns = time.monotonic_ns()
+        self.acc_cpu_j = 0.0
+        self.acc_memory_j = 0.0
+        self.leaves = 0
+        self.generation = generation
+
+
+class SpanShare:
+    """Per-span bookkeeping between ``open_span`` and ``close_span`` (touched under its ledger's lock)."""
+
+    __slots__ = (
+        "ledger",
+        "parent",
+        "open_children",
+        "leaf",
+        "cpu0",
+        "memory0",
+        "gpu0",
+        "own_cpu",
+        "own_memory",
+        "own_gpu",
+        "child_cpu",
+        "child_memory",
+        "child_gpu",
+        "ended",
+        "__weakref__",
+    )
+
+    def __init__(self, ledger: _Ledger, parent: "SpanShare | None") -> None:
+        self.ledger = ledger
+        self.parent = parent
+        self.open_children = 0
+        self.leaf = True
+        self.ended = False
+        self.gpu0 = self.own_cpu = self.own_memory = self.own_gpu = self.child_cpu = self.child_memory = self.child_gpu = 0.0
+
+    def abandon(self, _ref: object = None) -> None:
+        """Close the share of a span that was dropped without ``end()`` (a weakref callback)."""
+        if not self.ended:
+            try:
+                self.ledger.owner.close_span(self)
+            except Exception:  # noqa: BLE001 - runs inside the garbage collector: never raise
+                pass
+
+
+def _read_clock(clock: Callable[[], float], fallback: float) -> float:
+    try:
+        return clock()
+    except (OSError, ValueError):
+        return fallback  # the thread has exited: it spends nothing more
+
+
+class Attributor:
+    """Attributes a meter's energy to this process and to spans (module docstring).
+
+    Use :func:`attributor_for` for the shared one of a meter. Tests build their own with
+    ``sample=False`` and call :meth:`sample` themselves.
+
+    Args:
+        meter: Where the joules come from.
+        clocks: Where CPU times come from (default: procfs under the meter's ``procfs_root``).
+        gpu_shares: This process's fraction of each GPU domain; NVML's view when omitted and
+            the meter measures GPUs.
+        sample: Run the sampler thread (started on first use).
+        period_s: Sampler period.
+        history_s: How much history to keep.
+
+    Raises:
+        ProcfsReadError: ``/proc/stat`` (under the procfs root) cannot be read.
+    """
+
+    def __init__(
+        self,
+        meter: "EnergyMeter",
+        *,
+        clocks: CpuClocks | None = None,
+        gpu_shares: "NvmlProcessShares | None" = None,
+        sample: bool = True,
+        period_s: float = HISTORY_PERIOD_S,
+        history_s: float = HISTORY_S,
+    ) -> None:
+        self.meter = meter
+        self.clocks = clocks or CpuClocks(meter.settings.procfs_root)
+        self.kind_indices: dict[str, tuple[int, ...]] = {kind: () for kind in KINDS}
+        for i, domain in enumerate(meter.domains):
+            if domain.in_total:
+                kind = kind_of(domain.hw_type)
+                self.kind_indices[kind] += (i,)
+        self.kinds = tuple(kind for kind in KINDS if self.kind_indices[kind])
+        self.has_gpu = bool(self.kind_indices[KIND_GPU])
+        if gpu_shares is None and self.has_gpu:
+            from otel_joules.attribution.gpu import NvmlProcessShares
+
+            gpu_shares = NvmlProcessShares([meter.domains[i].hw_id for i in self.kind_indices[KIND_GPU]])
+        self.gpu_shares = gpu_shares
+        self.period_s = period_s
+        self.history_s = history_s
+        self._max_samples = max(2, int(history_s / period_s) + 1)
+        self._sample_enabled = sample
+        self._generation = 0
+        self._reset_state()
+        self.clocks.host()  # fail now, with a clear error, rather than at the first span
+        self.sample()
+
+    def _reset_state(self) -> None:
+        self._sample_lock = threading.Lock()
+        self._local = threading.local()
+        self._history: list[HistorySample] = []
+        self._times: list[int] = []
+        self._rates = _Rates(0, 0.0, 0.0, 0.0)
+        self._process_watts = (0.0, 0.0, 0.0)
+        self._gpu_lock = threading.Lock()
+        self._gpu_acc_j = 0.0
+        self._gpu_t_ns = time.monotonic_ns()
+        self._gpu_leaves = 0
+        self._sampler: _AttributionSampler | None = None
+        self._closed = False
+        self._failure_reported = False
+
+    # -- the sampler side ---------------------------------------------------------------------
+
+    def sample(self) -> HistorySample | None:
+        """Read ``/proc/stat``, this process's CPU time, the counters (and GPU shares); extend the history."""
+        with self._sample_lock:
+            try:
+                snapshot = self.meter.snapshot()
+                host = self.clocks.host()
+                process_cpu_s = self.clocks.process_cpu_s()
+                fractions = self.gpu_shares.fractions() if self.gpu_shares is not None else []
+            except (ProcfsReadError, OSError) as exc:
+                self._report(exc)
+                return None
+            now_ns = snapshot.monotonic_ns
+            previous = self._history[-1] if self._history else None
+            process_joules = (0.0, 0.0, 0.0)
+            if previous is not None:
+                process_joules = self._advance_rates(previous, snapshot, host.busy_s, process_cpu_s, fractions)
+            sample = HistorySample(now_ns, time.time_ns() - time.monotonic_ns(), snapshot, host.busy_s, process_cpu_s, process_joules)
+            self._history.append(sample)
+            self._times.append(now_ns)
+            if len(self._history) > self._max_samples:
+                drop = len(self._history) - self._max_samples
+                del self._history[:drop]
+                del self._times[:drop]
+            return sample
+
+    def _advance_rates(
+        self,
+        previous: HistorySample,
+        snapshot: EnergySnapshot,
+        busy_s: float,
+        process_cpu_s: float,
+        fractions: list[float],
+    ) -> tuple[float, float, float]:
+        dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
+        d_busy = max(0.0, busy_s - previous.busy_s)
+        d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
+        cpu_seconds = max(d_busy, d_process)
+        joules = [self._kind_joules(kind, previous.snapshot, snapshot) for kind in (KIND_CPU, KIND_MEMORY)]
+        # Idle (no CPU busy at all): the period's energy is nobody's.
+        r_cpu = joules[0] / cpu_seconds if cpu_seconds > 0 else 0.0
+        r_memory = joules[1] / cpu_seconds if cpu_seconds > 0 else 0.0
+        gpu_joules = 0.0
+        for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
+            a, b = previous.snapshot.joules[i], snapshot.joules[i]
+            if a is not None and b is not None:
+                gpu_joules += (b - a) * fraction
+        gpu_watts = gpu_joules / dt_s if dt_s > 0 else 0.0
+        if self.has_gpu:
+            self._credit_gpu(snapshot.monotonic_ns)  # close the old price's time before changing it
+        self._rates = _Rates(snapshot.monotonic_ns, r_cpu, r_memory, gpu_watts)
+        mine = (r_cpu * d_process, r_memory * d_process, gpu_joules)
+        self._process_watts = tuple(j / dt_s for j in mine) if dt_s > 0 else (0.0, 0.0, 0.0)  # type: ignore[assignment]
+        return tuple(p + m for p, m in zip(previous.process_joules, mine))  # type: ignore[return-value]
+
+    def _kind_joules(self, kind: str, a: EnergySnapshot, b: EnergySnapshot) -> float:
+        total = 0.0
+        for i in self.kind_indices[kind]:
+            x, y = a.joules[i], b.joules[i]
+            if x is not None and y is not None:
+                total += y - x
+        return total
+
+    def _report(self, exc: BaseException) -> None:
+        if not self._failure_reported:
+            self._failure_reported = True
+            _log.warning(
+                "otel-joules: cannot attribute energy to this process and its spans (%s); spans keep energy.joules "
+                "but carry no energy.attributed.*. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
+                exc,
+            )
+
+    def ensure_sampling(self) -> None:
+        """Start the sampler thread unless it runs, sampling is off or the attributor is closed."""
+        if self._sampler is None and self._sample_enabled and not self._closed:
+            with self._sample_lock:
+                if self._sampler is None and not self._closed:
+                    self._sampler = _AttributionSampler(self, self.period_s)
+                    self._sampler.start()
+
+    def close(self) -> None:
+        """Stop the sampler thread. Idempotent."""
+        self._closed = True
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()
+
+    # -- what readers get ---------------------------------------------------------------------
+
+    @property
+    def history(self) -> tuple[HistorySample, ...]:
+        """The samples kept, oldest first."""
+        return tuple(self._history)
+
+    def process_joules(self) -> dict[str, float]:
+        """This process's attributed joules per kind since the attributor started (up to the latest sample)."""
+        latest = self._history[-1].process_joules if self._history else (0.0, 0.0, 0.0)
+        return {kind: latest[KINDS.index(kind)] for kind in self.kinds}
+
+    def process_watts(self) -> dict[str, float]:
+        """This process's attributed power per kind over the latest sampler period."""
+        return {kind: self._process_watts[KINDS.index(kind)] for kind in self.kinds}
+
+    def price(self, t0_ns: int, t1_ns: int) -> tuple[float, float]:
+        """Joules per CPU second (CPU-side, memory) for CPU time spent between two monotonic instants.
+
+        Time-weighted over the sampler periods the interval overlaps; time after the latest
+        sample is priced at the latest period's rate.
+        """
+        rates = self._rates
+        if t0_ns >= rates.since_ns or t1_ns <= t0_ns:
+            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s
+        with self._sample_lock:
+            history = self._history
+            times = self._times
+            weight = cpu = memory = 0.0
+            start = max(0, bisect.bisect_right(times, t0_ns) - 1)
+            for k in range(start, len(history) - 1):
+                a, b = history[k], history[k + 1]
+                lo, hi = max(t0_ns, a.monotonic_ns), min(t1_ns, b.monotonic_ns)
+                if hi <= lo:
+                    if a.monotonic_ns >= t1_ns:
+                        break
+                    continue
+                r_cpu, r_memory = self._period_rates(a, b)
+                w = hi - lo
+                weight += w
+                cpu += r_cpu * w
+                memory += r_memory * w
+            tail = t1_ns - max(t0_ns, rates.since_ns)
+            if tail > 0:
+                weight += tail
+                cpu += rates.cpu_j_per_cpu_s * tail
+                memory += rates.memory_j_per_cpu_s * tail
+        if weight <= 0:
+            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s
+        return cpu / weight, memory / weight
+
+    def _period_rates(self, a: HistorySample, b: HistorySample) -> tuple[float, float]:
+        cpu_seconds = max(b.busy_s - a.busy_s, b.process_cpu_s - a.process_cpu_s, 0.0)
+        if cpu_seconds <= 0:
+            return 0.0, 0.0
+        return (
+            self._kind_joules(KIND_CPU, a.snapshot, b.snapshot) / cpu_seconds,
+            self._kind_joules(KIND_MEMORY, a.snapshot, b.snapshot) / cpu_seconds,
+        )
+
+    # -- spans --------------------------------------------------------------------------------
+
+    def _ledger(self) -> _Ledger:
+        ledger: _Ledger | None = getattr(self._local, "ledger", None)
+        if ledger is None:
+            ledger = self._local.ledger = _Ledger(self.clocks.thread_clock(), self._generation, self)
+        return ledger
+
+    def _advance(self, ledger: _Ledger, now_ns: int) -> None:
+        """Credit the thread's CPU time since its last event to its leaf spans (ledger lock held)."""
+        try:
+            cpu_s = ledger.clock()
+        except (OSError, ValueError):
+            cpu_s = ledger.cpu_s  # the thread has exited: it spends nothing more
+        leaves = ledger.leaves
+        if leaves:
+            delta = cpu_s - ledger.cpu_s
+            if delta > 0:
+                rates = self._rates
+                if ledger.t_ns >= rates[0]:
+                    per_leaf = delta / leaves
+                    ledger.acc_cpu_j += per_leaf * rates[1]
+                    ledger.acc_memory_j += per_leaf * rates[2]
+                else:
+                    r_cpu, r_memory = self.price(ledger.t_ns, now_ns)
+                    ledger.acc_cpu_j += delta / leaves * r_cpu
+                    ledger.acc_memory_j += delta / leaves * r_memory
+        ledger.cpu_s = cpu_s
+        ledger.t_ns = now_ns
+
+    def _credit_gpu(self, now_ns: int) -> None:  # noqa: D401
+        """Spread the process's GPU energy since the last event over the open leaf spans (GPU lock taken here)."""
+        with self._gpu_lock:
+            dt_ns = now_ns - self._gpu_t_ns
+            if dt_ns > 0:
+                if self._gpu_leaves:
+                    self._gpu_acc_j += self._rates.gpu_watts * dt_ns / 1e9 / self._gpu_leaves
+                self._gpu_t_ns = now_ns
+
+    def _leaf_off(self, share: SpanShare, ledger: _Ledger) -> None:
+        share.own_cpu += ledger.acc_cpu_j - share.cpu0
+        share.own_memory += ledger.acc_memory_j - share.memory0
+        share.leaf = False
+        ledger.leaves -= 1
+        if self.has_gpu:
+            with self._gpu_lock:
+                share.own_gpu += self._gpu_acc_j - share.gpu0
+                self._gpu_leaves -= 1
+
+    def _leaf_on(self, share: SpanShare, ledger: _Ledger) -> None:
+        share.cpu0 = ledger.acc_cpu_j
+        share.memory0 = ledger.acc_memory_j
+        share.leaf = True
+        ledger.leaves += 1
+        if self.has_gpu:
+            with self._gpu_lock:
+                share.gpu0 = self._gpu_acc_j
+                self._gpu_leaves += 1
+
+    def open_span(self, parent: SpanShare | None = None) -> SpanShare:
+        """Start attributing to a new span on the calling thread, a child of ``parent`` if that is local."""
+        if self._sampler is None:
+            self.ensure_sampling()
+        try:
+            ledger = self._local.ledger
+        except AttributeError:
+            ledger = self._local.ledger = _Ledger(self.clocks.thread_clock(), self._generation, self)
+        now_ns = time.monotonic_ns()
+        if self.has_gpu:
+            self._credit_gpu(now_ns)
+        share = SpanShare(ledger, parent)
+        with ledger.lock:
+            self._advance(ledger, now_ns)
+            if parent is not None and parent.ledger is ledger and not parent.ended:
+                if parent.open_children == 0 and parent.leaf:
+                    self._leaf_off(parent, ledger)
+                parent.open_children += 1
+            share.cpu0 = ledger.acc_cpu_j
+            share.memory0 = ledger.acc_memory_j
+            ledger.leaves += 1
+        if self.has_gpu:
+            with self._gpu_lock:
+                share.gpu0 = self._gpu_acc_j
+                self._gpu_leaves += 1
+        return share
+
+    def close_span(self, share: SpanShare) -> SpanAttribution | None:
+        """Stop attributing to ``share``'s span and return what it was attributed (None if already closed)."""
+        ledger = share.ledger
+        if share.ended or ledger.generation != self._generation:
+            return None  # closed before, or opened before a fork: its thread does not exist here
+        now_ns = time.monotonic_ns()
+        if self.has_gpu:
+            self._credit_gpu(now_ns)
+        parent = share.parent
+        with ledger.lock:
+            if share.ended:
+                return None
+            self._advance(ledger, now_ns)
+            if share.leaf:
+                self._leaf_off(share, ledger)
+            share.ended = True
+            own = share.own_cpu + share.own_memory + share.own_gpu
+            cpu = share.own_cpu + share.child_cpu
+            memory = share.own_memory + share.child_memory
+            gpu = share.own_gpu + share.child_gpu
+            if parent is not None and parent.ledger is ledger:
+                if not parent.ended:
+                    parent.open_children -= 1
+                    if parent.open_children == 0:
+                        self._leaf_on(parent, ledger)
+                    parent.child_cpu += cpu
+                    parent.child_memory += memory
+                    parent.child_gpu += gpu
+                parent = None
+        if parent is not None and parent.ledger.generation == self._generation:
+            with parent.ledger.lock:
+                if not parent.ended:
+                    parent.child_cpu += cpu
+                    parent.child_memory += memory
+                    parent.child_gpu += gpu
+        return _new_tuple(SpanAttribution, (cpu, memory, gpu, own))
+
+    # -- history for spans with explicit times -----------------------------------------------
+
+    def wall_to_monotonic_ns(self, wall_ns: int) -> int:
+        """A ``time.time_ns()`` instant on the monotonic clock (offset of the latest sample)."""
+        offset = self._history[-1].wall_offset_ns if self._history else time.time_ns() - time.monotonic_ns()
+        return wall_ns - offset
+
+    def snapshot_at(self, monotonic_ns: int, latest: EnergySnapshot) -> EnergySnapshot | None:
+        """The meter's cumulative joules at a past instant, interpolated in the history.
+
+        ``latest`` (a snapshot taken now) extends the history to the present. None when the
+        instant is older than the history or later than ``latest``.
+        """
+        with self._sample_lock:
+            points = [(s.monotonic_ns, s.snapshot) for s in self._history]
+        if not points or points[-1][0] < latest.monotonic_ns:
+            points.append((latest.monotonic_ns, latest))
+        if monotonic_ns < points[0][0] or monotonic_ns > points[-1][0]:
+            return None
+        k = bisect.bisect_left([t for t, _ in points], monotonic_ns)
+        t1, b = points[k]
+        if t1 == monotonic_ns or k == 0:
+            return _new_tuple(EnergySnapshot, (monotonic_ns, b.joules))
+        t0, a = points[k - 1]
+        f = (monotonic_ns - t0) / (t1 - t0)
+        joules = tuple(None if x is None or y is None else x + (y - x) * f for x, y in zip(a.joules, b.joules))
+        return _new_tuple(EnergySnapshot, (monotonic_ns, joules))
+
+    @property
+    def oldest_ns(self) -> int | None:
+        """Monotonic time of the oldest sample kept, None before the first."""
+        return self._history[0].monotonic_ns if self._history else None
+
+    def _after_fork_in_child(self) -> None:
+        # Ledgers, locks and the sampler thread belong to the parent: start afresh, and make
+        # spans opened before the fork (their ledgers' generation) end without attribution.
+        self._generation += 1
+        self._reset_state()
+
+
+class _AttributionSampler(threading.Thread):
+    """Calls :meth:`Attributor.sample` every period; holds the attributor weakly."""
+
+    def __init__(self, attributor: Attributor, period_s: float) -> None:
+        super().__init__(name="otel-joules-attribution", daemon=True)
+        self._ref = weakref.ref(attributor)
+        self._period_s = period_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self._period_s):
+            attributor = self._ref()
+            if attributor is None or attributor._closed:
+                return
+            attributor.sample()
+            del attributor
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self is not threading.current_thread():
+            self.join(timeout=5)
+
+
+class AttributionRegistry:
+    """One :class:`Attributor` per meter, shared by every processor and metric reading that meter."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_meter: "weakref.WeakKeyDictionary[EnergyMeter, Attributor | None]" = weakref.WeakKeyDictionary()
+
+    def get(self, meter: "EnergyMeter") -> Attributor | None:
+        """The meter's attributor, created on first use; None when CPU times cannot be read (said once)."""
+        try:
+            return self._by_meter[meter]
+        except KeyError:
+            pass
+        with self._lock:
+            if meter not in self._by_meter:
+                try:
+                    self._by_meter[meter] = Attributor(meter)
+                except (ProcfsReadError, OSError) as exc:
+                    _log.warning(
+                        "otel-joules: cannot attribute energy to processes and spans (%s); spans keep energy.joules "
+                        "without energy.attributed.*. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
+                        exc,
+                    )
+                    self._by_meter[meter] = None
+            return self._by_meter[meter]
+
+    def all(self) -> list[Attributor]:
+        """Every live attributor (for fork repair)."""
+        return [a for a in list(self._by_meter.values()) if a is not None]
+
+
+_registry = AttributionRegistry()
+
+
+def attributor_for(meter: "EnergyMeter") -> Attributor | None:
+    """The shared :class:`Attributor` of ``meter`` (see :class:`AttributionRegistry`)."""
+    return _registry.get(meter)
+
+
+def share_of_cpu_time(joules: float, cpu_s: float, busy_s: float) -> float:
+    """``joules`` x ``cpu_s`` / ``busy_s``, never more than ``joules`` (0 when nothing was busy).
+
+    The model's rule for one interval and one consumer: used for a whole command's share
+    (``otel-joules run``) where the consumer is another process tree.
+    """
+    denominator = max(busy_s, cpu_s)
+    if denominator <= 0 or joules <= 0:
+        return 0.0
+    return joules * max(cpu_s, 0.0) / denominator
+
+
+def _repair_after_fork() -> None:
+    for attributor in _registry.all():
+        attributor._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_repair_after_fork)
+
+
+__all__ = [
+    "Attributor",
+    "AttributionRegistry",
+    "HISTORY_PERIOD_S",
+    "HISTORY_S",
+    "HistorySample",
+    "KINDS",
+    "MODEL_CPU_TIME_SHARE",
+    "SpanAttribution",
+    "SpanShare",
+    "attributor_for",
+    "kind_of",
+    "share_of_cpu_time",
+]
