@@ -17,6 +17,7 @@ from otel_joules.attribution.model import (
     SpanAttribution,
     SpanShare,
     attributor_for,
+    command_attribution,
     kind_of,
     share_of_cpu_time,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "SpanAttribution",
     "SpanShare",
     "attributor_for",
+    "command_attribution",
     "kind_of",
     "read_host_cpu_times",
     "share_of_cpu_time",

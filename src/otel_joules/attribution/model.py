@@ -34,11 +34,11 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 from otel_joules.attribution.procfs import CpuClocks, ProcfsReadError
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.sensors.base import HardwareType
+from otel_joules.sensors.base import Domain, HardwareType
 
 if TYPE_CHECKING:
     from otel_joules.attribution.gpu import NvmlProcessShares
@@ -67,6 +67,12 @@ def kind_of(hw_type: HardwareType) -> str:
     if hw_type is HardwareType.GPU:
         return KIND_GPU
     return KIND_CPU
+
+
+def measured_kinds(domains: Iterable[Domain]) -> tuple[str, ...]:
+    """The kinds (in :data:`KINDS` order) that domains adding to the host's total cover."""
+    present = {kind_of(d.hw_type) for d in domains if d.in_total}
+    return tuple(kind for kind in KINDS if kind in present)
 
 
 class SpanAttribution(NamedTuple):
@@ -216,7 +222,7 @@ class Attributor:
             if domain.in_total:
                 kind = kind_of(domain.hw_type)
                 self.kind_indices[kind] += (i,)
-        self.kinds = tuple(kind for kind in KINDS if self.kind_indices[kind])
+        self.kinds = measured_kinds(meter.domains)
         self.has_gpu = bool(self.kind_indices[KIND_GPU])
         if gpu_shares is None and self.has_gpu:
             from otel_joules.attribution.gpu import NvmlProcessShares
@@ -632,6 +638,26 @@ def share_of_cpu_time(joules: float, cpu_s: float, busy_s: float) -> float:
     return joules * max(cpu_s, 0.0) / denominator
 
 
+def command_attribution(
+    meter: "EnergyMeter", start: EnergySnapshot, end: EnergySnapshot, command_cpu_s: float, host_busy_s: float
+) -> SpanAttribution:
+    """The share of a command run as a child process (``otel-joules run``) between two snapshots.
+
+    CPU-side and memory joules by :func:`share_of_cpu_time` of the command's CPU seconds (its
+    and its reaped descendants') in the host's busy seconds; the measured GPUs, which the
+    command was given, count whole as its own.
+    """
+    joules = {kind: 0.0 for kind in KINDS}
+    for i, domain in enumerate(meter.domains):
+        a, b = start.joules[i], end.joules[i]
+        if domain.in_total and a is not None and b is not None:
+            joules[kind_of(domain.hw_type)] += b - a
+    cpu = share_of_cpu_time(joules[KIND_CPU], command_cpu_s, host_busy_s)
+    memory = share_of_cpu_time(joules[KIND_MEMORY], command_cpu_s, host_busy_s)
+    gpu = max(joules[KIND_GPU], 0.0)
+    return SpanAttribution(cpu, memory, gpu, cpu + memory + gpu)
+
+
 def _repair_after_fork() -> None:
     for attributor in _registry.all():
         attributor._after_fork_in_child()
@@ -652,6 +678,8 @@ __all__ = [
     "SpanAttribution",
     "SpanShare",
     "attributor_for",
+    "command_attribution",
     "kind_of",
+    "measured_kinds",
     "share_of_cpu_time",
 ]

@@ -75,15 +75,6 @@ class _HandleRegistry:
 _handles = _HandleRegistry()
 
 
-def _several_processes_per_host_possible() -> bool:
-    """True when the user or a launcher says this process may share its host with others of its job.
-
-    A lone process keeps the host's domains without an election (which would take a
-    per-host lock that unrelated processes on the machine would then contend for).
-    """
-    return any(os.environ.get(name, "").strip() for name in ("OTEL_JOULES_HOST_DOMAINS", "LOCAL_RANK", "SLURM_LOCALID"))
-
-
 def _sdk_disabled() -> bool:
     return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
@@ -105,11 +96,9 @@ def instrument(
         energy_meter: The meter to read; the process-wide shared meter when omitted.
         metrics_enabled: Register the metric instruments.
         **options: :class:`~otel_joules.EnergyMeter` keywords for the shared meter
-            (``sysfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
-            Without ``host``, several processes of one job on one host elect the one
-            that reports the host's CPU and memory when ``OTEL_JOULES_HOST_DOMAINS`` is
-            set or a launcher rank (``LOCAL_RANK``, ``SLURM_LOCALID``) is present; see
-            :func:`otel_joules.delivery.host_owner`.
+            (``sysfs_root``, ``procfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
+            Every process measures the host whatever else runs on it: spans carry the
+            host's energy during their interval and their own share of it.
 
     Returns:
         A handle whose ``uninstrument()`` undoes this. Calling ``instrument()`` again for
@@ -129,11 +118,6 @@ def instrument(
             "(from opentelemetry.sdk.trace import TracerProvider; trace.set_tracer_provider(TracerProvider())) "
             "or pass tracer_provider=..."
         )
-
-    if energy_meter is None and "host" not in options and _several_processes_per_host_possible():
-        from otel_joules.delivery.hosts import host_owner
-
-        options.update(host_owner().meter_options())
 
     def create() -> Instrumentation:
         meter = energy_meter or get_energy_meter(**options)
