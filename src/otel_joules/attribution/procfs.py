@@ -99,11 +99,14 @@ class CpuClocks:
         procfs_root: The procfs mount. For the default ``/proc`` the process and thread CPU
             times come from the kernel's CPU clocks (exact, cheap); any other root is read as
             files, so a test's written procfs decides every number.
+        pid: Read this process's times from procfs (default: the calling process, with the
+            kernel's clocks on the real ``/proc``).
     """
 
-    def __init__(self, procfs_root: str = DEFAULT_PROCFS_ROOT) -> None:
+    def __init__(self, procfs_root: str = DEFAULT_PROCFS_ROOT, pid: int | None = None) -> None:
         self.procfs_root = procfs_root
-        self.native = os.path.normpath(procfs_root) == DEFAULT_PROCFS_ROOT
+        self.pid = pid
+        self.native = os.path.normpath(procfs_root) == DEFAULT_PROCFS_ROOT and pid is None
 
     def host(self) -> HostCpuTimes:
         """The host's busy and idle CPU seconds (reads ``<root>/stat``: sampler only, not per span)."""
@@ -113,7 +116,7 @@ class CpuClocks:
         """CPU seconds this process has used (all its threads)."""
         if self.native:
             return time.clock_gettime(time.CLOCK_PROCESS_CPUTIME_ID)
-        return read_task_cpu_seconds(os.path.join(self.procfs_root, str(os.getpid()), "stat"))
+        return read_task_cpu_seconds(os.path.join(self.procfs_root, str(self.pid or os.getpid()), "stat"))
 
     def thread_clock(self) -> Callable[[], float]:
         """A function returning the calling thread's CPU seconds, callable later from any thread.
@@ -123,5 +126,5 @@ class CpuClocks:
         """
         if self.native:
             return partial(time.clock_gettime, time.pthread_getcpuclockid(threading.get_ident()))
-        path = os.path.join(self.procfs_root, str(os.getpid()), "task", str(threading.get_native_id()), "stat")
+        path = os.path.join(self.procfs_root, str(self.pid or os.getpid()), "task", str(threading.get_native_id()), "stat")
         return partial(read_task_cpu_seconds, path)

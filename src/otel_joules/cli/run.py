@@ -455,7 +455,8 @@ def _run_measured(
     provider.add_span_processor(EnergySpanProcessor(meter, on_measurement=on_measurement, attribution=False))
     energy_metrics = None
     if telemetry is not None and telemetry.meter_provider is not None:
-        energy_metrics = EnergyMetrics(meter, telemetry.meter_provider)
+        # No process.* here: this process only waits; the command's share is on its span.
+        energy_metrics = EnergyMetrics(meter, telemetry.meter_provider, attributor=None)
     tracer = provider.get_tracer(INSTRUMENTATION_SCOPE)
     span = tracer.start_span(
         args.span_name or name,

@@ -17,8 +17,8 @@ from otel_joules.tracing.attributes import ENERGY_UNAVAILABLE_REASON, attributio
 
 _log = logging.getLogger("otel_joules")
 
-#: A span start or end time further than this from when ``start()``/``end()`` ran was stated
-#: explicitly: its energy comes from the meter's history, not from the snapshots.
+#: A span start time further than this from when ``start()`` ran was stated explicitly (an
+#: explicit end time is always known as such): its energy comes from the meter's history.
 EXPLICIT_TIME_TOLERANCE_NS = 2_000_000
 _UNSET = object()
 
@@ -50,7 +50,8 @@ class EnergySpanProcessor(SpanProcessor):
         meter: The meter to read; the process-wide shared meter when omitted.
         on_measurement: Called with ``(span, measurement)`` before the span ends, for
             layers that add attributes of their own (carbon, for instance).
-        attribution: Attribute shares to spans (default True).
+        attribution: Attribute shares to spans: True (default) uses the meter's shared
+            :class:`~otel_joules.attribution.Attributor`, False none, or give one.
     """
 
     def __init__(
@@ -58,13 +59,15 @@ class EnergySpanProcessor(SpanProcessor):
         meter: EnergyMeter | None = None,
         *,
         on_measurement: Callable[[Span, EnergyMeasurement], None] | None = None,
-        attribution: bool = True,
+        attribution: bool | Attributor = True,
     ) -> None:
         self._meter = meter
         self._on_measurement = on_measurement
         self.enabled = True
         self._failure_reported = False
-        self._attributor: Any = _UNSET if attribution else None
+        self._attributor: Any = (
+            attribution if isinstance(attribution, Attributor) else _UNSET if attribution else None
+        )
 
     @property
     def meter(self) -> EnergyMeter:
@@ -168,8 +171,9 @@ def _stated_interval(
     t1 = end.monotonic_ns
     explicit_end = False
     if end_time is not None:
+        # Stated by the caller: honoured even when close to now (the history interpolates).
         t1 = attributor.wall_to_monotonic_ns(end_time)
-        explicit_end = abs(t1 - end.monotonic_ns) > EXPLICIT_TIME_TOLERANCE_NS
+        explicit_end = True
     if not explicit_start and not explicit_end:
         return meter.measure(start, end), None
     if t1 < t0:
