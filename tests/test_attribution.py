@@ -235,10 +235,10 @@ def test_abandoned_spans_stop_diluting_the_threads_others(host: Host) -> None:
 def test_spans_stated_interval_comes_from_the_history(host: Host) -> None:
     first = host.attributor.history[-1]
     host.powercap.zones["package_0"].advance_joules(10.0)
-    time.sleep(0.01)
+    time.sleep(0.05)
     host.attributor.sample()
     host.powercap.zones["package_0"].advance_joules(4.0)
-    time.sleep(0.01)
+    time.sleep(0.05)
     second = host.attributor.sample()
     assert second is not None
     host.powercap.zones["package_0"].advance_joules(3.0)

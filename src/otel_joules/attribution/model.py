@@ -2,13 +2,18 @@
 
 Model ``cpu_time_share`` (what ``energy.attribution`` names):
 
-* **CPU-side domains** (RAPL package/psys, the CPU estimate) and **memory** (RAPL dram, the
-  memory estimate): in each sampler period the host's energy of the kind is shared among the
-  busy work of the host in proportion to CPU time, as Scaphandre does. The price of one CPU
-  second is ``joules / max(host busy CPU seconds, this process's CPU seconds)`` (the second
-  term guards against ``/proc/stat``'s tick sampling undercounting a short period, so this
-  process is never given more than the host spent). A period in which no CPU was busy is
-  **idle**: its energy belongs to no process and no span.
+* **CPU-side domains** (RAPL package/psys, the CPU estimate): the host's energy is shared among
+  the busy work of the host in proportion to CPU time, as Scaphandre does. The price of one CPU
+  second is ``joules / max(host busy CPU seconds, this process's CPU seconds)`` over the last
+  :data:`RATE_WINDOW` sampler periods (the second term guards against ``/proc/stat``'s tick
+  sampling undercounting, so this process is never given more than the host spent). A window
+  with too few busy ticks to tell keeps the previous prices.
+* **Memory** (RAPL dram, the memory estimate): shared by the same CPU time, but over the host's
+  whole CPU capacity (busy + idle seconds): DRAM power is mostly refresh and background, not
+  caused by whichever thread happens to run, so a lone busy thread on an idle host does not
+  get all of it, and the price does not jump when the host's load does.
+* **Idle**: CPU-side energy of a period in which no CPU was busy, and the idle CPU seconds'
+  part of memory energy, belong to no process and no span.
 * **Spans**: a span's CPU seconds are those of the thread it started on while it is a *leaf*
   there (open with no open child span on that thread); when several spans are leaves on one
   thread at once (asyncio tasks), the thread's CPU time is split equally among them. Each
@@ -51,6 +56,13 @@ _new_tuple = tuple.__new__
 MODEL_CPU_TIME_SHARE = "cpu_time_share"
 #: How often the sampler reads ``/proc/stat``, the process's CPU time and the counters.
 HISTORY_PERIOD_S = 0.1
+#: Busy time and energy are compared over this many periods: a tick of /proc/stat per CPU is
+#: 10% of a 0.1 s period on one CPU, 3% over three; longer windows lag load changes more.
+RATE_WINDOW = 3
+#: A window shorter than this does not change the prices (unless there are none yet).
+MIN_RATE_WINDOW_S = 0.05
+#: A window with fewer busy CPU seconds than this (two ticks) does not change the prices.
+MIN_BUSY_S = 0.02
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
 
@@ -98,6 +110,7 @@ class HistorySample:
         wall_offset_ns: ``time.time_ns() - time.monotonic_ns()`` then (spans state wall times).
         snapshot: The meter's snapshot.
         busy_s: The host's busy CPU seconds since boot.
+        idle_s: The host's idle CPU seconds since boot.
         process_cpu_s: This process's CPU seconds.
         process_joules: This process's attributed joules since the attributor started, per kind.
     """
@@ -107,6 +120,7 @@ class HistorySample:
     snapshot: EnergySnapshot
     busy_s: float
     process_cpu_s: float
+    idle_s: float
     process_joules: tuple[float, float, float]
 
 
@@ -179,6 +193,21 @@ class SpanShare:
                 pass
 
 
+def _wall_offset_ns() -> int:
+    """``time.time_ns() - time.monotonic_ns()``, from the tightest of three tries (a preemption
+    between the two reads would shift every explicit span time converted with it)."""
+    best_gap, best_offset = None, 0
+    for _ in range(3):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        after = time.monotonic_ns()
+        if best_gap is None or after - before < best_gap:
+            best_gap, best_offset = after - before, wall - (before + after) // 2
+        if best_gap < 20_000:
+            break
+    return best_offset
+
+
 def _read_clock(clock: Callable[[], float], fallback: float) -> float:
     try:
         return clock()
@@ -237,6 +266,8 @@ class Attributor:
         self._reset_state()
         self.clocks.host()  # fail now, with a clear error, rather than at the first span
         self.sample()
+        # Sampling from now on, not from the first span: the first spans then find prices.
+        self.ensure_sampling()
 
     def _reset_state(self) -> None:
         self._sample_lock = threading.Lock()
@@ -270,8 +301,10 @@ class Attributor:
             previous = self._history[-1] if self._history else None
             process_joules = (0.0, 0.0, 0.0)
             if previous is not None:
-                process_joules = self._advance_rates(previous, snapshot, host.busy_s, process_cpu_s, fractions)
-            sample = HistorySample(now_ns, time.time_ns() - time.monotonic_ns(), snapshot, host.busy_s, process_cpu_s, process_joules)
+                process_joules = self._advance_rates(previous, snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions)
+            sample = HistorySample(
+                now_ns, _wall_offset_ns(), snapshot, host.busy_s, process_cpu_s, host.idle_s, process_joules
+            )
             self._history.append(sample)
             self._times.append(now_ns)
             if len(self._history) > self._max_samples:
@@ -285,17 +318,22 @@ class Attributor:
         previous: HistorySample,
         snapshot: EnergySnapshot,
         busy_s: float,
+        idle_s: float,
         process_cpu_s: float,
         fractions: list[float],
     ) -> tuple[float, float, float]:
         dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
-        d_busy = max(0.0, busy_s - previous.busy_s)
         d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
-        cpu_seconds = max(d_busy, d_process)
-        joules = [self._kind_joules(kind, previous.snapshot, snapshot) for kind in (KIND_CPU, KIND_MEMORY)]
-        # Idle (no CPU busy at all): the period's energy is nobody's.
-        r_cpu = joules[0] / cpu_seconds if cpu_seconds > 0 else 0.0
-        r_memory = joules[1] / cpu_seconds if cpu_seconds > 0 else 0.0
+        # Prices over the last RATE_WINDOW periods: /proc/stat counts busy time in ticks, so one
+        # period's busy time is off by a tick per CPU; over a window the error shrinks.
+        first = self._history[max(0, len(self._history) - RATE_WINDOW)]
+        r_cpu, r_memory = self._rates_between(
+            first.snapshot, snapshot, busy_s - first.busy_s, idle_s - first.idle_s, process_cpu_s - first.process_cpu_s
+        )
+        window_s = (snapshot.monotonic_ns - first.monotonic_ns) / 1e9
+        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy_s - first.busy_s < MIN_BUSY_S):
+            # Too short, or too few busy ticks, to say what a CPU second costs: keep the prices.
+            r_cpu, r_memory = self._rates.cpu_j_per_cpu_s, self._rates.memory_j_per_cpu_s
         gpu_joules = 0.0
         for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
             a, b = previous.snapshot.joules[i], snapshot.joules[i]
@@ -378,7 +416,7 @@ class Attributor:
                     if a.monotonic_ns >= t1_ns:
                         break
                     continue
-                r_cpu, r_memory = self._period_rates(a, b)
+                r_cpu, r_memory = self._period_rates(k)
                 w = hi - lo
                 weight += w
                 cpu += r_cpu * w
@@ -392,14 +430,22 @@ class Attributor:
             return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s
         return cpu / weight, memory / weight
 
-    def _period_rates(self, a: HistorySample, b: HistorySample) -> tuple[float, float]:
-        cpu_seconds = max(b.busy_s - a.busy_s, b.process_cpu_s - a.process_cpu_s, 0.0)
-        if cpu_seconds <= 0:
-            return 0.0, 0.0
-        return (
-            self._kind_joules(KIND_CPU, a.snapshot, b.snapshot) / cpu_seconds,
-            self._kind_joules(KIND_MEMORY, a.snapshot, b.snapshot) / cpu_seconds,
+    def _period_rates(self, k: int) -> tuple[float, float]:
+        """The prices set when sample ``k + 1`` was taken (over the window ending there)."""
+        a, b = self._history[max(0, k + 1 - RATE_WINDOW)], self._history[k + 1]
+        return self._rates_between(
+            a.snapshot, b.snapshot, b.busy_s - a.busy_s, b.idle_s - a.idle_s, b.process_cpu_s - a.process_cpu_s
         )
+
+    def _rates_between(
+        self, a: EnergySnapshot, b: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
+    ) -> tuple[float, float]:
+        """Joules per CPU second (CPU-side, memory) between two snapshots (module docstring)."""
+        busy = max(busy_s, process_cpu_s, 0.0)
+        if busy <= 0:
+            return 0.0, 0.0  # idle: nobody's
+        capacity = max(busy_s + max(idle_s, 0.0), busy)
+        return self._kind_joules(KIND_CPU, a, b) / busy, self._kind_joules(KIND_MEMORY, a, b) / capacity
 
     # -- spans --------------------------------------------------------------------------------
 
@@ -528,7 +574,7 @@ class Attributor:
 
     def wall_to_monotonic_ns(self, wall_ns: int) -> int:
         """A ``time.time_ns()`` instant on the monotonic clock (offset of the latest sample)."""
-        offset = self._history[-1].wall_offset_ns if self._history else time.time_ns() - time.monotonic_ns()
+        offset = self._history[-1].wall_offset_ns if self._history else _wall_offset_ns()
         return wall_ns - offset
 
     def snapshot_at(self, monotonic_ns: int, latest: EnergySnapshot) -> EnergySnapshot | None:
@@ -639,13 +685,19 @@ def share_of_cpu_time(joules: float, cpu_s: float, busy_s: float) -> float:
 
 
 def command_attribution(
-    meter: "EnergyMeter", start: EnergySnapshot, end: EnergySnapshot, command_cpu_s: float, host_busy_s: float
+    meter: "EnergyMeter",
+    start: EnergySnapshot,
+    end: EnergySnapshot,
+    command_cpu_s: float,
+    host_busy_s: float,
+    host_idle_s: float = 0.0,
 ) -> SpanAttribution:
     """The share of a command run as a child process (``otel-joules run``) between two snapshots.
 
-    CPU-side and memory joules by :func:`share_of_cpu_time` of the command's CPU seconds (its
-    and its reaped descendants') in the host's busy seconds; the measured GPUs, which the
-    command was given, count whole as its own.
+    The model's rules over one interval: CPU-side joules by :func:`share_of_cpu_time` of the
+    command's CPU seconds (its and its reaped descendants') in the host's busy seconds, memory
+    in the host's busy + idle seconds; the measured GPUs, which the command was given, count
+    whole as its own.
     """
     joules = {kind: 0.0 for kind in KINDS}
     for i, domain in enumerate(meter.domains):
@@ -653,7 +705,7 @@ def command_attribution(
         if domain.in_total and a is not None and b is not None:
             joules[kind_of(domain.hw_type)] += b - a
     cpu = share_of_cpu_time(joules[KIND_CPU], command_cpu_s, host_busy_s)
-    memory = share_of_cpu_time(joules[KIND_MEMORY], command_cpu_s, host_busy_s)
+    memory = share_of_cpu_time(joules[KIND_MEMORY], command_cpu_s, host_busy_s + max(host_idle_s, 0.0))
     gpu = max(joules[KIND_GPU], 0.0)
     return SpanAttribution(cpu, memory, gpu, cpu + memory + gpu)
 

@@ -70,7 +70,7 @@ from otel_joules.delivery.setup import (
     telemetry_from_env,
 )
 from otel_joules.attribution.model import SpanAttribution, command_attribution, measured_kinds
-from otel_joules.attribution.procfs import CpuClocks, ProcfsReadError
+from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
@@ -468,7 +468,7 @@ def _run_measured(
     # summary still reports the energy.
     first = meter.snapshot()
     clocks = CpuClocks(meter.settings.procfs_root)
-    busy_before_s = _host_busy_s(clocks)
+    host_before = _host_cpu(clocks)
     children_before_s = _children_cpu_s()
     started = time.monotonic()
     signal_name = start_error = None
@@ -489,10 +489,15 @@ def _run_measured(
     span.set_attribute(PROCESS_EXIT_CODE, exit_code)
     duration_s = time.monotonic() - started
     attribution = None
-    busy_after_s = _host_busy_s(clocks)
-    if busy_before_s is not None and busy_after_s is not None:
+    host_after = _host_cpu(clocks)
+    if host_before is not None and host_after is not None:
         attribution = command_attribution(
-            meter, first, meter.snapshot(), _children_cpu_s() - children_before_s, busy_after_s - busy_before_s
+            meter,
+            first,
+            meter.snapshot(),
+            _children_cpu_s() - children_before_s,
+            host_after.busy_s - host_before.busy_s,
+            host_after.idle_s - host_before.idle_s,
         )
         if span.is_recording() and meter.domains:
             span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))
@@ -518,10 +523,10 @@ def _run_measured(
     )
 
 
-def _host_busy_s(clocks: CpuClocks) -> float | None:
-    """The host's busy CPU seconds, None (the run then has no share) where procfs cannot be read."""
+def _host_cpu(clocks: CpuClocks) -> HostCpuTimes | None:
+    """The host's busy and idle CPU seconds, None (the run then has no share) where procfs cannot be read."""
     try:
-        return clocks.host().busy_s
+        return clocks.host()
     except ProcfsReadError:
         return None
 
