@@ -62,6 +62,7 @@ class NvmlProcessShares:
         self.uuids = tuple(uuids)
         self._our_pids = our_pids or (lambda: (os.getpid(),))
         self._last_seen_us: dict[str, int] = {}
+        self._last_utilisation: dict[str, dict[int, int]] = {}
         self._failure_reported = False
 
     def fractions(self) -> list[float]:
@@ -95,20 +96,27 @@ class NvmlProcessShares:
             return None
         try:
             samples = function(handle, self._last_seen_us.get(uuid, 0))
-        except Exception:  # noqa: BLE001 - NOT_SUPPORTED, or no sample since the last call
-            return None
+        except Exception as exc:  # noqa: BLE001 - NOT_SUPPORTED, or no sample since the last call
+            # NOT_FOUND: nothing newer than the last call; the last split still holds.
+            return self._last_utilisation.get(uuid) if _error_value(exc) == _NVML_ERROR_NOT_FOUND else None
         by_pid: dict[int, int] = {}
         newest = self._last_seen_us.get(uuid, 0)
         for sample in samples:
             by_pid[sample.pid] = by_pid.get(sample.pid, 0) + int(sample.smUtil)
             newest = max(newest, int(sample.timeStamp))
         self._last_seen_us[uuid] = newest
+        self._last_utilisation[uuid] = by_pid
         return by_pid
 
     def _report(self, exc: BaseException) -> None:
         if not self._failure_reported:
             self._failure_reported = True
             _log.info("otel-joules: NVML cannot say which processes use the GPUs (%s); each measured GPU counts as this process's", exc)
+
+
+def _error_value(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
 
 
 def _optional(function: Callable[..., Any] | None, *args: Any) -> list[Any]:
