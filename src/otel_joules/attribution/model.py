@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger("otel_joules")
 _new_tuple = tuple.__new__
+_EDGE_TOLERANCE_NS = 1_000_000
 
 #: The model's name, the value of ``energy.attribution``.
 MODEL_CPU_TIME_SHARE = "cpu_time_share"
@@ -297,6 +298,9 @@ class Attributor:
             except (ProcfsReadError, OSError) as exc:
                 self._report(exc)
                 return None
+            if snapshot.joules and all(j is None for j in snapshot.joules):
+                self._closed = True  # the meter was closed: nothing more to sample
+                return None
             now_ns = snapshot.monotonic_ns
             previous = self._history[-1] if self._history else None
             process_joules = (0.0, 0.0, 0.0)
@@ -331,7 +335,8 @@ class Attributor:
             first.snapshot, snapshot, busy_s - first.busy_s, idle_s - first.idle_s, process_cpu_s - first.process_cpu_s
         )
         window_s = (snapshot.monotonic_ns - first.monotonic_ns) / 1e9
-        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy_s - first.busy_s < MIN_BUSY_S):
+        busy_in_window_s = max(busy_s - first.busy_s, process_cpu_s - first.process_cpu_s)
+        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy_in_window_s < MIN_BUSY_S):
             # Too short, or too few busy ticks, to say what a CPU second costs: keep the prices.
             r_cpu, r_memory = self._rates.cpu_j_per_cpu_s, self._rates.memory_j_per_cpu_s
         gpu_joules = 0.0
@@ -390,6 +395,23 @@ class Attributor:
         """This process's attributed joules per kind since the attributor started (up to the latest sample)."""
         latest = self._history[-1].process_joules if self._history else (0.0, 0.0, 0.0)
         return {kind: latest[KINDS.index(kind)] for kind in self.kinds}
+
+    def process_joules_since(self, monotonic_ns: int) -> dict[str, float] | None:
+        """This process's attributed joules per kind from an instant to now (a sample is taken now).
+
+        Counts from the sampler period holding the instant (up to one period early). None when the instant is older than the history, or no sample can be taken.
+        """
+        latest = self.sample()
+        if latest is None:
+            return None
+        with self._sample_lock:
+            history = list(self._history)
+        if not history or monotonic_ns < history[0].monotonic_ns:
+            return None
+        # From the sample at or before the instant: the period holding it counts whole (its share
+        # is not spread evenly over the period, so interpolating could drop work done after the instant).
+        base = history[max(0, bisect.bisect_right([h.monotonic_ns for h in history], monotonic_ns) - 1)].process_joules
+        return {kind: latest.process_joules[KINDS.index(kind)] - base[KINDS.index(kind)] for kind in self.kinds}
 
     def process_watts(self) -> dict[str, float]:
         """This process's attributed power per kind over the latest sampler period."""
@@ -587,6 +609,11 @@ class Attributor:
             points = [(s.monotonic_ns, s.snapshot) for s in self._history]
         if not points or points[-1][0] < latest.monotonic_ns:
             points.append((latest.monotonic_ns, latest))
+        # Wall-to-monotonic conversion is good to microseconds: an instant just outside an end is that end.
+        if points[0][0] - _EDGE_TOLERANCE_NS <= monotonic_ns < points[0][0]:
+            monotonic_ns = points[0][0]
+        elif points[-1][0] < monotonic_ns <= points[-1][0] + _EDGE_TOLERANCE_NS:
+            monotonic_ns = points[-1][0]
         if monotonic_ns < points[0][0] or monotonic_ns > points[-1][0]:
             return None
         k = bisect.bisect_left([t for t, _ in points], monotonic_ns)
@@ -634,34 +661,50 @@ class _AttributionSampler(threading.Thread):
 
 
 class AttributionRegistry:
-    """One :class:`Attributor` per meter, shared by every processor and metric reading that meter."""
+    """One :class:`Attributor` per meter, shared by every processor and metric reading that meter.
+
+    Holds attributors weakly (an attributor holds its meter, so a strong value would keep the
+    meter key alive for ever): the processors and metric instruments using one keep it.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_meter: "weakref.WeakKeyDictionary[EnergyMeter, Attributor | None]" = weakref.WeakKeyDictionary()
+        self._by_meter: "weakref.WeakKeyDictionary[EnergyMeter, Callable[[], Attributor | None]]" = (
+            weakref.WeakKeyDictionary()
+        )
 
     def get(self, meter: "EnergyMeter") -> Attributor | None:
         """The meter's attributor, created on first use; None when CPU times cannot be read (said once)."""
-        try:
-            return self._by_meter[meter]
-        except KeyError:
-            pass
         with self._lock:
-            if meter not in self._by_meter:
-                try:
-                    self._by_meter[meter] = Attributor(meter)
-                except (ProcfsReadError, OSError) as exc:
-                    _log.warning(
-                        "otel-joules: cannot attribute energy to processes and spans (%s); spans keep energy.joules "
-                        "without energy.attributed.*. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
-                        exc,
-                    )
-                    self._by_meter[meter] = None
-            return self._by_meter[meter]
+            ref = self._by_meter.get(meter)
+            if ref is not None:
+                found = ref()
+                if found is not None or ref is _NO_ATTRIBUTOR:
+                    return found
+            try:
+                attributor = Attributor(meter)
+            except (ProcfsReadError, OSError) as exc:
+                _log.warning(
+                    "otel-joules: cannot attribute energy to processes and spans (%s); spans keep energy.joules "
+                    "without energy.attributed.*. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
+                    exc,
+                )
+                self._by_meter[meter] = _NO_ATTRIBUTOR
+                return None
+            self._by_meter[meter] = weakref.ref(attributor)
+            return attributor
 
     def all(self) -> list[Attributor]:
         """Every live attributor (for fork repair)."""
-        return [a for a in list(self._by_meter.values()) if a is not None]
+        found = [ref() for ref in list(self._by_meter.values())]
+        return [a for a in found if a is not None]
+
+
+def _no_attributor() -> None:
+    return None
+
+
+_NO_ATTRIBUTOR: Callable[[], None] = _no_attributor
 
 
 _registry = AttributionRegistry()
