@@ -157,33 +157,22 @@ class _Ledger:
 
 
 class SpanShare:
-    """Per-span bookkeeping between ``open_span`` and ``close_span`` (touched under its ledger's lock)."""
+    """Per-span bookkeeping between ``open_span`` and ``close_span`` (touched under its ledger's lock).
 
-    __slots__ = (
-        "ledger",
-        "parent",
-        "open_children",
-        "leaf",
-        "cpu0",
-        "memory0",
-        "gpu0",
-        "own_cpu",
-        "own_memory",
-        "own_gpu",
-        "child_cpu",
-        "child_memory",
-        "child_gpu",
-        "ended",
-        "__weakref__",
-    )
+    No ``__slots__``: the class attributes are the defaults, so opening a span sets only the four
+    fields that differ (this runs for every span).
+    """
 
-    def __init__(self, ledger: _Ledger, parent: "SpanShare | None") -> None:
+    open_children = 0
+    leaf = True
+    ended = False
+    gpu0 = own_cpu = own_memory = own_gpu = child_cpu = child_memory = child_gpu = 0.0
+
+    def __init__(self, ledger: _Ledger, parent: "SpanShare | None", cpu0: float, memory0: float) -> None:
         self.ledger = ledger
         self.parent = parent
-        self.open_children = 0
-        self.leaf = True
-        self.ended = False
-        self.gpu0 = self.own_cpu = self.own_memory = self.own_gpu = self.child_cpu = self.child_memory = self.child_gpu = 0.0
+        self.cpu0 = cpu0
+        self.memory0 = memory0
 
     def abandon(self, _ref: object = None) -> None:
         """Close the share of a span that was dropped without ``end()`` (a weakref callback)."""
@@ -530,24 +519,29 @@ class Attributor:
 
     def open_span(self, parent: SpanShare | None = None) -> SpanShare:
         """Start attributing to a new span on the calling thread, a child of ``parent`` if that is local."""
-        if self._sampler is None:
-            self.ensure_sampling()
         try:
             ledger = self._local.ledger
         except AttributeError:
             ledger = self._local.ledger = _Ledger(self.clocks.thread_clock(), self._generation, self)
+            self.ensure_sampling()
         now_ns = time.monotonic_ns()
         if self.has_gpu:
             self._credit_gpu(now_ns)
-        share = SpanShare(ledger, parent)
         with ledger.lock:
-            self._advance(ledger, now_ns)
-            if parent is not None and parent.ledger is ledger and not parent.ended:
-                if parent.open_children == 0 and parent.leaf:
-                    self._leaf_off(parent, ledger)
-                parent.open_children += 1
-            share.cpu0 = ledger.acc_cpu_j
-            share.memory0 = ledger.acc_memory_j
+            if ledger.leaves or parent is not None:
+                self._advance(ledger, now_ns)
+                if parent is not None and parent.ledger is ledger and not parent.ended:
+                    if parent.open_children == 0 and parent.leaf:
+                        self._leaf_off(parent, ledger)
+                    parent.open_children += 1
+            else:
+                # No span open on this thread: only the clock's new origin matters.
+                try:
+                    ledger.cpu_s = ledger.clock()
+                except (OSError, ValueError):
+                    pass
+                ledger.t_ns = now_ns
+            share = SpanShare(ledger, parent, ledger.acc_cpu_j, ledger.acc_memory_j)
             ledger.leaves += 1
         if self.has_gpu:
             with self._gpu_lock:
@@ -569,7 +563,13 @@ class Attributor:
                 return None
             self._advance(ledger, now_ns)
             if share.leaf:
-                self._leaf_off(share, ledger)
+                if self.has_gpu:
+                    self._leaf_off(share, ledger)
+                else:  # the common case, inlined: this runs at every span end
+                    share.own_cpu += ledger.acc_cpu_j - share.cpu0
+                    share.own_memory += ledger.acc_memory_j - share.memory0
+                    share.leaf = False
+                    ledger.leaves -= 1
             share.ended = True
             own = share.own_cpu + share.own_memory + share.own_gpu
             cpu = share.own_cpu + share.child_cpu
@@ -594,10 +594,14 @@ class Attributor:
 
     # -- history for spans with explicit times -----------------------------------------------
 
+    @property
+    def wall_offset_ns(self) -> int:
+        """``time.time_ns() - time.monotonic_ns()`` at the latest sample."""
+        return self._history[-1].wall_offset_ns if self._history else _wall_offset_ns()
+
     def wall_to_monotonic_ns(self, wall_ns: int) -> int:
         """A ``time.time_ns()`` instant on the monotonic clock (offset of the latest sample)."""
-        offset = self._history[-1].wall_offset_ns if self._history else _wall_offset_ns()
-        return wall_ns - offset
+        return wall_ns - self.wall_offset_ns
 
     def snapshot_at(self, monotonic_ns: int, latest: EnergySnapshot) -> EnergySnapshot | None:
         """The meter's cumulative joules at a past instant, interpolated in the history.

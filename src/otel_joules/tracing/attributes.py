@@ -26,6 +26,7 @@ Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
 from otel_joules.attribution.model import KIND_CPU, KIND_GPU, KIND_MEMORY, MODEL_CPU_TIME_SHARE, SpanAttribution
 from otel_joules.meter.meter import EnergyMeasurement
@@ -78,13 +79,15 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
     return attributes
 
 
-def attribution_attributes(attribution: SpanAttribution, kinds: tuple[str, ...]) -> dict[str, float | str]:
-    """The span attributes for a span's share; per-kind values only for the kinds the meter measures."""
-    attributes: dict[str, float | str] = {
-        ENERGY_ATTRIBUTED_JOULES: attribution.cpu_joules + attribution.memory_joules + attribution.gpu_joules,
-        ENERGY_ATTRIBUTED_SELF_JOULES: attribution.self_joules,
-        ENERGY_ATTRIBUTION: MODEL_CPU_TIME_SHARE,
-    }
+def attribution_attributes(
+    attribution: SpanAttribution, kinds: tuple[str, ...], into: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The span attributes for a span's share (added to ``into`` when given); per-kind values only
+    for the kinds the meter measures."""
+    attributes: dict[str, Any] = {} if into is None else into
+    attributes[ENERGY_ATTRIBUTED_JOULES] = attribution.cpu_joules + attribution.memory_joules + attribution.gpu_joules
+    attributes[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution.self_joules
+    attributes[ENERGY_ATTRIBUTION] = MODEL_CPU_TIME_SHARE
     if KIND_CPU in kinds:
         attributes[ENERGY_ATTRIBUTED_CPU_JOULES] = attribution.cpu_joules
     if KIND_MEMORY in kinds:

@@ -114,17 +114,19 @@ class EnergySpanProcessor(SpanProcessor):
             reason = None
             if measurement is None:
                 end = meter.snapshot()
-                if attributor is not None:
+                if attributor is not None and (
+                    end_time is not None
+                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns) > EXPLICIT_TIME_TOLERANCE_NS
+                ):
                     measurement, reason = _stated_interval(span, meter, attributor, start, end, end_time)
                 else:
                     measurement = meter.measure(start, end)
-            attributes: dict[str, Any] = {}
             if measurement is not None and measurement.joules_by_domain:
-                attributes.update(measurement_attributes(measurement))
-            elif reason is not None:
-                attributes[ENERGY_UNAVAILABLE_REASON] = reason
+                attributes = measurement_attributes(measurement)
+            else:
+                attributes = {} if reason is None else {ENERGY_UNAVAILABLE_REASON: reason}
             if attribution is not None and attributor is not None:
-                attributes.update(attribution_attributes(attribution, attributor.kinds))
+                attribution_attributes(attribution, attributor.kinds, attributes)
             if not attributes:
                 return
             span.set_attributes(attributes)
