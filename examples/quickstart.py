@@ -81,7 +81,7 @@ def main() -> int:
     print(f"\nworkload by domain: {domains}")
     print(f"workload total: {root['energy.joules']:.2f} J = {root['energy.joules'] / 3.6e6:.3e} kWh ({source})")
     if "energy.attributed.joules" in root:
-        print(f"workload share: {root['energy.attributed.joules']:.2f} J (its CPU time's part; the rest was other work or idle)")
+        print(f"share of the workload: {root['energy.attributed.joules']:.2f} J (its CPU time's part; the rest was other work or idle)")
     handle.uninstrument()
     provider.shutdown()
     return 0
