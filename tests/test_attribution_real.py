@@ -131,9 +131,9 @@ def test_eight_threads_sixty_four_requests_add_up_to_the_process_share(estimated
 def test_fifty_asyncio_tasks_split_the_loops_cpu_time(estimated: Estimated) -> None:
     async def task(i: int) -> None:
         with estimated.tracer.start_as_current_span("task"):
-            burn(0.002)
+            burn(0.01)
             await asyncio.sleep(0.01)
-            burn(0.002)
+            burn(0.01)
 
     async def main() -> None:
         await asyncio.gather(*(task(i) for i in range(50)))
@@ -148,8 +148,9 @@ def test_fifty_asyncio_tasks_split_the_loops_cpu_time(estimated: Estimated) -> N
     shares = [s.attributes["energy.attributed.self.joules"] for s in spans]
     assert len(shares) == 50 and min(shares) > 0
     assert sum(shares) <= host_joules
-    assert sum(shares) <= process_joules * 1.02
-    assert sum(shares) >= process_joules * 0.5  # the loop's own bookkeeping between tasks is outside every span
+    # Spans are priced at the latest periods' rate, the process at each period's own: they agree over a run,
+    # not exactly in each 0.1 s period (the loop's bookkeeping between tasks is also outside every span).
+    assert sum(shares) == pytest.approx(process_joules, rel=0.15)
     # Each task did the same work; interleaving splits the loop's time equally among the open ones
     # (the first and last tasks are open alone for a moment, so only the typical task is compared).
     typical = sorted(shares)[len(shares) // 2]
@@ -210,3 +211,31 @@ def test_four_worker_processes_each_get_their_cpu_times_worth(tmp_path: Path) ->
         assert attributes["energy.attributed.cpu.joules"] == pytest.approx(entitled, rel=0.05)
         # Four busy workers (and whatever else runs here) share the host: nobody gets all of it.
         assert attributes["energy.attributed.cpu.joules"] < 0.8 * attributes["energy.cpu_estimate.joules"]
+
+
+def test_a_forked_child_attributes_its_own_spans(estimated: Estimated) -> None:
+    """A DataLoader-style fork while the sampler runs: the child's spans get shares from its own CPU time."""
+    import os
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            with estimated.tracer.start_as_current_span("child work"):
+                burn(0.1)
+            span = [s for s in estimated.exporter.get_finished_spans() if s.name == "child work"][0]
+            os.write(write_fd, json.dumps(dict(span.attributes)).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    data = b""
+    while chunk := os.read(read_fd, 65536):
+        data += chunk
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    attributes = json.loads(data)
+    watts_per_cpu = estimated.meter.settings.cpu_tdp_watts / (os.cpu_count() or 1)
+    assert attributes["energy.attributed.cpu.joules"] == pytest.approx(0.1 * watts_per_cpu, rel=0.2)

@@ -635,10 +635,25 @@ class Attributor:
         return self._history[0].monotonic_ns if self._history else None
 
     def _after_fork_in_child(self) -> None:
-        # Ledgers, locks and the sampler thread belong to the parent: start afresh, and make
-        # spans opened before the fork (their ledgers' generation) end without attribution.
+        # Ledgers, locks and the sampler thread belong to the parent: start those afresh, and
+        # make spans opened before the fork (their ledgers' generation) end without attribution.
+        # The history and prices describe the host, so the child keeps them; its own CPU time
+        # restarts, so its process totals restart from the latest sample.
         self._generation += 1
+        history, times, rates = self._history, self._times, self._rates
         self._reset_state()
+        self._history, self._times, self._rates = list(history), list(times), rates
+        if self._history:
+            last = self._history[-1]
+            self._history[-1] = HistorySample(
+                last.monotonic_ns,
+                last.wall_offset_ns,
+                last.snapshot,
+                last.busy_s,
+                self.clocks.process_cpu_s() if self.clocks.native else last.process_cpu_s,
+                last.idle_s,
+                (0.0, 0.0, 0.0),
+            )
 
 
 class _AttributionSampler(threading.Thread):
