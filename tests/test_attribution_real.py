@@ -239,3 +239,26 @@ def test_a_forked_child_attributes_its_own_spans(estimated: Estimated) -> None:
     attributes = json.loads(data)
     watts_per_cpu = estimated.meter.settings.cpu_tdp_watts / (os.cpu_count() or 1)
     assert attributes["energy.attributed.cpu.joules"] == pytest.approx(0.1 * watts_per_cpu, rel=0.2)
+
+
+def test_a_sleeping_span_on_a_busy_box_gets_almost_nothing(estimated: Estimated) -> None:
+    stop = threading.Event()
+
+    def busy() -> None:
+        with estimated.tracer.start_as_current_span("busy"):
+            while not stop.is_set():
+                burn(0.005)
+
+    thread = threading.Thread(target=busy)
+    thread.start()
+    try:
+        with estimated.tracer.start_as_current_span("sleep"):
+            time.sleep(0.3)
+    finally:
+        stop.set()
+        thread.join()
+    spans = {s.name: s.attributes for s in estimated.exporter.get_finished_spans()}
+    sleep = spans["sleep"]
+    assert sleep["energy.joules"] > 1.0  # the box was busy meanwhile
+    assert sleep["energy.attributed.joules"] < 0.02 * sleep["energy.joules"]
+    assert spans["busy"]["energy.attributed.joules"] > 50 * sleep["energy.attributed.joules"]
