@@ -261,6 +261,7 @@ class Attributor:
 
     def _reset_state(self) -> None:
         self._sample_lock = threading.Lock()
+        self._reading_lock = threading.Lock()
         self._local = threading.local()
         self._history: list[HistorySample] = []
         self._times: list[int] = []
@@ -278,7 +279,9 @@ class Attributor:
 
     def sample(self) -> HistorySample | None:
         """Read ``/proc/stat``, this process's CPU time, the counters (and GPU shares); extend the history."""
-        with self._sample_lock:
+        # Two locks: the reads (NVML may be slow) serialise samplers only; the span path's
+        # history lookups wait at most for the few lines under _sample_lock.
+        with self._reading_lock:
             try:
                 snapshot = self.meter.snapshot()
                 host = self.clocks.host()
@@ -290,21 +293,26 @@ class Attributor:
             if snapshot.joules and all(j is None for j in snapshot.joules):
                 self._closed = True  # the meter was closed: nothing more to sample
                 return None
-            now_ns = snapshot.monotonic_ns
-            previous = self._history[-1] if self._history else None
-            process_joules = (0.0, 0.0, 0.0)
-            if previous is not None:
-                process_joules = self._advance_rates(previous, snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions)
-            sample = HistorySample(
-                now_ns, _wall_offset_ns(), snapshot, host.busy_s, process_cpu_s, host.idle_s, process_joules
-            )
-            self._history.append(sample)
-            self._times.append(now_ns)
-            if len(self._history) > self._max_samples:
-                drop = len(self._history) - self._max_samples
-                del self._history[:drop]
-                del self._times[:drop]
-            return sample
+            with self._sample_lock:
+                return self._append(snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions)
+
+    def _append(
+        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float, fractions: list[float]
+    ) -> HistorySample:
+        """Extend the history with one sample's reads and update the prices (``_sample_lock`` held)."""
+        now_ns = snapshot.monotonic_ns
+        previous = self._history[-1] if self._history else None
+        process_joules = (0.0, 0.0, 0.0)
+        if previous is not None:
+            process_joules = self._advance_rates(previous, snapshot, busy_s, idle_s, process_cpu_s, fractions)
+        sample = HistorySample(now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules)
+        self._history.append(sample)
+        self._times.append(now_ns)
+        if len(self._history) > self._max_samples:
+            drop = len(self._history) - self._max_samples
+            del self._history[:drop]
+            del self._times[:drop]
+        return sample
 
     def _advance_rates(
         self,
@@ -361,7 +369,7 @@ class Attributor:
     def ensure_sampling(self) -> None:
         """Start the sampler thread unless it runs, sampling is off or the attributor is closed."""
         if self._sampler is None and self._sample_enabled and not self._closed:
-            with self._sample_lock:
+            with self._reading_lock:
                 if self._sampler is None and not self._closed:
                     self._sampler = _AttributionSampler(self, self.period_s)
                     self._sampler.start()
