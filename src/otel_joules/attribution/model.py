@@ -260,6 +260,7 @@ class Attributor:
         self.ensure_sampling()
 
     def _reset_state(self) -> None:
+        self.wall_offset_ns = _wall_offset_ns()
         self._sample_lock = threading.Lock()
         self._reading_lock = threading.Lock()
         self._local = threading.local()
@@ -306,6 +307,8 @@ class Attributor:
         if previous is not None:
             process_joules = self._advance_rates(previous, snapshot, busy_s, idle_s, process_cpu_s, fractions)
         sample = HistorySample(now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules)
+        # time.time_ns() - time.monotonic_ns() at the latest sample, for explicit span times.
+        self.wall_offset_ns = sample.wall_offset_ns
         self._history.append(sample)
         self._times.append(now_ns)
         if len(self._history) > self._max_samples:
@@ -602,10 +605,6 @@ class Attributor:
 
     # -- history for spans with explicit times -----------------------------------------------
 
-    @property
-    def wall_offset_ns(self) -> int:
-        """``time.time_ns() - time.monotonic_ns()`` at the latest sample."""
-        return self._history[-1].wall_offset_ns if self._history else _wall_offset_ns()
 
     def wall_to_monotonic_ns(self, wall_ns: int) -> int:
         """A ``time.time_ns()`` instant on the monotonic clock (offset of the latest sample)."""

@@ -61,6 +61,15 @@ def domain_method_key(domain_id: str) -> str:
     return f"energy.{domain_id}.method"
 
 
+#: ``(energy.<domain>.joules, energy.<domain>.method)`` by domain id, filled on first use.
+_domain_keys: dict[str, tuple[str, str]] = {}
+
+
+def _domain_key_pair(domain_id: str) -> tuple[str, str]:
+    pair = _domain_keys[domain_id] = (domain_joules_key(domain_id), domain_method_key(domain_id))
+    return pair
+
+
 def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool]:
     """The span attributes for one measurement."""
     attributes: dict[str, float | str | bool] = {
@@ -69,11 +78,14 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         ENERGY_SOURCE: measurement.source,
     }
     methods = measurement.methods_by_domain
+    keys = _domain_keys
     for domain_id, joules in measurement.joules_by_domain.items():
-        attributes[domain_joules_key(domain_id)] = joules
+        # A plain dict lookup: this runs for every domain of every span.
+        pair = keys.get(domain_id) or _domain_key_pair(domain_id)
+        attributes[pair[0]] = joules
         method = methods[domain_id]
         if method is not Method.COUNTER:
-            attributes[domain_method_key(domain_id)] = method.value
+            attributes[pair[1]] = method.value
     if measurement.below_resolution:
         attributes[ENERGY_BELOW_RESOLUTION] = True
     return attributes
