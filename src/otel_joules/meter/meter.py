@@ -137,8 +137,8 @@ class EnergyMeter:
         devices_by_pid: Measure only GPUs running a process of this process tree.
         estimate: Add the CPU-time estimator: None (default) where no RAPL zone can be
             read, True always, False never.
-        host: Measure host-level domains (RAPL or the estimator). Set False in all but
-            one process per host so the host's energy is not counted once per process.
+        host: Measure host-level domains (RAPL or the estimator); False measures GPUs only.
+            Every process may measure the host: shares (:mod:`otel_joules.attribution`) add up.
         settings: Resolved settings; built from the environment when omitted.
         channels: Use exactly these channels instead of discovering hardware.
         sample: Run the background sampler (needed for wrap safety and power integration).
