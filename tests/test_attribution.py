@@ -53,7 +53,11 @@ class Host:
         self.attributor.sample()
 
     def thread_cpu(self, cpu_s: float, tid: int | None = None) -> None:
+        """A thread used ``cpu_s``; the host spent 100 J + 20 J per such second meanwhile (more than the
+        60 J it is priced at), so no span's share is capped by what the host spent during it."""
         self.proc.add_thread(PID, tid or threading.get_native_id(), cpu_s)
+        self.powercap.zones["package_0"].advance_joules(100.0 * cpu_s)
+        self.powercap.zones["dram_0"].advance_joules(20.0 * cpu_s)
 
     def spans(self) -> dict[str, dict[str, object]]:
         return {s.name: dict(s.attributes) for s in self.exporter.get_finished_spans()}
@@ -76,13 +80,26 @@ def test_a_span_gets_its_threads_cpu_seconds_at_the_periods_price(host: Host) ->
         host.thread_cpu(1.5)
         host.powercap.zones["package_0"].advance_joules(7.0)
     work = host.spans()["work"]
-    assert work["energy.joules"] == 7.0  # the host's energy during the span, unchanged
+    assert work["energy.joules"] == 1.5 * 120 + 7.0  # the host's energy during the span, unchanged
     assert work["energy.attributed.cpu.joules"] == pytest.approx(75.0, rel=1e-12)
     assert work["energy.attributed.memory.joules"] == pytest.approx(15.0, rel=1e-12)
     assert work["energy.attributed.joules"] == pytest.approx(90.0, rel=1e-12)
     assert work["energy.attributed.self.joules"] == pytest.approx(90.0, rel=1e-12)
     assert work["energy.attribution"] == "cpu_time_share"
     assert "energy.attributed.gpu.joules" not in work  # no GPU measured here
+
+
+def test_a_span_never_gets_more_than_the_host_spent_during_it(host: Host) -> None:
+    """Prices lag the load by up to a period: a span priced above what the host spent is capped, per kind."""
+    host.period()  # 50 J + 10 J per CPU second
+    with host.tracer.start_as_current_span("capped"):
+        host.proc.add_thread(PID, threading.get_native_id(), 1.0)
+        host.powercap.zones["package_0"].advance_joules(30.0)  # less than the 50 J its CPU second is priced at
+        host.powercap.zones["dram_0"].advance_joules(20.0)  # more than 10 J: not capped
+    capped = host.spans()["capped"]
+    assert capped["energy.attributed.cpu.joules"] == pytest.approx(30.0, rel=1e-12)
+    assert capped["energy.attributed.memory.joules"] == pytest.approx(10.0, rel=1e-12)
+    assert capped["energy.attributed.joules"] <= capped["energy.joules"]
 
 
 def test_a_sleeping_span_gets_nothing(host: Host) -> None:

@@ -88,6 +88,10 @@ def measured_kinds(domains: Iterable[Domain]) -> tuple[str, ...]:
     return tuple(kind for kind in KINDS if kind in present)
 
 
+#: Per kind: the SpanShare fields of its own and its children's joules.
+_CAPPED = ((KIND_CPU, "own_cpu", "child_cpu"), (KIND_MEMORY, "own_memory", "child_memory"), (KIND_GPU, "own_gpu", "child_gpu"))
+
+
 class SpanAttribution(NamedTuple):
     """One span's attributed joules (inclusive of children ended before it, per kind) and its self joules."""
 
@@ -560,8 +564,15 @@ class Attributor:
                 self._gpu_leaves += 1
         return share
 
-    def close_span(self, share: SpanShare) -> SpanAttribution | None:
-        """Stop attributing to ``share``'s span and return what it was attributed (None if already closed)."""
+    def close_span(
+        self, share: SpanShare, start: EnergySnapshot | None = None, end: EnergySnapshot | None = None
+    ) -> SpanAttribution | None:
+        """Stop attributing to ``share``'s span and return what it was attributed (None if already closed).
+
+        With the span's own snapshots (``start``, ``end``), no kind of its self share exceeds what the
+        host spent of that kind during the span: prices lag the load by up to a sampler period, and
+        a span right after a quiet period must still not be given more than the host spent.
+        """
         ledger = share.ledger
         if share.ended or ledger.generation != self._generation:
             return None  # closed before, or opened before a fork: its thread does not exist here
@@ -582,6 +593,8 @@ class Attributor:
                     share.leaf = False
                     ledger.leaves -= 1
             share.ended = True
+            if end is not None and start is not None:
+                self._cap(share, start, end)
             own = share.own_cpu + share.own_memory + share.own_gpu
             cpu = share.own_cpu + share.child_cpu
             memory = share.own_memory + share.child_memory
@@ -602,6 +615,20 @@ class Attributor:
                     parent.child_memory += memory
                     parent.child_gpu += gpu
         return _new_tuple(SpanAttribution, (cpu, memory, gpu, own))
+
+    def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:
+        """Limit each kind of ``share``'s own joules to what the host spent of it during the span."""
+        a, b = start.joules, end.joules
+        for kind, own_name, child_name in _CAPPED:
+            cap = 0.0
+            for i in self.kind_indices[kind]:
+                x, y = a[i], b[i]
+                if x is not None and y is not None:
+                    cap += y - x
+            own = getattr(share, own_name)
+            room = max(0.0, cap - getattr(share, child_name))
+            if own > room:
+                setattr(share, own_name, room)
 
     # -- history for spans with explicit times -----------------------------------------------
 

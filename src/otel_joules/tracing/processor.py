@@ -109,11 +109,13 @@ class EnergySpanProcessor(SpanProcessor):
         attributor: Attributor | None,
         attribution: SpanAttribution | None,
         end_time: int | None,
+        end: EnergySnapshot | None = None,
     ) -> None:
         try:
             reason = None
             if measurement is None:
-                end = meter.snapshot()
+                if end is None:
+                    end = meter.snapshot()
                 if attributor is not None and (
                     end_time is not None
                     or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns) > EXPLICIT_TIME_TOLERANCE_NS
@@ -228,12 +230,21 @@ class _MeasuringEnd:
             return
         attribution = None
         if span.end_time is None:
+            processor = self._processor_ref()
+            enabled = processor is not None and processor.enabled
+            end = None
+            if enabled and measurement is None:
+                try:
+                    end = self._meter.snapshot()
+                except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
+                    processor._report_failure(exc)  # type: ignore[union-attr]
             # Closed even when the processor is off: an open share would dilute the thread's others.
             if self._share is not None and self._attributor is not None:
-                attribution = self._attributor.close_span(self._share)
-            processor = self._processor_ref()
-            if processor is not None and processor.enabled:
-                processor._finish(span, self._meter, self._start, measurement, self._attributor, attribution, end_time)
+                attribution = self._attributor.close_span(self._share, self._start, end)
+            if enabled:
+                processor._finish(  # type: ignore[union-attr]
+                    span, self._meter, self._start, measurement, self._attributor, attribution, end_time, end
+                )
         self._original_end(span, end_time)
 
 
