@@ -88,8 +88,10 @@ def measured_kinds(domains: Iterable[Domain]) -> tuple[str, ...]:
     return tuple(kind for kind in KINDS if kind in present)
 
 
-#: Per kind: the SpanShare fields of its own and its children's joules.
-_CAPPED = ((KIND_CPU, "own_cpu", "child_cpu"), (KIND_MEMORY, "own_memory", "child_memory"), (KIND_GPU, "own_gpu", "child_gpu"))
+#: Per capped kind: the SpanShare fields of its own and its children's joules. GPUs are not capped:
+#: their share is power x time (not a price per CPU second that could lag), and a span's GPU
+#: snapshot may be the sampler's latest read rather than one at the span's ends.
+_CAPPED = ((KIND_CPU, "own_cpu", "child_cpu"), (KIND_MEMORY, "own_memory", "child_memory"))
 
 
 class SpanAttribution(NamedTuple):
@@ -569,8 +571,8 @@ class Attributor:
     ) -> SpanAttribution | None:
         """Stop attributing to ``share``'s span and return what it was attributed (None if already closed).
 
-        With the span's own snapshots (``start``, ``end``), no kind of its self share exceeds what the
-        host spent of that kind during the span: prices lag the load by up to a sampler period, and
+        With the span's own snapshots (``start``, ``end``), neither its CPU-side nor its memory self
+        share exceeds what the host spent of that kind during the span: prices lag the load by up to a sampler period, and
         a span right after a quiet period must still not be given more than the host spent.
         """
         ledger = share.ledger
