@@ -18,7 +18,8 @@ Model ``cpu_time_share`` (what ``energy.attribution`` names):
   there (open with no open child span on that thread); when several spans are leaves on one
   thread at once (asyncio tasks), the thread's CPU time is split equally among them. Each
   span's CPU seconds are priced at the periods they were spent in (the latest period for time
-  after the last sample: a span shorter than the period is priced at the recent average).
+  after the last sample: a span shorter than the period is priced at the recent average), and
+  its CPU-side and memory self shares are capped at what the host spent of them during it.
 * **GPUs**: the process's fraction of each GPU comes from NVML (:mod:`.gpu`); within the
   process, the GPU energy during a span is split equally among the leaf spans open at each
   moment (all threads), at the power of the latest sampler period.
@@ -477,12 +478,6 @@ class Attributor:
 
     # -- spans --------------------------------------------------------------------------------
 
-    def _ledger(self) -> _Ledger:
-        ledger: _Ledger | None = getattr(self._local, "ledger", None)
-        if ledger is None:
-            ledger = self._local.ledger = _Ledger(self.clocks.thread_clock(), self._generation, self)
-        return ledger
-
     def _advance(self, ledger: _Ledger, now_ns: int) -> None:
         """Credit the thread's CPU time since its last event to its leaf spans (ledger lock held)."""
         try:
@@ -505,7 +500,7 @@ class Attributor:
         ledger.cpu_s = cpu_s
         ledger.t_ns = now_ns
 
-    def _credit_gpu(self, now_ns: int) -> None:  # noqa: D401
+    def _credit_gpu(self, now_ns: int) -> None:
         """Spread the process's GPU energy since the last event over the open leaf spans (GPU lock taken here)."""
         with self._gpu_lock:
             dt_ns = now_ns - self._gpu_t_ns
