@@ -198,3 +198,13 @@ def test_every_process_measures_the_host_whatever_its_rank(
     assert attributes["energy.package_0.joules"] == 1.0
     assert "energy.attributed.joules" in attributes
     handle.uninstrument()
+
+
+def test_instrument_without_attribution_keeps_energy_only(tracer_provider, span_exporter, powercap) -> None:
+    handle = otel_joules.instrument(tracer_provider, sysfs_root=powercap.sysfs_root, gpus=[], attribution=False)
+    with tracer_provider.get_tracer("t").start_as_current_span("x"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    attributes = span_exporter.get_finished_spans()[0].attributes
+    assert attributes["energy.joules"] == 1.0
+    assert not any(key.startswith("energy.attribut") for key in attributes)
+    handle.uninstrument()
