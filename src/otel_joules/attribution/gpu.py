@@ -111,7 +111,11 @@ class NvmlProcessShares:
     def _report(self, exc: BaseException) -> None:
         if not self._failure_reported:
             self._failure_reported = True
-            _log.info("otel-joules: NVML cannot say which processes use the GPUs (%s); each measured GPU counts as this process's", exc)
+            _log.info(
+                "otel-joules: NVML cannot say which processes use the GPUs (%s); each measured GPU counts as "
+                "this process's",
+                exc,
+            )
 
 
 def _error_value(exc: BaseException) -> int | None:

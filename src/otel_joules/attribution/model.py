@@ -89,12 +89,6 @@ def measured_kinds(domains: Iterable[Domain]) -> tuple[str, ...]:
     return tuple(kind for kind in KINDS if kind in present)
 
 
-#: Per capped kind: the SpanShare fields of its own and its children's joules. GPUs are not capped:
-#: their share is power x time (not a price per CPU second that could lag), and a span's GPU
-#: snapshot may be the sampler's latest read rather than one at the span's ends.
-_CAPPED = ((KIND_CPU, "own_cpu", "child_cpu"), (KIND_MEMORY, "own_memory", "child_memory"))
-
-
 class SpanAttribution(NamedTuple):
     """One span's attributed joules (inclusive of children ended before it, per kind) and its self joules."""
 
@@ -249,6 +243,10 @@ class Attributor:
                 kind = kind_of(domain.hw_type)
                 self.kind_indices[kind] += (i,)
         self.kinds = measured_kinds(meter.domains)
+        # Capped per span (Attributor._cap). GPUs are not: their share is power x time, not a price
+        # per CPU second that could lag, and a span's GPU snapshot may be the sampler's latest read.
+        self._cpu_indices = self.kind_indices[KIND_CPU]
+        self._memory_indices = self.kind_indices[KIND_MEMORY]
         self.has_gpu = bool(self.kind_indices[KIND_GPU])
         if gpu_shares is None and self.has_gpu:
             from otel_joules.attribution.gpu import NvmlProcessShares
@@ -406,7 +404,8 @@ class Attributor:
     def process_joules_since(self, monotonic_ns: int) -> dict[str, float] | None:
         """This process's attributed joules per kind from an instant to now (a sample is taken now).
 
-        Counts from the sampler period holding the instant (up to one period early). None when the instant is older than the history, or no sample can be taken.
+        Counts from the sampler period holding the instant (up to one period early). None when
+        the instant is older than the history, or no sample can be taken.
         """
         latest = self.sample()
         if latest is None:
@@ -567,8 +566,9 @@ class Attributor:
         """Stop attributing to ``share``'s span and return what it was attributed (None if already closed).
 
         With the span's own snapshots (``start``, ``end``), neither its CPU-side nor its memory self
-        share exceeds what the host spent of that kind during the span: prices lag the load by up to a sampler period, and
-        a span right after a quiet period must still not be given more than the host spent.
+        share exceeds what the host spent of that kind during the span: prices lag the load by up
+        to a sampler period, and a span right after a quiet period must still not be given more
+        than the host spent.
         """
         ledger = share.ledger
         if share.ended or ledger.generation != self._generation:
@@ -614,18 +614,22 @@ class Attributor:
         return _new_tuple(SpanAttribution, (cpu, memory, gpu, own))
 
     def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:
-        """Limit each kind of ``share``'s own joules to what the host spent of it during the span."""
+        """Limit ``share``'s own CPU-side and memory joules to what the host spent of each during the span."""
         a, b = start.joules, end.joules
-        for kind, own_name, child_name in _CAPPED:
-            cap = 0.0
-            for i in self.kind_indices[kind]:
-                x, y = a[i], b[i]
-                if x is not None and y is not None:
-                    cap += y - x
-            own = getattr(share, own_name)
-            room = max(0.0, cap - getattr(share, child_name))
-            if own > room:
-                setattr(share, own_name, room)
+        cap = 0.0
+        for i in self._cpu_indices:
+            x, y = a[i], b[i]
+            if x is not None and y is not None:
+                cap += y - x
+        if share.own_cpu > cap - share.child_cpu:
+            share.own_cpu = max(0.0, cap - share.child_cpu)
+        cap = 0.0
+        for i in self._memory_indices:
+            x, y = a[i], b[i]
+            if x is not None and y is not None:
+                cap += y - x
+        if share.own_memory > cap - share.child_memory:
+            share.own_memory = max(0.0, cap - share.child_memory)
 
     # -- history for spans with explicit times -----------------------------------------------
 

@@ -30,8 +30,8 @@ Behaviour: exits with the child's exit code (128 + N when it was killed by signa
 SIGTERM is forwarded to the child; SIGINT, SIGHUP and SIGQUIT too, except when they come
 from the terminal, which already delivered them to the child (same process group). At the
 end a summary goes to standard error (duration, the host's joules during the run and the
-command's share of them, kWh, gCO2eq, source, where the data went); on a terminal a status line shows elapsed time and current power while the command
-runs. Export problems (an unreachable collector) never change the exit code or block for
+command's share of them, kWh, gCO2eq, source, where the data went); on a terminal a status
+line shows elapsed time and current power while the command runs. Export problems (an unreachable collector) never change the exit code or block for
 long: they are reported in one line.
 """
 

@@ -118,7 +118,8 @@ class EnergySpanProcessor(SpanProcessor):
                     end = meter.snapshot()
                 if attributor is not None and (
                     end_time is not None
-                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns) > EXPLICIT_TIME_TOLERANCE_NS
+                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns)
+                    > EXPLICIT_TIME_TOLERANCE_NS
                 ):
                     measurement, reason = _stated_interval(span, meter, attributor, start, end, end_time)
                 else:
