@@ -67,17 +67,21 @@ def main() -> int:
         )
     else:
         print(f"SOURCE: {source.upper()} (domains: {', '.join(d.id for d in meter.domains)})\n")
-    print(f"{'span':<14} {'duration (s)':>12} {'energy (J)':>11} {'avg power (W)':>14}")
+    # energy: what the machine spent during the span; share: the part this span's own work caused.
+    print(f"{'span':<14} {'duration (s)':>12} {'energy (J)':>11} {'share (J)':>10} {'avg power (W)':>14}")
     for span in spans:
         a = span.attributes
         duration_s = (span.end_time - span.start_time) / 1e9
-        print(f"{span.name:<14} {duration_s:>12.3f} {a['energy.joules']:>11.2f} {a['energy.watts']:>14.1f}")
+        share = a.get("energy.attributed.joules", float("nan"))
+        print(f"{span.name:<14} {duration_s:>12.3f} {a['energy.joules']:>11.2f} {share:>10.2f} {a['energy.watts']:>14.1f}")
     root = spans[-1].attributes
     domains = ", ".join(
-        f"{k.split('.')[1]} {v:.2f} J" for k, v in root.items() if k.endswith(".joules") and k != "energy.joules"
+        f"{d.id} {root[f'energy.{d.id}.joules']:.2f} J" for d in meter.domains if f"energy.{d.id}.joules" in root
     )
     print(f"\nworkload by domain: {domains}")
     print(f"workload total: {root['energy.joules']:.2f} J = {root['energy.joules'] / 3.6e6:.3e} kWh ({source})")
+    if "energy.attributed.joules" in root:
+        print(f"share of the workload: {root['energy.attributed.joules']:.2f} J (its CPU time's part; the rest was other work or idle)")
     handle.uninstrument()
     provider.shutdown()
     return 0

@@ -51,9 +51,8 @@ def entry_point_path(tmp_path: Path) -> str | None:
 
 
 def clean_env(tmp_path: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child: no inherited OTEL_/Slurm/rank variables, a private host lock, no GPU library."""
+    """The environment for a child: no inherited OTEL_/Slurm/rank variables, no GPU library."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED}
-    env["OTEL_JOULES_HOST_LOCK"] = str(tmp_path / "host.lock")
     env["PYTHONUNBUFFERED"] = "1"
     # Keep children's metric exports to the final one unless a test asks for more.
     env["OTEL_METRIC_EXPORT_INTERVAL"] = "600000"

@@ -51,6 +51,9 @@ class FakeCard:
     compute_pids: Sequence[int | str] = ()
     graphics_pids: Sequence[int | str] = ()
     compute_pids_file: str | None = None
+    #: ``nvmlDeviceGetProcessUtilization``: SM % by pid (``"self"`` for the calling process); None: NOT_SUPPORTED.
+    process_utilization: Sequence[str] = ()
+    process_utilization_file: str | None = None
     cc: str = "8.0"
     cores: int = 6912
     sm_clock_mhz: int = 1410

@@ -711,3 +711,27 @@ def test_example_training_script_runs(tmp_path) -> None:
     assert summary["final_loss"] < summary["first_loss"]  # it really trains
     (run,) = our_parser.parse_all_logs(tmp_path / "logs")
     assert run["actual"]["epochs"] == 3
+
+
+def test_summary_shows_this_processs_share_beside_the_hosts_consumption(tmp_path, powercap, capsys) -> None:
+    """On a written /proc where only this process is busy, its share is the whole consumption; labelled apart."""
+    from procfs_fake import FakeProcfs
+
+    proc = FakeProcfs(tmp_path / "proc")
+    proc.add_process(os.getpid(), 0.0)
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
+    tracker = CarbonTracker(epochs=2, energy_meter=meter, intensity_gco2eq_per_kwh=100.0, epochs_before_pred=0)
+    time.sleep(0.35)  # a few sampler periods: prices come from a window, not from one instant
+    for _ in range(2):
+        tracker.epoch_start()
+        _spend(powercap)
+        proc.add_process(os.getpid(), 1.0)
+        tracker.epoch_end()
+    result = tracker.stop()
+    out = capsys.readouterr().out
+    (line,) = [line for line in out.splitlines() if "Of which this process's share" in line]
+    share_kwh = float(line.split("share: ")[1].split(" kWh")[0])
+    assert result.actual is not None
+    assert share_kwh == pytest.approx(result.actual.energy_kwh, rel=0.05)
+    assert "what the measured devices of the host used" in line
+    meter.close()

@@ -293,18 +293,50 @@ def test_console_exporter_writes_to_stderr_and_leaves_stdout_to_the_child(tmp_pa
     assert '"name": "hw.energy"' in result.stderr
 
 
-def test_non_owner_rank_reports_no_host_energy(otlp_grpc_receiver, tmp_path, fake_host):
-    env = run_env(tmp_path, fake_host, otlp_grpc_receiver, LOCAL_RANK="1")
-    result = run_cli(["--", *advance_command(fake_host)], env)
+def test_another_otel_joules_process_and_a_rank_change_nothing(otlp_grpc_receiver, tmp_path, fake_host):
+    """No election any more: a non-zero LOCAL_RANK, another otel-joules process measuring the same host, and a
+    FIFO planted where the old lock file was configured neither block the run nor take energy from its span."""
+    fifo = tmp_path / "planted.lock"
+    os.mkfifo(fifo)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    other = subprocess.Popen(otel_joules_command("run", "--exporter", "none", "--quiet", "--", *sleeper),
+                             env=run_env(tmp_path, fake_host), stdin=subprocess.DEVNULL)
+    try:
+        env = run_env(tmp_path, fake_host, otlp_grpc_receiver, LOCAL_RANK="1", OTEL_JOULES_HOST_DOMAINS="auto",
+                      OTEL_JOULES_HOST_LOCK=str(fifo))
+        result = run_cli(["--", *advance_command(fake_host)], env)
+    finally:
+        other.terminate()
+        other.wait(timeout=10)
     assert result.returncode == 0, result.stderr
     (span,) = otlp_grpc_receiver.wait_for_spans(name=PYTHON_NAME)
-    assert not any(key.startswith("energy.package") for key in span.attributes)
+    assert span.attributes["energy.joules"] == TOTAL_JOULES
+    assert 0 <= span.attributes["energy.attributed.joules"] <= TOTAL_JOULES
+    assert span.attributes["energy.attribution"] == "cpu_time_share"
     assert span.resource_attributes["torchrun.local_rank"] == 1
-    assert "CPU and memory not counted here (LOCAL_RANK=1" in result.stderr
-    # The process has exited, so everything it exported has arrived: no host total (it
-    # measures nothing of the host) and no device energy (no GPU here either).
-    assert otlp_grpc_receiver.data_points("hw.host.energy") == []
-    assert otlp_grpc_receiver.data_points("hw.energy") == []
+    otlp_grpc_receiver.wait_for_data_points("hw.host.energy")
+    assert [p.value for p in otlp_grpc_receiver.data_points("hw.host.energy")][-1] == TOTAL_JOULES
+    assert "share" in result.stderr and "of that is the command's" in result.stderr
+
+
+def test_command_alone_on_a_written_host_gets_all_of_its_energy(tmp_path, fake_host):
+    """A written /proc whose busy time does not move: only the command was busy, so its share is the whole
+    host energy (exactly); the summary labels both numbers."""
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    (procfs / "stat").write_text("cpu  100 0 50 1000 0 0 0 0 0 0\n")
+    env = run_env(tmp_path, fake_host, OTEL_JOULES_PROCFS_ROOT=str(procfs))
+    result = run_cli(["--exporter", f"jsonl:{tmp_path / 'run.jsonl'}", "--",
+                      sys.executable, "-c", "sum(range(3_000_000))\n" + ADVANCE, *advance_command(fake_host)[3:]], env)
+    assert result.returncode == 0, result.stderr
+    (record,) = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    attributes = record["attributes"]
+    assert attributes["energy.joules"] == TOTAL_JOULES
+    assert attributes["energy.attributed.joules"] == pytest.approx(TOTAL_JOULES, abs=1e-9)
+    assert attributes["energy.attributed.cpu.joules"] == pytest.approx(3.0, abs=1e-9)
+    assert attributes["energy.attributed.memory.joules"] == pytest.approx(0.5, abs=1e-9)
+    assert "energy   3.5 J" in result.stderr
+    assert "share    3.5 J of that is the command's" in result.stderr
 
 
 def test_command_not_found_exits_127(tmp_path, fake_host):
@@ -364,7 +396,7 @@ def test_status_line_on_a_terminal(tmp_path, fake_host):
 def test_help_lists_the_options():
     result = subprocess.run(otel_joules_command("run", "--help"), capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
-    for option in ("--exporter", "--service-name", "--host-domains", "--export-timeout", "--status"):
+    for option in ("--exporter", "--service-name", "--procfs-root", "--export-timeout", "--status"):
         assert option in result.stdout
 
 

@@ -67,6 +67,9 @@ LIBRARY_METRICS = (
     InstrumentSpec("hw.power", "W", False, _DEVICE_ATTRIBUTES),
     InstrumentSpec("hw.host.energy", "J", True, _HOST_ATTRIBUTES),
     InstrumentSpec("hw.host.power", "W", False, _HOST_ATTRIBUTES),
+    # This process's share per hw.type (issue 9): what adds up across processes and hosts.
+    InstrumentSpec("process.energy", "J", True, ("energy.source", "hw.type")),
+    InstrumentSpec("process.power", "W", False, ("energy.source", "hw.type")),
 )
 #: Issue 9's per-process metrics (names fixed for this round); the dashboard has panels on them.
 ISSUE_9_METRICS = (

@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from delivery_support import ENTRY_POINTS, clean_env, installed_entry_point, opentelemetry_instrument
+from delivery_support import ENTRY_POINTS, clean_env, installed_entry_point, opentelemetry_instrument, otel_joules_command
 from otel_joules.instrumentation import EnergyInstrumentor
 from otlp_receiver import otlp_grpc_receiver, otlp_receiver  # noqa: F401  (fixtures)
 from powercap_fake import FakePowercap, make_powercap
@@ -96,14 +96,41 @@ def test_disabled_by_the_standard_variable(otlp_grpc_receiver, tmp_path, fake_ho
     assert "otel-joules" not in result.stderr
 
 
-def test_a_second_local_rank_reports_no_host_energy(otlp_grpc_receiver, tmp_path, fake_host):
-    run_app(tmp_path, fake_host, otlp_grpc_receiver, LOCAL_RANK="1")
+def test_a_second_local_rank_beside_another_process_keeps_its_energy(otlp_grpc_receiver, tmp_path, fake_host):
+    """No election: with LOCAL_RANK=1, the old variables pointing at a lock that another process holds, and
+    another otel-joules process measuring the same host, the app's spans carry the host's energy and their share."""
+    lock = tmp_path / "held.lock"
+    holder_code = (
+        "import fcntl, os, sys, time\n"
+        "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", holder_code, str(lock)], stdout=subprocess.PIPE, text=True)
+    other = subprocess.Popen(otel_joules_command("run", "--exporter", "none", "--quiet", "--", sys.executable, "-c",
+                                                 "import time; time.sleep(60)"),
+                             env=clean_env(tmp_path, {"OTEL_JOULES_SYSFS_ROOT": fake_host.sysfs_root}),
+                             stdin=subprocess.DEVNULL)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        run_app(tmp_path, fake_host, otlp_grpc_receiver, LOCAL_RANK="1", OTEL_JOULES_HOST_DOMAINS="auto",
+                OTEL_JOULES_HOST_LOCK=str(lock))
+    finally:
+        for process in (holder, other):
+            process.terminate()
+            process.wait(timeout=10)
     (checkout,) = otlp_grpc_receiver.wait_for_spans(name="checkout")
-    assert not any(key.startswith("energy.") for key in checkout.attributes)  # no GPU here either
-    # The process has exited, so everything it exported has arrived: no host total (it
-    # measures nothing of the host) and no device energy (no GPU here either).
-    assert otlp_grpc_receiver.data_points("hw.host.energy") == []
-    assert otlp_grpc_receiver.data_points("hw.energy") == []
+    (charge,) = otlp_grpc_receiver.wait_for_spans(name="charge-card")
+    assert checkout.attributes["energy.joules"] == 5.5
+    assert charge.attributes["energy.joules"] == 0.5
+    # Shares: the parent includes its child, self is the rest, nothing exceeds what the host spent.
+    inclusive = checkout.attributes["energy.attributed.joules"]
+    assert inclusive == pytest.approx(checkout.attributes["energy.attributed.self.joules"]
+                                      + charge.attributes["energy.attributed.joules"], rel=1e-9, abs=1e-12)
+    assert 0 <= charge.attributes["energy.attributed.joules"] <= inclusive <= 5.5
+    otlp_grpc_receiver.wait_for_data_points("hw.host.energy")
+    assert [p.value for p in otlp_grpc_receiver.data_points("hw.host.energy")] == [5.5]
 
 
 def test_entry_points_are_registered():
@@ -131,8 +158,7 @@ def test_instrumentor_in_code_with_explicit_providers(instrumentor, powercap, tm
     meter_provider = MeterProvider(metric_readers=[reader])
     assert tuple(instrumentor.instrumentation_dependencies()) == ()
     instrumentor.instrument(tracer_provider=tracer_provider, meter_provider=meter_provider,
-                            sysfs_root=powercap.sysfs_root, gpus=[], host_domains="always")
-    assert instrumentor.ownership is not None and instrumentor.ownership.reason == "OTEL_JOULES_HOST_DOMAINS=always"
+                            sysfs_root=powercap.sysfs_root, gpus=[])
     tracer = tracer_provider.get_tracer("t")
     with tracer.start_as_current_span("measured"):
         powercap.zones["package_0"].advance_joules(2.0)
@@ -157,12 +183,6 @@ def test_a_configuration_problem_is_a_warning_not_a_crash(instrumentor, caplog):
         instrumentor.instrument(tracer_provider=object())
     assert "energy instrumentation is off: no OpenTelemetry SDK TracerProvider is configured" in caplog.text
     assert instrumentor.instrumentation is None
-
-
-def test_bad_host_domains_value_is_reported(instrumentor, caplog, powercap):
-    with caplog.at_level(logging.WARNING, logger="otel_joules"):
-        instrumentor.instrument(tracer_provider=TracerProvider(), host_domains="sometimes", sysfs_root=powercap.sysfs_root)
-    assert "'sometimes' is not one of auto, always, never" in caplog.text
 
 
 def test_the_readmes_console_command_shows_energy_on_the_apps_spans(tmp_path, fake_host):

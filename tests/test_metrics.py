@@ -112,3 +112,49 @@ def test_final_collection_at_exit_reports_the_last_values(tmp_path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "host 7.25"
     assert "stopped measuring" not in result.stderr  # no read of counters closed at exit
+
+
+def test_process_energy_and_power_are_this_processs_share_per_kind(powercap, tmp_path) -> None:
+    """On a written /proc: the process used 1 of the host's 4 busy CPU seconds, so a quarter of CPU-side energy;
+    memory over the host's whole capacity (4 busy + 4 idle seconds): an eighth."""
+    import os
+
+    from otel_joules.attribution import Attributor
+    from otel_joules.metrics.instruments import EnergyMetrics
+    from procfs_fake import FakeProcfs
+
+    proc = FakeProcfs(tmp_path / "proc")
+    proc.add_process(os.getpid(), 0.0)
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
+    attributor = Attributor(meter, sample=False)
+    reader = InMemoryMetricReader()
+    EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), attributor=attributor)
+    time.sleep(0.06)  # a window long enough to set prices
+    powercap.zones["package_0"].advance_joules(40.0)
+    powercap.zones["dram_0"].advance_joules(8.0)
+    proc.add_host(busy_s=4.0, idle_s=4.0)
+    proc.add_process(os.getpid(), 1.0)
+    points = _points(reader)  # the collection samples the attributor first
+    unit, energy = points["process.energy"]
+    assert unit == "J"
+    assert {attrs["hw.type"]: value for attrs, value in energy} == pytest.approx({"cpu": 10.0, "memory": 1.0})
+    assert {attrs["energy.source"] for attrs, _ in energy} == {"measured"}
+    unit, power = points["process.power"]
+    assert unit == "W"
+    assert {attrs["hw.type"] for attrs, _ in power} == {"cpu", "memory"}
+    assert all(value > 0 for _, value in power)
+    meter.close()
+
+
+def test_estimated_process_energy_says_estimate(tmp_path) -> None:
+    from otel_joules.metrics.instruments import EnergyMetrics
+
+    (tmp_path / "empty").mkdir()
+    meter = EnergyMeter(sysfs_root=str(tmp_path / "empty"), gpus=[], estimate=True, sample=False)
+    reader = InMemoryMetricReader()
+    metrics = EnergyMetrics(meter, MeterProvider(metric_readers=[reader]))
+    assert metrics.attributor is not None
+    _, energy = _points(reader)["process.energy"]
+    assert {attrs["energy.source"] for attrs, _ in energy} == {"estimate"}
+    metrics.attributor.close()
+    meter.close()

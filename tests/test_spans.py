@@ -191,22 +191,27 @@ def test_default_shared_meter_with_sysfs_root_keyword(tracer_provider, span_expo
     handle.uninstrument()
 
 
-@pytest.mark.parametrize(
-    ("variables", "host_measured"),
-    [({}, True), ({"LOCAL_RANK": "0"}, True), ({"LOCAL_RANK": "1"}, False), ({"OTEL_JOULES_HOST_DOMAINS": "never"}, False)],
-)
-def test_instrument_elects_one_host_owner_per_host(
-    monkeypatch, tmp_path, tracer_provider, span_exporter, powercap, variables, host_measured
+@pytest.mark.parametrize("variables", [{}, {"LOCAL_RANK": "1"}, {"OTEL_JOULES_HOST_DOMAINS": "never"}])
+def test_every_process_measures_the_host_whatever_its_rank(
+    monkeypatch, tmp_path, tracer_provider, span_exporter, powercap, variables
 ) -> None:
-    for name in ("LOCAL_RANK", "SLURM_LOCALID", "OTEL_JOULES_HOST_DOMAINS"):
-        monkeypatch.delenv(name, raising=False)
-    # A process decides once per (mode, lock file); a lock of its own makes each case a new process's question.
-    monkeypatch.setenv("OTEL_JOULES_HOST_LOCK", str(tmp_path / "host.lock"))
+    """No election any more: a non-zero rank or the old variable changes nothing on spans."""
     for name, value in variables.items():
         monkeypatch.setenv(name, value)
     handle = otel_joules.instrument(tracer_provider, sysfs_root=powercap.sysfs_root, gpus=[])
     with tracer_provider.get_tracer("t").start_as_current_span("x"):
         powercap.zones["package_0"].advance_joules(1.0)
     attributes = span_exporter.get_finished_spans()[0].attributes
-    assert ("energy.package_0.joules" in attributes) is host_measured
+    assert attributes["energy.package_0.joules"] == 1.0
+    assert "energy.attributed.joules" in attributes
+    handle.uninstrument()
+
+
+def test_instrument_without_attribution_keeps_energy_only(tracer_provider, span_exporter, powercap) -> None:
+    handle = otel_joules.instrument(tracer_provider, sysfs_root=powercap.sysfs_root, gpus=[], attribution=False)
+    with tracer_provider.get_tracer("t").start_as_current_span("x"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    attributes = span_exporter.get_finished_spans()[0].attributes
+    assert attributes["energy.joules"] == 1.0
+    assert not any(key.startswith("energy.attribut") for key in attributes)
     handle.uninstrument()

@@ -13,16 +13,14 @@ Environment variable                     Meaning                                
 =======================================  ===============================================  ===============
 ``OTEL_JOULES_SYSFS_ROOT``               Where sysfs is mounted (containers often mount   ``/sys``
                                          the host's elsewhere)
+``OTEL_JOULES_PROCFS_ROOT``              Where procfs is mounted (host busy time,         ``/proc``
+                                         process and thread CPU times for attribution)
 ``OTEL_JOULES_CPU_TDP_WATTS``            CPU thermal design power for the estimator       ``85``
 ``OTEL_JOULES_MEMORY_WATTS_PER_GB``      Memory power per GB for the estimator            ``0.375``
 ``OTEL_JOULES_MAX_POWER_WATTS``          Power bound for RAPL zones without a             ``1000``
                                          ``constraint_*_max_power_uw`` file
 ``OTEL_JOULES_MAX_SNAPSHOT_AGE_S``       Reuse a counter snapshot younger than this       ``0``
                                          (seconds; 0 reads the counters every time)
-``OTEL_JOULES_HOST_DOMAINS``             ``auto``, ``always`` or ``never``: which          ``auto``
-                                         process of a host reports its CPU and memory
-``OTEL_JOULES_HOST_LOCK``                The per-host election's lock file                see
-                                                                                          :mod:`~otel_joules.delivery.hosts`
 ``OTEL_JOULES_COUNTRY``                  ISO 3166 code for the offline carbon intensity   world average
 ``OTEL_JOULES_CARBON_PROVIDERS``         Live carbon-intensity providers, in order        none
 ``OTEL_JOULES_ELECTRICITYMAPS_API_KEY``  Electricity Maps API key                         none
@@ -58,6 +56,9 @@ _log = logging.getLogger("otel_joules")
 OTEL_JOULES_SYSFS_ROOT = "OTEL_JOULES_SYSFS_ROOT"
 """Where sysfs is mounted; containers often mount the host's ``/sys`` elsewhere. Default ``/sys``."""
 
+OTEL_JOULES_PROCFS_ROOT = "OTEL_JOULES_PROCFS_ROOT"
+"""Where procfs is mounted (host busy time, process and thread CPU times for attribution). Default ``/proc``."""
+
 OTEL_JOULES_CPU_TDP_WATTS = "OTEL_JOULES_CPU_TDP_WATTS"
 """The CPU's thermal design power in watts, for the estimator. Default 85 (CodeCarbon's fallback)."""
 
@@ -69,12 +70,6 @@ OTEL_JOULES_MAX_POWER_WATTS = "OTEL_JOULES_MAX_POWER_WATTS"
 
 OTEL_JOULES_MAX_SNAPSHOT_AGE_S = "OTEL_JOULES_MAX_SNAPSHOT_AGE_S"
 """Reuse a counter snapshot younger than this many seconds. Default 0 (always read)."""
-
-OTEL_JOULES_HOST_DOMAINS = "OTEL_JOULES_HOST_DOMAINS"
-"""``auto``, ``always`` or ``never``: whether this process reports the host's CPU and memory. Default ``auto``."""
-
-OTEL_JOULES_HOST_LOCK = "OTEL_JOULES_HOST_LOCK"
-"""The lock file of the per-host election (see :mod:`otel_joules.delivery.hosts`)."""
 
 OTEL_JOULES_COUNTRY = "OTEL_JOULES_COUNTRY"
 """ISO 3166 code for the offline yearly carbon intensity (and Electricity Maps' zone). Default: world average."""
@@ -100,12 +95,11 @@ OTEL_JOULES_PROMETHEUS_WAIT_S = "OTEL_JOULES_PROMETHEUS_WAIT_S"
 #: Every variable above, in documentation order.
 ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_SYSFS_ROOT,
+    OTEL_JOULES_PROCFS_ROOT,
     OTEL_JOULES_CPU_TDP_WATTS,
     OTEL_JOULES_MEMORY_WATTS_PER_GB,
     OTEL_JOULES_MAX_POWER_WATTS,
     OTEL_JOULES_MAX_SNAPSHOT_AGE_S,
-    OTEL_JOULES_HOST_DOMAINS,
-    OTEL_JOULES_HOST_LOCK,
     OTEL_JOULES_COUNTRY,
     OTEL_JOULES_CARBON_PROVIDERS,
     OTEL_JOULES_ELECTRICITYMAPS_API_KEY,
@@ -118,13 +112,12 @@ ENVIRONMENT_VARIABLES: tuple[str, ...] = (
 # -- defaults and bounds ----------------------------------------------------------------------
 
 DEFAULT_SYSFS_ROOT = "/sys"
+DEFAULT_PROCFS_ROOT = "/proc"
 DEFAULT_CPU_TDP_WATTS = 85.0
 DEFAULT_MEMORY_WATTS_PER_GB = 0.375
 DEFAULT_MAX_POWER_WATTS = 1000.0
 DEFAULT_MAX_SNAPSHOT_AGE_S = 0.0
-DEFAULT_HOST_DOMAINS = "auto"
 DEFAULT_PROMETHEUS_WAIT_S = 15.0
-HOST_DOMAINS_MODES = ("auto", "always", "never")
 #: Known live carbon-intensity providers (``OTEL_JOULES_CARBON_PROVIDERS``).
 CARBON_PROVIDER_NAMES = ("electricitymaps", "uk_carbon_intensity", "energidataservice")
 DK_PRICE_AREAS = ("DK1", "DK2")
@@ -266,12 +259,11 @@ class Settings:
 
     Attributes:
         sysfs_root: Where sysfs is mounted.
+        procfs_root: Where procfs is mounted.
         cpu_tdp_watts: CPU TDP for the estimator.
         memory_watts_per_gb: Memory power per GB for the estimator.
         max_power_watts: Power bound for RAPL zones without ``constraint_*_max_power_uw``.
         max_snapshot_age_s: Reuse a counter snapshot younger than this.
-        host_domains: ``auto``, ``always`` or ``never``.
-        host_lock: The per-host election's lock file, None for the default.
         country: ISO 3166 code as given (the carbon layer checks it against its table).
         carbon_providers: Known live providers named by ``OTEL_JOULES_CARBON_PROVIDERS``.
         electricitymaps_api_key: Electricity Maps API key, or None.
@@ -282,12 +274,11 @@ class Settings:
     """
 
     sysfs_root: str = DEFAULT_SYSFS_ROOT
+    procfs_root: str = DEFAULT_PROCFS_ROOT
     cpu_tdp_watts: float = DEFAULT_CPU_TDP_WATTS
     memory_watts_per_gb: float = DEFAULT_MEMORY_WATTS_PER_GB
     max_power_watts: float = DEFAULT_MAX_POWER_WATTS
     max_snapshot_age_s: float = DEFAULT_MAX_SNAPSHOT_AGE_S
-    host_domains: str = DEFAULT_HOST_DOMAINS
-    host_lock: str | None = None
     country: str | None = None
     carbon_providers: tuple[str, ...] = ()
     electricitymaps_api_key: str | None = None
@@ -306,6 +297,7 @@ class Settings:
         env = os.environ if env is None else env
         values: dict[str, object] = {
             "sysfs_root": _text(env, OTEL_JOULES_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT,
+            "procfs_root": _text(env, OTEL_JOULES_PROCFS_ROOT) or DEFAULT_PROCFS_ROOT,
             "cpu_tdp_watts": _number(env, OTEL_JOULES_CPU_TDP_WATTS, "cpu_tdp_watts", DEFAULT_CPU_TDP_WATTS),
             "memory_watts_per_gb": _number(
                 env, OTEL_JOULES_MEMORY_WATTS_PER_GB, "memory_watts_per_gb", DEFAULT_MEMORY_WATTS_PER_GB
@@ -314,8 +306,6 @@ class Settings:
             "max_snapshot_age_s": _number(
                 env, OTEL_JOULES_MAX_SNAPSHOT_AGE_S, "max_snapshot_age_s", DEFAULT_MAX_SNAPSHOT_AGE_S
             ),
-            "host_domains": _choice(env, OTEL_JOULES_HOST_DOMAINS, HOST_DOMAINS_MODES, DEFAULT_HOST_DOMAINS),
-            "host_lock": _text(env, OTEL_JOULES_HOST_LOCK),
             "country": _text(env, OTEL_JOULES_COUNTRY),
             "carbon_providers": _providers(env),
             "electricitymaps_api_key": _text(env, OTEL_JOULES_ELECTRICITYMAPS_API_KEY),

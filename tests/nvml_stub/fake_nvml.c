@@ -31,6 +31,10 @@
  *                            or empty: no delay), so a test can stall and unstall a GPU
  *   compute_pids=1,2,self    "self" is the calling process; graphics_pids likewise
  *   compute_pids_file=/path  pids read at each call (processes come and go)
+ *   process_utilization=self:75,123:25
+ *                            nvmlDeviceGetProcessUtilization: SM % per pid ("self" as
+ *                            above); without it the call answers NOT_SUPPORTED
+ *   process_utilization_file=/path  the same, read at each call
  *   cc=8.0, cores=N, sm_clock_mhz=N
  *   mig_uuids=MIG-a,MIG-b    MIG mode on, with these MIG devices
  *
@@ -83,6 +87,7 @@ typedef struct {
     double read_delay_ms, slow_after_s;
     char read_delay_file[512];
     char compute_pids[512], graphics_pids[512], compute_pids_file[512];
+    char process_utilization[512], process_utilization_file[512];
     int cc_major, cc_minor;
     unsigned cores, sm_clock_mhz;
     int n_mig;
@@ -143,6 +148,8 @@ static void set_card_key(card_t *c, const char *key, const char *value) {
     else if (!strcmp(key, "watts")) c->watts = atof(value);
     else if (!strcmp(key, "watts_amplitude")) c->watts_amplitude = atof(value);
     else if (!strcmp(key, "watts_period_s")) c->watts_period_s = atof(value);
+    else if (!strcmp(key, "process_utilization_file")) copy_str(c->process_utilization_file, sizeof c->process_utilization_file, value);
+    else if (!strcmp(key, "process_utilization")) copy_str(c->process_utilization, sizeof c->process_utilization, value);
     else if (!strcmp(key, "energy")) c->energy_supported = atoi(value);
     else if (!strcmp(key, "power")) c->power_supported = atoi(value);
     else if (!strcmp(key, "energy_start_mj")) c->energy_start_mj = strtoull(value, NULL, 10);
@@ -579,6 +586,55 @@ EXPORT int nvmlDeviceGetGraphicsRunningProcesses_v3(void *d, unsigned *n, proces
 }
 EXPORT int nvmlDeviceGetGraphicsRunningProcesses_v2(void *d, unsigned *n, process_info_t *p) {
     return running_processes(d, n, p, 1);
+}
+
+typedef struct {
+    unsigned pid; /* nvmlProcessUtilizationSample_t */
+    unsigned long long timeStamp;
+    unsigned smUtil, memUtil, encUtil, decUtil;
+} process_utilization_t;
+
+EXPORT int nvmlDeviceGetProcessUtilization(void *device, process_utilization_t *samples, unsigned *count,
+                                           unsigned long long last_seen_us) {
+    card_t *c;
+    int mig;
+    int rc = resolve(device, &c, &mig);
+    if (rc) return rc;
+    if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    if ((!c->process_utilization[0] && !c->process_utilization_file[0]) || mig >= 0) return NVML_ERROR_NOT_SUPPORTED;
+    char buf[512];
+    unsigned pids[MAX_PIDS], utils[MAX_PIDS];
+    int n = 0;
+    copy_str(buf, sizeof buf, c->process_utilization);
+    if (c->process_utilization_file[0]) {
+        FILE *f = fopen(c->process_utilization_file, "r");
+        size_t len = 0;
+        if (f) {
+            len = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+        }
+        buf[len] = 0;
+    }
+    for (char *save = NULL, *tok = strtok_r(buf, ", \t\n", &save); tok && n < MAX_PIDS;
+         tok = strtok_r(NULL, ", \t\n", &save)) {
+        char *colon = strchr(tok, ':');
+        if (!colon) continue;
+        *colon = 0;
+        pids[n] = !strcmp(tok, "self") ? (unsigned)getpid() : (unsigned)strtoul(tok, NULL, 10);
+        utils[n++] = (unsigned)strtoul(colon + 1, NULL, 10);
+    }
+    unsigned long long now_us = (unsigned long long)(monotonic_s() * 1e6);
+    if (now_us <= last_seen_us) {
+        *count = 0;
+        return NVML_ERROR_NOT_FOUND; /* like NVML: no sample newer than the time stamp given */
+    }
+    if (!samples || *count < (unsigned)n) {
+        *count = (unsigned)n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = (unsigned)n;
+    for (int i = 0; i < n; i++) samples[i] = (process_utilization_t){pids[i], now_us, utils[i], 0, 0, 0};
+    return NVML_SUCCESS;
 }
 
 /* ---- MIG ---------------------------------------------------------------- */

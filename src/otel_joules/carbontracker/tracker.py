@@ -101,6 +101,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from otel_joules.attribution.model import Attributor, attributor_for
 from otel_joules.carbon.equivalents import Equivalent, equivalents
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.providers import (
@@ -588,6 +589,7 @@ class CarbonTracker:
         self._error: str | None = None
         self._writer: CarbonTrackerLogWriter | None = None
         self._meter: EnergyMeter | None = None
+        self._attributor: Attributor | None = None
         self._owns_meter = energy_meter is None
         self._domains: tuple[Domain, ...] = ()
         self._domain_ids: frozenset[str] = frozenset()
@@ -603,6 +605,8 @@ class CarbonTracker:
             if log_dir is not None:
                 self._writer = CarbonTrackerLogWriter(log_dir, log_file_prefix)
             self._meter = energy_meter if energy_meter is not None else self._build_meter(sysfs_root, gpus)
+            # Keeps the history the summary's share line needs (this process's part of the host's energy).
+            self._attributor = attributor_for(self._meter)
             self._select_domains()
             self._write_header()
             self._intensity.start_refreshing()
@@ -1063,6 +1067,20 @@ class CarbonTracker:
         )
         self._console(text)
 
+    def _console_share(self) -> None:
+        """Beside the host's consumption printed above, this process's share of it (console only, not the log)."""
+        if self._attributor is None or self._root_start is None:
+            return
+        share = self._attributor.process_joules_since(self._root_start.monotonic_ns)
+        if share is None:
+            return
+        kwh = max(sum(share.values()), 0.0) * self.pue / JOULES_PER_KWH
+        self._console(
+            f"{MESSAGE_PREFIX}Of which this process's share: {kwh:.{self.decimal_precision}f} kWh "
+            "(its CPU time's part of the host's CPU and memory energy, its part of the GPUs; PUE applied). "
+            "The consumption above is what the measured devices of the host used."
+        )
+
     def _output_prediction(self) -> None:
         results = self._epoch_results
         count = len(results)
@@ -1162,6 +1180,7 @@ class CarbonTracker:
         if estimated:
             # The block above is carbontracker's format and cannot carry a label: say it right after.
             self._output(f"{ESTIMATE_LOG_PREFIX}the consumption above includes estimates ({', '.join(estimated)}).")
+        self._console_share()
         self._end_root(end, early_stop=early_stop)
         if self._writer is not None:
             text = self._writer.write_finished()

@@ -2,13 +2,14 @@
 
 The command runs as a child process with the same standard streams and environment,
 plus ``TRACEPARENT`` (and ``TRACESTATE``): the W3C trace context of the root span, so
-an instrumented child's spans join the same trace; and the variables of
-:func:`otel_joules.delivery.hosts.command_environment`, so that the host's CPU and memory
-are counted once inside the command too. The root span (named after the
+an instrumented child's spans join the same trace. The root span (named after the
 command, or ``--span-name``) carries:
 
 =============================  ===================================================
 ``energy.*``                   what the energy meter measured (:mod:`otel_joules.tracing.attributes`)
+``energy.attributed.*``        the command's share: its CPU time's part of the host's CPU and
+                               memory energy (its own and its reaped descendants' CPU time) plus
+                               the measured GPUs (:func:`otel_joules.attribution.command_attribution`)
 ``energy.co2eq.grams``         CO2-equivalent of ``energy.joules`` (carbon intensity x PUE)
 ``energy.attributed[.self].co2eq.grams``  the same of the attributed shares, when the span has them
 ``carbon.intensity.gco2eq_per_kwh``  the intensity used
@@ -31,9 +32,9 @@ ms and once more at the end.
 Behaviour: exits with the child's exit code (128 + N when it was killed by signal N).
 SIGTERM is forwarded to the child; SIGINT, SIGHUP and SIGQUIT too, except when they come
 from the terminal, which already delivered them to the child (same process group). At the
-end a summary goes to standard error (duration, joules, kWh, gCO2eq, source, where the data
-went); on a terminal a status line shows elapsed time and current power while the command
-runs. Export problems (an unreachable collector) never change the exit code or block for
+end a summary goes to standard error (duration, the host's joules during the run and the
+command's share of them, kWh, gCO2eq, source, where the data went); on a terminal a status
+line shows elapsed time and current power while the command runs. Export problems (an unreachable collector) never change the exit code or block for
 long: they are reported in one line.
 """
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import resource
 import shlex
 import shutil
 import signal
@@ -61,7 +63,6 @@ from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.spans import carbon_attributes
 from otel_joules.config import Settings
 from otel_joules.delivery.context import child_environment, context_from_environment
-from otel_joules.delivery.hosts import MODES, HostOwnership, command_environment, host_owner, remove_command_lock
 from otel_joules.delivery.redaction import command_line
 from otel_joules.delivery.setup import (
     DEFAULT_EXPORT_TIMEOUT_S,
@@ -74,10 +75,12 @@ from otel_joules.delivery.setup import (
     iter_failures_by_destination,
     telemetry_from_env,
 )
+from otel_joules.attribution.model import SpanAttribution, command_attribution, measured_kinds
+from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
-from otel_joules.tracing.attributes import ENERGY_CO2EQ_GRAMS
+from otel_joules.tracing.attributes import ENERGY_CO2EQ_GRAMS, attribution_attributes
 from otel_joules.tracing.processor import EnergySpanProcessor
 
 
@@ -114,7 +117,7 @@ def register(subparsers: Any) -> None:
             "  otel-joules run -- python train.py --epochs 3\n"
             "  OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4317 otel-joules run -- make test\n"
             "  otel-joules run --exporter csv:runs.csv --exporter console -- ./benchmark\n"
-            "  srun otel-joules run -- python train.py   # one process per node counts its CPU and memory"
+            "  srun otel-joules run -- python train.py   # each task reports its share of its node"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -128,13 +131,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--service-name", help="service.name (default: OTEL_SERVICE_NAME, else the command's name)")
     parser.add_argument("--span-name", help="name of the root span (default: the command's name)")
-    parser.add_argument(
-        "--host-domains",
-        choices=MODES,
-        help="count the host's CPU and memory here: auto elects one process per host (default: "
-        "OTEL_JOULES_HOST_DOMAINS, else auto)",
-    )
     parser.add_argument("--sysfs-root", help="where sysfs is mounted (default: OTEL_JOULES_SYSFS_ROOT or /sys)")
+    parser.add_argument("--procfs-root", help="where procfs is mounted (default: OTEL_JOULES_PROCFS_ROOT or /proc)")
     parser.add_argument("--country", help="ISO country code for the carbon intensity (default: OTEL_JOULES_COUNTRY)")
     parser.add_argument("--carbon-intensity", type=float, metavar="GCO2EQ_PER_KWH", help="use this carbon intensity")
     parser.add_argument("--pue", type=float, default=1.0, help="data-centre PUE applied to the CO2eq (default 1.0)")
@@ -171,7 +169,7 @@ class RunResult:
     co2eq_grams: float | None
     intensity: CarbonIntensity
     pue: float
-    ownership: HostOwnership
+    attribution: SpanAttribution | None
     span_context: trace.SpanContext | None
     signal_name: str | None = None
     start_error: str | None = None
@@ -298,17 +296,7 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     lines = [f"otel-joules: {shlex.join(result.command)} {how} after {format_duration(result.duration_s)}"]
     m = result.measurement
     if m is None or not m.joules_by_domain:
-        if not result.ownership.owner:
-            # Not "nothing measurable": `devices` would list what is. The host's CPU and memory
-            # are left to another process, and this one has no GPU.
-            lines.append(
-                "  energy   none counted in this process: the host's CPU and memory are left to another process "
-                "(see host below) and this process has no GPU; run with --host-domains always to count them here"
-            )
-        else:
-            lines.append(
-                "  energy   nothing measurable or estimable here; `otel-joules devices` says why and what to do"
-            )
+        lines.append("  energy   nothing measurable or estimable here; `otel-joules devices` says why and what to do")
     else:
         kwh = joules_to_kwh(max(m.total_joules, 0.0))
         lines.append(
@@ -320,14 +308,20 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
                 f"  note     BELOW RESOLUTION: {format_duration(m.duration_s)} is shorter than a counter's update "
                 "period, so these joules and watts are quantised, not exact; measure a longer run"
             )
+        if result.attribution is not None:
+            share = result.attribution
+            lines.append(
+                f"  share    {format_joules(share.joules)} of that is the command's ({m.source}; its CPU time's part "
+                f"of the host's CPU and memory energy: {format_joules(share.cpu_joules + share.memory_joules)}"
+                + (f", plus its GPUs: {format_joules(share.gpu_joules)}" if share.gpu_joules else "")
+                + ")"
+            )
         if result.co2eq_grams is not None:
             pue = f", PUE {result.pue:g}" if result.pue != 1.0 else ""
             lines.append(
                 f"  carbon   {result.co2eq_grams:.4g} gCO2eq at {result.intensity.gco2eq_per_kwh:g} gCO2eq/kWh{pue} "
                 f"({result.intensity.source}: {result.intensity.detail})"
             )
-    if not result.ownership.owner:
-        lines.append(f"  host     CPU and memory not counted here ({result.ownership.reason})")
     if telemetry is None:
         lines.append("  data     not exported (OTEL_SDK_DISABLED=true)")
     elif not telemetry.destinations:
@@ -399,11 +393,10 @@ def run(args: argparse.Namespace) -> int:
         return problem[0]
     pue = validate_pue(args.pue)
     intensity = resolve_carbon_intensity(args.carbon_intensity, args.country, providers_from_env(country=args.country))
-    ownership = host_owner(args.host_domains)
     name = os.path.basename(command[0]) or command[0]
 
     report = DeliveryReport()
-    meter = EnergyMeter(sysfs_root=args.sysfs_root, **ownership.meter_options())
+    meter = EnergyMeter(sysfs_root=args.sysfs_root, procfs_root=args.procfs_root)
     telemetry: Telemetry | None = None
     try:
         with contextlib.nullcontext() if args.verbose else capture_sdk_logs(report):
@@ -419,7 +412,7 @@ def run(args: argparse.Namespace) -> int:
                     report=report,
                 )
                 provider = telemetry.tracer_provider
-            result = _run_measured(args, command, name, meter, provider, telemetry, intensity, pue, ownership)
+            result = _run_measured(args, command, name, meter, provider, telemetry, intensity, pue)
             if telemetry is not None:
                 telemetry.shutdown()
             # Still capturing: an export that overran its bound may log from its thread now.
@@ -450,7 +443,6 @@ def _run_measured(
     telemetry: Telemetry | None,
     intensity: CarbonIntensity,
     pue: float,
-    ownership: HostOwnership,
 ) -> RunResult:
     measured: dict[str, Any] = {}
 
@@ -460,10 +452,12 @@ def _run_measured(
         measured["grams"] = float(attributes[ENERGY_CO2EQ_GRAMS])
         span.set_attributes(attributes)
 
-    provider.add_span_processor(EnergySpanProcessor(meter, on_measurement=on_measurement))
+    # The command's share is set on the span below: the waiting thread of this process is not the work.
+    provider.add_span_processor(EnergySpanProcessor(meter, on_measurement=on_measurement, attribution=False))
     energy_metrics = None
     if telemetry is not None and telemetry.meter_provider is not None:
-        energy_metrics = EnergyMetrics(meter, telemetry.meter_provider)
+        # No process.* here: this process only waits; the command's share is on its span.
+        energy_metrics = EnergyMetrics(meter, telemetry.meter_provider, attributor=None)
     tracer = provider.get_tracer(INSTRUMENTATION_SCOPE)
     span = tracer.start_span(
         args.span_name or name,
@@ -477,22 +471,35 @@ def _run_measured(
     # Own snapshots too: with OTEL_SDK_DISABLED the span does not record, and the
     # summary still reports the energy.
     first = meter.snapshot()
+    clocks = CpuClocks(meter.settings.procfs_root)
+    host_before = _host_cpu(clocks)
+    children_before_s = _children_cpu_s()
     started = time.monotonic()
     env = child_environment(span)
-    host_env = command_environment(ownership, env)
-    env.update(host_env)
     child = run_child(command, env, meter, name, show_status, on_start=lambda pid: span.set_attribute(PROCESS_PID, pid))
     exit_code, signal_name, start_error = child.exit_code, child.signal_name, child.start_error
     if start_error is not None:
         span.set_status(Status(StatusCode.ERROR, f"could not start: {start_error}"))
     else:
-        remove_command_lock(host_env)
         if signal_name:
             span.set_status(Status(StatusCode.ERROR, f"killed by {signal_name}"))
         elif exit_code != 0:
             span.set_status(Status(StatusCode.ERROR, f"exited with code {exit_code}"))
     span.set_attribute(PROCESS_EXIT_CODE, exit_code)
     duration_s = time.monotonic() - started
+    attribution = None
+    host_after = _host_cpu(clocks)
+    if host_before is not None and host_after is not None:
+        attribution = command_attribution(
+            meter,
+            first,
+            meter.snapshot(),
+            _children_cpu_s() - children_before_s,
+            host_after.busy_s - host_before.busy_s,
+            host_after.idle_s - host_before.idle_s,
+        )
+        if span.is_recording() and meter.domains:
+            span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))
     span.end()
     if "measurement" not in measured:
         measurement = meter.measure(first, meter.snapshot())
@@ -508,7 +515,7 @@ def _run_measured(
         measured.get("grams"),
         intensity,
         pue,
-        ownership,
+        attribution,
         span.get_span_context(),
         signal_name,
         start_error,
@@ -553,6 +560,20 @@ def run_child(
         on_start(process.pid)
     exit_code, signal_name = _wait(process, meter, label, show_status)
     return ChildOutcome(exit_code, signal_name)
+
+
+def _host_cpu(clocks: CpuClocks) -> HostCpuTimes | None:
+    """The host's busy and idle CPU seconds, None (the run then has no share) where procfs cannot be read."""
+    try:
+        return clocks.host()
+    except ProcfsReadError:
+        return None
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds of this process's reaped children (the command and what it reaped)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _wait(process: subprocess.Popen[Any], meter: EnergyMeter, name: str, show_status: bool) -> tuple[int, str | None]:

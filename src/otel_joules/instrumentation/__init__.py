@@ -13,9 +13,9 @@ no change to the app. Turn it off with ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=o
 
 What else it does:
 
-- **One process per host counts the host.** :func:`otel_joules.delivery.host_owner`
-  decides (``OTEL_JOULES_HOST_DOMAINS=auto|always|never``); the other processes report
-  their GPUs only.
+- **Every process measures, whatever else runs on the host.** Spans carry the host's
+  energy during their interval (``energy.joules``) and their share of it
+  (``energy.attributed.*``); no process is elected and no lock file is used.
 - **Joins the parent's trace.** When ``TRACEPARENT`` is set (``otel-joules run`` sets it
   for the command it runs), the context it carries becomes current in the main thread,
   so spans started there without an explicit parent belong to that trace.
@@ -27,8 +27,7 @@ What else it does:
   (:mod:`otel_joules.carbon.spans`).
 
 Keyword arguments of ``EnergyInstrumentor().instrument(...)`` (for use in code):
-``tracer_provider``, ``meter_provider``, ``host_domains`` (``auto``/``always``/``never``),
-``join_parent_trace`` (default True), and any :class:`~otel_joules.EnergyMeter` option.
+``tracer_provider``, ``meter_provider``, ``join_parent_trace`` (default True), and any :class:`~otel_joules.EnergyMeter` option.
 """
 
 from __future__ import annotations
@@ -40,13 +39,12 @@ from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from otel_joules.delivery.context import attach_environment_context
-from otel_joules.delivery.hosts import HostOwnership, host_owner
 from otel_joules.errors import OtelJoulesError
 from otel_joules.tracing.instrument import Instrumentation, instrument
 
 _log = logging.getLogger("otel_joules")
 
-_METER_OPTION_KEYS = ("sysfs_root", "gpus", "devices_by_pid", "estimate", "host")
+_METER_OPTION_KEYS = ("sysfs_root", "procfs_root", "gpus", "devices_by_pid", "estimate", "host")
 
 
 class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
@@ -56,7 +54,6 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         # BaseInstrumentor is a singleton: __init__ runs on every EnergyInstrumentor() call.
         if not hasattr(self, "_handle"):
             self._handle: Instrumentation | None = None
-            self._ownership: HostOwnership | None = None
             self._context_token: object | None = None
 
     def instrumentation_dependencies(self) -> Collection[str]:
@@ -68,17 +65,9 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         """What :func:`otel_joules.instrument` returned, while instrumented."""
         return self._handle
 
-    @property
-    def ownership(self) -> HostOwnership | None:
-        """The host-domain decision this process made, while instrumented."""
-        return self._ownership
-
     def _instrument(self, **kwargs: Any) -> None:
         options = {key: kwargs[key] for key in _METER_OPTION_KEYS if key in kwargs}
         try:
-            if "host" not in options:
-                self._ownership = host_owner(kwargs.get("host_domains"))
-                options.update(self._ownership.meter_options())
             self._handle = instrument(kwargs.get("tracer_provider"), kwargs.get("meter_provider"), **options)
         except OtelJoulesError as exc:
             # Raising here would stop opentelemetry-instrument from loading the
@@ -86,9 +75,6 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             _log.warning("otel-joules: energy instrumentation is off: %s", exc)
             self._handle = None
             return
-        if self._ownership is not None and not self._ownership.owner and self._handle.energy_meter is not None:
-            if not self._handle.energy_meter.domains:
-                _log.info("otel-joules: %s and no GPU is measured here, so spans of this process carry no energy", self._ownership.reason)
         if kwargs.get("join_parent_trace", True):
             self._context_token = attach_environment_context()
 
@@ -102,7 +88,6 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if self._handle is not None:
             self._handle.uninstrument()
             self._handle = None
-        self._ownership = None
 
 
 __all__ = ["EnergyInstrumentor"]

@@ -356,8 +356,8 @@ class EnergyMeter:
         devices_by_pid: Measure only GPUs running a process of this process tree.
         estimate: Add the CPU-time estimator: None (default) where no RAPL zone can be
             read, True always, False never.
-        host: Measure host-level domains (RAPL or the estimator). Set False in all but
-            one process per host so the host's energy is not counted once per process.
+        host: Measure host-level domains (RAPL or the estimator); False measures GPUs only.
+            Every process may measure the host: shares (:mod:`otel_joules.attribution`) add up.
         settings: Resolved settings; built from the environment when omitted.
         channels: Use exactly these channels instead of discovering hardware.
         sample: Run the background sampler (needed for wrap safety and power integration).
@@ -366,6 +366,9 @@ class EnergyMeter:
             Hardware counters change only every update period (RAPL ~1 ms, NVML ~100 ms),
             so a window well below it, such as 0.0002 s, costs at most one counter update
             at a span's ends while sparing the reads of back-to-back and nested spans.
+        procfs_root: Where procfs is mounted, for the attribution of energy to processes
+            and spans (default ``OTEL_JOULES_PROCFS_ROOT`` or ``/proc``; see
+            :mod:`otel_joules.attribution`).
     """
 
     def __init__(
@@ -380,8 +383,11 @@ class EnergyMeter:
         channels: Iterable[Channel] | None = None,
         sample: bool = True,
         max_snapshot_age_s: float | None = None,
+        procfs_root: str | None = None,
     ) -> None:
-        self.settings = settings or Settings.from_env(sysfs_root=sysfs_root, max_snapshot_age_s=max_snapshot_age_s)
+        self.settings = settings or Settings.from_env(
+            sysfs_root=sysfs_root, max_snapshot_age_s=max_snapshot_age_s, procfs_root=procfs_root
+        )
         unavailable: list[Unavailable] = []
         if channels is None:
             found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable)

@@ -4,6 +4,14 @@
 ``hw.power``        Gauge,   ``W``, per domain, same attributes
 ``hw.host.energy``  Counter, ``J``, the host's non-overlapping total (what ``energy.joules`` adds up)
 ``hw.host.power``   Gauge,   ``W``, the same as power
+``process.energy``  Counter, ``J``, this process's attributed share per ``hw.type`` (``cpu``, ``memory``, ``gpu``)
+``process.power``   Gauge,   ``W``, the same as power over the latest attribution period
+
+``hw.*`` describe the hardware: every otel-joules process on a host reports the same devices
+(take one per ``host.name`` and ``hw.id``, e.g. ``max``, never a sum over processes).
+``process.*`` are shares: summed over processes and hosts they count each joule once
+(:mod:`otel_joules.attribution`). Energy spent while no CPU was busy (idle) is in ``hw.*``
+and in no process's share.
 
 Every data point also carries ``energy.source`` (``measured`` or ``estimate``), so an
 estimate is never mistaken for a measurement in a dashboard; per-domain points add
@@ -22,6 +30,7 @@ from typing import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from otel_joules.attribution.model import Attributor, attributor_for, kind_of
 from otel_joules.meter.meter import (
     SOURCE_ESTIMATE,
     SOURCE_MEASURED,
@@ -35,6 +44,8 @@ INSTRUMENTATION_SCOPE = "otel_joules"
 #: One collection calls the four callbacks within microseconds of each other; they
 #: share a snapshot younger than this, and two collections never do.
 _SNAPSHOT_REUSE_S = 0.05
+#: ``attributor`` not given: use the meter's shared one.
+_DEFAULT = object()
 
 
 class EnergyMetrics:
@@ -44,6 +55,8 @@ class EnergyMetrics:
         energy_meter: Where the joules come from.
         meter_provider: The OpenTelemetry ``MeterProvider``; the global one when omitted.
         host_id: ``hw.id`` of the host total (default: the host name).
+        attributor: Where ``process.energy``/``process.power`` come from: the meter's shared
+            attributor when omitted; None registers no ``process.*`` instruments.
     """
 
     def __init__(
@@ -51,6 +64,7 @@ class EnergyMetrics:
         energy_meter: EnergyMeter,
         meter_provider: metrics.MeterProvider | None = None,
         host_id: str | None = None,
+        attributor: Attributor | None | object = _DEFAULT,
     ) -> None:
         from otel_joules import __version__
 
@@ -99,6 +113,26 @@ class EnergyMetrics:
         otel_meter.create_observable_gauge(
             "hw.host.power", [self._observe_host_power], unit="W", description="Power consumed by the host (no overlap)"
         )
+        self.attributor: Attributor | None = (
+            attributor_for(energy_meter) if attributor is _DEFAULT else attributor  # type: ignore[assignment]
+        )
+        if self.attributor is not None:
+            self._process_attributes = {
+                kind: {"hw.type": kind, "energy.source": _source(energy_meter, kind)} for kind in self.attributor.kinds
+            }
+            self._last_process_sample = time.monotonic()
+            otel_meter.create_observable_counter(
+                "process.energy",
+                [self._observe_process_energy],
+                unit="J",
+                description="This process's attributed share of the host's energy, per hw.type",
+            )
+            otel_meter.create_observable_gauge(
+                "process.power",
+                [self._observe_process_power],
+                unit="W",
+                description="This process's attributed share of the host's power, per hw.type",
+            )
 
     def refresh(self) -> None:
         """Make the next collection read the counters, however recent the last read."""
@@ -113,6 +147,7 @@ class EnergyMetrics:
         """
         self.refresh()
         self._snapshots()
+        self._process_sample(force=True)
         with self._lock:
             self._frozen = True
 
@@ -174,10 +209,43 @@ class EnergyMetrics:
             return []
         return [Observation(measurement.watts, {**self._host_attributes, "energy.source": measurement.source})]
 
+    def _process_sample(self, force: bool = False) -> None:
+        """Extend the attribution history before a collection unless a sample is recent (or frozen)."""
+        attributor = self.attributor
+        if attributor is None or self._frozen:
+            return
+        now = time.monotonic()
+        if force or now - self._last_process_sample >= _SNAPSHOT_REUSE_S:
+            self._last_process_sample = now
+            attributor.sample()
+
+    def _observe_process_energy(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self.enabled or self.attributor is None:
+            return []
+        self._process_sample()
+        joules = self.attributor.process_joules()
+        return [Observation(joules[kind], attributes) for kind, attributes in self._process_attributes.items()]
+
+    def _observe_process_power(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self.enabled or self.attributor is None:
+            return []
+        self._process_sample()
+        watts = self.attributor.process_watts()
+        return [Observation(watts[kind], attributes) for kind, attributes in self._process_attributes.items()]
+
 
 def _host_source(energy_meter: EnergyMeter) -> str:
     """``energy.source`` of the host total, fixed by which domains add to it."""
-    methods = {d.method.is_measurement for d in energy_meter.domains if d.in_total}
+    return _source(energy_meter, None)
+
+
+def _source(energy_meter: EnergyMeter, kind: str | None) -> str:
+    """``energy.source`` of the domains adding to the total (of one attribution kind, or all)."""
+    methods = {
+        d.method.is_measurement
+        for d in energy_meter.domains
+        if d.in_total and (kind is None or kind_of(d.hw_type) == kind)
+    }
     if methods == {True}:
         return SOURCE_MEASURED
     if methods == {False}:

@@ -10,6 +10,14 @@
                                   span's start or end: that domain's value is its last known reading, late
                                   rather than lost (the energy appears in later spans); absent otherwise
 
+Attribution (the span's share of the host's energy; :mod:`otel_joules.attribution`):
+
+``energy.attributed.joules``          the span's share, inclusive of its children (double)
+``energy.attributed.self.joules``     the same minus what its instrumented children were attributed
+``energy.attributed.cpu.joules``      inclusive share of the CPU-side domains (also ``.memory.``, ``.gpu.``)
+``energy.attribution``                the model that produced the share (``cpu_time_share``)
+``energy.unavailable_reason``         why a span with explicit start/end times has no ``energy.joules``
+
 Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
 
 ``energy.co2eq.grams``                 gCO2eq of ``energy.joules`` (PUE applied)
@@ -24,7 +32,9 @@ Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Any
 
+from otel_joules.attribution.model import KIND_CPU, KIND_GPU, KIND_MEMORY, MODEL_CPU_TIME_SHARE, SpanAttribution
 from otel_joules.meter.meter import EnergyMeasurement
 from otel_joules.sensors.base import Method
 
@@ -40,15 +50,26 @@ CARBON_PUE = "carbon.pue"
 # dashboards, the carbon hook) adds up, instead of interval energy.
 ENERGY_ATTRIBUTED_JOULES = "energy.attributed.joules"
 ENERGY_ATTRIBUTED_SELF_JOULES = "energy.attributed.self.joules"
+ENERGY_ATTRIBUTED_CPU_JOULES = "energy.attributed.cpu.joules"
+ENERGY_ATTRIBUTED_MEMORY_JOULES = "energy.attributed.memory.joules"
+ENERGY_ATTRIBUTED_GPU_JOULES = "energy.attributed.gpu.joules"
 ENERGY_ATTRIBUTED_CO2EQ_GRAMS = "energy.attributed.co2eq.grams"
 ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS = "energy.attributed.self.co2eq.grams"
+ENERGY_ATTRIBUTION = "energy.attribution"
+ENERGY_UNAVAILABLE_REASON = "energy.unavailable_reason"
+#: ``energy.attributed.<kind>.joules`` by ``hw.type``.
+ATTRIBUTED_KIND_KEYS = {
+    "cpu": ENERGY_ATTRIBUTED_CPU_JOULES,
+    "memory": ENERGY_ATTRIBUTED_MEMORY_JOULES,
+    "gpu": ENERGY_ATTRIBUTED_GPU_JOULES,
+}
 #: ``hw.type`` values with an ``energy.attributed.<kind>.joules`` attribute.
-ATTRIBUTED_KINDS = ("cpu", "memory", "gpu")
+ATTRIBUTED_KINDS = tuple(ATTRIBUTED_KIND_KEYS)
 
 
 def attributed_kind_key(kind: str) -> str:
     """``energy.attributed.<kind>.joules`` for ``cpu``, ``memory`` or ``gpu``."""
-    return f"energy.attributed.{kind}.joules"
+    return ATTRIBUTED_KIND_KEYS[kind]
 
 
 @lru_cache(maxsize=256)
@@ -69,6 +90,15 @@ def domain_method_key(domain_id: str) -> str:
     return f"energy.{domain_id}.method"
 
 
+#: ``(energy.<domain>.joules, energy.<domain>.method)`` by domain id, filled on first use.
+_domain_keys: dict[str, tuple[str, str]] = {}
+
+
+def _domain_key_pair(domain_id: str) -> tuple[str, str]:
+    pair = _domain_keys[domain_id] = (domain_joules_key(domain_id), domain_method_key(domain_id))
+    return pair
+
+
 def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool]:
     """The span attributes for one measurement."""
     attributes: dict[str, float | str | bool] = {
@@ -77,13 +107,34 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         ENERGY_SOURCE: measurement.source,
     }
     methods = measurement.methods_by_domain
+    keys = _domain_keys
     for domain_id, joules in measurement.joules_by_domain.items():
-        attributes[domain_joules_key(domain_id)] = joules
+        # A plain dict lookup: this runs for every domain of every span.
+        pair = keys.get(domain_id) or _domain_key_pair(domain_id)
+        attributes[pair[0]] = joules
         method = methods[domain_id]
         if method is not Method.COUNTER:
-            attributes[domain_method_key(domain_id)] = method.value
+            attributes[pair[1]] = method.value
     if measurement.below_resolution:
         attributes[ENERGY_BELOW_RESOLUTION] = True
     for domain_id in measurement.stale_domains:
         attributes[domain_stale_key(domain_id)] = True
+    return attributes
+
+
+def attribution_attributes(
+    attribution: SpanAttribution, kinds: tuple[str, ...], into: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The span attributes for a span's share (added to ``into`` when given); per-kind values only
+    for the kinds the meter measures."""
+    attributes: dict[str, Any] = {} if into is None else into
+    attributes[ENERGY_ATTRIBUTED_JOULES] = attribution.cpu_joules + attribution.memory_joules + attribution.gpu_joules
+    attributes[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution.self_joules
+    attributes[ENERGY_ATTRIBUTION] = MODEL_CPU_TIME_SHARE
+    if KIND_CPU in kinds:
+        attributes[ENERGY_ATTRIBUTED_CPU_JOULES] = attribution.cpu_joules
+    if KIND_MEMORY in kinds:
+        attributes[ENERGY_ATTRIBUTED_MEMORY_JOULES] = attribution.memory_joules
+    if KIND_GPU in kinds:
+        attributes[ENERGY_ATTRIBUTED_GPU_JOULES] = attribution.gpu_joules
     return attributes

@@ -11,7 +11,6 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from otel_joules.config import OTEL_JOULES_HOST_DOMAINS
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.meter.registry import get_energy_meter
@@ -76,15 +75,6 @@ class _HandleRegistry:
 _handles = _HandleRegistry()
 
 
-def _several_processes_per_host_possible() -> bool:
-    """True when the user or a launcher says this process may share its host with others of its job.
-
-    A lone process keeps the host's domains without an election (which would take a
-    per-host lock that unrelated processes on the machine would then contend for).
-    """
-    return any(os.environ.get(name, "").strip() for name in (OTEL_JOULES_HOST_DOMAINS, "LOCAL_RANK", "SLURM_LOCALID"))
-
-
 def _sdk_disabled() -> bool:
     return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
 
@@ -98,6 +88,7 @@ def instrument(
     carbon_intensity: float | None = None,
     country: str | None = None,
     pue: float = 1.0,
+    attribution: bool = True,
     **options: Any,
 ) -> Instrumentation:
     """Put energy attributes on every span of ``tracer_provider`` and export energy metrics.
@@ -116,12 +107,12 @@ def instrument(
             intensity is resolved once, here; see :mod:`otel_joules.carbon.spans`.
         country: ISO 3166 code for the carbon intensity (default ``OTEL_JOULES_COUNTRY``).
         pue: Data-centre PUE applied to the CO2eq (>= 1.0).
+        attribution: Give spans their share (``energy.attributed.*``, about 5-8 µs per span);
+            False keeps only ``energy.joules`` and friends, for the lowest overhead.
         **options: :class:`~otel_joules.EnergyMeter` keywords for the shared meter
-            (``sysfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
-            Without ``host``, several processes of one job on one host elect the one
-            that reports the host's CPU and memory when ``OTEL_JOULES_HOST_DOMAINS`` is
-            set or a launcher rank (``LOCAL_RANK``, ``SLURM_LOCALID``) is present; see
-            :func:`otel_joules.delivery.host_owner`.
+            (``sysfs_root``, ``procfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
+            Every process measures the host whatever else runs on it: spans carry the
+            host's energy during their interval and their own share of it.
 
     Returns:
         A handle whose ``uninstrument()`` undoes this. Calling ``instrument()`` again for
@@ -143,11 +134,6 @@ def instrument(
             "or pass tracer_provider=..."
         )
 
-    if energy_meter is None and "host" not in options and _several_processes_per_host_possible():
-        from otel_joules.delivery.hosts import host_owner
-
-        options.update(host_owner().meter_options())
-
     # Resolved before the handle exists, so a bad setting fails instrument() itself.
     # The import is deferred: carbon sits downstream of tracing.
     from otel_joules.carbon.spans import span_carbon_from_settings
@@ -156,7 +142,8 @@ def instrument(
 
     def create() -> Instrumentation:
         meter = energy_meter or get_energy_meter(**options)
-        processor = EnergySpanProcessor(meter, on_measurement=span_carbon)
+        processor = EnergySpanProcessor(meter, on_measurement=span_carbon, attribution=attribution)
+        processor.attributor  # noqa: B018 - read /proc/stat now rather than on the first span
         provider.add_span_processor(processor)
         energy_metrics = None
         if metrics_enabled:

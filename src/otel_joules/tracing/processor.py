@@ -8,12 +8,19 @@ from typing import Any, Callable
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import get_current_span
 
+from otel_joules.attribution.model import HISTORY_S, Attributor, SpanAttribution, SpanShare, attributor_for
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.registry import get_energy_meter
-from otel_joules.tracing.attributes import measurement_attributes
+from otel_joules.tracing.attributes import ENERGY_UNAVAILABLE_REASON, attribution_attributes, measurement_attributes
 
 _log = logging.getLogger("otel_joules")
+
+#: A span start time further than this from when ``start()`` ran was stated explicitly (an
+#: explicit end time is always known as such): its energy comes from the meter's history.
+EXPLICIT_TIME_TOLERANCE_NS = 2_000_000
+_UNSET = object()
 
 
 class EnergySpanProcessor(SpanProcessor):
@@ -28,13 +35,23 @@ class EnergySpanProcessor(SpanProcessor):
     The wrapper holds only a weak reference to its span and the opening snapshot, so
     ended and abandoned spans leave nothing behind.
 
-    Energy is machine-level: concurrent or nested spans each get everything the
-    machine spent during their own interval, so their values overlap.
+    ``energy.joules`` is machine-level: concurrent or nested spans each get everything the
+    machine spent during their own interval, so their values overlap. The span's share,
+    ``energy.attributed.joules`` (inclusive of children) and ``energy.attributed.self.joules``,
+    comes from the meter's :class:`~otel_joules.attribution.Attributor` and adds up.
+
+    A span started or ended with an explicit time gets the energy of its stated interval from
+    the attributor's history, or no ``energy.joules`` and ``energy.unavailable_reason``.
+
+    The energy and attribution attributes are set on the live span before
+    ``on_measurement`` runs, so a hook can read them from ``span.attributes``.
 
     Args:
         meter: The meter to read; the process-wide shared meter when omitted.
         on_measurement: Called with ``(span, measurement)`` before the span ends, for
             layers that add attributes of their own (carbon, for instance).
+        attribution: Attribute shares to spans: True (default) uses the meter's shared
+            :class:`~otel_joules.attribution.Attributor`, False none, or give one.
     """
 
     def __init__(
@@ -42,11 +59,15 @@ class EnergySpanProcessor(SpanProcessor):
         meter: EnergyMeter | None = None,
         *,
         on_measurement: Callable[[Span, EnergyMeasurement], None] | None = None,
+        attribution: bool | Attributor = True,
     ) -> None:
         self._meter = meter
         self._on_measurement = on_measurement
         self.enabled = True
         self._failure_reported = False
+        self._attributor: Any = (
+            attribution if isinstance(attribution, Attributor) else _UNSET if attribution else None
+        )
 
     @property
     def meter(self) -> EnergyMeter:
@@ -55,28 +76,64 @@ class EnergySpanProcessor(SpanProcessor):
             self._meter = get_energy_meter()
         return self._meter
 
+    @property
+    def attributor(self) -> Attributor | None:
+        """The meter's attributor (None when attribution is off or CPU times cannot be read)."""
+        if self._attributor is _UNSET:
+            self._attributor = attributor_for(self.meter)
+        return self._attributor  # type: ignore[no-any-return]
+
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        """Take the opening snapshot and arrange for the closing one before the span freezes."""
+        """Take the opening snapshot, open the span's share, and arrange for the closing one before the span freezes."""
         if not self.enabled:
             return
         try:
             meter = self.meter
             start = meter.snapshot()
+            attributor = self.attributor
+            share = None
+            if attributor is not None:
+                parent_end = getattr(get_current_span(parent_context), "__dict__", _NO_DICT).get("end")
+                share = attributor.open_span(parent_end._share if isinstance(parent_end, _MeasuringEnd) else None)
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
             self._report_failure(exc)
             return
-        span.end = _MeasuringEnd(span, self, meter, start)  # type: ignore[method-assign]
+        span.end = _MeasuringEnd(span, self, meter, start, attributor, share)  # type: ignore[method-assign]
 
     def _finish(
-        self, span: Span, meter: EnergyMeter, start: EnergySnapshot, measurement: EnergyMeasurement | None
+        self,
+        span: Span,
+        meter: EnergyMeter,
+        start: EnergySnapshot,
+        measurement: EnergyMeasurement | None,
+        attributor: Attributor | None,
+        attribution: SpanAttribution | None,
+        end_time: int | None,
+        end: EnergySnapshot | None = None,
     ) -> None:
         try:
+            reason = None
             if measurement is None:
-                measurement = meter.measure(start, meter.snapshot())
-            if not measurement.joules_by_domain:
+                if end is None:
+                    end = meter.snapshot()
+                if attributor is not None and (
+                    end_time is not None
+                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns)
+                    > EXPLICIT_TIME_TOLERANCE_NS
+                ):
+                    measurement, reason = _stated_interval(span, meter, attributor, start, end, end_time)
+                else:
+                    measurement = meter.measure(start, end)
+            if measurement is not None and measurement.joules_by_domain:
+                attributes = measurement_attributes(measurement)
+            else:
+                attributes = {} if reason is None else {ENERGY_UNAVAILABLE_REASON: reason}
+            if attribution is not None and attributor is not None:
+                attribution_attributes(attribution, attributor.kinds, attributes)
+            if not attributes:
                 return
-            span.set_attributes(measurement_attributes(measurement))
-            if self._on_measurement is not None:
+            span.set_attributes(attributes)
+            if self._on_measurement is not None and measurement is not None and measurement.joules_by_domain:
                 self._on_measurement(span, measurement)
         except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
             self._report_failure(exc)
@@ -98,21 +155,72 @@ class EnergySpanProcessor(SpanProcessor):
         return True
 
 
+_NO_DICT: dict[str, Any] = {}
+
+
+def _stated_interval(
+    span: Span,
+    meter: EnergyMeter,
+    attributor: Attributor,
+    start: EnergySnapshot,
+    end: EnergySnapshot,
+    end_time: int | None,
+) -> tuple[EnergyMeasurement | None, str | None]:
+    """The measurement of the span's stated interval, or None and the reason it is not known.
+
+    Spans without explicit times (the usual case) get the snapshots taken at ``start()`` and
+    ``end()``; explicit times are looked up in the attributor's history.
+    """
+    t0 = attributor.wall_to_monotonic_ns(span.start_time or 0)
+    explicit_start = abs(t0 - start.monotonic_ns) > EXPLICIT_TIME_TOLERANCE_NS
+    t1 = end.monotonic_ns
+    explicit_end = False
+    if end_time is not None:
+        # Stated by the caller: honoured even when close to now (the history interpolates).
+        t1 = attributor.wall_to_monotonic_ns(end_time)
+        explicit_end = True
+    if not explicit_start and not explicit_end:
+        return meter.measure(start, end), None
+    if t1 < t0:
+        return None, "end_time is before start_time"
+    if t1 > end.monotonic_ns + EXPLICIT_TIME_TOLERANCE_NS:
+        return None, "end_time is in the future: energy not yet spent is unknown"
+    first = attributor.snapshot_at(t0, end) if explicit_start else start
+    last = attributor.snapshot_at(min(t1, end.monotonic_ns), end) if explicit_end else end
+    if first is None or last is None:
+        return None, (
+            f"the stated interval starts before the energy meter's history (it keeps {attributor.history_s:g} s; "
+            f"default {HISTORY_S:g} s)"
+        )
+    return meter.measure(first, last), None
+
+
 class _MeasuringEnd:
     """Stands in for one span's ``end``: measures, sets the attributes, then really ends it.
 
     Holds its span and processor weakly (a strong reference would make span -> end ->
-    span a cycle) and calls the span class's own ``end`` function.
+    span a cycle) and calls the span class's own ``end`` function. A span dropped without
+    ``end()`` closes its share when it is collected, so it stops diluting the thread's others.
     """
 
-    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_start", "_original_end")
+    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_start", "_original_end", "_attributor", "_share")
 
-    def __init__(self, span: Span, processor: EnergySpanProcessor, meter: EnergyMeter, start: EnergySnapshot) -> None:
-        self._span_ref = weakref.ref(span)
+    def __init__(
+        self,
+        span: Span,
+        processor: EnergySpanProcessor,
+        meter: EnergyMeter,
+        start: EnergySnapshot,
+        attributor: Attributor | None = None,
+        share: SpanShare | None = None,
+    ) -> None:
+        self._span_ref = weakref.ref(span) if share is None else weakref.ref(span, share.abandon)
         self._processor_ref = weakref.ref(processor)
         self._meter = meter
         self._start = start
         self._original_end = type(span).end
+        self._attributor = attributor
+        self._share = share
 
     def __call__(self, end_time: int | None = None) -> None:
         self._end(None, end_time)
@@ -121,9 +229,23 @@ class _MeasuringEnd:
         span = self._span_ref()
         if span is None:
             return
-        processor = self._processor_ref()
-        if processor is not None and processor.enabled and span.end_time is None:
-            processor._finish(span, self._meter, self._start, measurement)
+        attribution = None
+        if span.end_time is None:
+            processor = self._processor_ref()
+            enabled = processor is not None and processor.enabled
+            end = None
+            if enabled and measurement is None:
+                try:
+                    end = self._meter.snapshot()
+                except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
+                    processor._report_failure(exc)  # type: ignore[union-attr]
+            # Closed even when the processor is off: an open share would dilute the thread's others.
+            if self._share is not None and self._attributor is not None:
+                attribution = self._attributor.close_span(self._share, self._start, end)
+            if enabled:
+                processor._finish(  # type: ignore[union-attr]
+                    span, self._meter, self._start, measurement, self._attributor, attribution, end_time, end
+                )
         self._original_end(span, end_time)
 
 
@@ -135,7 +257,7 @@ def end_span_with_measurement(span: Any, measurement: EnergyMeasurement, end_tim
     :class:`EnergySpanProcessor` on the span's provider uses them, hooks included,
     rather than reading the counters again.
     """
-    end = getattr(span, "__dict__", {}).get("end")
+    end = getattr(span, "__dict__", _NO_DICT).get("end")
     if isinstance(end, _MeasuringEnd):
         end._end(measurement, end_time)
         return

@@ -1,0 +1,69 @@
+"""Test helper: a procfs tree written in a temp dir (``OTEL_JOULES_PROCFS_ROOT`` / ``procfs_root=``).
+
+Holds exactly the files the attribution model reads, in the kernel's format and clock ticks:
+``stat`` (the host's aggregate ``cpu`` line), ``<pid>/stat`` and ``<pid>/task/<tid>/stat``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+
+
+def task_stat_line(pid: int, utime_ticks: int, stime_ticks: int = 0) -> str:
+    """A ``/proc/<pid>/stat`` line; the command name has a space and a ')' as real ones may."""
+    return f"{pid} (py thon) R 1 1 1 0 -1 4194560 0 0 0 0 {utime_ticks} {stime_ticks} 0 0 20 0 1 0 100 0 0\n"
+
+
+@dataclass
+class FakeProcfs:
+    """A written procfs; every setter writes the file at once (ticks since boot)."""
+
+    root: Path
+    busy_ticks: int = 1000
+    idle_ticks: int = 5000
+    process_ticks: dict[int, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.write_host()
+
+    @property
+    def procfs_root(self) -> str:
+        """The path to give as ``procfs_root``."""
+        return str(self.root)
+
+    def write_host(self) -> None:
+        # user nice system idle iowait irq softirq steal guest guest_nice: busy split over user and system.
+        user = self.busy_ticks - self.busy_ticks // 4
+        system = self.busy_ticks // 4
+        (self.root / "stat").write_text(
+            f"cpu  {user} 0 {system} {self.idle_ticks} 0 0 0 0 0 0\ncpu0 {user} 0 {system} {self.idle_ticks} 0 0 0 0 0 0\n"
+        )
+
+    def add_host(self, busy_s: float, idle_s: float = 0.0) -> None:
+        """The host spent ``busy_s`` more busy CPU seconds and ``idle_s`` more idle ones."""
+        self.busy_ticks += round(busy_s * TICKS_PER_S)
+        self.idle_ticks += round(idle_s * TICKS_PER_S)
+        self.write_host()
+
+    def add_process(self, pid: int, cpu_s: float) -> None:
+        """Process ``pid`` used ``cpu_s`` more CPU seconds."""
+        self.process_ticks[pid] = self.process_ticks.get(pid, 0) + round(cpu_s * TICKS_PER_S)
+        folder = self.root / str(pid)
+        folder.mkdir(exist_ok=True)
+        (folder / "stat").write_text(task_stat_line(pid, self.process_ticks[pid]))
+
+    def add_thread(self, pid: int, tid: int, cpu_s: float) -> None:
+        """Thread ``tid`` of ``pid`` used ``cpu_s`` more CPU seconds (the process's total moves with it)."""
+        folder = self.root / str(pid) / "task" / str(tid)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "stat"
+        ticks = round(cpu_s * TICKS_PER_S)
+        if path.exists():
+            ticks += int(path.read_text().rsplit(")", 1)[1].split()[11])
+        path.write_text(task_stat_line(tid, ticks))
+        self.add_process(pid, cpu_s)
