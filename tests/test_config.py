@@ -44,7 +44,7 @@ def test_readme_settings_table_is_the_config_module() -> None:
     assert rows[config.OTEL_JOULES_MAX_POWER_WATTS].startswith(f"{config.DEFAULT_MAX_POWER_WATTS:g} W")
     assert rows[config.OTEL_JOULES_MAX_SNAPSHOT_AGE_S].startswith(f"{config.DEFAULT_MAX_SNAPSHOT_AGE_S:g} s")
     assert rows[config.OTEL_JOULES_SYSFS_ROOT] == f"`{config.DEFAULT_SYSFS_ROOT}`"
-    assert rows[config.OTEL_JOULES_HOST_DOMAINS] == f"`{config.DEFAULT_HOST_DOMAINS}`"
+    assert rows[config.OTEL_JOULES_PROCFS_ROOT] == f"`{config.DEFAULT_PROCFS_ROOT}`"
     # And the module docstring's table names them all too.
     assert all(f"``{name}``" in (config.__doc__ or "") for name in ENVIRONMENT_VARIABLES)
 
@@ -69,8 +69,8 @@ def test_hostile_values_of_every_variable_fall_back_to_defaults(value: str, capl
         again = Settings.from_env(env)
     assert settings == again
     default = Settings()
-    for field in ("cpu_tdp_watts", "memory_watts_per_gb", "max_power_watts", "max_snapshot_age_s", "host_domains",
-                  "dk_price_area", "full_command_line", "carbon_providers"):
+    for field in ("cpu_tdp_watts", "memory_watts_per_gb", "max_power_watts", "max_snapshot_age_s",
+                  "prometheus_wait_s", "dk_price_area", "full_command_line", "carbon_providers"):
         assert getattr(settings, field) == getattr(default, field), field
     if value == "":
         assert settings == default
@@ -109,13 +109,12 @@ def test_valid_values_are_used() -> None:
         {
             config.OTEL_JOULES_CPU_TDP_WATTS: " 120 ",
             config.OTEL_JOULES_MAX_SNAPSHOT_AGE_S: "0",
-            config.OTEL_JOULES_HOST_DOMAINS: "NEVER",
             config.OTEL_JOULES_CARBON_PROVIDERS: "energidataservice, uk_carbon_intensity",
             config.OTEL_JOULES_DK_PRICE_AREA: "dk2",
             config.OTEL_JOULES_FULL_COMMAND_LINE: "yes",
         }
     )
-    assert (settings.cpu_tdp_watts, settings.max_snapshot_age_s, settings.host_domains) == (120.0, 0.0, "never")
+    assert (settings.cpu_tdp_watts, settings.max_snapshot_age_s) == (120.0, 0.0)
     assert settings.carbon_providers == ("energidataservice", "uk_carbon_intensity")
     assert (settings.dk_price_area, settings.full_command_line) == ("DK2", True)
 

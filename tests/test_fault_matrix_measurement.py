@@ -32,7 +32,7 @@ from powercap_fake import INTEL_RANGE_UJ, make_powercap
 
 import otel_joules
 from otel_joules import EnergyMeter, EnergySpanProcessor
-from otel_joules.config import ENVIRONMENT_VARIABLES, OTEL_JOULES_HOST_LOCK, OTEL_JOULES_SYSFS_ROOT
+from otel_joules.config import ENVIRONMENT_VARIABLES, OTEL_JOULES_SYSFS_ROOT
 from otel_joules.errors import SensorReadError
 from otel_joules.meter import meter as meter_module
 from otel_joules.meter.registry import default_registry, get_energy_meter
@@ -441,7 +441,9 @@ def test_eight_threads_of_fifty_thousand_spans_keep_totals_exact(caplog) -> None
     assert next(counting.ended) == 400_000 and next(counting.bad) == 0
     # Every read's 7 uJ counted once across ~5,600 wraps raced by 8 threads: exact.
     assert round(final * 1e6) == 7 * (counter.reads - 1)
-    assert counter.reads == 1 + 2 * 400_000 + 1
+    # Two reads per span at least; the attribution sampler's reads of the meter come on top
+    # and are counted exactly too (the line above).
+    assert counter.reads >= 1 + 2 * 400_000 + 1
 
 
 # --- the environment -------------------------------------------------------------------------
@@ -449,16 +451,15 @@ def test_eight_threads_of_fifty_thousand_spans_keep_totals_exact(caplog) -> None
 
 def _hostile_env(value: str, tmp_path: Path) -> dict[str, str]:
     env = {name: value for name in ENVIRONMENT_VARIABLES}
-    # Empty means the defaults: the host's /sys and the lock in /tmp shared by the host; tests
-    # touch neither. (Relative garbage lands in the test's own working directory.)
-    env[OTEL_JOULES_HOST_LOCK] = value or str(tmp_path / "host.lock")
+    # Empty means the defaults (the host's /sys and /proc): the sysfs root stays a temp dir so
+    # no real counter is read. (Relative garbage lands in the test's own working directory.)
     env[OTEL_JOULES_SYSFS_ROOT] = value or str(tmp_path / "no-sys")
     return env
 
 
 @pytest.mark.parametrize("value", HOSTILE_VALUES)
 def test_hostile_settings_never_break_instrument(value: str, tmp_path: Path, monkeypatch, caplog) -> None:
-    monkeypatch.chdir(tmp_path)  # relative lock paths such as "garbage" land here
+    monkeypatch.chdir(tmp_path)  # relative paths such as "garbage" resolve here
     for name, raw in _hostile_env(value, tmp_path).items():
         monkeypatch.setenv(name, raw)
     provider = TracerProvider()

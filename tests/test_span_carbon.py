@@ -23,22 +23,18 @@ def _no_carbon_settings(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def _spend(tracer_provider, powercap, name: str = "step", attributed_joules: float | None = None):
+def _spend(tracer_provider, powercap, name: str = "step"):
     """One span during which the package spends 2 J and DRAM 0.5 J."""
-    with tracer_provider.get_tracer("t").start_as_current_span(name) as span:
+    with tracer_provider.get_tracer("t").start_as_current_span(name):
         powercap.zones["package_0"].advance_joules(2.0)
         powercap.zones["dram_0"].advance_joules(0.5)
-        if attributed_joules is not None and "energy.attributed.joules" not in (span.attributes or {}):
-            # Until the attribution model sets these itself, the span carries the shares the hook reads.
-            span.set_attributes({"energy.attributed.joules": attributed_joules,
-                                 "energy.attributed.self.joules": attributed_joules / 2})
 
 
 def test_explicit_intensity_puts_co2_on_interval_and_attributed_energy(tracer_provider, span_exporter, powercap):
     handle = otel_joules.instrument(tracer_provider, metrics_enabled=False, carbon_intensity=300.0, pue=1.2,
                                     sysfs_root=powercap.sysfs_root)
     try:
-        _spend(tracer_provider, powercap, attributed_joules=1.5)
+        _spend(tracer_provider, powercap)
     finally:
         handle.uninstrument()
     (span,) = span_exporter.get_finished_spans()

@@ -658,11 +658,11 @@ class Attributor:
         k = bisect.bisect_left([t for t, _ in points], monotonic_ns)
         t1, b = points[k]
         if t1 == monotonic_ns or k == 0:
-            return _new_tuple(EnergySnapshot, (monotonic_ns, b.joules))
+            return _new_tuple(EnergySnapshot, (monotonic_ns, b.joules, ()))
         t0, a = points[k - 1]
         f = (monotonic_ns - t0) / (t1 - t0)
         joules = tuple(None if x is None or y is None else x + (y - x) * f for x, y in zip(a.joules, b.joules))
-        return _new_tuple(EnergySnapshot, (monotonic_ns, joules))
+        return _new_tuple(EnergySnapshot, (monotonic_ns, joules, ()))
 
     @property
     def oldest_ns(self) -> int | None:
