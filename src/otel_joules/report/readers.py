@@ -634,7 +634,7 @@ def _span_from_record(record: dict[str, Any], attributes: object, path: str) -> 
         raise ValueError(f"trace_id {str(record.get('trace_id'))[:80]!r} is not 32 hex digits")
     if not _HEX_SPAN.match(span_id):
         raise ValueError(f"span_id {str(record.get('span_id'))[:80]!r} is not 16 hex digits")
-    parent = str(record.get("parent_span_id") or "").lower() or None
+    parent = sys.intern(str(record.get("parent_span_id") or "").lower()) or None
     if parent is not None and not _HEX_SPAN.match(parent):
         raise ValueError(f"parent_span_id {str(record.get('parent_span_id'))[:80]!r} is not 16 hex digits")
     if not isinstance(attributes, dict):
