@@ -111,6 +111,8 @@ _UNKNOWN_FORMAT = (
     "unknown format: not a carbontracker log, an otel-joules CSV or JSON-lines span export, or an OTLP JSON trace file"
 )
 _BINARY = "is a binary file (or damaged from its start), not a span export or carbontracker log"
+# How many non-empty lines may precede the first JSON line of a JSON file (damage at its start).
+_FORMAT_LOOKAHEAD_LINES = 16
 # Read in pieces of this size when skipping the rest of an overlong line.
 _SKIP_CHUNK = 1 << 20
 
@@ -256,8 +258,8 @@ def _read_carbontracker_dir(directory: Path, stems: set[str] | None, inputs: Inp
         if stems is not None and pair.stem not in stems:
             continue
         try:
-            std_text = _read_log(pair.std_log)
-            output_text = _read_log(pair.output_log)
+            std_text, std_cut = _whole_lines(_read_log(pair.std_log))
+            output_text, _ = _whole_lines(_read_log(pair.output_log))
             std = parse_standard_log(std_text, source=pair.std_log)
             if not (std.software or std.pue is not None or std.devices or std.epochs):
                 raise CarbonTrackerLogError("no carbontracker line (version, PUE, components or epochs)")
@@ -267,7 +269,18 @@ def _read_carbontracker_dir(directory: Path, stems: set[str] | None, inputs: Inp
             inputs.skipped.append(Skipped(pair.std_log, f"carbontracker run {pair.stem!r} cannot be read: {reason}"))
             continue
         epochs = []
-        for record in std.complete_epochs:
+        complete = std.complete_epochs
+        for position, record in enumerate(complete):
+            missing = sorted(set(std.devices) - set(record.power_watts))
+            if std_cut and position == len(complete) - 1 and missing:
+                inputs.skipped.append(
+                    Skipped(
+                        pair.std_log,
+                        f"carbontracker run {pair.stem!r}, epoch {record.epoch} skipped: the log ends before its "
+                        f"power for {', '.join(missing)} (a half-written log)",
+                    )
+                )
+                continue
             problem = _epoch_problem(float(record.duration_seconds), record.power_watts)
             if problem is not None:
                 inputs.skipped.append(
@@ -329,6 +342,13 @@ def _epoch_problem(duration_s: float, power: Any) -> str | None:
             if problem is not None:
                 return f"{component} power {problem}"
     return None
+
+
+def _whole_lines(text: str) -> tuple[str, bool]:
+    """``text`` without a last line cut off mid-write, and whether there was one."""
+    if not text or text.endswith("\n"):
+        return text, False
+    return text[: text.rfind("\n") + 1], True
 
 
 def _read_log(path: str) -> str:
@@ -442,17 +462,28 @@ def _read_file(file: Path, inputs: Inputs) -> None:
                 inputs.skipped.append(Skipped(path, "is empty"))
             return
         number, text = first
-        if text.lstrip().startswith("{"):
-            _read_json(path, first, stream, lines, handle, size, inputs, errors)
+        header = _csv_cells(text)
+        if header is not None and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
+            lines.release_held(errors.add)
+            _read_csv(path, header, stream, lines, inputs, errors)
         else:
-            header = _csv_cells(text)
-            if header is not None and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
-                lines.release_held(errors.add)
-                _read_csv(path, header, stream, lines, inputs, errors)
-            else:
-                binary = bool(lines._held) or any(ord(c) < 32 and c not in "\t\r\n" for c in text[:4096])
+            # JSON lines or OTLP: the first line that looks like JSON tells. Lines before it
+            # (a damaged start) are reported once the format is known.
+            start: tuple[int, str] | None = first
+            looked = 1
+            while start is not None and not start[1].lstrip().startswith(("{", "[")):
+                if looked >= _FORMAT_LOOKAHEAD_LINES:
+                    start = None
+                    break
+                lines.report(start[0], "not JSON (a damaged or foreign line) skipped")
+                start = next(stream, None)
+                looked += 1
+            if start is None:
+                binary = bool(lines._held) and any("NUL" in r or "UTF-8" in r for _, r in lines._held)
+                binary = binary or any(ord(c) < 32 and c not in "\t\r\n" for c in text[:4096])
                 inputs.skipped.append(Skipped(path, _BINARY if binary else _UNKNOWN_FORMAT))
                 return
+            _read_json(path, start, stream, lines, handle, size, inputs, errors)
         errors.close()
     if len(inputs.spans) > before:
         inputs.files_read.append(path)
