@@ -22,10 +22,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import textwrap
+import threading
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pymongo
 import pytest
@@ -49,6 +49,15 @@ def _run(script: str, *args: str, timeout: float = 60) -> subprocess.CompletedPr
     return subprocess.run(
         [sys.executable, "-c", script, *args], capture_output=True, text=True, env=_env(), timeout=timeout
     )
+
+
+def _within(seconds: float, call: Callable[[], object]) -> list[object]:
+    """``[call()]`` if it returns within ``seconds``, else ``[]`` (a hang fails the test, not the suite)."""
+    results: list[object] = []
+    worker = threading.Thread(target=lambda: results.append(call()), daemon=True)
+    worker.start()
+    worker.join(seconds)
+    return results
 
 
 def _spans(count: int) -> list:
@@ -112,6 +121,59 @@ def test_fork_while_the_batch_thread_holds_the_exporter_lock_child_exits_promptl
     assert result.stderr.count("could not be stored at shutdown and are lost") == 2  # child's span, parent's span
 
 
+FORK_EVERY_LOCK_SCRIPT = r"""
+import os, sys, threading, time
+from otel_joules.carbontracker.logs import CarbonTrackerLogWriter
+from otel_joules.exporters import CsvSpanExporter, DataFrameSpanExporter, JsonLinesSpanExporter
+from otel_joules.pyjoules.handler.csv_handler import CSVHandler
+
+folder = sys.argv[1]
+objects = {
+    "csv": CsvSpanExporter(os.path.join(folder, "spans.csv")),
+    "jsonl": JsonLinesSpanExporter(os.path.join(folder, "spans.jsonl")),
+    "dataframe": DataFrameSpanExporter(),
+    "pyjoules_csv": CSVHandler(os.path.join(folder, "pyjoules.csv")),
+    "carbontracker_log": CarbonTrackerLogWriter(folder, run_id=1),
+}
+held, release = threading.Event(), threading.Event()
+
+def hold_every_lock():  # as a writer thread in the middle of its I/O
+    for thing in objects.values():
+        thing._lock.acquire()
+    held.set()
+    release.wait()
+    for thing in objects.values():
+        thing._lock.release()
+
+threading.Thread(target=hold_every_lock, daemon=True).start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    stuck = []
+    for name, thing in objects.items():
+        if thing._lock.acquire(timeout=2):
+            thing._lock.release()
+        else:
+            stuck.append(name)
+    print("stuck:", ",".join(stuck) or "none", flush=True)
+    sys.exit(0)  # exit hooks run (the file exporters flush at exit)
+started = time.monotonic()
+while not os.waitpid(pid, os.WNOHANG)[0]:
+    if time.monotonic() - started > 20:
+        os.kill(pid, 9)
+        print("child hung at exit", flush=True)
+        break
+    time.sleep(0.02)
+release.set()
+"""
+
+
+def test_fork_with_every_exporter_and_handler_lock_held(tmp_path: Path) -> None:
+    result = _run(FORK_EVERY_LOCK_SCRIPT, str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["stuck: none"], result.stdout + result.stderr
+
+
 # --------------------------------------------------------------- MongoDB down, at exit
 
 EXIT_SCRIPT = r"""
@@ -162,9 +224,8 @@ def test_silent_after_handshake_bounded_then_stored_exactly_once(
                                  server_selection_timeout_ms=700)
     spans = _spans(3)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
-        started = time.monotonic()
-        assert exporter.export(spans) is SpanExportResult.FAILURE
-        assert time.monotonic() - started < 5.0  # bounded by the timeout, not the 20 s socket default
+        results = _within(10.0, lambda: exporter.export(spans))  # bounded by the timeout, not forever
+        assert results == [SpanExportResult.FAILURE]
         assert exporter.pending_spans == 3
         fake_mongo.mute.clear()
         assert exporter.force_flush() is True  # the retry meets duplicate keys: already stored
@@ -184,11 +245,8 @@ def test_silent_tcp_endpoint_user_code_never_waits() -> None:
         for index in range(50):
             emit_plain(provider, f"s{index}", offset_s=index, joules=1.0)
         user_s = time.monotonic() - started
-        started = time.monotonic()
-        provider.shutdown()
-        shutdown_s = time.monotonic() - started
+        assert _within(3.0, provider.shutdown) == [None]
     assert user_s < 1.0
-    assert shutdown_s < 3.0
     assert exporter.pending_spans == 0  # reported lost at shutdown, not kept forever
 
 
@@ -385,15 +443,23 @@ def test_sigkill_at_random_points_every_acknowledged_record_is_readable(tmp_path
         acknowledged.add(int(writer.stdout.readline()))
         time.sleep(rng.uniform(0.01, 0.3))
         writer.send_signal(signal.SIGKILL)
-        out, _ = writer.communicate(timeout=30)
-        acknowledged.update(int(line) for line in out.split())
+        # Through the same reader: readline() may have buffered more acknowledgements.
+        acknowledged.update(int(line) for line in writer.stdout.read().split())
+        writer.wait(timeout=30)
+        writer.stderr.close()
         first += 100_000
+        if round_number == 1:
+            # What a writer without our discipline leaves when killed mid-line: half a record.
+            with open(path, "ab") as handle:
+                handle.write(b'{"name":"half-written","trace_id":"00')
     report = build_report([path])
     names = [span.name for span in read_inputs([path]).spans]
     read = {int(name[1:].split("-")[0]) for name in names}
     assert len(names) == len(read)  # nothing twice
     assert acknowledged <= read  # every acknowledged record is readable
-    assert len(read - acknowledged) <= 4  # at most the one in flight per kill
+    assert len(read - acknowledged) <= 4  # at most the one in flight per kill (written, not yet acknowledged)
     assert report.total_joules == float(len(read))  # no energy invented
-    # At most one damaged line per kill, each skipped with a reason.
-    assert len([s for s in report.skipped if s.path.startswith(f"{path}:")]) <= 4
+    # Our writer left no damaged line at any kill; the foreign half line is skipped, with a reason,
+    # and the next writer started on a new line, so nothing after it was lost.
+    (damaged,) = report.skipped
+    assert damaged.path.startswith(f"{path}:") and "not valid JSON" in damaged.reason
