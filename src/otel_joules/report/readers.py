@@ -463,7 +463,7 @@ def _read_file(file: Path, inputs: Inputs) -> None:
             return
         number, text = first
         header = _csv_cells(text)
-        if header is not None and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
+        if header and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
             lines.release_held(errors.add)
             _read_csv(path, header, stream, lines, inputs, errors)
         else:
@@ -653,7 +653,8 @@ def checked_attributes(attributes: dict[str, object]) -> dict[str, object]:
                 problem = f"{value!r} is beyond any plausible measurement"
             if problem is not None:
                 raise ValueError(f"{key} = {problem}; record skipped so it enters no total")
-        kept[sys.intern(key)] = value
+        # Short texts (energy.source, carbon.intensity.source) repeat on every span: share them.
+        kept[sys.intern(key)] = sys.intern(value) if isinstance(value, str) and len(value) <= 64 else value
     return kept
 
 
