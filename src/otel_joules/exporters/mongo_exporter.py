@@ -265,10 +265,13 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
             import pymongo
         except ImportError:
             return contextlib.nullcontext()
+        timeout = getattr(pymongo, "timeout", None)  # pymongo >= 4.2 (the extra's lower bound)
+        if timeout is None:
+            return contextlib.nullcontext()
         seconds = self._timeout_s
         if self._attempt_deadline is not None:
             seconds = min(seconds, max(self._attempt_deadline - time.monotonic(), 0.001))
-        return pymongo.timeout(seconds)
+        return timeout(seconds)  # type: ignore[no-any-return]
 
     def _send_pending(self) -> bool:
         if not self._pending:
