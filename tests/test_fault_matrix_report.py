@@ -164,6 +164,9 @@ def test_unreadable_file_as_an_unprivileged_user(tmp_path: Path) -> None:
         secret.write_text(_record(50, 99.0) + "\n")
         os.chmod(secret, 0o600)
         os.chmod(world / "good.jsonl", 0o644)
+        private = world / "private"
+        private.mkdir(mode=0o700)
+        (private / "more.jsonl").write_text(_record(51, 99.0) + "\n")
         script = (
             "import os, sys\n"
             "from otel_joules.cli.main import build_parser\n"
@@ -176,8 +179,10 @@ def test_unreadable_file_as_an_unprivileged_user(tmp_path: Path) -> None:
         shutil.rmtree(world)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["totals"]["energy_joules"] == good
-    (message,) = [line for line in done.stderr.splitlines() if line.startswith("skipped")]
-    assert "secret.jsonl" in message and "Permission denied" in message
+    messages = sorted(line for line in done.stderr.splitlines() if line.startswith("skipped"))
+    assert len(messages) == 2, messages
+    assert messages[0].startswith(f"skipped {world}/private: folder cannot be read: Permission denied")
+    assert messages[1].startswith(f"skipped {world}/secret.jsonl: cannot be read: Permission denied")
 
 
 def test_line_over_the_bound_is_skipped_and_the_rest_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

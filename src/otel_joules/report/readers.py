@@ -182,7 +182,10 @@ def read_inputs(paths: Iterable[str | os.PathLike[str]]) -> Inputs:
             continue
         if stat.S_ISDIR(info.st_mode):
             # Links to folders are not followed (os.walk's default): no loops, no escapes.
-            for directory, subdirs, names in os.walk(path):
+            def unreadable(exc: OSError) -> None:
+                inputs.skipped.append(Skipped(str(exc.filename), f"folder {_stat_reason(exc)}"))
+
+            for directory, subdirs, names in os.walk(path, onerror=unreadable):
                 subdirs.sort()
                 for name in sorted(names):
                     files.append(Path(directory) / name)
@@ -378,14 +381,14 @@ class _Lines:
         self._handle = handle
         self._remaining = size
         self.number = 0
-        self._held: list[tuple[int, str]] = []
-        self.report: Callable[[int, str], None] = lambda number, reason: self._held.append((number, reason))
+        self.held: list[tuple[int, str]] = []
+        self.report: Callable[[int, str], None] = lambda number, reason: self.held.append((number, reason))
 
     def release_held(self, report: Callable[[int, str], None]) -> None:
         """Report what was held back while the format was unknown, and from now on directly."""
-        for number, reason in self._held:
+        for number, reason in self.held:
             report(number, reason)
-        self._held.clear()
+        self.held.clear()
         self.report = report
 
     def _next_raw(self) -> bytes | None:
@@ -456,8 +459,8 @@ def _read_file(file: Path, inputs: Inputs) -> None:
         stream = iter(lines)
         first = next(stream, None)
         if first is None:
-            if lines.number and lines._held:
-                inputs.skipped.append(Skipped(path, "holds no readable line: " + lines._held[0][1]))
+            if lines.number and lines.held:
+                inputs.skipped.append(Skipped(path, "holds no readable line: " + lines.held[0][1]))
             else:
                 inputs.skipped.append(Skipped(path, "is empty"))
             return
@@ -479,7 +482,7 @@ def _read_file(file: Path, inputs: Inputs) -> None:
                 start = next(stream, None)
                 looked += 1
             if start is None:
-                binary = bool(lines._held) and any("NUL" in r or "UTF-8" in r for _, r in lines._held)
+                binary = bool(lines.held) and any("NUL" in r or "UTF-8" in r for _, r in lines.held)
                 binary = binary or any(ord(c) < 32 and c not in "\t\r\n" for c in text[:4096])
                 inputs.skipped.append(Skipped(path, _BINARY if binary else _UNKNOWN_FORMAT))
                 return
@@ -554,7 +557,7 @@ def _chain(first: tuple[int, str], rest: Iterator[tuple[int, str]]) -> Iterator[
 
 def _read_json_document(path: str, handle: IO[bytes], size: int, lines: _Lines, inputs: Inputs, errors: _LineErrors) -> None:
     """No line is a JSON object: perhaps one OTLP document pretty-printed over several lines."""
-    first_problem = lines._held[0][1] if lines._held else "no JSON object"
+    first_problem = lines.held[0][1] if lines.held else "no JSON object"
     if size > MAX_DOCUMENT_BYTES:
         inputs.skipped.append(Skipped(path, f"no line is a JSON object ({first_problem})"))
         return
