@@ -463,3 +463,26 @@ def test_sigkill_at_random_points_every_acknowledged_record_is_readable(tmp_path
     # and the next writer started on a new line, so nothing after it was lost.
     (damaged,) = report.skipped
     assert damaged.path.startswith(f"{path}:") and "not valid JSON" in damaged.reason
+
+
+def test_rotated_file_replaced_by_another_layout_keeps_records_and_says_why(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from otel_joules.exporters import CsvSpanExporter
+
+    path = tmp_path / "spans.csv"
+    exporter = CsvSpanExporter(path)
+    a, b = _spans(2)
+    exporter.export([a])
+    path.unlink()
+    path.write_text("some,other,header\n")  # another program took the path meanwhile
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        assert exporter.export([b]) is SpanExportResult.FAILURE  # no exception into the batch thread
+    assert exporter.pending_spans == 1
+    assert path.read_text() == "some,other,header\n"  # left untouched
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "already starts with the header" in error
+    path.unlink()
+    assert exporter.force_flush() is True
+    exporter.shutdown()
+    assert [line.split(",")[0] for line in path.read_text().splitlines()] == ["name", "s1"]

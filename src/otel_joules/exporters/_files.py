@@ -465,7 +465,7 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
         old_fd, old_close = self._fd, self._close_fd
         try:
             self._open()
-        except ExporterPathError as exc:
+        except ConfigurationError as exc:  # unwritable, or another CSV header now at the path
             # Keep writing nowhere new; the records stay pending and the next batch retries.
             self._fd, self._close_fd = old_fd, old_close
             raise OSError(f"the file was deleted or moved away and cannot be created again ({exc})") from None
