@@ -15,6 +15,7 @@ Differences from pyJoules 0.5.1, all on purpose:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Callable, List
 
@@ -96,6 +97,16 @@ class EnergyHandler:
                 pending,
                 exc,
             )
+
+
+def _new_fallback_lock() -> None:
+    EnergyHandler._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    # The class-level fallback lock (handlers that skip EnergyHandler.__init__) is shared;
+    # a thread holding it at a fork would leave it held in the child.
+    os.register_at_fork(after_in_child=_new_fallback_lock)
 
 
 __all__ = ["EnergyHandler", "UnconsistantSamplesError", "register_exit_hook"]
