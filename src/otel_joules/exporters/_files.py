@@ -171,9 +171,9 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
     after a failed attempt (a circuit breaker): exports in between keep their spans and
     return at once, so a down server neither stalls the batch thread for every batch nor
     delays the process's exit by one timeout per batch. ``force_flush()`` always tries.
-    Closing (``shutdown()`` or interpreter exit) makes at most one last attempt, and none
-    when an attempt failed while closing or less than ``retry_interval_s`` ago; what is
-    still undelivered is reported once, with its count.
+    Closing (``shutdown()`` or interpreter exit) makes at most one last attempt: none
+    when an attempt already failed while closing, nor at ``shutdown()`` when one failed
+    less than ``retry_interval_s`` ago; what is still undelivered is reported, with its count.
     """
 
     #: What is kept per span, in log lines.
@@ -441,9 +441,6 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
     def _close(self) -> None:
         if self._close_fd is not None:
             self._close_fd()
-
-    def _attempt_bound_s(self) -> float:
-        return 0.0
 
     def _reopen_if_moved(self) -> None:
         """Open the path anew when the open file was deleted or moved away (log rotation)."""
