@@ -16,6 +16,7 @@ import socket
 import socketserver
 import struct
 import threading
+import time
 from typing import Any
 
 import bson
@@ -51,6 +52,11 @@ class FakeMongoServer:
         #: Documents whose ``name`` is in here are refused as a collection with a schema
         #: validator refuses them (error 121), one by one, while the others are stored.
         self.reject_names: set[str] = set()
+        #: Commands handled (inserts are stored) but never answered: a server that has gone
+        #: silent after the handshake, or whose replies are lost.
+        self.mute: set[str] = set()
+        #: Seconds to wait before each reply: a slow server.
+        self.reply_delay_s = 0.0
         self._server: socketserver.ThreadingTCPServer | None = None
         self._connections: set[socket.socket] = set()
 
@@ -143,8 +149,10 @@ class FakeMongoServer:
                             sequence.append(document)
                         offset = section_end
                 response = self._command(command, sequence)
-                if flags & _MORE_TO_COME:
+                if flags & _MORE_TO_COME or next(iter(command), "") in self.mute:
                     continue
+                if self.reply_delay_s:
+                    time.sleep(self.reply_delay_s)
                 payload = struct.pack("<I", 0) + b"\x00" + bson.encode(response)
                 sock.sendall(_HEADER.pack(_HEADER.size + len(payload), request_id + 1, request_id, OP_MSG) + payload)
             else:

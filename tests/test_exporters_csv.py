@@ -276,7 +276,7 @@ def test_failed_write_is_rolled_back_kept_and_written_by_the_next_export(tmp_pat
         "pending_after": 0,
     }
     assert _names(path) == ["a", "b", "c", "d"]
-    assert stderr.count("ERROR otel_joules.exporters cannot write 1 span record(s)") == 1  # one error, not one per try
+    assert stderr.count("ERROR otel_joules.exporters cannot write 1 of 1 span record(s)") == 1  # one error, not one per try
     assert "File too large" in stderr and "writable again: wrote 3 record(s)" in stderr
 
 

@@ -43,6 +43,7 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from otel_joules.carbon.units import JOULES_PER_KWH
 from otel_joules.errors import OtelJoulesError
+from otel_joules.exporters._files import register_fork_hook
 
 #: What carbontracker puts before every output-log and console message.
 MESSAGE_PREFIX = "CarbonTracker: "
@@ -355,6 +356,8 @@ class CarbonTrackerLogWriter:
             )
         self._clock = clock
         self._lock = threading.Lock()
+        # A fork while another thread appends would leave the child's lock held forever.
+        register_fork_hook(self, "_new_lock")
         self.log_dir = Path(log_dir)
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -413,6 +416,9 @@ class CarbonTrackerLogWriter:
         return self.log_dir / f"{self.stem}{ERR_LOG_SUFFIX}"
 
     # -- low level
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def _append(self, path: Path, text: str) -> None:
         with self._lock:

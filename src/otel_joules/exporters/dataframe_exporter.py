@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_joules.exporters._files import register_fork_hook
 from otel_joules.exporters.records import SpanRecord, span_record
 
 if TYPE_CHECKING:
@@ -41,8 +42,13 @@ class DataFrameSpanExporter(SpanExporter):
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Another thread may hold the lock at a fork; the child's copy would stay locked.
+        register_fork_hook(self, "_new_lock")
         self._records: list[SpanRecord] = []
         self._shutdown = False
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         """Keep a record of each span."""

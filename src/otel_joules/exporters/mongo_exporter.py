@@ -44,16 +44,31 @@ interpreter's exit sends them first. Documents the server rejects one by one (e.
 attribute name MongoDB does not accept) are dropped with an error logged, since
 retrying cannot help.
 
-Each attempt while the server is down blocks for ``server_selection_timeout_ms``: put
-this exporter behind a ``BatchSpanProcessor`` (not ``SimpleSpanProcessor``), so that
-waiting never happens in the code being measured.
+Each attempt while the server is down blocks for ``server_selection_timeout_ms`` (the
+client's own server selection timeout when ``client`` is given), and no attempt lasts
+longer (a server that accepts connections but never answers, or answers slowly, included:
+pymongo's ``pymongo.timeout``). After a failed attempt the server is not asked again for
+that long: exports in between keep their documents and return at once. Put this exporter
+behind a ``BatchSpanProcessor`` (not ``SimpleSpanProcessor``), so that waiting never
+happens in the code being measured.
+
+Exit and shutdown are bounded by that timeout too: closing makes at most one last
+attempt (none when the server failed while closing or a moment ago), then logs how many
+documents could not be stored. With the server down, a process ends about one timeout
+after its last span, not one timeout per pending batch.
+
+After ``os.fork()`` the child re-creates the exporter's lock (the parent's batch thread
+may hold it across a network call at that moment) and leaves the parent's pending
+documents to the parent.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, ContextManager, Mapping
 
 from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, RetryingSpanExporter, register_exit_hook
@@ -182,7 +197,6 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
             raise ConfigurationError(
                 f"server_selection_timeout_ms={server_selection_timeout_ms!r} must be a positive whole number of milliseconds"
             )
-        super().__init__(f"MongoDB {database}.{collection}", max_pending_spans)
         if (uri is None) == (client is None):
             raise ConfigurationError(
                 "give exactly one of uri='mongodb://host:27017' (the exporter makes its own client) "
@@ -190,9 +204,18 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
             )
         if client is None:
             client = self._make_client(uri, server_selection_timeout_ms)  # type: ignore[arg-type]
-            self._owns_client = True
+            owns_client = True
         else:
-            self._owns_client = False
+            owns_client = False
+        # A caller's pymongo client has its own server selection timeout: that is how long
+        # one attempt waits for a down server, so it is also the retry interval.
+        options = getattr(client, "options", None)
+        selection_s = getattr(options, "server_selection_timeout", None)
+        if isinstance(selection_s, bool) or not isinstance(selection_s, (int, float)) or selection_s <= 0:
+            selection_s = server_selection_timeout_ms / 1000.0
+        self._timeout_s = float(selection_s)
+        super().__init__(f"MongoDB {database}.{collection}", max_pending_spans, retry_interval_s=self._timeout_s)
+        self._owns_client = owns_client
         self._client = client
         self._collection = client[database][collection]
         self._exit_hook = register_exit_hook(self, "_flush_at_exit")
@@ -209,7 +232,14 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
         if not isinstance(uri, str) or not uri:
             raise ConfigurationError(f"uri={uri!r} must be a MongoDB URI such as 'mongodb://localhost:27017'")
         try:
-            return pymongo.MongoClient(uri, serverSelectionTimeoutMS=server_selection_timeout_ms, appname="otel-joules")
+            # connectTimeoutMS bounds the handshake with a server that accepts connections
+            # but never answers (the default is 20 s).
+            return pymongo.MongoClient(
+                uri,
+                serverSelectionTimeoutMS=server_selection_timeout_ms,
+                connectTimeoutMS=server_selection_timeout_ms,
+                appname="otel-joules",
+            )
         except (pymongo.errors.PyMongoError, ValueError, TypeError) as exc:
             # The URI itself is not echoed: it may carry a password.
             raise ConfigurationError(f"the MongoDB uri cannot be used: {exc}; see https://www.mongodb.com/docs/manual/reference/connection-string/") from None
@@ -221,12 +251,35 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
         if self._owns_client:
             self._client.close()
 
+    def _attempt_bound_s(self) -> float:
+        return self._timeout_s
+
+    def _time_bound(self) -> ContextManager[object]:
+        """Bound the whole attempt (finding the server, sending, waiting for the answer).
+
+        Server selection alone is bounded by the driver; a server that accepts the
+        insert and never answers (or answers slowly) is bounded only by this: pymongo's
+        client-side operation timeout, the attempt's bound or what is left of a shutdown.
+        """
+        try:
+            import pymongo
+        except ImportError:
+            return contextlib.nullcontext()
+        timeout = getattr(pymongo, "timeout", None)  # pymongo >= 4.2 (the extra's lower bound)
+        if timeout is None:
+            return contextlib.nullcontext()
+        seconds = self._timeout_s
+        if self._attempt_deadline is not None:
+            seconds = min(seconds, max(self._attempt_deadline - time.monotonic(), 0.001))
+        return timeout(seconds)  # type: ignore[no-any-return]
+
     def _send_pending(self) -> bool:
         if not self._pending:
             return True
         documents = list(self._pending)
         try:
-            self._collection.insert_many(documents, ordered=False)
+            with self._time_bound():
+                self._collection.insert_many(documents, ordered=False)
         except Exception as exc:  # the driver's errors, whatever client was passed in
             write_errors = _write_errors(exc)
             if write_errors is None:
@@ -252,7 +305,7 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
             )
         else:
             _LOGGER.debug("%s still failing (%s); %d pending", self._label, _short(exc), len(self._pending))
-        self._failing = True
+        self._mark_failed()
         self._drop_over_limit()
 
     def _settle_write_errors(self, write_errors: list[Mapping[str, Any]]) -> bool:

@@ -26,7 +26,7 @@ class ReportError(OtelJoulesError):
     """The report cannot be made (nothing readable, a plot without matplotlib, an unwritable file)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpanRow:
     """One span read back from a CSV, JSON-lines or OTLP JSON file.
 

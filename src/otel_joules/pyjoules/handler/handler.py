@@ -7,16 +7,20 @@ Differences from pyJoules 0.5.1, all on purpose:
 - Handlers that write somewhere (CSV, MongoDB) write what they still hold at
   interpreter exit (:meth:`EnergyHandler._flush_at_exit`), instead of losing the
   measurements of a script that forgot ``save_data()``.
+- After ``os.fork()`` the child gets a new lock (a parent thread may hold it while
+  writing at that moment), and a handler that writes forgets the traces the parent
+  still holds: the parent saves them, so no measurement is written twice.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Callable, List
 
 # The span exporters' exit hook (re-exported here, where pyJoules-style handlers find it).
-from otel_joules.exporters._files import register_exit_hook
+from otel_joules.exporters._files import register_exit_hook, register_fork_hook
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
 from otel_joules.pyjoules.exception import PyJoulesException
 
@@ -50,6 +54,12 @@ class EnergyHandler:
             self._exit_hook: Callable[[], None] | None = register_exit_hook(self, "_flush_at_exit")
         else:
             self._exit_hook = None
+        register_fork_hook(self, "_after_fork_in_child")
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.RLock()
+        if self.flushes_at_exit:
+            self.traces = []
 
     def process(self, trace: EnergyTrace) -> None:
         """Keep ``trace`` (thread-safe)."""
@@ -87,6 +97,16 @@ class EnergyHandler:
                 pending,
                 exc,
             )
+
+
+def _new_fallback_lock() -> None:
+    EnergyHandler._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    # The class-level fallback lock (handlers that skip EnergyHandler.__init__) is shared;
+    # a thread holding it at a fork would leave it held in the child.
+    os.register_at_fork(after_in_child=_new_fallback_lock)
 
 
 __all__ = ["EnergyHandler", "UnconsistantSamplesError", "register_exit_hook"]
