@@ -165,5 +165,8 @@ def test_run_writes_otlp_json_that_parses_and_report_reads(tmp_path):
     assert report.returncode == 0, report.stderr
     (run,) = json.loads(report.stdout)["runs"]
     assert run["name"] == "bench" and run["service_name"] == "svc"
-    assert run["energy_joules"] == 3.5
-    assert run["co2eq_grams"] == pytest.approx(3.5 / 3.6e6 * 400)
+    # The report sums the command's share, read back from the OTLP file, with the host's 3.5 J beside it.
+    share_joules = attributes["energy.attributed.joules"]
+    assert 0 < share_joules <= 3.5
+    assert run["energy_joules"] == pytest.approx(share_joules, rel=1e-12) and run["host_interval_joules"] == 3.5
+    assert run["co2eq_grams"] == pytest.approx(share_joules / 3.6e6 * 400, rel=1e-12)

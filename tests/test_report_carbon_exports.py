@@ -101,14 +101,20 @@ def test_report_on_the_exports_of_a_real_otel_joules_run(tmp_path: Path, capsys:
     assert record["attributes"]["carbon.intensity.gco2eq_per_kwh"] == INTENSITY
     assert record["attributes"]["carbon.intensity.source"] == "explicit"
     assert not any(key.startswith("process.") for key in record["attributes"])
+    # The report sums the command's share (its CPU time's part of the host's energy), and shows
+    # the host's 3.5 J beside it; the grams are the share's.
+    share_joules = record["attributes"]["energy.attributed.joules"]
+    assert 0 < share_joules <= JOULES and record["attributes"]["energy.joules"] == JOULES
+    share_grams = share_joules / 3.6e6 * PUE * INTENSITY
     for path in (csv_path, jsonl_path):
         (run,) = _report_json(capsys, str(path))["runs"]
         assert run["run_id"] == record["trace_id"]
-        assert run["energy_joules"] == JOULES
+        assert run["energy_joules"] == pytest.approx(share_joules, rel=1e-12)
+        assert (run["energy_basis"], run["host_interval_joules"]) == ("attributed share", JOULES)
         assert (run["pue"], run["pue_origin"]) == (PUE, "recorded")
         assert (run["intensity_gco2eq_per_kwh"], run["intensity_source"]) == (INTENSITY, "recorded")
-        assert run["energy_kwh"] == pytest.approx(KWH, rel=1e-12)
-        assert run["co2eq_grams"] == pytest.approx(GRAMS, rel=1e-12)
+        assert run["energy_kwh"] == pytest.approx(share_joules / 3.6e6 * PUE, rel=1e-12)  # kWh with PUE, as carbontracker
+        assert run["co2eq_grams"] == pytest.approx(share_grams, rel=1e-12)
     # Both files hold the same span: given together, the run counts once.
     data = _report_json(capsys, str(csv_path), str(jsonl_path))
-    assert len(data["runs"]) == 1 and data["totals"]["co2eq_grams"] == pytest.approx(GRAMS, rel=1e-12)
+    assert len(data["runs"]) == 1 and data["totals"]["co2eq_grams"] == pytest.approx(share_grams, rel=1e-12)
