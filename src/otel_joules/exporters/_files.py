@@ -46,7 +46,7 @@ import time
 import weakref
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
@@ -203,6 +203,7 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
         # Set while the last attempt runs: when it must give up (time.monotonic()).
         self._attempt_deadline: float | None = None
         register_fork_hook(self, "_after_fork_in_child")
+        _live_exporters.add(self)
 
     @property
     def pending_spans(self) -> int:
@@ -347,8 +348,19 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
         try:
             if self._shutdown:
                 return
+            # What is still pending is counted once, by shutdown() (a TracerProvider's exit
+            # hook usually comes next and hands over its last batches first) or else by
+            # _report_losses_at_exit, the last hook of all.
             self._last_try(None, at_exit=True)
-            self._report_lost("at interpreter exit")
+        finally:
+            self._lock.release()
+
+    def _report_lost_at_exit(self) -> None:
+        if not self._lock.acquire(timeout=_EXIT_LOCK_TIMEOUT_S):
+            return
+        try:
+            if not self._shutdown:
+                self._report_lost("at interpreter exit")
         finally:
             self._lock.release()
 
@@ -378,6 +390,23 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
                 self._max_pending_spans,
                 self._WAITING_WHILE,
             )
+
+
+# Every retrying exporter alive, so that one hook at the very end of interpreter exit can
+# count what none of them delivered, once. Part of the exporters' exit lifecycle, not
+# user-visible state; weak, so it never keeps an exporter alive.
+_live_exporters: "weakref.WeakSet[RetryingSpanExporter[Any]]" = weakref.WeakSet()
+
+
+def _report_losses_at_exit() -> None:
+    for exporter in list(_live_exporters):
+        exporter._report_lost_at_exit()
+
+
+# Registered when this module is imported, before any exporter (and, in the usual order,
+# any TracerProvider) registers its own hook: atexit runs hooks last-in first-out, so this
+# one runs after them all.
+atexit.register(_report_losses_at_exit)
 
 
 class FileSpanExporter(RetryingSpanExporter[bytes]):
