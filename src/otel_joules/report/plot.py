@@ -91,6 +91,26 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> None:
         raise ReportError(f"cannot write the plot to {os.fspath(path)!r}: {exc.strerror or exc}") from exc
 
 
+def _stacked_bar(axes: Any, y: float, run: RunSummary, scale: float) -> list[EnergyPart]:
+    """Draw ``run``'s parts (joules x ``scale``) as one bar stacked by kind, hatched by source; return the parts."""
+    parts = _stack(run)
+    left = 0.0
+    for part in parts:
+        width = part.joules * scale
+        axes.barh(
+            y,
+            width,
+            left=left,
+            height=0.6,
+            color=KIND_COLOURS.get(part.kind, KIND_COLOURS["other"]),
+            hatch=SOURCE_HATCHES.get(part.source, SOURCE_HATCHES[None]),
+            edgecolor="white",
+            linewidth=0.8,
+        )
+        left += width
+    return parts
+
+
 def report_figure(report: Report) -> Any:
     """The matplotlib ``Figure`` that :func:`plot_report` saves (on its own Agg canvas).
 
@@ -124,19 +144,7 @@ def report_figure(report: Report) -> Any:
     kinds_used: list[str] = []
     sources_used: list[str | None] = []
     for run, y in zip(runs, positions):
-        left = 0.0
-        for part in _stack(run):
-            energy.barh(
-                y,
-                part.joules,
-                left=left,
-                height=0.6,
-                color=KIND_COLOURS.get(part.kind, KIND_COLOURS["other"]),
-                hatch=SOURCE_HATCHES.get(part.source, SOURCE_HATCHES[None]),
-                edgecolor="white",
-                linewidth=0.8,
-            )
-            left += part.joules
+        for part in _stacked_bar(energy, y, run, 1.0):
             if part.kind not in kinds_used:
                 kinds_used.append(part.kind)
             if part.source not in sources_used:
@@ -181,20 +189,7 @@ def report_figure(report: Report) -> Any:
             power.text(0, y, "  no duration recorded", va="center", fontsize=8)
             continue
         annotate_w = max(annotate_w, run.joules / run.duration_s)
-        left = 0.0
-        for part in _stack(run):
-            watts = part.joules / run.duration_s
-            power.barh(
-                y,
-                watts,
-                left=left,
-                height=0.6,
-                color=KIND_COLOURS.get(part.kind, KIND_COLOURS["other"]),
-                hatch=SOURCE_HATCHES.get(part.source, SOURCE_HATCHES[None]),
-                edgecolor="white",
-                linewidth=0.8,
-            )
-            left += watts
+        _stacked_bar(power, y, run, 1.0 / run.duration_s)
     for run, y in zip(runs, positions):
         if run.duration_s and run.duration_s > 0:
             watts = run.joules / run.duration_s
