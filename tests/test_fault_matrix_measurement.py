@@ -331,6 +331,44 @@ def test_nvml_answering_within_the_deadline_is_measured_from_discovery(tmp_path:
     assert [line for line in result.stderr.splitlines() if line.strip()] == []
 
 
+STALL_AFTER_DISCOVERY = r"""
+import json, logging, sys, time
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import otel_joules
+from otel_joules.meter.registry import get_energy_meter
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+get_energy_meter(sysfs_root={sysfs!r})  # the GPU is discovered while NVML answers at once ...
+open({delay!r}, "w").write("2000")  # ... then every read and process list takes 2 s
+provider = TracerProvider()
+exporter = InMemorySpanExporter()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+t0 = time.monotonic()
+handle = otel_joules.instrument(provider, sysfs_root={sysfs!r})  # creates the attribution
+instrument_s = time.monotonic() - t0
+with provider.get_tracer("t").start_as_current_span("step"):
+    result = "done"
+(span,) = exporter.get_finished_spans()
+print(json.dumps({{"result": result, "instrument_s": instrument_s, "attributes": dict(span.attributes)}}))
+"""
+
+
+def test_nvml_stalling_after_discovery_does_not_hold_up_instrument(tmp_path: Path) -> None:
+    # instrument() starts the attribution, whose first sample used to ask NVML which processes
+    # run on the GPU: 4 stalled calls, 8 s. The first sample needs no GPU split.
+    delay = tmp_path / "nvml-delay-ms"
+    pc = make_powercap(tmp_path / "sys", "amd")
+    fake = FakeNvml(cards=[FakeCard(uuid=uuid_for(0), watts=200.0, read_delay_file=str(delay))], update_ms=1)
+    result = run_python(STALL_AFTER_DISCOVERY.format(sysfs=pc.sysfs_root, delay=str(delay)), fake, tmp_path)
+    data = result.data
+    assert data["result"] == "done"
+    assert data["instrument_s"] < 1.0, data
+    assert data["attributes"]["energy.nvidia_gpu_0.stale"] is True  # late, flagged, not waited for
+    assert [line for line in result.stderr.splitlines() if line.strip()] == []
+
+
 def test_fast_nvml_spans_are_fresh_and_exact(tmp_path: Path) -> None:
     data, messages = _gpu_run(tmp_path, [FakeCard(uuid=uuid_for(0), watts=200.0)], spans=2)
     for attributes, duration_s in zip(data["attributes"], data["durations_s"]):

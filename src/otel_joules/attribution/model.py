@@ -294,7 +294,9 @@ class Attributor:
                 snapshot = self.meter.snapshot()
                 host = self.clocks.host()
                 process_cpu_s = self.clocks.process_cpu_s()
-                fractions = self.gpu_shares.fractions() if self.gpu_shares is not None else []
+                # Not for the first sample (nothing to split yet): it is taken in instrument(),
+                # where a stalled NVML's process lists must not hold the program up.
+                fractions = self.gpu_shares.fractions() if self.gpu_shares is not None and self._history else []
             except (ProcfsReadError, OSError) as exc:
                 self._report(exc)
                 return None
