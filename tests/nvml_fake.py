@@ -43,7 +43,7 @@ class FakeCard:
     power: bool = True
     energy_start_mj: int = 0
     lost_after_s: float | None = None
-    #: NVML energy/power reads take this long (a GPU falling off the bus) from ``slow_after_s`` on.
+    #: NVML energy/power reads and process lists take this long (a GPU falling off the bus) from ``slow_after_s`` on.
     read_delay_ms: float | None = None
     slow_after_s: float | None = None
     #: A file holding the read delay in ms, read at every read (tests stall and unstall the GPU).

@@ -277,6 +277,98 @@ def test_slow_nvml_never_stalls_a_span_and_flags_the_value_stale(tmp_path: Path)
     assert messages == []
 
 
+SLOW_DISCOVERY = r"""
+import json, logging, sys, time
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import otel_joules
+from otel_joules.sensors import nvml
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+nvml.DISCOVERY_DEADLINE_S = {deadline_s!r}  # the default (5 s) would only make this test slower
+provider = TracerProvider()
+exporter = InMemorySpanExporter()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+t0 = time.monotonic()
+handle = otel_joules.instrument(provider, sysfs_root={sysfs!r})
+instrument_s = time.monotonic() - t0
+with provider.get_tracer("t").start_as_current_span("step"):
+    result = "done"
+(span,) = exporter.get_finished_spans()
+print(json.dumps({{"result": result, "instrument_s": instrument_s,
+                   "domains": [d.id for d in handle.energy_meter.domains],
+                   "unavailable": [u.reason for u in handle.energy_meter.unavailable],
+                   "joules": span.attributes["energy.joules"]}}))
+"""
+
+
+def test_slow_nvml_at_discovery_holds_up_instrument_at_most_the_deadline(tmp_path: Path) -> None:
+    # Every NVML energy read takes 3 s from the start: discovery's probe and the meter's first
+    # read used to hold instrument() for 6 s. Past the deadline it measures without the GPU.
+    deadline_s = 1.0
+    pc = make_powercap(tmp_path / "sys", "amd")
+    fake = FakeNvml(cards=[FakeCard(uuid=uuid_for(0), watts=200.0, read_delay_ms=3000)], update_ms=1)
+    result = run_python(SLOW_DISCOVERY.format(deadline_s=deadline_s, sysfs=pc.sysfs_root), fake, tmp_path)
+    data = result.data
+    messages = [line for line in result.stderr.splitlines() if line.strip()]
+    assert data["result"] == "done"
+    assert data["instrument_s"] < deadline_s + 1.0, data  # the margin is start-up work on a loaded machine
+    assert data["domains"] == ["package_0", "core_0"]  # the host is measured; no GPU value guessed
+    assert data["joules"] >= 0
+    assert any("NVML did not answer within 1 s" in reason for reason in data["unavailable"])
+    assert len(messages) == 1 and "NVML did not answer within 1 s" in messages[0], messages
+    assert "nvidia-smi" in messages[0]  # what to do
+
+
+def test_nvml_answering_within_the_deadline_is_measured_from_discovery(tmp_path: Path) -> None:
+    # Reads of 0.3 s each: slow, but discovery (probe + first read) fits the deadline.
+    pc = make_powercap(tmp_path / "sys", "amd")
+    fake = FakeNvml(cards=[FakeCard(uuid=uuid_for(0), watts=200.0, read_delay_ms=300)], update_ms=1)
+    result = run_python(SLOW_DISCOVERY.format(deadline_s=5.0, sysfs=pc.sysfs_root), fake, tmp_path)
+    assert result.data["domains"] == ["package_0", "core_0", "nvidia_gpu_0"]
+    assert result.data["instrument_s"] < 5.0
+    assert [line for line in result.stderr.splitlines() if line.strip()] == []
+
+
+STALL_AFTER_DISCOVERY = r"""
+import json, logging, sys, time
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import otel_joules
+from otel_joules.meter.registry import get_energy_meter
+
+logging.basicConfig(level=logging.WARNING, format="%(message)s")
+get_energy_meter(sysfs_root={sysfs!r})  # the GPU is discovered while NVML answers at once ...
+open({delay!r}, "w").write("2000")  # ... then every read and process list takes 2 s
+provider = TracerProvider()
+exporter = InMemorySpanExporter()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+t0 = time.monotonic()
+handle = otel_joules.instrument(provider, sysfs_root={sysfs!r})  # creates the attribution
+instrument_s = time.monotonic() - t0
+with provider.get_tracer("t").start_as_current_span("step"):
+    result = "done"
+(span,) = exporter.get_finished_spans()
+print(json.dumps({{"result": result, "instrument_s": instrument_s, "attributes": dict(span.attributes)}}))
+"""
+
+
+def test_nvml_stalling_after_discovery_does_not_hold_up_instrument(tmp_path: Path) -> None:
+    # instrument() starts the attribution, whose first sample used to ask NVML which processes
+    # run on the GPU: 4 stalled calls, 8 s. The first sample needs no GPU split.
+    delay = tmp_path / "nvml-delay-ms"
+    pc = make_powercap(tmp_path / "sys", "amd")
+    fake = FakeNvml(cards=[FakeCard(uuid=uuid_for(0), watts=200.0, read_delay_file=str(delay))], update_ms=1)
+    result = run_python(STALL_AFTER_DISCOVERY.format(sysfs=pc.sysfs_root, delay=str(delay)), fake, tmp_path)
+    data = result.data
+    assert data["result"] == "done"
+    assert data["instrument_s"] < 1.0, data
+    assert data["attributes"]["energy.nvidia_gpu_0.stale"] is True  # late, flagged, not waited for
+    assert [line for line in result.stderr.splitlines() if line.strip()] == []
+
+
 def test_fast_nvml_spans_are_fresh_and_exact(tmp_path: Path) -> None:
     data, messages = _gpu_run(tmp_path, [FakeCard(uuid=uuid_for(0), watts=200.0)], spans=2)
     for attributes, duration_s in zip(data["attributes"], data["durations_s"]):

@@ -139,6 +139,17 @@ def test_hostile_folder_every_fault_one_message_good_records_exact(tmp_path: Pat
     assert len(skipped) == len(hostile)  # nothing else complained about
 
 
+def test_two_huge_values_whose_sum_overflows_enter_no_total(tmp_path: Path) -> None:
+    # The reproduction as filed: two 1e308 values summed to inf and raised ValueError, losing
+    # the whole report. Each is skipped with its reason; the good record is the total.
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join([_record(0, 1e308), _record(1, 1e308), _record(2, 2.5)]) + "\n")
+    report, skipped = _report(path)
+    assert report["totals"]["energy_joules"] == 2.5
+    assert [line.split(": ", 1)[0] for line in skipped] == [f"skipped {path}:1", f"skipped {path}:2"]
+    assert all("beyond any plausible measurement" in line for line in skipped)
+
+
 def test_half_written_carbontracker_logs_keep_complete_epochs(tmp_path: Path) -> None:
     writer = CarbonTrackerLogWriter(tmp_path, clock=lambda: 1_700_000_000.0, run_id=7)
     writer.write_header({"cpu": ["cpu:0"]})

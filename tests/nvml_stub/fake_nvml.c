@@ -24,8 +24,9 @@
  *   power=0|1                power sensor supported (else NOT_SUPPORTED)
  *   energy_start_mj=N        counter value at the epoch ("since driver load")
  *   lost_after_s=F           from this time on every call on the card: GPU_IS_LOST
- *   read_delay_ms=F          the energy and power reads take this long (a GPU falling
- *                            off the bus stalls NVML for seconds) ...
+ *   read_delay_ms=F          the energy and power reads, and the running-process lists,
+ *                            take this long (a GPU falling off the bus stalls NVML for
+ *                            seconds) ...
  *   slow_after_s=F           ... from this time on (default 0: always)
  *   read_delay_file=/path    the delay in ms read from this file at each read (missing
  *                            or empty: no delay), so a test can stall and unstall a GPU
@@ -550,6 +551,7 @@ static int running_processes(void *device, unsigned *count, process_info_t *info
     int rc = resolve(device, &c, &mig);
     if (rc) return rc;
     if (!count) return NVML_ERROR_INVALID_ARGUMENT;
+    stall(c);
     unsigned pids[MAX_PIDS];
     int n = parse_pids(graphics ? c->graphics_pids : c->compute_pids, pids, MAX_PIDS);
     if (!graphics && c->compute_pids_file[0]) {

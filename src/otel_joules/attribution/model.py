@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import threading
 import time
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.procfs import CpuClocks, ProcfsReadError
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.sensors.base import Domain, HardwareType
@@ -259,6 +259,8 @@ class Attributor:
         self._sample_enabled = sample
         self._generation = 0
         self._reset_state()
+        # Every attributor, shared or not: its sampler thread holds _reading_lock across reads.
+        register_fork_hook(self, "_after_fork_in_child")
         self.clocks.host()  # fail now, with a clear error, rather than at the first span
         self.sample()
         # Sampling from now on, not from the first span: the first spans then find prices.
@@ -292,7 +294,9 @@ class Attributor:
                 snapshot = self.meter.snapshot()
                 host = self.clocks.host()
                 process_cpu_s = self.clocks.process_cpu_s()
-                fractions = self.gpu_shares.fractions() if self.gpu_shares is not None else []
+                # Not for the first sample (nothing to split yet): it is taken in instrument(),
+                # where a stalled NVML's process lists must not hold the program up.
+                fractions = self.gpu_shares.fractions() if self.gpu_shares is not None and self._history else []
             except (ProcfsReadError, OSError) as exc:
                 self._report(exc)
                 return None
@@ -723,9 +727,14 @@ class AttributionRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        # Held across creating an attributor (it reads /proc and the counters): renewed in a child.
+        register_fork_hook(self, "_new_lock")
         self._by_meter: "weakref.WeakKeyDictionary[EnergyMeter, Callable[[], Attributor | None]]" = (
             weakref.WeakKeyDictionary()
         )
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def get(self, meter: "EnergyMeter") -> Attributor | None:
         """The meter's attributor, created on first use; None when CPU times cannot be read (said once)."""
@@ -749,7 +758,7 @@ class AttributionRegistry:
             return attributor
 
     def all(self) -> list[Attributor]:
-        """Every live attributor (for fork repair)."""
+        """Every live attributor."""
         found = [ref() for ref in list(self._by_meter.values())]
         return [a for a in found if a is not None]
 
@@ -805,15 +814,6 @@ def command_attribution(
     memory = share_of_cpu_time(joules[KIND_MEMORY], command_cpu_s, host_busy_s + max(host_idle_s, 0.0))
     gpu = max(joules[KIND_GPU], 0.0)
     return SpanAttribution(cpu, memory, gpu, cpu + memory + gpu)
-
-
-def _repair_after_fork() -> None:
-    for attributor in _registry.all():
-        attributor._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_repair_after_fork)
 
 
 __all__ = [

@@ -41,6 +41,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Callable, ClassVar, Mapping, TypeVar
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.config import OTEL_JOULES_CARBON_PROVIDERS, OTEL_JOULES_ELECTRICITYMAPS_API_KEY, Settings, report_bad_value
 from otel_joules.errors import ConfigurationError, OtelJoulesError
@@ -174,10 +175,15 @@ class LiveProvider(abc.ABC):
         self.retry_after_s = float(retry_after_s)
         self._clock = clock
         self._lock = threading.Lock()
+        # Held across the request (up to timeout_s): renewed in a child forked meanwhile.
+        register_fork_hook(self, "_new_lock")
         self._cached: tuple[float, CarbonIntensity] | None = None
         self._skip_until: float | None = None
         #: Number of requests actually attempted (cache hits and skips excluded).
         self.requests_made = 0
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     @abc.abstractmethod
     def fetch(self) -> LiveReading:

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.providers import LiveProvider, providers_from_env
 from otel_joules.carbon.units import co2eq_grams, validate_pue
@@ -100,6 +101,12 @@ class SpanCarbon:
         self._refresh_after_s = refresh_after_s
         self._clock = clock
         self._resolved_at = clock()
+        self._refreshing = threading.Lock()
+        # Held by the refresh thread for the whole request: a child forked meanwhile would
+        # never refresh again (that thread does not exist there).
+        register_fork_hook(self, "_new_lock")
+
+    def _new_lock(self) -> None:
         self._refreshing = threading.Lock()
 
     @property

@@ -101,6 +101,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.model import Attributor, attributor_for
 from otel_joules.carbon.equivalents import Equivalent, equivalents
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
@@ -571,6 +572,9 @@ class CarbonTracker:
         )
 
         self._lock = threading.RLock()
+        # Held across counter reads and log writes (a training thread's epoch_end): renewed in
+        # a forked child (a DataLoader worker) so its own calls and exit never wait on it.
+        register_fork_hook(self, "_new_lock")
         self._state = "ready"  # ready -> running -> finished (or failed)
         self._epoch_counter = 0
         self._epoch_open = False
@@ -717,6 +721,9 @@ class CarbonTracker:
                 pass
 
     # -- public API -------------------------------------------------------------------------
+
+    def _new_lock(self) -> None:
+        self._lock = threading.RLock()
 
     def epoch_start(self) -> None:
         """Start measuring an epoch. Call at the beginning of each epoch of the training loop."""
@@ -1319,6 +1326,7 @@ class _IntensitySource:
         refresh_s: float = float(DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS),
     ) -> None:
         self._lock = threading.Lock()
+        register_fork_hook(self, "_new_lock")  # taken by the refresh thread
         self._current = first
         self._values = [first.gco2eq_per_kwh]
         self._explicit = explicit
@@ -1327,6 +1335,9 @@ class _IntensitySource:
         self._refresh_s = refresh_s
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     @property
     def current(self) -> CarbonIntensity:

@@ -60,6 +60,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.config import OTEL_JOULES_PROMETHEUS_WAIT_S, Settings
 from otel_joules.delivery.resource import job_resource
 from otel_joules.errors import ConfigurationError
@@ -256,12 +257,16 @@ class DeliveryReport:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        register_fork_hook(self, "_new_lock")  # taken by the exporters' background threads
         self._delivered: dict[Destination, int] = {}
         # Pull destinations: how long shutdown waited for a final scrape, and whether one came.
         self._final_scrape: dict[Destination, tuple[bool, float]] = {}
         self._failures: list[DeliveryFailure] = []
         self._endpoints: dict[tuple[str, int], _EndpointState] = {}
         self.sdk_messages: list[str] = []
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def record_success(self, destination: Destination, items: int) -> None:
         """``items`` spans or metric batches reached ``destination``."""
@@ -667,9 +672,13 @@ def _prometheus_reader(env: Mapping[str, str], report: DeliveryReport) -> tuple[
         def __init__(self) -> None:
             # Before super().__init__, which hands self.collect to the scrape handler.
             self._scraped = threading.Condition()
+            register_fork_hook(self, "_new_condition")  # taken by the scrape server's thread
             self._last_scrape = -1.0
             self._server: Any = None
             super().__init__()
+
+        def _new_condition(self) -> None:
+            self._scraped = threading.Condition()
 
         def collect(self, timeout_millis: float = 10_000) -> None:
             """Collect for one scrape, and record it by when it started (the values it reads are from then on)."""

@@ -51,6 +51,7 @@ from typing import Any, Callable, Generic, Sequence, TypeVar
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.errors import ConfigurationError
 from otel_joules.exporters.errors import ExporterPathError
 from otel_joules.exporters.records import SpanRecord, span_record
@@ -95,26 +96,6 @@ def register_exit_hook(target: object, method_name: str) -> Callable[[], None]:
 
     atexit.register(hook)
     return hook
-
-
-def register_fork_hook(target: object, method_name: str) -> None:
-    """Call ``target.<method_name>()`` in the child after ``os.fork()``, without keeping ``target`` alive.
-
-    This is how the OpenTelemetry SDK makes its processors fork-safe: a lock that a parent
-    thread held at the moment of the fork stays held forever in the child (that thread
-    does not exist there), so everything holding a lock across I/O re-creates it in the
-    child. Hooks cannot be unregistered; one whose target is gone does nothing.
-    """
-    if not hasattr(os, "register_at_fork"):
-        return
-    ref = weakref.ref(target)
-
-    def hook() -> None:
-        alive = ref()
-        if alive is not None:
-            getattr(alive, method_name)()
-
-    os.register_at_fork(after_in_child=hook)
 
 
 @dataclass(frozen=True)

@@ -389,8 +389,11 @@ class EnergyMeter:
             sysfs_root=sysfs_root, max_snapshot_age_s=max_snapshot_age_s, procfs_root=procfs_root
         )
         unavailable: list[Unavailable] = []
+        # GPU channels' first reads, made within discovery's deadline (a stalled NVML must not
+        # hold up the program here either).
+        first_reads_uj: dict[str, int | Exception] = {}
         if channels is None:
-            found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable)
+            found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable, first_reads_uj)
         else:
             found = list(channels)
         ids = [c.domain.id for c in found]
@@ -402,7 +405,7 @@ class EnergyMeter:
         self._states: list[_ChannelState] = []
         for channel in found:
             try:
-                first: int | None = channel.read_uj()
+                first: int | None = _first_read_uj(channel, first_reads_uj)
                 failure: Exception | None = None
             except DeviceLostError as exc:
                 self.unavailable += (Unavailable(channel.domain.id, f"first read failed: {exc}"),)
@@ -609,6 +612,7 @@ def _discover(
     estimate: bool | None,
     host: bool,
     unavailable: list[Unavailable],
+    first_reads_uj: dict[str, int | Exception],
 ) -> list[Channel]:
     channels: list[Channel] = []
     if host:
@@ -624,15 +628,26 @@ def _discover(
     if gpus is not None and len(gpus) == 0:
         return channels  # explicitly no GPU: do not even load NVML
     gpu_found = _discover_gpus(settings, gpus, devices_by_pid)
-    channels += gpu_found.channels
-    unavailable += gpu_found.unavailable
+    channels += gpu_found.discovery.channels
+    unavailable += gpu_found.discovery.unavailable
+    first_reads_uj.update(gpu_found.first_reads_uj)
     return channels
 
 
 def _discover_gpus(settings: Settings, gpus: Sequence[int | str] | None, devices_by_pid: bool):  # type: ignore[no-untyped-def]
     from otel_joules.sensors import nvml
 
-    return nvml.discover(settings, gpus=gpus, devices_by_pid=devices_by_pid)
+    return nvml.discover_within(settings, gpus=gpus, devices_by_pid=devices_by_pid)
+
+
+def _first_read_uj(channel: Channel, first_reads_uj: dict[str, int | Exception]) -> int:
+    """The channel's first reading: made during discovery if it was, else now."""
+    value = first_reads_uj.pop(channel.domain.id, None)
+    if value is None:
+        return channel.read_uj()
+    if isinstance(value, Exception):
+        raise value
+    return value
 
 
 def _sample_period_s(channels: Iterable[Channel]) -> float | None:

@@ -30,6 +30,7 @@ from typing import Iterable
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.model import Attributor, attributor_for, kind_of
 from otel_joules.meter.meter import (
     SOURCE_ESTIMATE,
@@ -86,6 +87,9 @@ class EnergyMetrics:
                 attributes["hw.parent"] = domain.hw_parent
             self._domain_attributes.append(attributes)
         self._lock = threading.Lock()
+        # The metric reader's thread holds the lock across counter reads: a fork at that
+        # moment must not leave the child's collections (and its exit-time freeze) waiting.
+        register_fork_hook(self, "_new_lock")
         self._previous = energy_meter.snapshot()
         self._current = self._previous
         self._current_at = time.monotonic()
@@ -133,6 +137,9 @@ class EnergyMetrics:
                 unit="W",
                 description="This process's attributed share of the host's power, per hw.type",
             )
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def refresh(self) -> None:
         """Make the next collection read the counters, however recent the last read."""

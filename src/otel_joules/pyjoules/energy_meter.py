@@ -55,6 +55,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, EnergyMeasurement, EnergySnapshot
 from otel_joules.meter.meter import EnergyMeter as CoreEnergyMeter
@@ -351,9 +352,14 @@ class _SelectionCache:
         self._domains = domains
         self._what = what
         self._lock = threading.Lock()
+        # Held while a selection is built (it may create the core meter): renewed in a forked child.
+        register_fork_hook(self, "_new_lock")
         # (selection, its devices) in one attribute, so a reader never pairs one with the other's.
         self._current: Optional[Tuple[Selection, List[Device]]] = None
         self._failed: Optional[str] = None
+
+    def _new_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def get(self, stacklevel: int) -> Tuple[Optional[Selection], List[Device]]:
         """The current selection and its devices; (None, []) when no core meter can be made."""

@@ -26,11 +26,20 @@ before the child's first read.
 
 Nothing here raises when there is no NVIDIA driver, library or GPU: :func:`discover`
 returns a :class:`Discovery` whose ``unavailable`` entries say which and why.
+
+Discovery never holds up the program for long: the meter discovers GPUs through
+:func:`discover_within`, which runs NVML's initialisation, the GPU listing, the probes and the
+first reads in a helper thread and waits at most :data:`DISCOVERY_DEADLINE_S`. A GPU that fell
+off the bus makes every NVML call take seconds (tens of seconds for a whole discovery); past the
+deadline the meter measures no GPU, says so once, and the discovery finishes unused in the
+background. The bound is generous because a healthy driver that is not kept loaded
+(``nvidia-smi -pm 1``) may take seconds to initialise.
 """
 
 from __future__ import annotations
 
 import atexit
+import logging
 import os
 import threading
 import time
@@ -44,8 +53,12 @@ from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadEr
 from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
 from otel_joules.sensors.gpu_selection import GpuInfo, GpuSelection, select_gpus
 
+_log = logging.getLogger("otel_joules")
+
 #: Microjoules per millijoule: NVML's energy unit to the channel contract's.
 UJ_PER_MJ = 1000
+#: Longest a meter waits for GPU discovery (NVML init, listing, probes, first reads), in seconds.
+DISCOVERY_DEADLINE_S = 5.0
 #: How often NVML's energy counter changes (about 100 ms on Volta and newer).
 ENERGY_COUNTER_UPDATE_PERIOD_S = 0.1
 #: Longest step between two power readings of an integrated channel.
@@ -559,6 +572,71 @@ def discover(
     return Discovery(channels=channels, unavailable=unavailable)
 
 
+@dataclass
+class TimedDiscovery:
+    """What :func:`discover_within` found: the discovery and each channel's first reading.
+
+    Attributes:
+        discovery: Channels and unavailable GPUs, as :func:`discover` returns them.
+        first_reads_uj: Each channel's first ``read_uj()`` by domain id: microjoules, or the
+            exception the read raised (the meter's failure policy decides what it means).
+        timed_out: NVML did not answer within the deadline: no GPU is measured.
+    """
+
+    discovery: Discovery
+    first_reads_uj: dict[str, int | Exception] = field(default_factory=dict)
+    timed_out: bool = False
+
+
+def discover_within(
+    settings: Settings | None = None,
+    gpus: Sequence[int | str] | str | None = None,
+    devices_by_pid: bool = False,
+    *,
+    deadline_s: float | None = None,
+) -> TimedDiscovery:
+    """:func:`discover` and each channel's first read, waiting at most ``deadline_s`` (default :data:`DISCOVERY_DEADLINE_S`).
+
+    Past the deadline (a stalled NVML) no GPU is measured: one warning says so, and the
+    discovery goes on in a daemon thread whose result is dropped.
+
+    Raises:
+        ConfigurationError: as :func:`discover`, when discovery finishes in time.
+    """
+    deadline_s = DISCOVERY_DEADLINE_S if deadline_s is None else deadline_s
+    outcome: list[TimedDiscovery | BaseException] = []
+
+    def run() -> None:
+        try:
+            found = discover(settings, gpus=gpus, devices_by_pid=devices_by_pid)
+            first: dict[str, int | Exception] = {}
+            for channel in found.channels:
+                try:
+                    first[channel.domain.id] = channel.read_uj()
+                except Exception as exc:  # noqa: BLE001 - handed to the meter's failure policy
+                    first[channel.domain.id] = exc
+            outcome.append(TimedDiscovery(found, first))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, name="otel-joules-gpu-discovery", daemon=True)
+    worker.start()
+    worker.join(deadline_s)
+    if outcome:
+        result = outcome[0]
+        if isinstance(result, BaseException):
+            raise result
+        return result
+    what = "the GPUs" if gpus is None else f"gpus={gpus!r}"
+    reason = f"NVML did not answer within {deadline_s:g} s while discovering {what}"
+    remedy = (
+        "check the GPUs with nvidia-smi (a GPU that fell off the bus stalls every NVML call); "
+        "`nvidia-smi -pm 1` keeps a healthy driver loaded so it starts fast"
+    )
+    _log.warning("otel-joules: %s; measuring no GPU in this process (%s)", reason, remedy)
+    return TimedDiscovery(Discovery(unavailable=[Unavailable("nvidia_gpu", reason, remedy)]), timed_out=True)
+
+
 def gpu_indices(session: NvmlSession | None = None) -> list[int] | None:
     """The NVML indices of every GPU on this machine (whatever the process may use); None when NVML cannot say.
 
@@ -580,6 +658,7 @@ def _wants_any(gpus: Sequence[int | str] | str | None) -> bool:
 
 
 __all__ = [
+    "DISCOVERY_DEADLINE_S",
     "ENERGY_COUNTER_UPDATE_PERIOD_S",
     "POWER_SAMPLE_PERIOD_S",
     "UJ_PER_MJ",
@@ -589,6 +668,8 @@ __all__ = [
     "NvmlPowerChannel",
     "NvmlSession",
     "NvmlUnavailableError",
+    "TimedDiscovery",
     "default_session",
     "discover",
+    "discover_within",
 ]

@@ -11,6 +11,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
+from otel_joules._fork import register_fork_hook
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.meter.registry import get_energy_meter
@@ -56,7 +57,13 @@ class _HandleRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
+        # Held across creating an instrumentation (hardware discovery): a fork meanwhile
+        # must not leave the child's instrument()/uninstrument() waiting for ever.
+        register_fork_hook(self, "_new_lock")
         self._by_provider: "weakref.WeakKeyDictionary[Any, Instrumentation]" = weakref.WeakKeyDictionary()
+
+    def _new_lock(self) -> None:
+        self._lock = threading.RLock()
 
     def get_or_create(self, provider: Any, create: Any) -> Instrumentation:
         with self._lock:
