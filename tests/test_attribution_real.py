@@ -96,9 +96,9 @@ def test_eight_threads_sixty_four_requests_add_up_to_the_process_share(estimated
     def request(i: int) -> None:
         with estimated.tracer.start_as_current_span(f"GET /item/{i % 4}"):
             start = time.thread_time()
-            burn(0.02)
-            time.sleep(0.02)
-            burn(0.02)
+            burn(0.025)  # ~100 ms of work, half CPU, half waiting (as in the issue)
+            time.sleep(0.05)
+            burn(0.025)
             in_span_cpu_s.append(time.thread_time() - start)
 
     before = estimated.attributor.sample()
