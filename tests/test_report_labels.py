@@ -129,6 +129,11 @@ def test_measured_run_says_measured_and_short_epochs_say_below_resolution(
     console = capsys.readouterr().out
     assert "BELOW RESOLUTION: epoch 1 lasted" in console and "quantised" in console
     assert "BELOW RESOLUTION: epoch 2" in tracker.result.std_log.read_text()
+    # A measured run says so as plainly as an estimate does, at the start and under the consumption.
+    assert "MEASURED by hardware energy counters: package_0, core_0, uncore_0, dram_0." in console
+    assert "MEASURED by hardware energy counters: package_0" in tracker.result.std_log.read_text()
+    assert "ESTIMATE" not in console
+    assert "MEASURED by hardware energy counters: the consumption above (package_0" in tracker.result.output_log.read_text()
 
     (run,) = build_report([tmp_path / "logs"]).runs
     assert run.energy_source == "measured" and run.below_resolution

@@ -118,6 +118,7 @@ from otel_joules.carbontracker.logs import (
     DEFAULT_DECIMAL_PRECISION,
     DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
     ESTIMATE_LOG_PREFIX,
+    MEASURED_LOG_PREFIX,
     MESSAGE_PREFIX,
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogWriter,
@@ -659,6 +660,10 @@ class CarbonTracker:
         """The chosen domains that are estimates (no counter) or simulated: never to be called measured."""
         return [d.id for d in self._domains if d.method is Method.ESTIMATE] + [sim.domain_id for sim in self._sims]
 
+    def _measured_domain_ids(self) -> list[str]:
+        """Domains of this tracker read from hardware counters (or integrated from measured power)."""
+        return [d.id for d in self._domains if d.method.is_measurement]
+
     def _write_header(self) -> None:
         components = {name: list(devs) for name, devs in self._devices.items()}
         line = format_components_line(components)
@@ -674,6 +679,12 @@ class CarbonTracker:
         self._console(MESSAGE_PREFIX + pue_line)
         if self._ignored_sim:
             note = f"{self._ignored_sim} (as carbontracker ignores them): the real hardware is measured."
+            self._info(note)
+            self._console(MESSAGE_PREFIX + note)
+        measured = self._measured_domain_ids()
+        if measured:
+            # Said as plainly as an estimate is: a reader of a measured run's log sees the word too.
+            note = f"{MEASURED_LOG_PREFIX}{', '.join(measured)}."
             self._info(note)
             self._console(MESSAGE_PREFIX + note)
         estimated = self._estimated_domain_ids()
@@ -1180,6 +1191,8 @@ class CarbonTracker:
         if estimated:
             # The block above is carbontracker's format and cannot carry a label: say it right after.
             self._output(f"{ESTIMATE_LOG_PREFIX}the consumption above includes estimates ({', '.join(estimated)}).")
+        elif measured := self._measured_domain_ids():
+            self._output(f"{MEASURED_LOG_PREFIX}the consumption above ({', '.join(measured)}).")
         self._console_share()
         self._end_root(end, early_stop=early_stop)
         if self._writer is not None:
