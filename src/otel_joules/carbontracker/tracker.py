@@ -119,6 +119,7 @@ from otel_joules.carbontracker.logs import (
     DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
     ESTIMATE_LOG_PREFIX,
     MEASURED_LOG_PREFIX,
+    PROCESS_SHARE_LOG_PREFIX,
     MESSAGE_PREFIX,
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogWriter,
@@ -1079,17 +1080,19 @@ class CarbonTracker:
         self._console(text)
 
     def _console_share(self) -> None:
-        """Beside the host's consumption printed above, this process's share of it (console only, not the log)."""
+        """Beside the host's consumption printed above, this process's share of it (console and output log).
+
+        An extra line after carbontracker's block: its parsers ignore it, ``otel-joules report`` shows it."""
         if self._attributor is None or self._root_start is None:
             return
         share = self._attributor.process_joules_since(self._root_start.monotonic_ns)
         if share is None:
             return
         kwh = max(sum(share.values()), 0.0) * self.pue / JOULES_PER_KWH
-        self._console(
-            f"{MESSAGE_PREFIX}Of which this process's share: {kwh:.{self.decimal_precision}f} kWh "
+        self._output(
+            f"{PROCESS_SHARE_LOG_PREFIX}{kwh:.{self.decimal_precision}f} kWh "
             "(its CPU time's part of the host's CPU and memory energy, its part of the GPUs; PUE applied). "
-            "The consumption above is what the measured devices of the host used."
+            "The consumption above is what the host's devices used, measured or estimated as said above."
         )
 
     def _output_prediction(self) -> None:
