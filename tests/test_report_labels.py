@@ -107,7 +107,8 @@ def test_estimated_carbontracker_run_is_labelled_estimate_everywhere(tmp_path: P
 
     text = our_parser.print_aggregate(logs)
     assert "Measured by" not in text
-    assert text.endswith("Estimated (not measured: no readable energy counter) by otel-joules.")
+    # Epochs of ~37 ms on the estimator: below its 0.1 s resolution, said after the provenance.
+    assert "Estimated (not measured: no readable energy counter) by otel-joules. BELOW RESOLUTION: 1 run(s)" in text
     assert text in capsys.readouterr().out
 
 
@@ -141,7 +142,10 @@ def test_measured_run_says_measured_and_short_epochs_say_below_resolution(
     assert any("below resolution" in note for note in run.notes)
     assert main(["report", str(tmp_path / "logs")]) == 0
     assert "measured (below resolution)" in capsys.readouterr().out
-    assert our_parser.print_aggregate(tmp_path / "logs").endswith("Measured by otel-joules.")
+    printed = our_parser.print_aggregate(tmp_path / "logs")
+    assert "Measured by otel-joules." in printed
+    assert printed.endswith("BELOW RESOLUTION: 1 run(s) had an epoch shorter than a counter's resolution, "
+                            "so their figures are quantised, not exact.")
 
 
 def test_simulated_gpu_beside_measured_cpu_is_mixed(powercap: FakePowercap, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

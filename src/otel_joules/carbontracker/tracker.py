@@ -1079,16 +1079,19 @@ class CarbonTracker:
         )
         self._console(text)
 
-    def _console_share(self) -> None:
+    def _console_share(self, host_joules: float) -> None:
         """Beside the host's consumption printed above, this process's share of it (console and output log).
 
-        An extra line after carbontracker's block: its parsers ignore it, ``otel-joules report`` shows it."""
+        An extra line after carbontracker's block: its parsers ignore it, ``otel-joules report`` shows it.
+        ``host_joules`` is the consumption printed above (IT energy): the share never exceeds it."""
         if self._attributor is None or self._root_start is None:
             return
         share = self._attributor.process_joules_since(self._root_start.monotonic_ns)
         if share is None:
             return
-        kwh = max(sum(share.values()), 0.0) * self.pue / JOULES_PER_KWH
+        # The history counts from the sampler period holding the start (up to 0.1 s early), so on a
+        # short run the share could read more than the epochs' total: a share is never more than the host's.
+        kwh = min(max(sum(share.values()), 0.0), max(host_joules, 0.0)) * self.pue / JOULES_PER_KWH
         self._output(
             f"{PROCESS_SHARE_LOG_PREFIX}{kwh:.{self.decimal_precision}f} kWh "
             "(its CPU time's part of the host's CPU and memory energy, its part of the GPUs; PUE applied). "
@@ -1196,7 +1199,7 @@ class CarbonTracker:
             self._output(f"{ESTIMATE_LOG_PREFIX}the consumption above includes estimates ({', '.join(estimated)}).")
         elif measured := self._measured_domain_ids():
             self._output(f"{MEASURED_LOG_PREFIX}the consumption above ({', '.join(measured)}).")
-        self._console_share()
+        self._console_share(actual.energy_joules)
         self._end_root(end, early_stop=early_stop)
         if self._writer is not None:
             text = self._writer.write_finished()
