@@ -67,21 +67,27 @@ def main() -> int:
         )
     else:
         print(f"SOURCE: {source.upper()} (domains: {', '.join(d.id for d in meter.domains)})\n")
-    # energy: what the machine spent during the span; share: the part this span's own work caused.
-    print(f"{'span':<14} {'duration (s)':>12} {'energy (J)':>11} {'share (J)':>10} {'avg power (W)':>14}")
+    # host: what the machine spent during the span; share: the part this span's own work caused.
+    print(f"{'span':<14} {'duration (s)':>12} {'host (J)':>11} {'share (J)':>10} {'host power (W)':>15}")
     for span in spans:
         a = span.attributes
         duration_s = (span.end_time - span.start_time) / 1e9
         share = a.get("energy.attributed.joules", float("nan"))
-        print(f"{span.name:<14} {duration_s:>12.3f} {a['energy.joules']:>11.2f} {share:>10.2f} {a['energy.watts']:>14.1f}")
+        print(f"{span.name:<14} {duration_s:>12.3f} {a['energy.joules']:>11.2f} {share:>10.2f} {a['energy.watts']:>15.1f}")
+    print(
+        f"\nhost  = energy.joules: what the whole machine spent while the span ran ({source}), whoever used it."
+        "\nshare = energy.attributed.joules: the part of it this span's own work caused (its CPU time's part);"
+        "\n        add up shares (energy.attributed.self.joules) for totals per endpoint or job, never host figures."
+    )
     root = spans[-1].attributes
     domains = ", ".join(
         f"{d.id} {root[f'energy.{d.id}.joules']:.2f} J" for d in meter.domains if f"energy.{d.id}.joules" in root
     )
-    print(f"\nworkload by domain: {domains}")
-    print(f"workload total: {root['energy.joules']:.2f} J = {root['energy.joules'] / 3.6e6:.3e} kWh ({source})")
+    print(f"\nhost during the workload, by domain: {domains}")
+    print(f"host during the workload: {root['energy.joules']:.2f} J = {root['energy.joules'] / 3.6e6:.3e} kWh ({source})")
     if "energy.attributed.joules" in root:
-        print(f"share of the workload: {root['energy.attributed.joules']:.2f} J (its CPU time's part; the rest was other work or idle)")
+        share = root["energy.attributed.joules"]
+        print(f"share of the workload: {share:.2f} J = {share / 3.6e6:.3e} kWh ({source}; the rest was other work or idle)")
     handle.uninstrument()
     provider.shutdown()
     return 0

@@ -23,7 +23,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from otel_joules import EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import Attributor, CpuClocks, attributor_for, share_of_cpu_time
-from otel_joules.attribution.model import AttributionRegistry
+from otel_joules.attribution.model import MIN_RATE_WINDOW_S, AttributionRegistry
 from powercap_fake import FakePowercap, make_powercap
 from procfs_fake import FakeProcfs
 
@@ -209,6 +209,59 @@ def test_four_processes_get_exactly_what_their_cpu_time_entitles_them_to(host: H
     assert {pid: s["memory"] for pid, s in shares.items()} == pytest.approx({1001: 2.0, 1002: 4.0, 1003: 6.0, 1004: 4.0})
     attributed = sum(sum(s.values()) for s in shares.values())
     assert attributed == pytest.approx(120.0 * 4 / 5)  # the unrelated busy second keeps its fifth: conservative
+
+
+def test_shares_of_every_process_plus_the_unattributed_remainder_are_the_hosts_energy(host: Host) -> None:
+    """The issue's conservation rule over a run at a steady load: this process's nested spans, two other
+    processes and idle CPU capacity. Self shares of every span + other processes' shares + the remainder
+    (memory's idle-capacity part) = the host's energy within 2%; the attributed part never exceeds it."""
+    tid = threading.get_native_id()
+    others = {pid: Attributor(host.meter, clocks=CpuClocks(host.proc.procfs_root, pid=pid), sample=False)
+              for pid in (2001, 2002) if host.proc.add_process(pid, 0.0) is None}
+    everyone = [host.attributor, *others.values()]
+
+    def period(in_spans: bool) -> None:
+        """One sampler period: per busy CPU second 50 J package; dram 40 J over 4 busy + 4 idle CPU seconds."""
+        time.sleep(MIN_RATE_WINDOW_S)  # a sampler period's worth of wall time, so the prices move
+        host.proc.add_process(2001, 2.0)
+        host.proc.add_process(2002, 1.0)
+        host.proc.add_host(busy_s=4.0, idle_s=4.0)
+        if in_spans:
+            with host.tracer.start_as_current_span("request"):
+                host.proc.add_thread(PID, tid, 0.5)
+                host.powercap.zones["package_0"].advance_joules(100.0)
+                host.powercap.zones["dram_0"].advance_joules(20.0)
+                with host.tracer.start_as_current_span("query"):
+                    host.proc.add_thread(PID, tid, 0.5)
+                    host.powercap.zones["package_0"].advance_joules(100.0)
+                    host.powercap.zones["dram_0"].advance_joules(20.0)
+        else:
+            host.proc.add_thread(PID, tid, 1.0)
+            host.powercap.zones["package_0"].advance_joules(200.0)
+            host.powercap.zones["dram_0"].advance_joules(40.0)
+        for attributor in everyone:
+            attributor.sample()
+
+    for attributor in everyone:
+        attributor.sample()
+    for _ in range(3):
+        period(in_spans=False)  # prices for the spans
+    origin = host.meter.snapshot()
+    before = {id(a): sum(a.process_joules().values()) for a in everyone}
+    for _ in range(3):
+        period(in_spans=True)
+    host_j = host.meter.measure(origin, host.meter.snapshot()).total_joules
+    assert host_j == 3 * 240.0
+    spans = [dict(s.attributes) for s in host.exporter.get_finished_spans()]
+    assert len(spans) == 6
+    spans_self_j = sum(float(s["energy.attributed.self.joules"]) for s in spans)
+    mine_j = sum(host.attributor.process_joules().values()) - before[id(host.attributor)]
+    others_j = sum(sum(a.process_joules().values()) - before[id(a)] for a in others.values())
+    remainder_j = 3 * 40.0 * 4 / 8  # the idle half of the memory's capacity
+    assert spans_self_j == pytest.approx(3 * 55.0, rel=0.02)
+    assert spans_self_j == pytest.approx(mine_j, rel=0.02)  # all this process's CPU time was in spans
+    assert spans_self_j + others_j + remainder_j == pytest.approx(host_j, rel=0.02)
+    assert spans_self_j + others_j <= host_j
 
 
 def test_a_process_never_gets_more_than_the_host_spent(host: Host) -> None:

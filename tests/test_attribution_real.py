@@ -96,9 +96,9 @@ def test_eight_threads_sixty_four_requests_add_up_to_the_process_share(estimated
     def request(i: int) -> None:
         with estimated.tracer.start_as_current_span(f"GET /item/{i % 4}"):
             start = time.thread_time()
-            burn(0.02)
-            time.sleep(0.02)
-            burn(0.02)
+            burn(0.025)  # ~100 ms of work, half CPU, half waiting (as in the issue)
+            time.sleep(0.05)
+            burn(0.025)
             in_span_cpu_s.append(time.thread_time() - start)
 
     before = estimated.attributor.sample()
@@ -262,3 +262,22 @@ def test_a_sleeping_span_on_a_busy_box_gets_almost_nothing(estimated: Estimated)
     assert sleep["energy.joules"] > 1.0  # the box was busy meanwhile
     assert sleep["energy.attributed.joules"] < 0.02 * sleep["energy.joules"]
     assert spans["busy"]["energy.attributed.joules"] > 50 * sleep["energy.attributed.joules"]
+
+
+def test_a_sleeping_span_gets_almost_nothing_while_another_process_keeps_the_box_busy(estimated: Estimated) -> None:
+    """The issue's case: on a shared box the estimator charged the whole machine's busy CPU time to a span that
+    only slept (61.6 J). Another process burns CPU here; the sleeping span's share stays near zero."""
+    burner = subprocess.Popen([sys.executable, "-c", "import time\nend = time.time() + 30\nwhile time.time() < end: pass"])
+    try:
+        time.sleep(4 * estimated.attributor.period_s)  # the burner's busy time is in the prices
+        with estimated.tracer.start_as_current_span("sleep"):
+            time.sleep(0.5)
+    finally:
+        burner.kill()
+        burner.wait()
+    (sleep,) = [s.attributes for s in estimated.exporter.get_finished_spans() if s.name == "sleep"]
+    watts_per_cpu = estimated.meter.settings.cpu_tdp_watts / (os.cpu_count() or 1)
+    assert sleep["energy.source"] == "estimate"
+    # The box was busy: at least most of one CPU's worth over the 0.5 s (the burner alone).
+    assert sleep["energy.cpu_estimate.joules"] > 0.5 * 0.5 * watts_per_cpu
+    assert sleep["energy.attributed.joules"] < 0.02 * sleep["energy.joules"]

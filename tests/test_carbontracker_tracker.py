@@ -733,5 +733,5 @@ def test_summary_shows_this_processs_share_beside_the_hosts_consumption(tmp_path
     share_kwh = float(line.split("share: ")[1].split(" kWh")[0])
     assert result.actual is not None
     assert share_kwh == pytest.approx(result.actual.energy_kwh, rel=0.05)
-    assert "what the measured devices of the host used" in line
+    assert "what the host's devices used, measured or estimated as said above" in line
     meter.close()

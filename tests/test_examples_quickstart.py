@@ -31,6 +31,14 @@ def test_without_counters_it_prints_estimates_and_says_so(tmp_path: Path) -> Non
     # The root span covers its three children (plus the time between them).
     assert float(rows["workload"][1]) >= sum(parts) * 0.99
     assert "cpu_estimate" in out and "(estimate)" in out
+    # Both numbers are labelled: the host's energy during the span and the span's share of it.
+    assert "host (J)" in out and "share (J)" in out
+    assert "host  = energy.joules" in out and "share = energy.attributed.joules" in out
+    shares = {name: float(row[2]) for name, row in rows.items()}
+    assert all(0 <= shares[name] <= float(rows[name][1]) for name in rows)
+    # The root's share is inclusive: it holds its children's shares.
+    assert shares["workload"] >= sum(shares[n] for n in ("count_primes", "hash_chain", "sort_numbers")) * 0.999
+    assert "share of the workload:" in out
 
 
 def test_with_readable_rapl_it_prints_measured_energy(tmp_path: Path) -> None:

@@ -186,7 +186,7 @@ def test_snapshot_reuse_window_from_environment(monkeypatch, powercap) -> None:
 
 
 def _meter_with_counters_and_estimates(powercap, busy: list[float], clock: list[float]) -> EnergyMeter:
-    """package_0, core_0, uncore_0, dram_0 (1 ms counters), cpu_estimate (10 ms), memory_estimate (0 s)."""
+    """package_0, core_0, uncore_0, dram_0 (1 ms counters), cpu_estimate (100 ms: ten 10 ms ticks), memory_estimate (0 s)."""
     from otel_joules.config import Settings
     from otel_joules.sensors.estimator import CpuTimeEstimateChannel, MemoryEstimateChannel
     from otel_joules.sensors.rapl import discover
@@ -210,7 +210,7 @@ def test_measure_counts_only_the_chosen_domains(powercap) -> None:
     powercap.zones["dram_0"].advance_joules(1.0)
     busy[0] += 1.5  # 15 J at 10 W per CPU
     clock[0] += 2.0  # 6 J at 3 W
-    # 5 ms: longer than the counters' 1 ms update period, shorter than CPU time's 10 ms.
+    # 5 ms: longer than the counters' 1 ms update period, shorter than the CPU-time estimate's 100 ms.
     end = EnergySnapshot(start.monotonic_ns + 5_000_000, meter.snapshot().joules)
 
     everything = meter.measure(start, end)
@@ -243,6 +243,34 @@ def test_measure_counts_only_the_chosen_domains(powercap) -> None:
 
     with pytest.raises(ConfigurationError, match="'nvidia_gpu_0' is not measured here"):
         meter.measure(start, end, {"package_0", "nvidia_gpu_0"})
+
+
+def test_cpu_time_estimate_is_below_resolution_under_ten_ticks(powercap) -> None:
+    """`run -- true` on the estimator (~15 ms) reads 0, 1 or 2 ticks of 10 ms: flagged, whatever it read.
+
+    The memory estimate is a smooth model (no steps), so it alone is never below resolution;
+    the RAPL counters keep their 1 ms.
+    """
+    from otel_joules.meter.meter import EnergySnapshot
+
+    busy, clock = [100.0], [10.0]
+    meter = _meter_with_counters_and_estimates(powercap, busy, clock)
+    start = meter.snapshot()
+    busy[0] += 0.01  # one tick in 15 ms: 0.1 J at 10 W per CPU, "6.7 W" from a single step
+    clock[0] += 0.015
+    joules = meter.snapshot().joules
+    meter.close()
+
+    def measured(duration_ns: int, domains: tuple[str, ...]) -> tuple[float, bool]:
+        m = meter.measure(start, EnergySnapshot(start.monotonic_ns + duration_ns, joules), domains)
+        return m.total_joules, m.below_resolution
+
+    estimator = ("cpu_estimate", "memory_estimate")
+    assert measured(15_000_000, estimator) == (pytest.approx(0.1 + 0.045), True)
+    assert measured(99_000_000, estimator)[1] is True
+    assert measured(100_000_000, estimator)[1] is False
+    assert measured(15_000_000, ("memory_estimate",))[1] is False
+    assert measured(15_000_000, ("package_0",))[1] is False
 
 
 def test_measure_adds_constant_power_domains_as_estimates(powercap) -> None:

@@ -318,3 +318,13 @@ def test_span_co2_is_the_span_energy_at_the_configured_intensity(stack: Promethe
     grams = _value(stack, "sum(span_energy_attributed_self_co2eq_grams_total)")
     assert joules > 0
     assert grams == pytest.approx(joules / 3.6e6 * INTENSITY_GCO2EQ_PER_KWH, rel=1e-9)
+
+
+def test_process_share_is_labelled_and_never_more_than_the_host(stack: Prometheus) -> None:
+    """The per-process panels: this app's share per kind, measured, positive, at most what the host drew."""
+    shares = evaluate(stack, f"sum by (hw_type, energy_source) (rate(process_energy_joules_total[{WINDOW}]))")
+    assert {s["metric"]["hw_type"] for s in shares} == {"cpu", "memory"}, shares
+    assert {s["metric"]["energy_source"] for s in shares} == {"measured"}, shares
+    total_watts = sum(float(s["value"][1]) for s in shares)
+    assert 0 < total_watts <= HOST_WATTS * 1.02
+    assert _value(stack, "sum(process_power_watts)") <= HOST_WATTS * 1.05

@@ -85,13 +85,15 @@ def test_short_run_end_to_end_is_labelled_the_same_in_the_summary_and_the_report
     result = _cli("run", "--exporter", "jsonl:" + str(tmp_path / "runs.jsonl"), "--", "true", env=env)
     assert result.returncode == 0, result.stderr
     (span,) = [json.loads(line) for line in (tmp_path / "runs.jsonl").read_text().splitlines()]
-    # Whether this run beat the estimator's 10 ms step depends on the machine; either way
-    # the summary and the report say what the span says.
-    below = span["attributes"].get("energy.below_resolution") is True
-    assert below == ("BELOW RESOLUTION:" in result.stderr), result.stderr
+    # The example: `run -- true` lasts far less than the CPU-time estimate's ten
+    # 10 ms ticks, so its watts are a tick count, and the span, the summary and the
+    # report all say so.
+    assert span["attributes"]["energy.source"] == "estimate"
+    assert span["attributes"]["energy.below_resolution"] is True, span["attributes"]
+    assert "BELOW RESOLUTION:" in result.stderr, result.stderr
     report = _cli("report", str(tmp_path / "runs.jsonl"), env=env)
     assert report.returncode == 0, report.stderr
-    assert ("estimate (below resolution)" in report.stdout) == below
+    assert "estimate (below resolution)" in report.stdout, report.stdout
     assert "estimate" in report.stdout.splitlines()[4]
 
 

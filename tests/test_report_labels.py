@@ -107,7 +107,8 @@ def test_estimated_carbontracker_run_is_labelled_estimate_everywhere(tmp_path: P
 
     text = our_parser.print_aggregate(logs)
     assert "Measured by" not in text
-    assert text.endswith("Estimated (not measured: no readable energy counter) by otel-joules.")
+    # Epochs of ~37 ms on the estimator: below its 0.1 s resolution, said after the provenance.
+    assert "Estimated (not measured: no readable energy counter) by otel-joules. BELOW RESOLUTION: 1 run(s)" in text
     assert text in capsys.readouterr().out
 
 
@@ -129,6 +130,11 @@ def test_measured_run_says_measured_and_short_epochs_say_below_resolution(
     console = capsys.readouterr().out
     assert "BELOW RESOLUTION: epoch 1 lasted" in console and "quantised" in console
     assert "BELOW RESOLUTION: epoch 2" in tracker.result.std_log.read_text()
+    # A measured run says so as plainly as an estimate does, at the start and under the consumption.
+    assert "MEASURED by hardware energy counters: package_0, core_0, uncore_0, dram_0." in console
+    assert "MEASURED by hardware energy counters: package_0" in tracker.result.std_log.read_text()
+    assert "ESTIMATE" not in console
+    assert "MEASURED by hardware energy counters: the consumption above (package_0" in tracker.result.output_log.read_text()
 
     (run,) = build_report([tmp_path / "logs"]).runs
     assert run.energy_source == "measured" and run.below_resolution
@@ -136,7 +142,10 @@ def test_measured_run_says_measured_and_short_epochs_say_below_resolution(
     assert any("below resolution" in note for note in run.notes)
     assert main(["report", str(tmp_path / "logs")]) == 0
     assert "measured (below resolution)" in capsys.readouterr().out
-    assert our_parser.print_aggregate(tmp_path / "logs").endswith("Measured by otel-joules.")
+    printed = our_parser.print_aggregate(tmp_path / "logs")
+    assert "Measured by otel-joules." in printed
+    assert printed.endswith("BELOW RESOLUTION: 1 run(s) had an epoch shorter than a counter's resolution, "
+                            "so their figures are quantised, not exact.")
 
 
 def test_simulated_gpu_beside_measured_cpu_is_mixed(powercap: FakePowercap, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -212,3 +221,24 @@ def test_tracker_spans_and_logs_count_once_and_the_epochs_total_is_named(tmp_pat
     assert run.kind == "trace" and run.energy_source == "estimate"
     assert any(s.path.endswith("_carbontracker.log") for s in report.skipped)  # the same run, counted once
     assert any(f"the epochs add up to {actual.energy_joules:.3f} J (what carbontracker prints" in n for n in run.notes)
+
+
+def test_the_trackers_share_is_logged_and_shown_beside_the_hosts_total(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The tracker's summary gives the host's consumption and, labelled, this process's share of it; the
+    output log keeps the share, and the report shows it beside the total it counts (the host's, as logged)."""
+    tracker = _estimated_run(tmp_path)
+    output_log = tracker.result.output_log.read_text()
+    (line,) = [l for l in output_log.splitlines() if "Of which this process's share:" in l]
+    logged_share_kwh = float(line.split("share: ")[1].split()[0])
+    (run,) = build_report([tmp_path / "logs"]).runs
+    assert run.energy_basis == "logged total"
+    assert run.process_share_joules == pytest.approx(logged_share_kwh * J_PER_KWH / run.pue, rel=1e-9)
+    assert 0 < run.process_share_joules <= run.joules
+    assert main(["report", "--json", str(tmp_path / "logs")]) == 0
+    (data,) = json.loads(capsys.readouterr().out)["runs"]
+    assert data["process_share_joules"] == pytest.approx(run.process_share_joules, rel=1e-12)
+    assert main(["report", str(tmp_path / "logs")]) == 0
+    assert f"this process's share of it (its CPU time's part, as logged) was {run.process_share_joules:.3f} J" in capsys.readouterr().out
+    # carbontracker's own total is untouched by the extra line: one total per run.
+    kwh, _, _ = our_parser.aggregate_consumption(tmp_path / "logs")
+    assert kwh == run.energy_kwh

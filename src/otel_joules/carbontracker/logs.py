@@ -63,6 +63,11 @@ TRACE_ID_LOG_PREFIX = "OpenTelemetry trace_id "
 #: Standard-log line naming the domains that are estimates, not measurements (their ids follow);
 #: readers label such a run ``estimate`` (every device estimated) or ``mixed``.
 ESTIMATE_LOG_PREFIX = "ESTIMATE, not a measurement: "
+#: Standard-log line naming the domains read from hardware energy counters (their ids follow),
+#: the counterpart of :data:`ESTIMATE_LOG_PREFIX`, so a measured run says so too.
+MEASURED_LOG_PREFIX = "MEASURED by hardware energy counters: "
+#: Output-log line after the actual consumption: this process's share of it (kWh, PUE applied, follows).
+PROCESS_SHARE_LOG_PREFIX = "Of which this process's share: "
 #: How a device name on the components line says it is not measured (``cpu (estimate)``).
 ESTIMATE_DEVICE_MARKS = ("(estimate)", "(simulated)")
 #: Standard-log line for an epoch shorter than a counter's update period (its energy is quantised).

@@ -734,6 +734,8 @@ class _Totals:
     equivalents: Dict[str, float] = field(default_factory=dict)
     #: Who wrote the runs -> what their logs say the figures are (None: not said).
     writers: Dict[str, List[Optional[str]]] = field(default_factory=dict)
+    #: Runs whose logs say an epoch was below a counter's resolution.
+    below_resolution_runs: int = 0
 
 
 def _aggregate(log_dir: str | os.PathLike[str]) -> _Totals:
@@ -754,6 +756,8 @@ def _aggregate(log_dir: str | os.PathLike[str]) -> _Totals:
             totals.equivalents[unit] = totals.equivalents.get(unit, 0.0) + amount
         if run.std.software:
             totals.writers.setdefault(run.std.software, []).append(run.std.energy_source)
+        if run.std.below_resolution:
+            totals.below_resolution_runs += 1
     return totals
 
 
@@ -795,7 +799,8 @@ def print_aggregate(log_dir: str | os.PathLike[str]) -> str:
     ``The training of models in this work is estimated to use X kWh of electricity
     contributing to Y kg of CO2eq. This is equivalent to Z km travelled by car. Measured
     by ...`` -- naming whoever wrote the logs (carbontracker, otel-joules), and saying
-    ``Estimated by`` / ``Partly estimated by`` where their logs say the figures are estimates.
+    ``Estimated by`` / ``Partly estimated by`` where their logs say the figures are estimates,
+    and ``BELOW RESOLUTION: ...`` where they say an epoch was too short to measure exactly.
     """
     totals = _aggregate(log_dir)
     text = (
@@ -807,6 +812,12 @@ def print_aggregate(log_dir: str | os.PathLike[str]) -> str:
     if totals.writers:
         text += " ".join(
             f"{_provenance(sources)} by {_ATTRIBUTION.get(name, name)}." for name, sources in totals.writers.items()
+        )
+    if totals.below_resolution_runs:
+        # The sentence's figures include epochs too short to measure exactly: say so where they are shown.
+        text += (
+            f" BELOW RESOLUTION: {totals.below_resolution_runs} run(s) had an epoch shorter than a counter's"
+            " resolution, so their figures are quantised, not exact."
         )
     text = text.rstrip()
     print(text)

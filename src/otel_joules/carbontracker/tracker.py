@@ -119,6 +119,8 @@ from otel_joules.carbontracker.logs import (
     DEFAULT_DECIMAL_PRECISION,
     DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
     ESTIMATE_LOG_PREFIX,
+    MEASURED_LOG_PREFIX,
+    PROCESS_SHARE_LOG_PREFIX,
     MESSAGE_PREFIX,
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogWriter,
@@ -663,6 +665,10 @@ class CarbonTracker:
         """The chosen domains that are estimates (no counter) or simulated: never to be called measured."""
         return [d.id for d in self._domains if d.method is Method.ESTIMATE] + [sim.domain_id for sim in self._sims]
 
+    def _measured_domain_ids(self) -> list[str]:
+        """Domains of this tracker read from hardware counters (or integrated from measured power)."""
+        return [d.id for d in self._domains if d.method.is_measurement]
+
     def _write_header(self) -> None:
         components = {name: list(devs) for name, devs in self._devices.items()}
         line = format_components_line(components)
@@ -678,6 +684,12 @@ class CarbonTracker:
         self._console(MESSAGE_PREFIX + pue_line)
         if self._ignored_sim:
             note = f"{self._ignored_sim} (as carbontracker ignores them): the real hardware is measured."
+            self._info(note)
+            self._console(MESSAGE_PREFIX + note)
+        measured = self._measured_domain_ids()
+        if measured:
+            # Said as plainly as an estimate is: a reader of a measured run's log sees the word too.
+            note = f"{MEASURED_LOG_PREFIX}{', '.join(measured)}."
             self._info(note)
             self._console(MESSAGE_PREFIX + note)
         estimated = self._estimated_domain_ids()
@@ -1074,18 +1086,23 @@ class CarbonTracker:
         )
         self._console(text)
 
-    def _console_share(self) -> None:
-        """Beside the host's consumption printed above, this process's share of it (console only, not the log)."""
+    def _console_share(self, host_joules: float) -> None:
+        """Beside the host's consumption printed above, this process's share of it (console and output log).
+
+        An extra line after carbontracker's block: its parsers ignore it, ``otel-joules report`` shows it.
+        ``host_joules`` is the consumption printed above (IT energy): the share never exceeds it."""
         if self._attributor is None or self._root_start is None:
             return
         share = self._attributor.process_joules_since(self._root_start.monotonic_ns)
         if share is None:
             return
-        kwh = max(sum(share.values()), 0.0) * self.pue / JOULES_PER_KWH
-        self._console(
-            f"{MESSAGE_PREFIX}Of which this process's share: {kwh:.{self.decimal_precision}f} kWh "
+        # The history counts from the sampler period holding the start (up to 0.1 s early), so on a
+        # short run the share could read more than the epochs' total: a share is never more than the host's.
+        kwh = min(max(sum(share.values()), 0.0), max(host_joules, 0.0)) * self.pue / JOULES_PER_KWH
+        self._output(
+            f"{PROCESS_SHARE_LOG_PREFIX}{kwh:.{self.decimal_precision}f} kWh "
             "(its CPU time's part of the host's CPU and memory energy, its part of the GPUs; PUE applied). "
-            "The consumption above is what the measured devices of the host used."
+            "The consumption above is what the host's devices used, measured or estimated as said above."
         )
 
     def _output_prediction(self) -> None:
@@ -1187,7 +1204,9 @@ class CarbonTracker:
         if estimated:
             # The block above is carbontracker's format and cannot carry a label: say it right after.
             self._output(f"{ESTIMATE_LOG_PREFIX}the consumption above includes estimates ({', '.join(estimated)}).")
-        self._console_share()
+        elif measured := self._measured_domain_ids():
+            self._output(f"{MEASURED_LOG_PREFIX}the consumption above ({', '.join(measured)}).")
+        self._console_share(actual.energy_joules)
         self._end_root(end, early_stop=early_stop)
         if self._writer is not None:
             text = self._writer.write_finished()

@@ -300,8 +300,8 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     else:
         kwh = joules_to_kwh(max(m.total_joules, 0.0))
         lines.append(
-            f"  energy   {format_joules(m.total_joules)} = {kwh:.4g} kWh, {m.watts:.4g} W on average "
-            f"({m.source}: {', '.join(sorted(m.joules_by_domain))})"
+            f"  energy   {format_joules(m.total_joules)} = {kwh:.4g} kWh, {m.watts:.4g} W on average, "
+            f"the whole host's during the command ({m.source}: {', '.join(sorted(m.joules_by_domain))})"
         )
         if m.below_resolution:
             lines.append(

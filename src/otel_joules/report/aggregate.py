@@ -495,6 +495,13 @@ def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> 
         notes.append("training was interrupted (early stop)")
     if run.below_resolution:
         notes.append("an epoch was shorter than a counter's update period: its energy is quantised (below resolution)")
+    share_joules = None
+    if run.logged_share_kwh is not None:
+        share_joules = run.logged_share_kwh * JOULES_PER_KWH / logged_pue
+        notes.append(
+            f"the total is the host's energy, as the tracker logged it; this process's share of it "
+            f"(its CPU time's part, as logged) was {share_joules:.3f} J"
+        )
     carbon = _carbon(
         joules,
         recorded_pue=run.pue,
@@ -528,6 +535,7 @@ def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> 
         energy_basis=basis,
         below_resolution=run.below_resolution,
         parts=run_parts,
+        process_share_joules=share_joules,
     )
 
 

@@ -83,6 +83,8 @@ class CarbonTrackerRun:
         energy_source: ``measured``, ``estimate`` or ``mixed`` as the log says; None when
             it does not say (carbontracker's own logs).
         below_resolution: The log says an epoch was shorter than a counter's update period.
+        logged_share_kwh: This process's share of the logged actual consumption (kWh, with
+            PUE), when an otel-joules tracker logged it.
     """
 
     stem: str
@@ -100,6 +102,7 @@ class CarbonTrackerRun:
     logged_actual_epochs: int | None = None
     energy_source: str | None = None
     below_resolution: bool = False
+    logged_share_kwh: float | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ class RunSummary:
         below_resolution: A counted span or epoch was shorter than a counter's update
             period: the figure is quantised.
         parts: ``joules`` split by kind (cpu, memory, gpu, other), each measured or estimated.
+        process_share_joules: For a carbontracker run whose ``joules`` is the host's energy,
+            the tracking process's share of it (IT energy), when the log says; None otherwise.
     """
 
     run_id: str
@@ -192,6 +197,7 @@ class RunSummary:
     host_interval_joules: float | None = None
     below_resolution: bool = False
     parts: tuple[EnergyPart, ...] = ()
+    process_share_joules: float | None = None
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ from typing import IO, Any, Callable, Iterable, Iterator
 from otel_joules.carbontracker.logs import (
     ERR_LOG_SUFFIX,
     OUTPUT_LOG_SUFFIX,
+    PROCESS_SHARE_LOG_PREFIX,
     STD_LOG_SUFFIX,
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogError,
@@ -106,6 +107,7 @@ _HEX_TRACE = re.compile(r"^[0-9a-f]{32}$")
 _HEX_SPAN = re.compile(r"^[0-9a-f]{16}$")
 _CARBONTRACKER_SUFFIXES = (OUTPUT_LOG_SUFFIX, STD_LOG_SUFFIX, ERR_LOG_SUFFIX)
 # What otel_joules.carbontracker.tracker writes when the run starts.
+_SHARE_RE = re.compile(rf"CarbonTracker: {re.escape(PROCESS_SHARE_LOG_PREFIX)}([0-9.eE+-]+) kWh")
 _TRACE_ID_RE = re.compile(rf" - {re.escape(TRACE_ID_LOG_PREFIX)}([0-9a-f]{{32}})\b")
 _UNKNOWN_FORMAT = (
     "unknown format: not a carbontracker log, an otel-joules CSV or JSON-lines span export, or an OTLP JSON trace file"
@@ -248,6 +250,18 @@ def _open_regular(path: str) -> tuple[IO[bytes], int]:
 # ------------------------------------------------------------------------ carbontracker
 
 
+def _logged_share_kwh(output_text: str) -> float | None:
+    """The tracking process's share of the actual consumption, as an otel-joules tracker logged it."""
+    match = _SHARE_RE.search(output_text)
+    if match is None:
+        return None
+    try:
+        kwh = float(match.group(1))
+    except ValueError:
+        return None
+    return kwh if _number_problem(kwh) is None else None
+
+
 def _read_carbontracker_dir(directory: Path, stems: set[str] | None, inputs: Inputs) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkippedLogWarning)
@@ -319,6 +333,7 @@ def _read_carbontracker_dir(directory: Path, stems: set[str] | None, inputs: Inp
                 energy_source=std.energy_source,
                 below_resolution=std.below_resolution,
                 trace_id=match.group(1) if (match := _TRACE_ID_RE.search(std_text)) else None,
+                logged_share_kwh=_logged_share_kwh(output_text),
             )
         )
         inputs.files_read.extend([pair.std_log, pair.output_log])

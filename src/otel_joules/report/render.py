@@ -184,6 +184,7 @@ def report_dict(report: Report) -> dict[str, Any]:
                 "energy_source": run.energy_source,
                 "energy_basis": run.energy_basis,
                 "host_interval_joules": run.host_interval_joules,
+                "process_share_joules": run.process_share_joules,
                 "below_resolution": run.below_resolution,
                 "energy_parts": _parts(run.parts),
                 "spans_counted": run.spans_counted,

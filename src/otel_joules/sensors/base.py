@@ -57,7 +57,9 @@ class Domain:
             inside their package and psys covers the whole platform, so they are
             reported but not added (psys is added only where no package exists).
         update_period_s: How often the underlying counter changes; spans shorter than
-            this are flagged as below the counter's resolution.
+            this are flagged as below the counter's resolution. For a count of coarse
+            steps (the estimator's CPU time, 10 ms ticks) it is the interval over which
+            one step stays under 10% (ten ticks), not the step itself.
         hw_parent: ``hw.parent``: the ``hw_id`` of the domain this one sits inside (a core
             zone's package zone), if any.
     """

@@ -30,6 +30,13 @@ _log = logging.getLogger("otel_joules")
 
 #: psutil's CPU times come from /proc/stat, counted in clock ticks (10 ms on Linux).
 CPU_TIMES_RESOLUTION_S = 0.01
+#: Ticks an interval needs before the CPU-time estimate is more than quantisation: a count
+#: can be one tick off at each end, so below ten ticks one tick is over 10% of a busy CPU's
+#: time in the interval (``run -- true``, ~15 ms, reads 0, 1 or 2 ticks: 0 W or an
+#: impossible wattage). The memory estimate is a smooth model of wall time: no steps.
+CPU_TIME_ESTIMATE_RESOLUTION_TICKS = 10
+#: Intervals shorter than this are flagged ``below_resolution`` for the CPU-time estimate.
+CPU_TIME_ESTIMATE_RESOLUTION_S = CPU_TIME_ESTIMATE_RESOLUTION_TICKS * CPU_TIMES_RESOLUTION_S
 _BYTES_PER_GB = 1024**3
 #: Where the installed memory (``MemTotal``) is read when :func:`discover` is given no path.
 MEMINFO_PATH = "/proc/meminfo"
@@ -75,7 +82,7 @@ class CpuTimeEstimateChannel(Channel):
                 hw_name="CPU (estimated from CPU time x TDP)",
                 hw_id="cpu_estimate",
                 method=Method.ESTIMATE,
-                update_period_s=CPU_TIMES_RESOLUTION_S,
+                update_period_s=CPU_TIME_ESTIMATE_RESOLUTION_S,
             )
         )
         self.watts_per_cpu = watts_per_cpu
