@@ -95,7 +95,10 @@ class EnergyMeasurement:
 
 #: Longest a snapshot waits for a device read that may stall (NVML): past this, the span
 #: gets the domain's last known value, flagged stale, and the read finishes off the span path.
-DEVICE_READ_DEADLINE_S = 0.05
+#: NVML's counter updates about every 100 ms, so a longer wait gains nothing; a shorter one
+#: flagged healthy reads stale on a loaded machine (the reader thread waits for the GIL and a
+#: core). A stalled device costs this once per stall: later snapshots go on at once.
+DEVICE_READ_DEADLINE_S = 0.1
 #: A failing read is retried after this long, doubling after every further failure ...
 READ_RETRY_FIRST_DELAY_S = 0.05
 #: ... and the domain is dropped for good after this many consecutive failures (~6 s).
