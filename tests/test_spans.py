@@ -13,6 +13,11 @@ from powercap_fake import make_powercap
 
 import otel_joules
 from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
+from otel_joules.attribution import SpanAttribution
+from otel_joules.attribution.model import measured_kinds
+from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
+from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
 
 
 @pytest.fixture
@@ -215,3 +220,45 @@ def test_instrument_without_attribution_keeps_energy_only(tracer_provider, span_
     assert attributes["energy.joules"] == 1.0
     assert not any(key.startswith("energy.attribut") for key in attributes)
     handle.uninstrument()
+
+
+
+class _FixedChannel(Channel):
+    """A domain whose reads the test never uses: only its Domain matters to MeterAttributes."""
+
+    def read_uj(self) -> int:
+        return 0
+
+
+def test_planned_attributes_equal_those_of_a_measurement() -> None:
+    """The processor's per-span path (MeterAttributes) gives exactly measurement_attributes(meter.measure(...)):
+    same keys in the same order, same floats, for counters, integrated power, estimates, domains outside the
+    total, a failed domain, stale domains and intervals below a counter's resolution."""
+    domains = [
+        Domain("package_0", HardwareType.CPU, "p", "p0"),
+        Domain("core_0", HardwareType.CPU, "c", "c0", in_total=False),
+        Domain("dram_0", HardwareType.MEMORY, "d", "d0"),
+        Domain("nvidia_gpu_0", HardwareType.GPU, "g", "g0", method=Method.POWER_INTEGRATION, update_period_s=0.1),
+        Domain("cpu_estimate", HardwareType.CPU, "e", "e0", method=Method.ESTIMATE, update_period_s=0.01),
+    ]
+    meter = EnergyMeter(channels=[_FixedChannel(d) for d in domains], sample=False)
+    plan = MeterAttributes(meter, measured_kinds(meter.domains))
+    cases = [
+        ((0, (1.0, 2.0, 3.0, 4.0, 5.0), ()), (2_000_000_000, (1.5, 2.25, 3.125, 9.0, 5.5), ())),
+        ((0, (1.0, 2.0, 3.0, 4.0, 5.0), ()), (50_000_000, (1.5, 2.25, 3.125, 9.0, 5.5), (3,))),  # below 0.1 s
+        ((0, (1.0, None, 3.0, 4.0, 5.0), (4, 3)), (5_000, (1.5, 2.5, 3.0, 4.0, 5.0), (0,))),
+        ((7, (1.0, 2.0, 3.0, None, None), ()), (7, (1.5, 2.5, 3.5, 1.0, None), (3,))),  # zero length, stale None
+        ((0, (1.0, 2.0, 3.0, 4.0, 5.0), ()), (1_000_000, (1.0, 2.0, 3.0, 4.0, 5.75), ())),  # only an estimate moved
+        ((0, (None,) * 5, ()), (1_000, (None,) * 5, ())),
+    ]
+    for start, end in cases:
+        a, b = EnergySnapshot(*start), EnergySnapshot(*end)
+        expected = measurement_attributes(meter.measure(a, b)) if meter.measure(a, b).joules_by_domain else None
+        got = plan.attributes(a, b)
+        assert got == expected
+        assert got is None or list(got) == list(expected)  # type: ignore[arg-type]
+    attribution = SpanAttribution(0.25, 0.125, 2.5, 0.5)
+    for kinds in ((), ("cpu",), ("cpu", "memory"), ("cpu", "memory", "gpu"), ("memory", "gpu")):
+        into = MeterAttributes(meter, kinds).add_attribution(attribution, {"x": 1})
+        assert list(into.items()) == list(attribution_attributes(attribution, kinds, {"x": 1}).items())
+    meter.close()

@@ -458,8 +458,31 @@ class EnergyMeter:
             cached = self._last_snapshot
             if cached is not None and now_ns - cached[0] < self._max_snapshot_age_ns:
                 return cached
+            values: list[float | None] = []
+            append = values.append
+            for state in self._states:
+                # The common case inlined (this runs for every domain, twice per span): a healthy
+                # counter read in this thread that did not go backwards. Anything else (backing
+                # off, failed, read off the span path, a wrap or restart) takes read_joules.
+                if state.failures or state.reader is not None:
+                    append(state.read_joules(now_ns))
+                    continue
+                try:
+                    raw = state.read_uj()
+                except Exception as exc:  # noqa: BLE001 - never raise into the user's span
+                    state._failed_read(exc, now_ns)
+                    append(None)
+                    continue
+                last_uj = state.last_raw_uj
+                if raw >= last_uj:  # type: ignore[operator]
+                    state.total_uj += raw - last_uj  # type: ignore[operator]
+                    state.last_raw_uj = raw
+                    state.last_ns = now_ns
+                else:
+                    state._advance(raw, now_ns)
+                append(state.total_uj / 1e6)
             # tuple.__new__ skips the named tuple's Python-level __new__: this runs twice per span.
-            joules = tuple([state.read_joules(now_ns) for state in self._states])
+            joules = tuple(values)
             stale = self._stale_positions(joules) if self._off_path else ()
             snapshot = _new_tuple(EnergySnapshot, (now_ns, joules, stale))
             self._last_snapshot = snapshot

@@ -35,7 +35,7 @@ from functools import lru_cache
 from typing import Any
 
 from otel_joules.attribution.model import KIND_CPU, KIND_GPU, KIND_MEMORY, MODEL_CPU_TIME_SHARE, SpanAttribution
-from otel_joules.meter.meter import EnergyMeasurement
+from otel_joules.meter.meter import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.sensors.base import Method
 
 ENERGY_JOULES = "energy.joules"
@@ -138,3 +138,89 @@ def attribution_attributes(
     if KIND_GPU in kinds:
         attributes[ENERGY_ATTRIBUTED_GPU_JOULES] = attribution.gpu_joules
     return attributes
+
+
+class MeterAttributes:
+    """A meter's span attributes straight from two snapshots, planned once per meter.
+
+    ``attributes(start, end)`` equals ``measurement_attributes(meter.measure(start, end))``
+    (same keys, same order, same floats) without the measurement's two dicts and object,
+    and without computing each domain's keys and method per span: the span processor's
+    path for every span that needs no :class:`EnergyMeasurement` (no hook, no explicit
+    times). ``add_attribution`` equals :func:`attribution_attributes` for the meter's kinds.
+
+    Args:
+        meter: The meter whose snapshots are given; its domains are fixed once it is built.
+        kinds: The attribution kinds the meter measures (``Attributor.kinds``).
+    """
+
+    __slots__ = ("_rows", "_stale_keys", "_kind_positions")
+
+    def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
+        self._rows = tuple(
+            (
+                domain_joules_key(d.id),
+                None if d.method is Method.COUNTER else (domain_method_key(d.id), d.method.value),
+                d.in_total,
+                d.method.is_measurement,
+                d.update_period_s,
+            )
+            for d in meter.domains
+        )
+        # Sorted by domain id, as EnergyMeasurement.stale_domains is.
+        self._stale_keys = {i: domain_stale_key(d.id) for i, d in sorted(enumerate(meter.domains), key=lambda x: x[1].id)}
+        #: (attribute key, position in SpanAttribution) for each kind measured, in attribution_attributes' order.
+        self._kind_positions = tuple(
+            (ATTRIBUTED_KIND_KEYS[kind], position)
+            for position, kind in enumerate((KIND_CPU, KIND_MEMORY, KIND_GPU))
+            if kind in kinds
+        )
+
+    def attributes(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
+        """The span attributes for the interval between two of the meter's snapshots; None when no domain has a value."""
+        duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
+        # The three totals first, as measurement_attributes orders them; their values are set below.
+        attributes: dict[str, Any] = {ENERGY_JOULES: 0.0, ENERGY_WATTS: 0.0, ENERGY_SOURCE: SOURCE_MEASURED}
+        total = 0.0
+        measured = estimated = present = False
+        slowest_update_s = 0.0
+        for (key, method, in_total, is_measurement, update_period_s), a, b in zip(self._rows, start.joules, end.joules):
+            if a is None or b is None:
+                continue
+            present = True
+            joules = b - a
+            attributes[key] = joules
+            if method is not None:
+                attributes[method[0]] = method[1]
+            if in_total:
+                total += joules
+                if is_measurement:
+                    measured = True
+                else:
+                    estimated = True
+            if update_period_s > slowest_update_s:
+                slowest_update_s = update_period_s
+        if not present:
+            return None
+        attributes[ENERGY_JOULES] = total
+        attributes[ENERGY_WATTS] = total / duration_s if duration_s > 0 else 0.0
+        if estimated:
+            attributes[ENERGY_SOURCE] = SOURCE_MIXED if measured else SOURCE_ESTIMATE
+        if duration_s < slowest_update_s:
+            attributes[ENERGY_BELOW_RESOLUTION] = True
+        if start.stale or end.stale:
+            stale = {*start.stale, *end.stale}
+            a_joules, b_joules = start.joules, end.joules
+            for i, key in self._stale_keys.items():
+                if i in stale and a_joules[i] is not None and b_joules[i] is not None:
+                    attributes[key] = True
+        return attributes
+
+    def add_attribution(self, attribution: SpanAttribution, into: dict[str, Any]) -> dict[str, Any]:
+        """Add the span's share to ``into`` (the keys and order of :func:`attribution_attributes`)."""
+        into[ENERGY_ATTRIBUTED_JOULES] = attribution[0] + attribution[1] + attribution[2]
+        into[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution[3]
+        into[ENERGY_ATTRIBUTION] = MODEL_CPU_TIME_SHARE
+        for key, position in self._kind_positions:
+            into[key] = attribution[position]
+        return into

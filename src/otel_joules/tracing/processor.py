@@ -13,7 +13,12 @@ from opentelemetry.trace import get_current_span
 from otel_joules.attribution.model import HISTORY_S, Attributor, SpanAttribution, SpanShare, attributor_for
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.registry import get_energy_meter
-from otel_joules.tracing.attributes import ENERGY_UNAVAILABLE_REASON, attribution_attributes, measurement_attributes
+from otel_joules.tracing.attributes import (
+    ENERGY_UNAVAILABLE_REASON,
+    MeterAttributes,
+    attribution_attributes,
+    measurement_attributes,
+)
 
 _log = logging.getLogger("otel_joules")
 
@@ -68,6 +73,9 @@ class EnergySpanProcessor(SpanProcessor):
         self._attributor: Any = (
             attribution if isinstance(attribution, Attributor) else _UNSET if attribution else None
         )
+        #: The meter's attributes planned once (keys per domain, kinds), built with the meter.
+        self._plan: MeterAttributes | None = None
+        self._self_ref = weakref.ref(self)
 
     @property
     def meter(self) -> EnergyMeter:
@@ -88,42 +96,70 @@ class EnergySpanProcessor(SpanProcessor):
         if not self.enabled:
             return
         try:
-            meter = self.meter
+            meter = self._meter or self.meter
             start = meter.snapshot()
-            attributor = self.attributor
+            attributor = self._attributor
+            if attributor is _UNSET:
+                attributor = self.attributor
             share = None
             if attributor is not None:
                 parent_end = getattr(get_current_span(parent_context), "__dict__", _NO_DICT).get("end")
-                share = attributor.open_span(parent_end._share if isinstance(parent_end, _MeasuringEnd) else None)
+                share = attributor.open_span(parent_end._share if type(parent_end) is _MeasuringEnd else None)
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
             self._report_failure(exc)
             return
-        span.end = _MeasuringEnd(span, self, meter, start, attributor, share)  # type: ignore[method-assign]
+        span.end = _MeasuringEnd(span, self._self_ref, start, attributor, share)  # type: ignore[method-assign]
+
+    def _planned(self, meter: EnergyMeter, attributor: Attributor | None) -> MeterAttributes:
+        plan = self._plan
+        if plan is None:
+            plan = self._plan = MeterAttributes(meter, attributor.kinds if attributor is not None else ())
+        return plan
 
     def _finish(
         self,
         span: Span,
-        meter: EnergyMeter,
         start: EnergySnapshot,
+        end: EnergySnapshot | None,
         measurement: EnergyMeasurement | None,
-        attributor: Attributor | None,
         attribution: SpanAttribution | None,
         end_time: int | None,
-        end: EnergySnapshot | None = None,
     ) -> None:
         try:
+            # Both resolved by on_start before the span could end.
+            meter: EnergyMeter = self._meter  # type: ignore[assignment]
+            attributor: Attributor | None = self._attributor
+            if measurement is None and end is None:
+                end = meter.snapshot()
+            if (
+                self._on_measurement is None
+                and measurement is None
+                and end_time is None
+                and (
+                    attributor is None
+                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns)  # type: ignore[operator]
+                    <= EXPLICIT_TIME_TOLERANCE_NS
+                )
+            ):
+                # The common case: no hook wants the measurement and the span's interval is the
+                # snapshots' (no explicit times): one dict straight from the snapshots.
+                plan = self._plan or self._planned(meter, attributor)
+                attributes = plan.attributes(start, end)  # type: ignore[arg-type]
+                if attribution is not None:
+                    attributes = plan.add_attribution(attribution, {} if attributes is None else attributes)
+                if attributes:
+                    span.set_attributes(attributes)
+                return
             reason = None
             if measurement is None:
-                if end is None:
-                    end = meter.snapshot()
                 if attributor is not None and (
                     end_time is not None
-                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns)
+                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns)  # type: ignore[operator]
                     > EXPLICIT_TIME_TOLERANCE_NS
                 ):
-                    measurement, reason = _stated_interval(span, meter, attributor, start, end, end_time)
+                    measurement, reason = _stated_interval(span, meter, attributor, start, end, end_time)  # type: ignore[arg-type]
                 else:
-                    measurement = meter.measure(start, end)
+                    measurement = meter.measure(start, end)  # type: ignore[arg-type]
             if measurement is not None and measurement.joules_by_domain:
                 attributes = measurement_attributes(measurement)
             else:
@@ -201,24 +237,22 @@ class _MeasuringEnd:
     Holds its span and processor weakly (a strong reference would make span -> end ->
     span a cycle) and calls the span class's own ``end`` function. A span dropped without
     ``end()`` closes its share when it is collected, so it stops diluting the thread's others.
+    The meter is the processor's (resolved before the first span starts).
     """
 
-    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_start", "_original_end", "_attributor", "_share")
+    __slots__ = ("_span_ref", "_processor_ref", "_start", "_attributor", "_share")
 
     def __init__(
         self,
         span: Span,
-        processor: EnergySpanProcessor,
-        meter: EnergyMeter,
+        processor_ref: "weakref.ReferenceType[EnergySpanProcessor]",
         start: EnergySnapshot,
         attributor: Attributor | None = None,
         share: SpanShare | None = None,
     ) -> None:
         self._span_ref = weakref.ref(span) if share is None else weakref.ref(span, share.abandon)
-        self._processor_ref = weakref.ref(processor)
-        self._meter = meter
+        self._processor_ref = processor_ref
         self._start = start
-        self._original_end = type(span).end
         self._attributor = attributor
         self._share = share
 
@@ -229,24 +263,21 @@ class _MeasuringEnd:
         span = self._span_ref()
         if span is None:
             return
-        attribution = None
         if span.end_time is None:
             processor = self._processor_ref()
             enabled = processor is not None and processor.enabled
             end = None
             if enabled and measurement is None:
                 try:
-                    end = self._meter.snapshot()
+                    end = processor._meter.snapshot()  # type: ignore[union-attr]
                 except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
                     processor._report_failure(exc)  # type: ignore[union-attr]
             # Closed even when the processor is off: an open share would dilute the thread's others.
-            if self._share is not None and self._attributor is not None:
-                attribution = self._attributor.close_span(self._share, self._start, end)
+            share = self._share
+            attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
             if enabled:
-                processor._finish(  # type: ignore[union-attr]
-                    span, self._meter, self._start, measurement, self._attributor, attribution, end_time, end
-                )
-        self._original_end(span, end_time)
+                processor._finish(span, self._start, end, measurement, attribution, end_time)  # type: ignore[union-attr]
+        type(span).end(span, end_time)
 
 
 def end_span_with_measurement(span: Any, measurement: EnergyMeasurement, end_time: int | None = None) -> None:
