@@ -337,17 +337,12 @@ class Attributor:
     ) -> tuple[float, float, float]:
         dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
         d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
-        # Prices over the last RATE_WINDOW periods: /proc/stat counts busy time in ticks, so one
-        # period's busy time is off by a tick per CPU; over a window the error shrinks.
-        first = self._history[max(0, len(self._history) - RATE_WINDOW)]
-        r_cpu, r_memory = self._rates_between(
-            first.snapshot, snapshot, busy_s - first.busy_s, idle_s - first.idle_s, process_cpu_s - first.process_cpu_s
+        # The process's share of this period: the period's own energy over its own busy time. Mixing
+        # periods would price an idle period's energy into the busy ones next to it (not conservative).
+        own_cpu, own_memory = self._rates_between(
+            previous.snapshot, snapshot, busy_s - previous.busy_s, idle_s - previous.idle_s, d_process
         )
-        window_s = (snapshot.monotonic_ns - first.monotonic_ns) / 1e9
-        busy_in_window_s = max(busy_s - first.busy_s, process_cpu_s - first.process_cpu_s)
-        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy_in_window_s < MIN_BUSY_S):
-            # Too short, or too few busy ticks, to say what a CPU second costs: keep the prices.
-            r_cpu, r_memory = self._rates.cpu_j_per_cpu_s, self._rates.memory_j_per_cpu_s
+        r_cpu, r_memory = self._forward_rates(snapshot, busy_s, idle_s, process_cpu_s)
         gpu_joules = 0.0
         for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
             a, b = previous.snapshot.joules[i], snapshot.joules[i]
@@ -357,9 +352,39 @@ class Attributor:
         if self.has_gpu:
             self._credit_gpu(snapshot.monotonic_ns)  # close the old price's time before changing it
         self._rates = _Rates(snapshot.monotonic_ns, r_cpu, r_memory, gpu_watts)
-        mine = (r_cpu * d_process, r_memory * d_process, gpu_joules)
+        mine = (own_cpu * d_process, own_memory * d_process, gpu_joules)
         self._process_watts = tuple(j / dt_s for j in mine) if dt_s > 0 else (0.0, 0.0, 0.0)  # type: ignore[assignment]
         return tuple(p + m for p, m in zip(previous.process_joules, mine))  # type: ignore[return-value]
+
+    def _forward_rates(
+        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
+    ) -> tuple[float, float]:
+        """The prices for CPU time after the new sample, until the next (``_sample_lock`` held).
+
+        Only a forecast: spans' CPU time after the latest sample is priced at it (and capped at what
+        the host spent during the span); the process's share never is. Over the busy periods among
+        the last :data:`RATE_WINDOW` (with the new one): a period's busy time is off by up to a tick per
+        CPU, which a window shrinks; idle periods price nothing, so they are left out. Kept as they
+        were when the window is too short or has no busy period.
+        """
+        ends = [(s.snapshot, s.busy_s, s.idle_s, s.process_cpu_s) for s in self._history[-RATE_WINDOW:]]
+        ends.append((snapshot, busy_s, idle_s, process_cpu_s))
+        cpu_j = memory_j = busy = capacity = 0.0
+        for (a, busy_a, idle_a, process_a), (b, busy_b, idle_b, process_b) in zip(ends, ends[1:]):
+            period_busy = max(busy_b - busy_a, process_b - process_a, 0.0)
+            if period_busy < MIN_BUSY_S:
+                continue
+            cpu_j += self._kind_joules(KIND_CPU, a, b)
+            memory_j += self._kind_joules(KIND_MEMORY, a, b)
+            busy += period_busy
+            capacity += max(busy_b - busy_a + max(idle_b - idle_a, 0.0), period_busy)
+        window_s = (snapshot.monotonic_ns - ends[0][0].monotonic_ns) / 1e9
+        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy <= 0):
+            # Too short, or nothing busy, to say what a CPU second costs: keep the prices.
+            return self._rates.cpu_j_per_cpu_s, self._rates.memory_j_per_cpu_s
+        if busy <= 0:
+            return 0.0, 0.0  # no price yet and nothing busy: CPU time now is priced as idle
+        return cpu_j / busy, memory_j / capacity
 
     def _kind_joules(self, kind: str, a: EnergySnapshot, b: EnergySnapshot) -> float:
         total = 0.0
@@ -463,8 +488,8 @@ class Attributor:
         return cpu / weight, memory / weight
 
     def _period_rates(self, k: int) -> tuple[float, float]:
-        """The prices set when sample ``k + 1`` was taken (over the window ending there)."""
-        a, b = self._history[max(0, k + 1 - RATE_WINDOW)], self._history[k + 1]
+        """The prices of the sampler period from sample ``k`` to ``k + 1``: its own energy over its own busy time."""
+        a, b = self._history[k], self._history[k + 1]
         return self._rates_between(
             a.snapshot, b.snapshot, b.busy_s - a.busy_s, b.idle_s - a.idle_s, b.process_cpu_s - a.process_cpu_s
         )
@@ -474,8 +499,8 @@ class Attributor:
     ) -> tuple[float, float]:
         """Joules per CPU second (CPU-side, memory) between two snapshots (module docstring)."""
         busy = max(busy_s, process_cpu_s, 0.0)
-        if busy <= 0:
-            return 0.0, 0.0  # idle: nobody's
+        if busy < MIN_BUSY_S:
+            return 0.0, 0.0  # idle (too few busy ticks to tell who was busy): nobody's
         capacity = max(busy_s + max(idle_s, 0.0), busy)
         return self._kind_joules(KIND_CPU, a, b) / busy, self._kind_joules(KIND_MEMORY, a, b) / capacity
 
