@@ -4,21 +4,23 @@ Model ``cpu_time_share`` (what ``energy.attribution`` names):
 
 * **CPU-side domains** (RAPL package/psys, the CPU estimate): the host's energy is shared among
   the busy work of the host in proportion to CPU time, as Scaphandre does. The price of one CPU
-  second is ``joules / max(host busy CPU seconds, this process's CPU seconds)`` over the last
-  :data:`RATE_WINDOW` sampler periods (the second term guards against ``/proc/stat``'s tick
-  sampling undercounting, so this process is never given more than the host spent). A window
-  with too few busy ticks to tell keeps the previous prices.
+  second spent in a sampler period is ``joules / max(host busy CPU seconds, this process's CPU
+  seconds)`` of that period alone (the second term guards against ``/proc/stat``'s tick sampling
+  undercounting, so this process is never given more than the host spent). No period's energy
+  is priced into another's CPU time, so the shares stay conservative across load changes.
 * **Memory** (RAPL dram, the memory estimate): shared by the same CPU time, but over the host's
   whole CPU capacity (busy + idle seconds): DRAM power is mostly refresh and background, not
   caused by whichever thread happens to run, so a lone busy thread on an idle host does not
   get all of it, and the price does not jump when the host's load does.
-* **Idle**: CPU-side energy of a period in which no CPU was busy, and the idle CPU seconds'
-  part of memory energy, belong to no process and no span.
+* **Idle**: the energy of a period with fewer than :data:`MIN_BUSY_S` busy CPU seconds (two
+  ticks: too few to tell who was busy), and the idle CPU seconds' part of memory energy in the
+  others, belong to no process and no span.
 * **Spans**: a span's CPU seconds are those of the thread it started on while it is a *leaf*
   there (open with no open child span on that thread); when several spans are leaves on one
   thread at once (asyncio tasks), the thread's CPU time is split equally among them. Each
-  span's CPU seconds are priced at the periods they were spent in (the latest period for time
-  after the last sample: a span shorter than the period is priced at the recent average), and
+  span's CPU seconds are priced at the periods they were spent in (a forecast for time after the
+  last sample, the average over the busy ones of the last :data:`RATE_WINDOW` periods: a span
+  shorter than the period is priced at the recent average), and
   its CPU-side and memory self shares are capped at what the host spent of them during it.
 * **GPUs**: the process's fraction of each GPU comes from NVML (:mod:`.gpu`); within the
   process, the GPU energy during a span is split equally among the leaf spans open at each
@@ -58,12 +60,14 @@ _EDGE_TOLERANCE_NS = 1_000_000
 MODEL_CPU_TIME_SHARE = "cpu_time_share"
 #: How often the sampler reads ``/proc/stat``, the process's CPU time and the counters.
 HISTORY_PERIOD_S = 0.1
-#: Busy time and energy are compared over this many periods: a tick of /proc/stat per CPU is
-#: 10% of a 0.1 s period on one CPU, 3% over three; longer windows lag load changes more.
+#: The forecast price (for span CPU time after the latest sample) averages this many periods: a
+#: tick of /proc/stat per CPU is 10% of a 0.1 s period on one CPU, 3% over three; longer windows
+#: lag load changes more. Shares already sampled are priced period by period, never averaged.
 RATE_WINDOW = 3
-#: A window shorter than this does not change the prices (unless there are none yet).
+#: A forecast window shorter than this does not change the forecast (unless there is none yet).
 MIN_RATE_WINDOW_S = 0.05
-#: A window with fewer busy CPU seconds than this (two ticks) does not change the prices.
+#: A period with fewer busy CPU seconds than this (two ticks) is idle: its energy is nobody's and
+#: it does not change the forecast.
 MIN_BUSY_S = 0.02
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
@@ -455,8 +459,8 @@ class Attributor:
     def price(self, t0_ns: int, t1_ns: int) -> tuple[float, float]:
         """Joules per CPU second (CPU-side, memory) for CPU time spent between two monotonic instants.
 
-        Time-weighted over the sampler periods the interval overlaps; time after the latest
-        sample is priced at the latest period's rate.
+        Time-weighted over the sampler periods the interval overlaps, each at its own prices; time
+        after the latest sample is priced at the forecast (:meth:`_forward_rates`).
         """
         rates = self._rates
         if t0_ns >= rates.since_ns or t1_ns <= t0_ns:
