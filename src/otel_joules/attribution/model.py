@@ -375,13 +375,13 @@ class Attributor:
         ends.append((snapshot, busy_s, idle_s, process_cpu_s))
         cpu_j = memory_j = busy = capacity = 0.0
         for (a, busy_a, idle_a, process_a), (b, busy_b, idle_b, process_b) in zip(ends, ends[1:]):
-            period_busy = max(busy_b - busy_a, process_b - process_a, 0.0)
+            period_busy, period_capacity = _busy_and_capacity(busy_b - busy_a, idle_b - idle_a, process_b - process_a)
             if period_busy < MIN_BUSY_S:
                 continue
             cpu_j += self._kind_joules(KIND_CPU, a, b)
             memory_j += self._kind_joules(KIND_MEMORY, a, b)
             busy += period_busy
-            capacity += max(busy_b - busy_a + max(idle_b - idle_a, 0.0), period_busy)
+            capacity += period_capacity
         window_s = (snapshot.monotonic_ns - ends[0][0].monotonic_ns) / 1e9
         if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy <= 0):
             # Too short, or nothing busy, to say what a CPU second costs: keep the prices.
@@ -502,10 +502,9 @@ class Attributor:
         self, a: EnergySnapshot, b: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
     ) -> tuple[float, float]:
         """Joules per CPU second (CPU-side, memory) between two snapshots (module docstring)."""
-        busy = max(busy_s, process_cpu_s, 0.0)
+        busy, capacity = _busy_and_capacity(busy_s, idle_s, process_cpu_s)
         if busy < MIN_BUSY_S:
             return 0.0, 0.0  # idle (too few busy ticks to tell who was busy): nobody's
-        capacity = max(busy_s + max(idle_s, 0.0), busy)
         return self._kind_joules(KIND_CPU, a, b) / busy, self._kind_joules(KIND_MEMORY, a, b) / capacity
 
     # -- spans --------------------------------------------------------------------------------
@@ -805,6 +804,13 @@ _registry = AttributionRegistry()
 def attributor_for(meter: "EnergyMeter") -> Attributor | None:
     """The shared :class:`Attributor` of ``meter`` (see :class:`AttributionRegistry`)."""
     return _registry.get(meter)
+
+
+def _busy_and_capacity(busy_s: float, idle_s: float, process_cpu_s: float) -> tuple[float, float]:
+    """A period's busy CPU seconds (never under this process's own: ticks may undercount) and its
+    CPU capacity (busy + idle seconds), the denominators of the CPU-side and memory prices."""
+    busy = max(busy_s, process_cpu_s, 0.0)
+    return busy, max(busy_s + max(idle_s, 0.0), busy)
 
 
 def share_of_cpu_time(joules: float, cpu_s: float, busy_s: float) -> float:
