@@ -330,6 +330,17 @@ def test_idle_energy_belongs_to_nobody(host: Host) -> None:
     assert host.attributor.process_joules() == {"cpu": 0.0, "memory": 0.0}
 
 
+
+def test_an_idle_periods_energy_is_not_forecast_onto_the_next_spans(host: Host) -> None:
+    """CPU time after the latest sample is priced at a forecast over the recent busy periods: an idle
+    period in between (its 40 J + 8 J are nobody's) neither lowers nor raises it."""
+    host.period()  # 50 J + 10 J per CPU second
+    time.sleep(MIN_RATE_WINDOW_S)  # long enough for the forecast to be recomputed
+    host.period(package_j=40.0, dram_j=8.0, busy_s=0.0, idle_s=4.0)
+    with host.tracer.start_as_current_span("after idle"):
+        host.thread_cpu(1.0)
+    assert host.spans()["after idle"]["energy.attributed.joules"] == pytest.approx(60.0, rel=1e-12)
+
 def test_cpu_spent_across_periods_is_priced_by_the_periods_it_was_spent_in(host: Host) -> None:
     host.period()
     with host.tracer.start_as_current_span("long"):
