@@ -322,6 +322,17 @@ def test_a_process_never_gets_more_than_the_host_spent(host: Host) -> None:
     assert host.attributor.process_joules() == pytest.approx({"cpu": 100.0, "memory": 20.0})
 
 
+
+def test_a_tick_counted_a_period_late_is_not_lost(host: Host) -> None:
+    """This process alone keeps the host busy; /proc/stat counts one of its ticks a period late. Each
+    period's share is capped at what the host spent in it, and the late tick is owed by the next period:
+    the process gets all of both periods' energy (both had no other busy work), not 1/1.1 of the second."""
+    host.proc.add_process(PID, 1.0)
+    host.period(package_j=100.0, dram_j=0.0, busy_s=0.99)
+    host.proc.add_process(PID, 1.0)
+    host.period(package_j=100.0, dram_j=0.0, busy_s=1.01)
+    assert host.attributor.process_joules()["cpu"] == pytest.approx(200.0, rel=1e-12)
+
 def test_idle_energy_belongs_to_nobody(host: Host) -> None:
     host.period(package_j=40.0, dram_j=8.0, busy_s=0.0, idle_s=4.0)
     with host.tracer.start_as_current_span("idle"):

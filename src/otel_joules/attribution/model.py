@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 from otel_joules._fork import register_fork_hook
-from otel_joules.attribution.procfs import CpuClocks, ProcfsReadError
+from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, ProcfsReadError
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.sensors.base import Domain, HardwareType
 
@@ -279,6 +279,7 @@ class Attributor:
         self._times: list[int] = []
         self._rates = _Rates(0, 0.0, 0.0, 0.0)
         self._process_watts = (0.0, 0.0, 0.0)
+        self._late_ticks_s = 0.0
         self._gpu_lock = threading.Lock()
         self._gpu_acc_j = 0.0
         self._gpu_t_ns = time.monotonic_ns()
@@ -343,9 +344,15 @@ class Attributor:
         d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
         # The process's share of this period: the period's own energy over its own busy time. Mixing
         # periods would price an idle period's energy into the busy ones next to it (not conservative).
-        own_cpu, own_memory = self._rates_between(
-            previous.snapshot, snapshot, busy_s - previous.busy_s, idle_s - previous.idle_s, d_process
-        )
+        # /proc/stat may count a tick of work done in one period in the next: this process's CPU time
+        # beyond a period's busy ticks is owed by the next period's, so the late ticks neither lower
+        # this period's price (it is priced at max(busy, own CPU)) nor the next one's.
+        host_busy_s = busy_s - previous.busy_s - self._late_ticks_s
+        host_idle_s = idle_s - previous.idle_s
+        own_cpu, own_memory = self._rates_between(previous.snapshot, snapshot, host_busy_s, host_idle_s, d_process)
+        # At most a tick per CPU can be late; more means /proc/stat does not see this process's work.
+        cpus = (busy_s - previous.busy_s + host_idle_s) / dt_s if dt_s > 0 else 0.0
+        self._late_ticks_s = min(max(0.0, d_process - max(host_busy_s, 0.0)), max(cpus, 0.0) / CLOCK_TICKS_PER_S)
         r_cpu, r_memory = self._forward_rates(snapshot, busy_s, idle_s, process_cpu_s)
         gpu_joules = 0.0
         for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
