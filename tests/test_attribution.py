@@ -264,12 +264,74 @@ def test_shares_of_every_process_plus_the_unattributed_remainder_are_the_hosts_e
     assert spans_self_j + others_j <= host_j
 
 
+def test_conservation_holds_across_abrupt_load_changes(host: Host) -> None:
+    """The issue's conservation rule over busy -> idle -> half-busy -> idle, three periods each, with this
+    process's spans and two other processes. Per busy CPU second a half-busy period costs more than a busy
+    one (the package's static power is shared by fewer busy seconds), and idle periods spend energy with a
+    single stray tick of busy time (below the two-tick floor: idle). Every process's share + the energy of
+    the idle periods + memory's idle-capacity part = the host's energy within 2%, never more; the spans'
+    self shares are this process's share."""
+    tid = threading.get_native_id()
+    others = {pid: Attributor(host.meter, clocks=CpuClocks(host.proc.procfs_root, pid=pid), sample=False)
+              for pid in (3001, 3002) if host.proc.add_process(pid, 0.0) is None}
+    everyone = [host.attributor, *others.values()]
+    # (this process's, 3001's, 3002's CPU seconds, host busy, host idle, package J, dram J) per period
+    busy = (2.0, 4.0, 2.0, 8.0, 0.0, 400.0, 40.0)
+    idle = (0.0, 0.0, 0.01, 0.01, 7.99, 15.0, 5.0)
+    half = (1.0, 2.0, 1.0, 4.0, 4.0, 250.0, 30.0)
+    phases = [busy] * 3 + [idle] * 3 + [half] * 3 + [idle] * 3
+    for attributor in everyone:
+        attributor.sample()
+    origin = host.meter.snapshot()
+    before = {id(a): sum(a.process_joules().values()) for a in everyone}
+    remainder_j = 0.0
+    for mine, p3001, p3002, busy_s, idle_s, package_j, dram_j in phases:
+        # A span per period, closed just after the period's sample: its CPU seconds are priced by the
+        # period they were spent in (spans closed before the sample are priced at the previous periods').
+        span = host.tracer.start_span("request") if mine else None
+        time.sleep(MIN_RATE_WINDOW_S)  # a sampler period's worth of wall time
+        host.proc.add_thread(PID, tid, mine)
+        host.proc.add_process(3001, p3001)
+        host.proc.add_process(3002, p3002)
+        host.proc.add_host(busy_s=busy_s, idle_s=idle_s)
+        host.powercap.zones["package_0"].advance_joules(package_j)
+        host.powercap.zones["dram_0"].advance_joules(dram_j)
+        for attributor in everyone:
+            attributor.sample()
+        if span is not None:
+            span.end()
+        # Idle (fewer busy seconds than two ticks): nobody's. Otherwise memory's idle-capacity part.
+        remainder_j += package_j + dram_j if busy_s < 0.02 else dram_j * idle_s / (busy_s + idle_s)
+    host_j = host.meter.measure(origin, host.meter.snapshot()).total_joules
+    assert host_j == pytest.approx(3 * 440.0 + 3 * 280.0 + 6 * 20.0)
+    spans = [dict(s.attributes) for s in host.exporter.get_finished_spans()]
+    assert len(spans) == 6
+    spans_self_j = sum(float(s["energy.attributed.self.joules"]) for s in spans)
+    mine_j = sum(host.attributor.process_joules().values()) - before[id(host.attributor)]
+    others_j = sum(sum(a.process_joules().values()) - before[id(a)] for a in others.values())
+    assert mine_j + others_j + remainder_j == pytest.approx(host_j, rel=0.02)
+    assert mine_j + others_j <= host_j
+    assert spans_self_j + others_j <= host_j
+    assert spans_self_j == pytest.approx(mine_j, rel=0.02)
+
+
 def test_a_process_never_gets_more_than_the_host_spent(host: Host) -> None:
     """/proc/stat's tick sampling may show less busy time than the process's own clock: cap at everything."""
     host.proc.add_process(PID, 1.0)
     host.period(busy_s=0.5)
     assert host.attributor.process_joules() == pytest.approx({"cpu": 100.0, "memory": 20.0})
 
+
+
+def test_a_tick_counted_a_period_late_is_not_lost(host: Host) -> None:
+    """This process alone keeps the host busy; /proc/stat counts one of its ticks a period late. Each
+    period's share is capped at what the host spent in it, and the late tick is owed by the next period:
+    the process gets all of both periods' energy (both had no other busy work), not 1/1.1 of the second."""
+    host.proc.add_process(PID, 1.0)
+    host.period(package_j=100.0, dram_j=0.0, busy_s=0.99)
+    host.proc.add_process(PID, 1.0)
+    host.period(package_j=100.0, dram_j=0.0, busy_s=1.01)
+    assert host.attributor.process_joules()["cpu"] == pytest.approx(200.0, rel=1e-12)
 
 def test_idle_energy_belongs_to_nobody(host: Host) -> None:
     host.period(package_j=40.0, dram_j=8.0, busy_s=0.0, idle_s=4.0)
@@ -278,6 +340,17 @@ def test_idle_energy_belongs_to_nobody(host: Host) -> None:
     assert host.spans()["idle"]["energy.attributed.joules"] == 0.0
     assert host.attributor.process_joules() == {"cpu": 0.0, "memory": 0.0}
 
+
+
+def test_an_idle_periods_energy_is_not_forecast_onto_the_next_spans(host: Host) -> None:
+    """CPU time after the latest sample is priced at a forecast over the recent busy periods: an idle
+    period in between (its 40 J + 8 J are nobody's) neither lowers nor raises it."""
+    host.period()  # 50 J + 10 J per CPU second
+    time.sleep(MIN_RATE_WINDOW_S)  # long enough for the forecast to be recomputed
+    host.period(package_j=40.0, dram_j=8.0, busy_s=0.0, idle_s=4.0)
+    with host.tracer.start_as_current_span("after idle"):
+        host.thread_cpu(1.0)
+    assert host.spans()["after idle"]["energy.attributed.joules"] == pytest.approx(60.0, rel=1e-12)
 
 def test_cpu_spent_across_periods_is_priced_by_the_periods_it_was_spent_in(host: Host) -> None:
     host.period()

@@ -4,21 +4,23 @@ Model ``cpu_time_share`` (what ``energy.attribution`` names):
 
 * **CPU-side domains** (RAPL package/psys, the CPU estimate): the host's energy is shared among
   the busy work of the host in proportion to CPU time, as Scaphandre does. The price of one CPU
-  second is ``joules / max(host busy CPU seconds, this process's CPU seconds)`` over the last
-  :data:`RATE_WINDOW` sampler periods (the second term guards against ``/proc/stat``'s tick
-  sampling undercounting, so this process is never given more than the host spent). A window
-  with too few busy ticks to tell keeps the previous prices.
+  second spent in a sampler period is ``joules / max(host busy CPU seconds, this process's CPU
+  seconds)`` of that period alone (the second term guards against ``/proc/stat``'s tick sampling
+  undercounting, so this process is never given more than the host spent). No period's energy
+  is priced into another's CPU time, so the shares stay conservative across load changes.
 * **Memory** (RAPL dram, the memory estimate): shared by the same CPU time, but over the host's
   whole CPU capacity (busy + idle seconds): DRAM power is mostly refresh and background, not
   caused by whichever thread happens to run, so a lone busy thread on an idle host does not
   get all of it, and the price does not jump when the host's load does.
-* **Idle**: CPU-side energy of a period in which no CPU was busy, and the idle CPU seconds'
-  part of memory energy, belong to no process and no span.
+* **Idle**: the energy of a period with fewer than :data:`MIN_BUSY_S` busy CPU seconds (two
+  ticks: too few to tell who was busy), and the idle CPU seconds' part of memory energy in the
+  others, belong to no process and no span.
 * **Spans**: a span's CPU seconds are those of the thread it started on while it is a *leaf*
   there (open with no open child span on that thread); when several spans are leaves on one
   thread at once (asyncio tasks), the thread's CPU time is split equally among them. Each
-  span's CPU seconds are priced at the periods they were spent in (the latest period for time
-  after the last sample: a span shorter than the period is priced at the recent average), and
+  span's CPU seconds are priced at the periods they were spent in (a forecast for time after the
+  last sample, the average over the busy ones of the last :data:`RATE_WINDOW` periods: a span
+  shorter than the period is priced at the recent average), and
   its CPU-side and memory self shares are capped at what the host spent of them during it.
 * **GPUs**: the process's fraction of each GPU comes from NVML (:mod:`.gpu`); within the
   process, the GPU energy during a span is split equally among the leaf spans open at each
@@ -42,7 +44,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
 
 from otel_joules._fork import register_fork_hook
-from otel_joules.attribution.procfs import CpuClocks, ProcfsReadError
+from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, ProcfsReadError
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.sensors.base import Domain, HardwareType
 
@@ -58,12 +60,14 @@ _EDGE_TOLERANCE_NS = 1_000_000
 MODEL_CPU_TIME_SHARE = "cpu_time_share"
 #: How often the sampler reads ``/proc/stat``, the process's CPU time and the counters.
 HISTORY_PERIOD_S = 0.1
-#: Busy time and energy are compared over this many periods: a tick of /proc/stat per CPU is
-#: 10% of a 0.1 s period on one CPU, 3% over three; longer windows lag load changes more.
+#: The forecast price (for span CPU time after the latest sample) averages this many periods: a
+#: tick of /proc/stat per CPU is 10% of a 0.1 s period on one CPU, 3% over three; longer windows
+#: lag load changes more. Shares already sampled are priced period by period, never averaged.
 RATE_WINDOW = 3
-#: A window shorter than this does not change the prices (unless there are none yet).
+#: A forecast window shorter than this does not change the forecast (unless there is none yet).
 MIN_RATE_WINDOW_S = 0.05
-#: A window with fewer busy CPU seconds than this (two ticks) does not change the prices.
+#: A period with fewer busy CPU seconds than this (two ticks) is idle: its energy is nobody's and
+#: it does not change the forecast.
 MIN_BUSY_S = 0.02
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
@@ -275,6 +279,7 @@ class Attributor:
         self._times: list[int] = []
         self._rates = _Rates(0, 0.0, 0.0, 0.0)
         self._process_watts = (0.0, 0.0, 0.0)
+        self._late_ticks_s = 0.0
         self._gpu_lock = threading.Lock()
         self._gpu_acc_j = 0.0
         self._gpu_t_ns = time.monotonic_ns()
@@ -337,17 +342,18 @@ class Attributor:
     ) -> tuple[float, float, float]:
         dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
         d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
-        # Prices over the last RATE_WINDOW periods: /proc/stat counts busy time in ticks, so one
-        # period's busy time is off by a tick per CPU; over a window the error shrinks.
-        first = self._history[max(0, len(self._history) - RATE_WINDOW)]
-        r_cpu, r_memory = self._rates_between(
-            first.snapshot, snapshot, busy_s - first.busy_s, idle_s - first.idle_s, process_cpu_s - first.process_cpu_s
-        )
-        window_s = (snapshot.monotonic_ns - first.monotonic_ns) / 1e9
-        busy_in_window_s = max(busy_s - first.busy_s, process_cpu_s - first.process_cpu_s)
-        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy_in_window_s < MIN_BUSY_S):
-            # Too short, or too few busy ticks, to say what a CPU second costs: keep the prices.
-            r_cpu, r_memory = self._rates.cpu_j_per_cpu_s, self._rates.memory_j_per_cpu_s
+        # The process's share of this period: the period's own energy over its own busy time. Mixing
+        # periods would price an idle period's energy into the busy ones next to it (not conservative).
+        # /proc/stat may count a tick of work done in one period in the next: this process's CPU time
+        # beyond a period's busy ticks is owed by the next period's, so the late ticks neither lower
+        # this period's price (it is priced at max(busy, own CPU)) nor the next one's.
+        host_busy_s = busy_s - previous.busy_s - self._late_ticks_s
+        host_idle_s = idle_s - previous.idle_s
+        own_cpu, own_memory = self._rates_between(previous.snapshot, snapshot, host_busy_s, host_idle_s, d_process)
+        # At most a tick per CPU can be late; more means /proc/stat does not see this process's work.
+        cpus = (busy_s - previous.busy_s + host_idle_s) / dt_s if dt_s > 0 else 0.0
+        self._late_ticks_s = min(max(0.0, d_process - max(host_busy_s, 0.0)), max(cpus, 0.0) / CLOCK_TICKS_PER_S)
+        r_cpu, r_memory = self._forward_rates(snapshot, busy_s, idle_s, process_cpu_s)
         gpu_joules = 0.0
         for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
             a, b = previous.snapshot.joules[i], snapshot.joules[i]
@@ -357,9 +363,39 @@ class Attributor:
         if self.has_gpu:
             self._credit_gpu(snapshot.monotonic_ns)  # close the old price's time before changing it
         self._rates = _Rates(snapshot.monotonic_ns, r_cpu, r_memory, gpu_watts)
-        mine = (r_cpu * d_process, r_memory * d_process, gpu_joules)
+        mine = (own_cpu * d_process, own_memory * d_process, gpu_joules)
         self._process_watts = tuple(j / dt_s for j in mine) if dt_s > 0 else (0.0, 0.0, 0.0)  # type: ignore[assignment]
         return tuple(p + m for p, m in zip(previous.process_joules, mine))  # type: ignore[return-value]
+
+    def _forward_rates(
+        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
+    ) -> tuple[float, float]:
+        """The prices for CPU time after the new sample, until the next (``_sample_lock`` held).
+
+        Only a forecast: spans' CPU time after the latest sample is priced at it (and capped at what
+        the host spent during the span); the process's share never is. Over the busy periods among
+        the last :data:`RATE_WINDOW` (with the new one): a period's busy time is off by up to a tick per
+        CPU, which a window shrinks; idle periods price nothing, so they are left out. Kept as they
+        were when the window is too short or has no busy period.
+        """
+        ends = [(s.snapshot, s.busy_s, s.idle_s, s.process_cpu_s) for s in self._history[-RATE_WINDOW:]]
+        ends.append((snapshot, busy_s, idle_s, process_cpu_s))
+        cpu_j = memory_j = busy = capacity = 0.0
+        for (a, busy_a, idle_a, process_a), (b, busy_b, idle_b, process_b) in zip(ends, ends[1:]):
+            period_busy, period_capacity = _busy_and_capacity(busy_b - busy_a, idle_b - idle_a, process_b - process_a)
+            if period_busy < MIN_BUSY_S:
+                continue
+            cpu_j += self._kind_joules(KIND_CPU, a, b)
+            memory_j += self._kind_joules(KIND_MEMORY, a, b)
+            busy += period_busy
+            capacity += period_capacity
+        window_s = (snapshot.monotonic_ns - ends[0][0].monotonic_ns) / 1e9
+        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy <= 0):
+            # Too short, or nothing busy, to say what a CPU second costs: keep the prices.
+            return self._rates.cpu_j_per_cpu_s, self._rates.memory_j_per_cpu_s
+        if busy <= 0:
+            return 0.0, 0.0  # no price yet and nothing busy: CPU time now is priced as idle
+        return cpu_j / busy, memory_j / capacity
 
     def _kind_joules(self, kind: str, a: EnergySnapshot, b: EnergySnapshot) -> float:
         total = 0.0
@@ -430,8 +466,8 @@ class Attributor:
     def price(self, t0_ns: int, t1_ns: int) -> tuple[float, float]:
         """Joules per CPU second (CPU-side, memory) for CPU time spent between two monotonic instants.
 
-        Time-weighted over the sampler periods the interval overlaps; time after the latest
-        sample is priced at the latest period's rate.
+        Time-weighted over the sampler periods the interval overlaps, each at its own prices; time
+        after the latest sample is priced at the forecast (:meth:`_forward_rates`).
         """
         rates = self._rates
         if t0_ns >= rates.since_ns or t1_ns <= t0_ns:
@@ -463,8 +499,8 @@ class Attributor:
         return cpu / weight, memory / weight
 
     def _period_rates(self, k: int) -> tuple[float, float]:
-        """The prices set when sample ``k + 1`` was taken (over the window ending there)."""
-        a, b = self._history[max(0, k + 1 - RATE_WINDOW)], self._history[k + 1]
+        """The prices of the sampler period from sample ``k`` to ``k + 1``: its own energy over its own busy time."""
+        a, b = self._history[k], self._history[k + 1]
         return self._rates_between(
             a.snapshot, b.snapshot, b.busy_s - a.busy_s, b.idle_s - a.idle_s, b.process_cpu_s - a.process_cpu_s
         )
@@ -473,10 +509,9 @@ class Attributor:
         self, a: EnergySnapshot, b: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
     ) -> tuple[float, float]:
         """Joules per CPU second (CPU-side, memory) between two snapshots (module docstring)."""
-        busy = max(busy_s, process_cpu_s, 0.0)
-        if busy <= 0:
-            return 0.0, 0.0  # idle: nobody's
-        capacity = max(busy_s + max(idle_s, 0.0), busy)
+        busy, capacity = _busy_and_capacity(busy_s, idle_s, process_cpu_s)
+        if busy < MIN_BUSY_S:
+            return 0.0, 0.0  # idle (too few busy ticks to tell who was busy): nobody's
         return self._kind_joules(KIND_CPU, a, b) / busy, self._kind_joules(KIND_MEMORY, a, b) / capacity
 
     # -- spans --------------------------------------------------------------------------------
@@ -776,6 +811,13 @@ _registry = AttributionRegistry()
 def attributor_for(meter: "EnergyMeter") -> Attributor | None:
     """The shared :class:`Attributor` of ``meter`` (see :class:`AttributionRegistry`)."""
     return _registry.get(meter)
+
+
+def _busy_and_capacity(busy_s: float, idle_s: float, process_cpu_s: float) -> tuple[float, float]:
+    """A period's busy CPU seconds (never under this process's own: ticks may undercount) and its
+    CPU capacity (busy + idle seconds), the denominators of the CPU-side and memory prices."""
+    busy = max(busy_s, process_cpu_s, 0.0)
+    return busy, max(busy_s + max(idle_s, 0.0), busy)
 
 
 def share_of_cpu_time(joules: float, cpu_s: float, busy_s: float) -> float:
