@@ -6,19 +6,17 @@ console's "This is equivalent to" lines compared with what carbontracker 2.4.7 i
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+from electricity_maps_fake import electricity_maps_server
 from powercap_fake import FakePowercap
 
 from otel_joules import EnergyMeter
@@ -125,30 +123,9 @@ def test_sim_numbers_without_a_name_are_ignored_as_carbontracker_does(
 @pytest.fixture
 def electricity_maps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """A local Electricity Maps service (321 gCO2eq/kWh); the provider's default service root points at it."""
-    tokens: list[str] = []
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            tokens.append(self.headers.get("auth-token", ""))
-            body = json.dumps({"zone": "DE", "carbonIntensity": 321, "datetime": "2024-05-01T10:00:00Z"}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    monkeypatch.setitem(ElectricityMapsProvider.__init__.__kwdefaults__, "base_url", f"http://127.0.0.1:{server.server_address[1]}")
-    try:
+    with electricity_maps_server() as (base_url, tokens):
+        monkeypatch.setitem(ElectricityMapsProvider.__init__.__kwdefaults__, "base_url", base_url)
         yield tokens
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_set_api_keys_switches_to_the_live_provider(powercap: FakePowercap, electricity_maps: list[str]) -> None:

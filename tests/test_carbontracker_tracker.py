@@ -7,7 +7,6 @@ and by carbontracker 2.4.7's own parser.
 
 from __future__ import annotations
 
-import http.server
 import io
 import json
 import math
@@ -16,11 +15,11 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from electricity_maps_fake import electricity_maps_server
 from nvml_fake import FakeCard, FakeNvml, run_python, uuid_for
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -571,28 +570,10 @@ def test_offline_country_and_world_average_are_said(powercap, capsys) -> None:
 
 
 def test_live_provider_value_is_used(powercap) -> None:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 - http.server's name
-            body = json.dumps({"zone": "DE", "carbonIntensity": 321, "datetime": "2024-05-01T10:00:00Z"}).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        provider = ElectricityMapsProvider("key", "DE", base_url=f"http://127.0.0.1:{server.server_address[1]}")
+    with electricity_maps_server() as (base_url, _):
+        provider = ElectricityMapsProvider("key", "DE", base_url=base_url)
         tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap), intensity_providers=[provider], verbose=0)
         _train(tracker, powercap, 1)
-    finally:
-        server.shutdown()
-        server.server_close()
     assert tracker.actual.intensity_source == "electricitymaps"
     assert tracker.actual.co2eq_grams == pytest.approx(EPOCH_J / J_PER_KWH * PUE * 321.0)
 
