@@ -41,7 +41,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Sequence
 
 from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, ProcfsReadError
@@ -655,20 +655,12 @@ class Attributor:
     def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:
         """Limit ``share``'s own CPU-side and memory joules to what the host spent of each during the span."""
         a, b = start.joules, end.joules
-        cap = 0.0
-        for i in self._cpu_indices:
-            x, y = a[i], b[i]
-            if x is not None and y is not None:
-                cap += y - x
-        if share.own_cpu > cap - share.child_cpu:
-            share.own_cpu = max(0.0, cap - share.child_cpu)
-        cap = 0.0
-        for i in self._memory_indices:
-            x, y = a[i], b[i]
-            if x is not None and y is not None:
-                cap += y - x
-        if share.own_memory > cap - share.child_memory:
-            share.own_memory = max(0.0, cap - share.child_memory)
+        cap = _spent_joules(self._cpu_indices, a, b) - share.child_cpu
+        if share.own_cpu > cap:
+            share.own_cpu = max(0.0, cap)
+        cap = _spent_joules(self._memory_indices, a, b) - share.child_memory
+        if share.own_memory > cap:
+            share.own_memory = max(0.0, cap)
 
     # -- history for spans with explicit times -----------------------------------------------
 
@@ -874,3 +866,13 @@ __all__ = [
     "measured_kinds",
     "share_of_cpu_time",
 ]
+
+
+def _spent_joules(indices: Sequence[int], start: tuple[float | None, ...], end: tuple[float | None, ...]) -> float:
+    """Joules the domains at ``indices`` spent between two snapshots' values (failed domains left out)."""
+    spent = 0.0
+    for i in indices:
+        x, y = start[i], end[i]
+        if x is not None and y is not None:
+            spent += y - x
+    return spent
