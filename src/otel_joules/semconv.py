@@ -1,0 +1,176 @@
+"""The telemetry vocabulary of otel-joules, defined once: every name a user or backend sees.
+
+Span attributes, span and event names, metric names and metric attributes, and the values
+of ``energy.source`` are a contract with users, dashboards and the Collector config: they
+are defined here and nowhere else, and every module imports them from here under these
+names (no ``import ... as`` aliases), so a reader finds where a name is born with one
+search. The README's attribute tables are checked against this module by a test.
+
+This module imports nothing from otel-joules, so every layer may use it. Names the
+OpenTelemetry semantic conventions already define (``process.*``, ``host.name``,
+``service.name``) come from ``opentelemetry.semconv``; the hardware conventions (``hw.*``)
+are written here because the lowest supported ``opentelemetry-semantic-conventions``
+(0.48b0) lacks them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from opentelemetry.semconv._incubating.attributes.host_attributes import HOST_NAME
+from opentelemetry.semconv._incubating.attributes.process_attributes import (
+    PROCESS_COMMAND_LINE,
+    PROCESS_EXECUTABLE_NAME,
+    PROCESS_EXIT_CODE,
+    PROCESS_PID,
+)
+from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME
+
+# --- Namespaces, and which of them the file exporters keep ------------------------------------
+
+#: ``energy.joules``, ``energy.<domain>.joules``, ``energy.attributed.*``, ...
+ENERGY_NAMESPACE: Final = "energy."
+#: ``carbon.intensity.gco2eq_per_kwh``, ``carbon.pue``, ...
+CARBON_NAMESPACE: Final = "carbon."
+#: ``training.epoch``, ``training.epochs.planned``, ... (training runs)
+TRAINING_NAMESPACE: Final = "training."
+#: Span attributes whose key starts with one of these are written by every file exporter
+#: (CSV, JSON Lines, MongoDB, DataFrame): the one place that says which. ``training.`` is
+#: here so an epoch span keeps its ``training.epoch`` number in exports.
+EXPORTED_ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (ENERGY_NAMESPACE, CARBON_NAMESPACE, TRAINING_NAMESPACE)
+
+# --- Span attributes: energy during the span (what the host's measured domains spent) --------
+
+#: Total joules of the host's measured domains during the span, without double counting (double).
+ENERGY_JOULES: Final = "energy.joules"
+#: Average power over the span (double).
+ENERGY_WATTS: Final = "energy.watts"
+#: ``measured``, ``estimate`` or ``mixed`` (:data:`SOURCE_MEASURED`, ...), on spans and metric points.
+ENERGY_SOURCE: Final = "energy.source"
+#: True when the span is shorter than a counter's update period (the value is quantised).
+ENERGY_BELOW_RESOLUTION: Final = "energy.below_resolution"
+#: Why a span with explicit start/end times has no ``energy.joules``.
+ENERGY_UNAVAILABLE_REASON: Final = "energy.unavailable_reason"
+#: How a domain's joules were obtained, on metric points (``counter``, ``power_integration``, ``estimate``).
+ENERGY_METHOD: Final = "energy.method"
+#: kWh, where a layer reports facility energy in kWh (training-run prediction events).
+ENERGY_KWH: Final = "energy.kwh"
+
+
+def domain_joules_key(domain_id: str) -> str:
+    """``energy.<domain>.joules``: one domain's joules during the span, e.g. ``energy.package_0.joules``."""
+    return f"energy.{domain_id}.joules"
+
+
+def domain_method_key(domain_id: str) -> str:
+    """``energy.<domain>.method``: ``power_integration`` or ``estimate`` for a domain not read from a counter."""
+    return f"energy.{domain_id}.method"
+
+
+def domain_stale_key(domain_id: str) -> str:
+    """``energy.<domain>.stale``: true when a device (NVML) did not answer in time at the span's start or end."""
+    return f"energy.{domain_id}.stale"
+
+
+# --- Span attributes: the span's share (what adds up; otel_joules.attribution) --------------
+
+#: The span's share of the host's energy, inclusive of its children (double).
+ENERGY_ATTRIBUTED_JOULES: Final = "energy.attributed.joules"
+#: The same minus what its instrumented children were attributed: what sums add up.
+ENERGY_ATTRIBUTED_SELF_JOULES: Final = "energy.attributed.self.joules"
+#: Inclusive share of the CPU-side domains.
+ENERGY_ATTRIBUTED_CPU_JOULES: Final = "energy.attributed.cpu.joules"
+#: Inclusive share of the memory domains.
+ENERGY_ATTRIBUTED_MEMORY_JOULES: Final = "energy.attributed.memory.joules"
+#: Inclusive share of the GPUs.
+ENERGY_ATTRIBUTED_GPU_JOULES: Final = "energy.attributed.gpu.joules"
+#: The model that produced the share (:data:`ATTRIBUTION_CPU_TIME_SHARE`).
+ENERGY_ATTRIBUTION: Final = "energy.attribution"
+#: ``energy.attribution`` value: CPU time shares of the host, NVML process shares of GPUs.
+ATTRIBUTION_CPU_TIME_SHARE: Final = "cpu_time_share"
+
+# --- Span attributes: carbon, where a layer knows the intensity ------------------------------
+
+#: gCO2eq of ``energy.joules`` (PUE applied).
+ENERGY_CO2EQ_GRAMS: Final = "energy.co2eq.grams"
+#: gCO2eq of ``energy.attributed.joules``.
+ENERGY_ATTRIBUTED_CO2EQ_GRAMS: Final = "energy.attributed.co2eq.grams"
+#: gCO2eq of ``energy.attributed.self.joules``: what dashboards and the ``sum`` connector add up.
+ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS: Final = "energy.attributed.self.co2eq.grams"
+#: The grid carbon intensity used, gCO2eq/kWh.
+CARBON_INTENSITY_GCO2EQ_PER_KWH: Final = "carbon.intensity.gco2eq_per_kwh"
+#: Where it came from (``explicit``, ``offline``, ``world_average``, a live provider's name).
+CARBON_INTENSITY_SOURCE: Final = "carbon.intensity.source"
+#: The data-centre PUE applied.
+CARBON_PUE: Final = "carbon.pue"
+
+# --- Training runs (CarbonTracker API, otel_joules.training) ---------------------------------
+
+#: Root span of a training run.
+SPAN_TRAINING: Final = "training"
+#: One span per epoch, child of the training span.
+SPAN_EPOCH: Final = "epoch"
+#: Event on the training span with the predicted cost of the whole run.
+EVENT_TRAINING_PREDICTION: Final = "training.prediction"
+#: The epoch's number, from 1 (on epoch spans).
+TRAINING_EPOCH: Final = "training.epoch"
+#: True on an epoch span ended by stop() or an error before epoch_end().
+TRAINING_EPOCH_INTERRUPTED: Final = "training.epoch.interrupted"
+#: Epochs completed (training span) or predicted (prediction event).
+TRAINING_EPOCHS: Final = "training.epochs"
+#: Epochs the run was planned for (``CarbonTracker(epochs=...)``).
+TRAINING_EPOCHS_PLANNED: Final = "training.epochs.planned"
+#: True when the run stopped before its planned epochs.
+TRAINING_EARLY_STOP: Final = "training.early_stop"
+#: Seconds, on the prediction event.
+TRAINING_DURATION_S: Final = "training.duration_s"
+
+# --- Metrics ---------------------------------------------------------------------------------
+
+#: Counter, J: energy of one device (a RAPL zone, a GPU, an estimate).
+METRIC_HW_ENERGY: Final = "hw.energy"
+#: Gauge, W: power of one device.
+METRIC_HW_POWER: Final = "hw.power"
+#: Counter, J: energy of the whole measured host, without overlap.
+METRIC_HW_HOST_ENERGY: Final = "hw.host.energy"
+#: Gauge, W: power of the whole measured host.
+METRIC_HW_HOST_POWER: Final = "hw.host.power"
+#: Counter, J: this process's share of the host's energy, per ``hw.type``.
+METRIC_PROCESS_ENERGY: Final = "process.energy"
+#: Gauge, W: this process's share of the host's power, per ``hw.type``.
+METRIC_PROCESS_POWER: Final = "process.power"
+
+#: Metric attribute: the device's id (a RAPL zone path, a GPU UUID, the host name).
+HW_ID: Final = "hw.id"
+#: Metric attribute: the device's human name.
+HW_NAME: Final = "hw.name"
+#: Metric attribute: ``cpu``, ``memory``, ``gpu`` or ``enclosure`` (psys).
+HW_TYPE: Final = "hw.type"
+#: Metric attribute: the ``hw.id`` of the device that contains this one (a package's core zone).
+HW_PARENT: Final = "hw.parent"
+
+# --- Values ----------------------------------------------------------------------------------
+
+#: ``energy.source``: every value read from hardware counters (or integrated hardware power).
+SOURCE_MEASURED: Final = "measured"
+#: ``energy.source``: every value modelled (CPU time x TDP), not measured.
+SOURCE_ESTIMATE: Final = "estimate"
+#: ``energy.source``: some domains measured, some estimated.
+SOURCE_MIXED: Final = "mixed"
+
+#: ``hw.type`` values of the attribution kinds, each with an ``energy.attributed.<kind>.joules``.
+KIND_CPU: Final = "cpu"
+KIND_MEMORY: Final = "memory"
+KIND_GPU: Final = "gpu"
+#: ``energy.attributed.<kind>.joules`` by kind.
+ATTRIBUTED_KIND_KEYS: Final = {
+    KIND_CPU: ENERGY_ATTRIBUTED_CPU_JOULES,
+    KIND_MEMORY: ENERGY_ATTRIBUTED_MEMORY_JOULES,
+    KIND_GPU: ENERGY_ATTRIBUTED_GPU_JOULES,
+}
+
+#: Every name above, the conventions' own (``PROCESS_*``, ``HOST_NAME``, ``SERVICE_NAME``) included.
+__all__ = sorted(
+    [name for name, value in globals().items() if name.isupper() and not name.startswith("_")]
+    + ["domain_joules_key", "domain_method_key", "domain_stale_key"]
+)
