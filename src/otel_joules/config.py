@@ -92,7 +92,11 @@ OTEL_JOULES_FULL_COMMAND_LINE = "OTEL_JOULES_FULL_COMMAND_LINE"
 OTEL_JOULES_PROMETHEUS_WAIT_S = "OTEL_JOULES_PROMETHEUS_WAIT_S"
 """Seconds ``otel-joules run`` waits, after the command, for one more Prometheus scrape. Default 15; 0 does not wait."""
 
-#: Every variable above, in documentation order.
+OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
+"""The OpenTelemetry SDK's own switch: ``true`` (any case) turns telemetry off, and otel-joules measures nothing
+for spans (``instrument()`` returns an inactive handle; ``otel-joules run`` still prints its summary)."""
+
+#: Every ``OTEL_JOULES_*`` variable above, in documentation order.
 ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_SYSFS_ROOT,
     OTEL_JOULES_PROCFS_ROOT,
@@ -329,6 +333,16 @@ class Settings:
                     raise ConfigurationError(f"{key}={value!r} {problem}")
             values[key] = value
         return cls(**values)  # type: ignore[arg-type]
+
+
+def sdk_disabled(env: Mapping[str, str] | None = None) -> bool:
+    """Whether ``OTEL_SDK_DISABLED`` is ``true`` in ``env`` (default ``os.environ``), as the SDK itself reads it.
+
+    The one place this is decided: ``instrument()``, ``otel-joules run`` and the CarbonTracker
+    command all ask here. Only ``true`` counts (the specification's rule); anything else is "enabled".
+    """
+    env = os.environ if env is None else env
+    return env.get(OTEL_SDK_DISABLED, "").strip().lower() == "true"
 
 
 #: Setting names, for error messages and tests.
