@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, NamedTuple, Sequence
 from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, ProcfsReadError
 from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.semconv import ATTRIBUTION_CPU_TIME_SHARE, KIND_CPU, KIND_GPU, KIND_MEMORY
 from otel_joules.sensors.base import Domain, HardwareType
 
 if TYPE_CHECKING:
@@ -56,8 +57,6 @@ _log = logging.getLogger("otel_joules")
 _new_tuple = tuple.__new__
 _EDGE_TOLERANCE_NS = 1_000_000
 
-#: The model's name, the value of ``energy.attribution``.
-MODEL_CPU_TIME_SHARE = "cpu_time_share"
 #: How often the sampler reads ``/proc/stat``, the process's CPU time and the counters.
 HISTORY_PERIOD_S = 0.1
 #: The forecast price (for span CPU time after the latest sample) averages this many periods: a
@@ -72,9 +71,6 @@ MIN_BUSY_S = 0.02
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
 
-KIND_CPU = "cpu"
-KIND_MEMORY = "memory"
-KIND_GPU = "gpu"
 KINDS = (KIND_CPU, KIND_MEMORY, KIND_GPU)
 
 
@@ -857,7 +853,6 @@ __all__ = [
     "HISTORY_S",
     "HistorySample",
     "KINDS",
-    "MODEL_CPU_TIME_SHARE",
     "SpanAttribution",
     "SpanShare",
     "attributor_for",

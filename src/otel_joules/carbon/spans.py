@@ -34,7 +34,7 @@ from otel_joules.carbon.providers import LiveProvider, providers_from_env
 from otel_joules.carbon.units import co2eq_grams, validate_pue
 from otel_joules.config import Settings
 from otel_joules.meter.meter import EnergyMeasurement
-from otel_joules.tracing.attributes import (
+from otel_joules.semconv import (
     CARBON_INTENSITY_GCO2EQ_PER_KWH,
     CARBON_INTENSITY_SOURCE,
     CARBON_PUE,

@@ -131,13 +131,13 @@ from otel_joules.carbontracker.logs import (
 from otel_joules.errors import ConfigurationError, OtelJoulesError
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.sensors.base import Domain, HardwareType, Method
-from otel_joules.tracing.attributes import (
+from otel_joules.tracing.attributes import measurement_attributes
+from otel_joules.semconv import (
     CARBON_INTENSITY_GCO2EQ_PER_KWH as ATTR_INTENSITY,
     CARBON_INTENSITY_SOURCE as ATTR_INTENSITY_SOURCE,
     CARBON_PUE as ATTR_PUE,
     ENERGY_CO2EQ_GRAMS as ATTR_CO2EQ_GRAMS,
     ENERGY_JOULES,
-    measurement_attributes,
 )
 
 __all__ = [

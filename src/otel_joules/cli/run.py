@@ -80,7 +80,8 @@ from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadEr
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
-from otel_joules.tracing.attributes import ENERGY_CO2EQ_GRAMS, attribution_attributes
+from otel_joules.tracing.attributes import attribution_attributes
+from otel_joules.semconv import ENERGY_CO2EQ_GRAMS
 from otel_joules.tracing.processor import EnergySpanProcessor
 
 

@@ -27,6 +27,7 @@ from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError
 from otel_joules.sensors import estimator, rapl
+from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
 from otel_joules.sensors.base import Channel, Domain, Method, Unavailable
 
 _log = logging.getLogger("otel_joules")
@@ -37,9 +38,6 @@ SAMPLER_FLOOR_S = 0.01
 #: ... and never less often than this, so cached power stays fresh for metrics.
 SAMPLER_CEILING_S = 60.0
 
-SOURCE_MEASURED = "measured"
-SOURCE_ESTIMATE = "estimate"
-SOURCE_MIXED = "mixed"
 
 
 class EnergySnapshot(NamedTuple):

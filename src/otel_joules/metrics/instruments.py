@@ -32,14 +32,8 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.model import Attributor, attributor_for, kind_of
-from otel_joules.meter.meter import (
-    SOURCE_ESTIMATE,
-    SOURCE_MEASURED,
-    SOURCE_MIXED,
-    EnergyMeasurement,
-    EnergyMeter,
-    EnergySnapshot,
-)
+from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
+from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
 
 INSTRUMENTATION_SCOPE = "otel_joules"
 #: One collection calls the four callbacks within microseconds of each other; they

@@ -57,7 +57,8 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_joules._fork import register_fork_hook
 from otel_joules.errors import ConfigurationError
-from otel_joules.meter.meter import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, EnergyMeasurement, EnergySnapshot
+from otel_joules.meter.meter import EnergyMeasurement, EnergySnapshot
+from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
 from otel_joules.meter.meter import EnergyMeter as CoreEnergyMeter
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.pyjoules._spans import SpanHandle

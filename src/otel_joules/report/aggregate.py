@@ -13,7 +13,7 @@ from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensi
 from otel_joules.carbon.units import JOULES_PER_KWH, validate_pue
 from otel_joules.carbontracker.logs import ESTIMATE_DEVICE_MARKS
 from otel_joules.carbontracker.tracker import ATTR_EPOCH as EPOCH
-from otel_joules.carbontracker.tracker import SPAN_EPOCH as EPOCH_SPAN_NAME
+from otel_joules.semconv import SPAN_EPOCH as EPOCH_SPAN_NAME
 from otel_joules.errors import ConfigurationError
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
@@ -30,11 +30,11 @@ from otel_joules.report.model import (
 )
 from otel_joules.report.readers import read_inputs
 from otel_joules.sensors.base import Method
-from otel_joules.tracing.attributes import CARBON_INTENSITY_GCO2EQ_PER_KWH as INTENSITY
-from otel_joules.tracing.attributes import CARBON_PUE as PUE
-from otel_joules.tracing.attributes import ENERGY_CO2EQ_GRAMS as CO2EQ_GRAMS
-from otel_joules.tracing.attributes import (
-    ATTRIBUTED_KINDS,
+from otel_joules.semconv import CARBON_INTENSITY_GCO2EQ_PER_KWH as INTENSITY
+from otel_joules.semconv import CARBON_PUE as PUE
+from otel_joules.semconv import ENERGY_CO2EQ_GRAMS as CO2EQ_GRAMS
+from otel_joules.tracing.attributes import ATTRIBUTED_KINDS, attributed_kind_key
+from otel_joules.semconv import (
     ENERGY_ATTRIBUTED_CO2EQ_GRAMS,
     ENERGY_ATTRIBUTED_JOULES,
     ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS,
@@ -42,7 +42,6 @@ from otel_joules.tracing.attributes import (
     ENERGY_BELOW_RESOLUTION,
     ENERGY_JOULES,
     ENERGY_SOURCE,
-    attributed_kind_key,
     domain_method_key,
 )
 

@@ -1,68 +1,41 @@
-"""Span attribute names, in one place: they are a contract with users and backends.
+"""Span attributes from measurements and shares: the values; the names are in :mod:`otel_joules.semconv`.
 
-``energy.joules``                 total joules without double counting (double)
-``energy.<domain>.joules``        joules of one domain, e.g. ``energy.package_0.joules`` (double)
-``energy.<domain>.method``        ``power_integration`` or ``estimate`` for domains not read from an energy counter
-``energy.watts``                  average power over the span (double)
-``energy.source``                 ``measured``, ``estimate`` or ``mixed``
-``energy.below_resolution``       true when the span is shorter than a counter's update period
-``energy.<domain>.stale``         true when a device (NVML) did not answer within the meter's deadline at the
-                                  span's start or end: that domain's value is its last known reading, late
-                                  rather than lost (the energy appears in later spans); absent otherwise
-
-Attribution (the span's share of the host's energy; :mod:`otel_joules.attribution`):
-
-``energy.attributed.joules``          the span's share, inclusive of its children (double)
-``energy.attributed.self.joules``     the same minus what its instrumented children were attributed
-``energy.attributed.cpu.joules``      inclusive share of the CPU-side domains (also ``.memory.``, ``.gpu.``)
-``energy.attribution``                the model that produced the share (``cpu_time_share``)
-``energy.unavailable_reason``         why a span with explicit start/end times has no ``energy.joules``
-
-Carbon, where a layer knows the intensity (training runs, ``otel-joules run``):
-
-``energy.co2eq.grams``                 gCO2eq of ``energy.joules`` (PUE applied)
-``carbon.intensity.gco2eq_per_kwh``    the grid carbon intensity used
-``carbon.intensity.source``            where it came from (``explicit``, ``offline``, ``world_average``, ...)
-``carbon.pue``                         the data-centre PUE applied
-``energy.attributed.co2eq.grams``      gCO2eq of the span's attributed share (``energy.attributed.joules``)
-``energy.attributed.self.co2eq.grams`` gCO2eq of ``energy.attributed.self.joules``: what dashboards and
-                                       the Collector's ``sum`` connector add up
+:func:`measurement_attributes` and :func:`attribution_attributes` build the attribute dicts of
+one measurement and one share; :class:`MeterAttributes` builds the same straight from two
+snapshots on the span processor's path (planned once per meter).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
-from otel_joules.attribution.model import KIND_CPU, KIND_GPU, KIND_MEMORY, MODEL_CPU_TIME_SHARE, SpanAttribution
-from otel_joules.meter.meter import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, EnergyMeasurement, EnergyMeter, EnergySnapshot
+from otel_joules.attribution.model import SpanAttribution
+from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
+from otel_joules.semconv import (
+    ATTRIBUTED_KIND_KEYS,
+    ATTRIBUTION_CPU_TIME_SHARE,
+    ENERGY_ATTRIBUTED_CPU_JOULES,
+    ENERGY_ATTRIBUTED_GPU_JOULES,
+    ENERGY_ATTRIBUTED_JOULES,
+    ENERGY_ATTRIBUTED_MEMORY_JOULES,
+    ENERGY_ATTRIBUTED_SELF_JOULES,
+    ENERGY_ATTRIBUTION,
+    ENERGY_BELOW_RESOLUTION,
+    ENERGY_JOULES,
+    ENERGY_SOURCE,
+    ENERGY_WATTS,
+    KIND_CPU,
+    KIND_GPU,
+    KIND_MEMORY,
+    SOURCE_ESTIMATE,
+    SOURCE_MEASURED,
+    SOURCE_MIXED,
+    domain_joules_key,
+    domain_method_key,
+    domain_stale_key,
+)
 from otel_joules.sensors.base import Method
 
-ENERGY_JOULES = "energy.joules"
-ENERGY_WATTS = "energy.watts"
-ENERGY_SOURCE = "energy.source"
-ENERGY_BELOW_RESOLUTION = "energy.below_resolution"
-ENERGY_CO2EQ_GRAMS = "energy.co2eq.grams"
-CARBON_INTENSITY_GCO2EQ_PER_KWH = "carbon.intensity.gco2eq_per_kwh"
-CARBON_INTENSITY_SOURCE = "carbon.intensity.source"
-CARBON_PUE = "carbon.pue"
-# The span's attributed share of host energy (issue 9): what anything that sums (reports,
-# dashboards, the carbon hook) adds up, instead of interval energy.
-ENERGY_ATTRIBUTED_JOULES = "energy.attributed.joules"
-ENERGY_ATTRIBUTED_SELF_JOULES = "energy.attributed.self.joules"
-ENERGY_ATTRIBUTED_CPU_JOULES = "energy.attributed.cpu.joules"
-ENERGY_ATTRIBUTED_MEMORY_JOULES = "energy.attributed.memory.joules"
-ENERGY_ATTRIBUTED_GPU_JOULES = "energy.attributed.gpu.joules"
-ENERGY_ATTRIBUTED_CO2EQ_GRAMS = "energy.attributed.co2eq.grams"
-ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS = "energy.attributed.self.co2eq.grams"
-ENERGY_ATTRIBUTION = "energy.attribution"
-ENERGY_UNAVAILABLE_REASON = "energy.unavailable_reason"
-#: ``energy.attributed.<kind>.joules`` by ``hw.type``.
-ATTRIBUTED_KIND_KEYS = {
-    "cpu": ENERGY_ATTRIBUTED_CPU_JOULES,
-    "memory": ENERGY_ATTRIBUTED_MEMORY_JOULES,
-    "gpu": ENERGY_ATTRIBUTED_GPU_JOULES,
-}
 #: ``hw.type`` values with an ``energy.attributed.<kind>.joules`` attribute.
 ATTRIBUTED_KINDS = tuple(ATTRIBUTED_KIND_KEYS)
 
@@ -70,24 +43,6 @@ ATTRIBUTED_KINDS = tuple(ATTRIBUTED_KIND_KEYS)
 def attributed_kind_key(kind: str) -> str:
     """``energy.attributed.<kind>.joules`` for ``cpu``, ``memory`` or ``gpu``."""
     return ATTRIBUTED_KIND_KEYS[kind]
-
-
-@lru_cache(maxsize=256)
-def domain_joules_key(domain_id: str) -> str:
-    """``energy.<domain>.joules`` for a domain id."""
-    return f"energy.{domain_id}.joules"
-
-
-@lru_cache(maxsize=256)
-def domain_stale_key(domain_id: str) -> str:
-    """``energy.<domain>.stale`` for a domain id."""
-    return f"energy.{domain_id}.stale"
-
-
-@lru_cache(maxsize=256)
-def domain_method_key(domain_id: str) -> str:
-    """``energy.<domain>.method`` for a domain id."""
-    return f"energy.{domain_id}.method"
 
 
 #: ``(energy.<domain>.joules, energy.<domain>.method)`` by domain id, filled on first use.
@@ -130,7 +85,7 @@ def attribution_attributes(
     attributes: dict[str, Any] = {} if into is None else into
     attributes[ENERGY_ATTRIBUTED_JOULES] = attribution.cpu_joules + attribution.memory_joules + attribution.gpu_joules
     attributes[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution.self_joules
-    attributes[ENERGY_ATTRIBUTION] = MODEL_CPU_TIME_SHARE
+    attributes[ENERGY_ATTRIBUTION] = ATTRIBUTION_CPU_TIME_SHARE
     if KIND_CPU in kinds:
         attributes[ENERGY_ATTRIBUTED_CPU_JOULES] = attribution.cpu_joules
     if KIND_MEMORY in kinds:
@@ -220,7 +175,7 @@ class MeterAttributes:
         """Add the span's share to ``into`` (the keys and order of :func:`attribution_attributes`)."""
         into[ENERGY_ATTRIBUTED_JOULES] = attribution[0] + attribution[1] + attribution[2]
         into[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution[3]
-        into[ENERGY_ATTRIBUTION] = MODEL_CPU_TIME_SHARE
+        into[ENERGY_ATTRIBUTION] = ATTRIBUTION_CPU_TIME_SHARE
         for key, position in self._kind_positions:
             into[key] = attribution[position]
         return into

@@ -13,12 +13,8 @@ from opentelemetry.trace import get_current_span
 from otel_joules.attribution.model import HISTORY_S, Attributor, SpanAttribution, SpanShare, attributor_for
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.registry import get_energy_meter
-from otel_joules.tracing.attributes import (
-    ENERGY_UNAVAILABLE_REASON,
-    MeterAttributes,
-    attribution_attributes,
-    measurement_attributes,
-)
+from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
+from otel_joules.semconv import ENERGY_UNAVAILABLE_REASON
 
 _log = logging.getLogger("otel_joules")
 
