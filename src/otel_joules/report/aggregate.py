@@ -288,6 +288,8 @@ def _trace_epochs(spans: list[SpanRow]) -> tuple[EpochSummary, ...]:
     key = ENERGY_ATTRIBUTED_JOULES if attributed else ENERGY_JOULES
     result = []
     for position, span in enumerate(epochs, start=1):
+        # The tracker's own number (a run resumed at epoch 2 starts at 2); by position only
+        # for CSV/JSON-lines files written before the exporters kept training.* attributes.
         number = span.attributes.get(TRAINING_EPOCH)
         epoch = number if isinstance(number, int) and not isinstance(number, bool) else position
         duration = (

@@ -39,8 +39,8 @@ class SpanRow:
         start_unix_nano: Start, nanoseconds since the epoch (None if unknown).
         end_unix_nano: End, nanoseconds since the epoch (None if unknown).
         service_name: ``service.name`` of its resource, if known.
-        attributes: Its attributes (CSV and JSON lines hold only ``energy.*`` and
-            ``carbon.*`` ones: all the report needs).
+        attributes: Its attributes (CSV and JSON lines hold only ``energy.*``,
+            ``carbon.*`` and ``training.*`` ones: all the report needs).
         source: The file it was read from.
     """
 

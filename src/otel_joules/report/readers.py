@@ -6,7 +6,8 @@ A file's format is recognised by its content, not its extension:
   (both files needed; ``*_carbontracker_err.log`` is ignored);
 - a first line that is this project's CSV header (``name,trace_id,...,attributes``, see
   :mod:`otel_joules.exporters.csv_exporter`): CSV span export; a span's attributes are
-  its ``attributes`` JSON cell (every ``energy.*`` and ``carbon.*`` attribute, typed),
+  its ``attributes`` JSON cell (every ``energy.*``, ``carbon.*`` and ``training.*``
+  attribute, typed),
   whatever ``energy_columns`` the file was written with;
 - a first line that is a JSON object with ``trace_id`` and ``span_id``: JSON-lines span
   export (:mod:`otel_joules.exporters.jsonl_exporter`), attributes from its
