@@ -45,7 +45,7 @@ from typing import Mapping
 
 from opentelemetry.sdk.resources import Resource, ResourceDetector
 
-HOST_NAME = "host.name"
+from otel_joules.semconv import HOST_NAME
 
 #: (attribute, environment variables tried in order, integer?)
 _JOB_VARIABLES: tuple[tuple[str, tuple[str, ...], bool], ...] = (

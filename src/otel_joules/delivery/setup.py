@@ -64,6 +64,7 @@ from otel_joules._fork import register_fork_hook
 from otel_joules.config import OTEL_JOULES_PROMETHEUS_WAIT_S, Settings
 from otel_joules.delivery.resource import job_resource
 from otel_joules.errors import ConfigurationError
+from otel_joules.semconv import SERVICE_NAME
 
 _log = logging.getLogger("otel_joules")
 
@@ -581,9 +582,9 @@ def build_resource(service_name: str | None = None, *, default_service_name: str
     """
     resource = job_resource().merge(Resource.create())
     if service_name:
-        return resource.merge(Resource({"service.name": service_name}))
+        return resource.merge(Resource({SERVICE_NAME: service_name}))
     if default_service_name and not _service_name_configured():
-        return resource.merge(Resource({"service.name": default_service_name}))
+        return resource.merge(Resource({SERVICE_NAME: default_service_name}))
     return resource
 
 
@@ -593,7 +594,7 @@ def _service_name_configured(env: Mapping[str, str] | None = None) -> bool:
         return True
     for pair in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
         key, _, value = pair.partition("=")
-        if key.strip() == "service.name" and value.strip():
+        if key.strip() == SERVICE_NAME and value.strip():
             return True
     return False
 

@@ -3,9 +3,9 @@
 Each is a plain ``opentelemetry.sdk.trace.export.SpanExporter``: put it behind a
 ``BatchSpanProcessor`` (or ``SimpleSpanProcessor``) on any ``TracerProvider``. Each
 writes, per span, its name, trace and span ids, parent span id, start, end, duration,
-``service.name`` and every ``energy.*`` and ``carbon.*`` attribute (the prefixes in
-:data:`EXPORTED_ATTRIBUTE_PREFIXES`; :mod:`.records` builds that record once for all of
-them):
+``service.name`` and every ``energy.*``, ``carbon.*`` and ``training.*`` attribute (the
+prefixes in :data:`otel_joules.semconv.EXPORTED_ATTRIBUTE_PREFIXES`, re-exported here;
+:mod:`.records` builds that record once for all of them):
 
 - :class:`CsvSpanExporter` -- a CSV file (format: :mod:`.csv_exporter`);
 - :class:`JsonLinesSpanExporter` -- a JSON-lines file (format: :mod:`.jsonl_exporter`);
@@ -34,20 +34,12 @@ from otel_joules.exporters.errors import CsvHeaderMismatchError, ExporterPathErr
 from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 from otel_joules.exporters.mongo_exporter import MongoSpanExporter
 from otel_joules.exporters.otlp_file_exporter import OtlpFileSpanExporter
-from otel_joules.exporters.records import (
-    CARBON_ATTRIBUTE_PREFIX,
-    CORE_FIELDS,
-    ENERGY_ATTRIBUTE_PREFIX,
-    EXPORTED_ATTRIBUTE_PREFIXES,
-    SpanRecord,
-    span_record,
-)
+from otel_joules.exporters.records import CORE_FIELDS, SpanRecord, span_record
+from otel_joules.semconv import EXPORTED_ATTRIBUTE_PREFIXES
 
 __all__ = [
-    "CARBON_ATTRIBUTE_PREFIX",
     "CORE_FIELDS",
     "DEFAULT_ENERGY_COLUMNS",
-    "ENERGY_ATTRIBUTE_PREFIX",
     "EXPORTED_ATTRIBUTE_PREFIXES",
     "CsvHeaderMismatchError",
     "CsvSpanExporter",

@@ -12,7 +12,7 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
 
   that is the core fields of :mod:`otel_joules.exporters.records` in their order, then
   one column per entry of ``energy_columns``, then ``attributes``. ``energy_columns`` may
-  name any ``energy.*`` or ``carbon.*`` attribute (e.g. ``carbon.pue``).
+  name any ``energy.*``, ``carbon.*`` or ``training.*`` attribute (e.g. ``carbon.pue``).
 - One row per span, in the order the spans were exported. Cells:
 
   ======================================  ============================================
@@ -31,9 +31,10 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
                                           ``Infinity``, ``-Infinity`` if not finite),
                                           booleans ``true``/``false``, tuples as a JSON
                                           array; empty when the span lacks the attribute
-  ``attributes``                          a JSON object of **every** ``energy.*`` and
-                                          ``carbon.*`` attribute of the span, keys
-                                          sorted (so ``carbon.*`` come first), compact
+  ``attributes``                          a JSON object of **every** ``energy.*``,
+                                          ``carbon.*`` and ``training.*`` attribute of
+                                          the span, keys sorted (so ``carbon.*`` come
+                                          first), compact
                                           (``{"carbon.pue":1.2,"energy.joules":1.5}``),
                                           floats always with a ``.`` or exponent,
                                           non-finite floats as the strings ``"NaN"``,
@@ -44,8 +45,8 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
 
 Domain policy: spans and runs measure different domains (``energy.package_1.joules``
 exists on a two-socket host only, GPUs come and go), so the header cannot list them
-all. The ``attributes`` JSON column holds every ``energy.*`` and ``carbon.*`` attribute
-with its type and is the authoritative record (``otel-joules report`` reads it, not the
+all. The ``attributes`` JSON column holds every ``energy.*``, ``carbon.*`` and
+``training.*`` attribute with its type and is the authoritative record (``otel-joules report`` reads it, not the
 other columns); ``energy_columns`` only repeats chosen attributes as their own columns
 so a spreadsheet shows them directly (the default names no ``carbon.*`` attribute: pass
 e.g. ``(*DEFAULT_ENERGY_COLUMNS, "carbon.pue")`` to see the PUE in its own column). The
@@ -70,18 +71,21 @@ from typing import Iterable, Sequence
 from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, ExistingFile, FileSpanExporter
 from otel_joules.exporters.errors import CsvHeaderMismatchError
-from otel_joules.exporters.records import (
-    CORE_FIELDS,
+from otel_joules.exporters.records import CORE_FIELDS, AttributeValue, SpanRecord, json_value
+from otel_joules.semconv import (
+    CARBON_PUE,
+    ENERGY_CO2EQ_GRAMS,
+    ENERGY_JOULES,
+    ENERGY_SOURCE,
+    ENERGY_WATTS,
     EXPORTED_ATTRIBUTE_PREFIXES,
-    AttributeValue,
-    SpanRecord,
-    json_value,
 )
 
 #: Attributes repeated as their own columns unless ``energy_columns`` says otherwise.
-DEFAULT_ENERGY_COLUMNS: tuple[str, ...] = ("energy.joules", "energy.watts", "energy.source", "energy.co2eq.grams")
+DEFAULT_ENERGY_COLUMNS: tuple[str, ...] = (ENERGY_JOULES, ENERGY_WATTS, ENERGY_SOURCE, ENERGY_CO2EQ_GRAMS)
 
-#: Name of the last column, the JSON object of every ``energy.*`` and ``carbon.*`` attribute.
+#: Name of the last column, the JSON object of every exported (``energy.*``, ``carbon.*``,
+#: ``training.*``) attribute.
 ATTRIBUTES_COLUMN = "attributes"
 
 
@@ -116,7 +120,7 @@ def _check_energy_columns(energy_columns: Iterable[str]) -> tuple[str, ...]:
             names = " or ".join(f"{prefix}*" for prefix in EXPORTED_ATTRIBUTE_PREFIXES)
             raise ConfigurationError(
                 f"energy_columns entry {column!r} is not an exported attribute name ({names}) "
-                "such as 'energy.joules' or 'carbon.pue'"
+                f"such as {ENERGY_JOULES!r} or {CARBON_PUE!r}"
             )
     if len(set(columns)) != len(columns):
         raise ConfigurationError(f"energy_columns={columns!r} names a column twice")

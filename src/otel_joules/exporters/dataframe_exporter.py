@@ -8,9 +8,9 @@ order, with these columns:
   ``start_time`` and ``end_time`` (``datetime64[ns, UTC]``, exact to the nanosecond),
   ``start_time_unix_nano`` and ``end_time_unix_nano`` (integers), ``duration_s``
   (float seconds), ``service_name``;
-- then one column per ``energy.*`` or ``carbon.*`` attribute seen on any collected span,
-  named by the attribute (``carbon.pue``, ``energy.joules``, ``energy.package_0.joules``,
-  ...), sorted by name (so ``carbon.*`` columns come first); a span without that
+- then one column per ``energy.*``, ``carbon.*`` or ``training.*`` attribute seen on any
+  collected span, named by the attribute (``carbon.pue``, ``energy.joules``,
+  ``energy.package_0.joules``, ...), sorted by name (so ``carbon.*`` columns come first); a span without that
   attribute has NaN/None there.
 
 Unlike the file formats there is no JSON column: a DataFrame's columns can differ from

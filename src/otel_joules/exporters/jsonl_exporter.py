@@ -25,8 +25,8 @@ Format (what :class:`JsonLinesSpanExporter` writes and what a reader may rely on
   fraction digits, and the exact integer nanoseconds since the epoch (JSON integers;
   they exceed 2**53, so a JavaScript reader must parse them as big integers).
   ``duration_s``: ``(end - start) / 1e9`` as a JSON number.
-- ``attributes``: every ``energy.*`` and ``carbon.*`` attribute of the span
-  (:data:`~otel_joules.exporters.records.EXPORTED_ATTRIBUTE_PREFIXES`), keys sorted.
+- ``attributes``: every ``energy.*``, ``carbon.*`` and ``training.*`` attribute of the
+  span (:data:`~otel_joules.semconv.EXPORTED_ATTRIBUTE_PREFIXES`), keys sorted.
   Numbers as JSON numbers (floats always with a ``.`` or exponent, so ``10.0`` stays a float), booleans
   and strings as such, tuples as arrays; non-finite floats as the strings ``"NaN"``,
   ``"Infinity"``, ``"-Infinity"``.

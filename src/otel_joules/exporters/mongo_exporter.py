@@ -25,12 +25,12 @@ The fields are those of :mod:`otel_joules.exporters.records`, except:
 
 - ``start_time``/``end_time`` are BSON dates, so MongoDB can index, sort and expire
   (TTL) by them; the ``*_unix_nano`` integers keep the exact nanoseconds.
-- ``attributes`` nests every ``energy.*`` and ``carbon.*`` attribute by its dotted name,
-  so a query path is ``"attributes." + attribute name``:
+- ``attributes`` nests every ``energy.*``, ``carbon.*`` and ``training.*`` attribute by
+  its dotted name, so a query path is ``"attributes." + attribute name``:
   ``{"attributes.energy.joules": {"$gt": 100}}``, ``{"attributes.carbon.pue": 1.2}``.
   (MongoDB cannot query field names that contain dots.) Should a name be both a value
-  and a prefix of another (``energy.gpu`` and ``energy.gpu.joules``), the value is kept
-  under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
+  and a prefix of another (``training.epoch`` and ``training.epoch.interrupted``), the
+  value is kept under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
   doubles (NaN and infinities included). Text BSON cannot hold (a lone surrogate) is
   stored with that character as the escape text ``\\udXXX``.
 - ``_id`` is derived from the trace and span ids, so a retry after a lost reply cannot

@@ -18,19 +18,21 @@ Fields (the same names in every format):
 ``end_time_unix_nano``    the same, for the end
 ``duration_s``            ``(end_time_unix_nano - start_time_unix_nano) / 1e9``, a float
 ``service_name``          the ``service.name`` resource attribute, or absent (None)
-``attributes``            every span attribute whose key starts with ``energy.`` or
-                          ``carbon.`` (:data:`EXPORTED_ATTRIBUTE_PREFIXES`), keys sorted;
-                          values as the SDK holds them (str, bool, int, float or a tuple of
-                          one of those)
+``attributes``            every span attribute whose key starts with ``energy.``,
+                          ``carbon.`` or ``training.``
+                          (:data:`otel_joules.semconv.EXPORTED_ATTRIBUTE_PREFIXES`), keys
+                          sorted; values as the SDK holds them (str, bool, int, float or a
+                          tuple of one of those)
 ========================  =================================================================
 
-Only ``energy.*`` and ``carbon.*`` attributes are kept: those are what otel-joules puts
-on spans (``energy.joules``, ``energy.<domain>.joules``, ``energy.watts``,
-``energy.source``, ``energy.co2eq.grams``, ...; and, where the intensity is known, as in
+Only ``energy.*``, ``carbon.*`` and ``training.*`` attributes are kept: those are what
+otel-joules puts on spans (``energy.joules``, ``energy.<domain>.joules``, ``energy.watts``,
+``energy.source``, ``energy.co2eq.grams``, ...; where the intensity is known, as in
 ``otel-joules run`` and the CarbonTracker, ``carbon.intensity.gco2eq_per_kwh``,
 ``carbon.intensity.source`` and ``carbon.pue``, without which ``energy.co2eq.grams``
-cannot be checked or recomputed). Other attributes can be large or sensitive and already
-reach whatever OTLP backend the user has.
+cannot be checked or recomputed; and a training run's ``training.epoch`` on each epoch
+span, without which a report of an export cannot number the epochs). Other attributes can
+be large or sensitive and already reach whatever OTLP backend the user has.
 
 A span the SDK hands an exporter always has both times; should one be missing, the
 time fields and ``duration_s`` are None (written as empty / null), never a made-up 0.
@@ -45,13 +47,9 @@ from typing import Mapping, Sequence, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-#: Prefix of the energy attributes (``energy.joules``, ``energy.<domain>.joules``, ...).
-ENERGY_ATTRIBUTE_PREFIX = "energy."
-#: Prefix of the carbon attributes (``carbon.intensity.gco2eq_per_kwh``, ``carbon.pue``, ...).
-CARBON_ATTRIBUTE_PREFIX = "carbon."
-#: Attributes whose key starts with one of these are exported, by every format: the one
-#: place that says which (``str.startswith`` takes the tuple as it is).
-EXPORTED_ATTRIBUTE_PREFIXES: tuple[str, ...] = (ENERGY_ATTRIBUTE_PREFIX, CARBON_ATTRIBUTE_PREFIX)
+# Which attributes every format keeps is said once, in the vocabulary (``str.startswith``
+# takes the tuple as it is).
+from otel_joules.semconv import EXPORTED_ATTRIBUTE_PREFIXES, SERVICE_NAME
 
 #: The fixed fields of a record, in the order every format writes them (the
 #: ``attributes`` field comes after these).
@@ -163,7 +161,7 @@ def span_record(span: ReadableSpan) -> SpanRecord:
     exported = {
         key: attributes[key] for key in sorted(attributes) if key.startswith(EXPORTED_ATTRIBUTE_PREFIXES)
     }
-    service_name = span.resource.attributes.get("service.name") if span.resource is not None else None
+    service_name = span.resource.attributes.get(SERVICE_NAME) if span.resource is not None else None
     return SpanRecord(
         name=span.name,
         trace_id=format(context.trace_id, "032x") if context is not None else "0" * 32,

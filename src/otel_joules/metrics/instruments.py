@@ -31,9 +31,26 @@ from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_joules._fork import register_fork_hook
+from otel_joules._version import __version__
 from otel_joules.attribution.model import Attributor, attributor_for, kind_of
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
-from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
+from otel_joules.semconv import (
+    ENERGY_METHOD,
+    ENERGY_SOURCE,
+    HW_ID,
+    HW_NAME,
+    HW_PARENT,
+    HW_TYPE,
+    METRIC_HW_ENERGY,
+    METRIC_HW_HOST_ENERGY,
+    METRIC_HW_HOST_POWER,
+    METRIC_HW_POWER,
+    METRIC_PROCESS_ENERGY,
+    METRIC_PROCESS_POWER,
+    SOURCE_ESTIMATE,
+    SOURCE_MEASURED,
+    SOURCE_MIXED,
+)
 
 INSTRUMENTATION_SCOPE = "otel_joules"
 #: One collection calls the four callbacks within microseconds of each other; they
@@ -61,24 +78,22 @@ class EnergyMetrics:
         host_id: str | None = None,
         attributor: Attributor | None | object = _DEFAULT,
     ) -> None:
-        from otel_joules import __version__
-
         self.energy_meter = energy_meter
         self.enabled = True
-        self._host_attributes = {"hw.id": host_id or socket.gethostname(), "hw.name": host_id or socket.gethostname()}
+        self._host_attributes = {HW_ID: host_id or socket.gethostname(), HW_NAME: host_id or socket.gethostname()}
         self._domain_attributes = []
         for domain in energy_meter.domains:
             attributes = {
-                "hw.id": domain.hw_id,
-                "hw.type": domain.hw_type.value,
-                "hw.name": domain.hw_name,
-                "energy.source": SOURCE_MEASURED if domain.method.is_measurement else SOURCE_ESTIMATE,
+                HW_ID: domain.hw_id,
+                HW_TYPE: domain.hw_type.value,
+                HW_NAME: domain.hw_name,
+                ENERGY_SOURCE: SOURCE_MEASURED if domain.method.is_measurement else SOURCE_ESTIMATE,
                 # counter, power_integration or estimate: a GPU without an energy counter
                 # is measured, but by integrating its power sensor, and says so here.
-                "energy.method": domain.method.value,
+                ENERGY_METHOD: domain.method.value,
             }
             if domain.hw_parent:
-                attributes["hw.parent"] = domain.hw_parent
+                attributes[HW_PARENT] = domain.hw_parent
             self._domain_attributes.append(attributes)
         self._lock = threading.Lock()
         # The metric reader's thread holds the lock across counter reads: a fork at that
@@ -91,7 +106,7 @@ class EnergyMetrics:
         self._remember(self._current)
         self._frozen = False
         self._has_host_total = any(domain.in_total for domain in energy_meter.domains)
-        self._host_energy_attributes = {**self._host_attributes, "energy.source": _host_source(energy_meter)}
+        self._host_energy_attributes = {**self._host_attributes, ENERGY_SOURCE: _host_source(energy_meter)}
         # At exit the SDK's meter provider collects once more, after the shared meter and
         # NVML have shut down (atexit runs hooks last-registered-first, and the provider
         # usually exists before instrument()). Freezing here, in a hook registered after
@@ -100,33 +115,33 @@ class EnergyMetrics:
         provider = meter_provider or metrics.get_meter_provider()
         otel_meter = provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
         otel_meter.create_observable_counter(
-            "hw.energy", [self._observe_energy], unit="J", description="Energy consumed by the component"
+            METRIC_HW_ENERGY, [self._observe_energy], unit="J", description="Energy consumed by the component"
         )
         otel_meter.create_observable_gauge(
-            "hw.power", [self._observe_power], unit="W", description="Instantaneous power consumed by the component"
+            METRIC_HW_POWER, [self._observe_power], unit="W", description="Instantaneous power consumed by the component"
         )
         otel_meter.create_observable_counter(
-            "hw.host.energy", [self._observe_host_energy], unit="J", description="Energy consumed by the host (no overlap)"
+            METRIC_HW_HOST_ENERGY, [self._observe_host_energy], unit="J", description="Energy consumed by the host (no overlap)"
         )
         otel_meter.create_observable_gauge(
-            "hw.host.power", [self._observe_host_power], unit="W", description="Power consumed by the host (no overlap)"
+            METRIC_HW_HOST_POWER, [self._observe_host_power], unit="W", description="Power consumed by the host (no overlap)"
         )
         self.attributor: Attributor | None = (
             attributor_for(energy_meter) if attributor is _DEFAULT else attributor  # type: ignore[assignment]
         )
         if self.attributor is not None:
             self._process_attributes = {
-                kind: {"hw.type": kind, "energy.source": _source(energy_meter, kind)} for kind in self.attributor.kinds
+                kind: {HW_TYPE: kind, ENERGY_SOURCE: _source(energy_meter, kind)} for kind in self.attributor.kinds
             }
             self._last_process_sample = time.monotonic()
             otel_meter.create_observable_counter(
-                "process.energy",
+                METRIC_PROCESS_ENERGY,
                 [self._observe_process_energy],
                 unit="J",
                 description="This process's attributed share of the host's energy, per hw.type",
             )
             otel_meter.create_observable_gauge(
-                "process.power",
+                METRIC_PROCESS_POWER,
                 [self._observe_process_power],
                 unit="W",
                 description="This process's attributed share of the host's power, per hw.type",
@@ -208,7 +223,7 @@ class EnergyMetrics:
         measurement = self._interval() if self.enabled and self._has_host_total else None
         if measurement is None:
             return []
-        return [Observation(measurement.watts, {**self._host_attributes, "energy.source": measurement.source})]
+        return [Observation(measurement.watts, {**self._host_attributes, ENERGY_SOURCE: measurement.source})]
 
     def _process_sample(self, force: bool = False) -> None:
         """Extend the attribution history before a collection unless a sample is recent (or frozen)."""

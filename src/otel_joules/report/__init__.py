@@ -62,7 +62,9 @@ whether a span or epoch was below a counter's resolution.
 
 The spans' ``carbon.*`` attributes are read the same way from every span format: OTLP
 JSON files hold all attributes, and CSV (its ``attributes`` column) and JSON-lines
-exports hold every ``energy.*`` and ``carbon.*`` one, which is all the report uses.
+exports hold every ``energy.*``, ``carbon.*`` and ``training.*`` one, which is all the
+report uses. An epoch span is numbered by its ``training.epoch`` (by its position among
+the trace's epoch spans only in exports written before the formats kept ``training.*``).
 
 Equivalents (km by car and more) are of the total, with their source figures.
 """

@@ -12,8 +12,6 @@ from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.units import JOULES_PER_KWH, validate_pue
 from otel_joules.carbontracker.logs import ESTIMATE_DEVICE_MARKS
-from otel_joules.carbontracker.tracker import ATTR_EPOCH as EPOCH
-from otel_joules.semconv import SPAN_EPOCH as EPOCH_SPAN_NAME
 from otel_joules.errors import ConfigurationError
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
@@ -29,22 +27,30 @@ from otel_joules.report.model import (
     SpanRow,
 )
 from otel_joules.report.readers import read_inputs
-from otel_joules.sensors.base import Method
-from otel_joules.semconv import CARBON_INTENSITY_GCO2EQ_PER_KWH as INTENSITY
-from otel_joules.semconv import CARBON_PUE as PUE
-from otel_joules.semconv import ENERGY_CO2EQ_GRAMS as CO2EQ_GRAMS
-from otel_joules.tracing.attributes import ATTRIBUTED_KINDS, attributed_kind_key
 from otel_joules.semconv import (
+    ATTRIBUTED_KIND_KEYS,
+    CARBON_INTENSITY_GCO2EQ_PER_KWH,
+    CARBON_PUE,
     ENERGY_ATTRIBUTED_CO2EQ_GRAMS,
     ENERGY_ATTRIBUTED_JOULES,
     ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS,
     ENERGY_ATTRIBUTED_SELF_JOULES,
     ENERGY_BELOW_RESOLUTION,
+    ENERGY_CO2EQ_GRAMS,
     ENERGY_JOULES,
     ENERGY_SOURCE,
+    KIND_CPU,
+    KIND_GPU,
+    KIND_MEMORY,
+    SOURCE_ESTIMATE,
+    SOURCE_MEASURED,
+    SOURCE_MIXED,
+    SPAN_EPOCH,
+    TRAINING_EPOCH,
+    domain_joules_key,
     domain_method_key,
 )
-
+from otel_joules.sensors.base import Method
 
 @dataclass(frozen=True)
 class CarbonOptions:
@@ -149,13 +155,13 @@ def _domain_kind(domain_id: str, has_package: bool) -> str | None:
     if domain_id.startswith(("core", "uncore")):
         return None
     if domain_id.startswith("psys"):
-        return None if has_package else "cpu"
+        return None if has_package else KIND_CPU
     if domain_id.startswith("package") or domain_id in ("cpu_estimate", "sim_cpu"):
-        return "cpu"
+        return KIND_CPU
     if domain_id.startswith("dram") or domain_id == "memory_estimate":
-        return "memory"
+        return KIND_MEMORY
     if domain_id.startswith("nvidia_gpu") or domain_id == "sim_gpu":
-        return "gpu"
+        return KIND_GPU
     return None  # unknown: its energy stays in "other"
 
 
@@ -163,15 +169,16 @@ def _merge_sources(sources: Iterable[str | None]) -> str | None:
     known = {source for source in sources if source is not None}
     if not known:
         return None
-    return known.pop() if len(known) == 1 else "mixed"
+    return known.pop() if len(known) == 1 else SOURCE_MIXED
 
 
 def _domain_source(span: SpanRow, domain_id: str) -> str | None:
     source = span.attributes.get(ENERGY_SOURCE)
-    if source in ("measured", "estimate"):
+    if source in (SOURCE_MEASURED, SOURCE_ESTIMATE):
         return str(source)
-    if source == "mixed":
-        return "estimate" if span.attributes.get(domain_method_key(domain_id)) == Method.ESTIMATE.value else "measured"
+    if source == SOURCE_MIXED:
+        method = span.attributes.get(domain_method_key(domain_id))
+        return SOURCE_ESTIMATE if method == Method.ESTIMATE.value else SOURCE_MEASURED
     return None
 
 
@@ -187,14 +194,14 @@ def _span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tupl
     has_package = any(i.startswith("package") for i in ids)
     for domain_id in ids:
         kind = _domain_kind(domain_id, has_package)
-        value = span.number(f"energy.{domain_id}.joules")
+        value = span.number(domain_joules_key(domain_id))
         if kind is not None and value is not None:
             domains.setdefault(kind, []).append((value, _domain_source(span, domain_id)))
     parts: dict[str, tuple[float, str | None]] = {}
-    for kind in ATTRIBUTED_KINDS:
+    for kind in ATTRIBUTED_KIND_KEYS:
         sources = [source for _, source in domains.get(kind, ())]
         if attributed:
-            value = span.number(attributed_kind_key(kind))
+            value = span.number(ATTRIBUTED_KIND_KEYS[kind])
         else:
             value = sum(j for j, _ in domains[kind]) if kind in domains else None
         if value is not None:
@@ -212,7 +219,7 @@ def _sum_parts(per_span: Iterable[Mapping[str, tuple[float, str | None]]]) -> tu
         for kind, (value, source) in parts.items():
             joules[kind] = joules.get(kind, 0.0) + value
             sources.setdefault(kind, []).append(source)
-    order = [*ATTRIBUTED_KINDS, "cpu+memory", "other"]
+    order = [*ATTRIBUTED_KIND_KEYS, "cpu+memory", "other"]
     return tuple(
         EnergyPart(kind, joules[kind], _merge_sources(sources[kind])) for kind in order if kind in joules
     )
@@ -267,12 +274,12 @@ def _basis(spans: list[SpanRow]) -> _Basis | None:
         return _Basis(BASIS_ATTRIBUTED, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS, selves)
     counted = _counted_spans(spans, ENERGY_JOULES)
     if counted:
-        return _Basis(BASIS_INTERVAL, ENERGY_JOULES, CO2EQ_GRAMS, counted)
+        return _Basis(BASIS_INTERVAL, ENERGY_JOULES, ENERGY_CO2EQ_GRAMS, counted)
     return None
 
 
 def _trace_epochs(spans: list[SpanRow]) -> tuple[EpochSummary, ...]:
-    epochs = [s for s in spans if s.name == EPOCH_SPAN_NAME and s.number(ENERGY_JOULES) is not None]
+    epochs = [s for s in spans if s.name == SPAN_EPOCH and s.number(ENERGY_JOULES) is not None]
     if not epochs:
         return ()
     epochs.sort(key=lambda s: (s.start_unix_nano or 0, s.span_id))
@@ -281,7 +288,9 @@ def _trace_epochs(spans: list[SpanRow]) -> tuple[EpochSummary, ...]:
     key = ENERGY_ATTRIBUTED_JOULES if attributed else ENERGY_JOULES
     result = []
     for position, span in enumerate(epochs, start=1):
-        number = span.attributes.get(EPOCH)
+        # The tracker's own number (a run resumed at epoch 2 starts at 2); by position only
+        # for CSV/JSON-lines files written before the exporters kept training.* attributes.
+        number = span.attributes.get(TRAINING_EPOCH)
         epoch = number if isinstance(number, int) and not isinstance(number, bool) else position
         duration = (
             (span.end_unix_nano - span.start_unix_nano) / 1e9
@@ -318,9 +327,11 @@ def _trace_run(
     starts = [s.start_unix_nano for s in spans if s.start_unix_nano is not None]
     ends = [s.end_unix_nano for s in spans if s.end_unix_nano is not None]
     duration = (max(ends) - min(starts)) / 1e9 if starts and ends else None
-    pues = {span.number(PUE) for span in counted}
+    pues = {span.number(CARBON_PUE) for span in counted}
     recorded_pue = pues.pop() if len(pues) == 1 else None
-    weights = [(span.number(basis.joules_key) or 0.0, span.number(INTENSITY)) for span in counted]
+    weights = [
+        (span.number(basis.joules_key) or 0.0, span.number(CARBON_INTENSITY_GCO2EQ_PER_KWH)) for span in counted
+    ]
     recorded_intensity = None
     if all(value is not None for _, value in weights):
         total = sum(max(j, 0.0) for j, _ in weights)
@@ -418,19 +429,19 @@ def _span_runs(spans: list[SpanRow], intensities: _Intensities, skipped: list[Sk
 
 def _component_source(run: CarbonTrackerRun, component: str) -> str | None:
     """measured / estimate / mixed for one component, from the log's label and its device names."""
-    if run.energy_source != "mixed":
+    if run.energy_source != SOURCE_MIXED:
         return run.energy_source
     marks = [name.endswith(ESTIMATE_DEVICE_MARKS) for name in run.devices.get(component, ())]
     if marks and all(marks):
-        return "estimate"
-    return "mixed" if any(marks) else "measured"
+        return SOURCE_ESTIMATE
+    return SOURCE_MIXED if any(marks) else SOURCE_MEASURED
 
 
 def _component_kind(component: str, devices: Iterable[str]) -> str:
     # Our tracker's cpu component holds the memory domains too (carbontracker has no memory component).
-    if component == "cpu" and any(name.startswith("dram") for name in devices):
+    if component == KIND_CPU and any(name.startswith("dram") for name in devices):
         return "cpu+memory"
-    return component if component in ATTRIBUTED_KINDS else "other"
+    return component if component in ATTRIBUTED_KIND_KEYS else "other"
 
 
 def _carbontracker_summary(run: CarbonTrackerRun, intensities: _Intensities) -> RunSummary:

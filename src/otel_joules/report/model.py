@@ -7,6 +7,7 @@ from typing import Mapping
 
 from otel_joules.carbon.equivalents import Equivalent
 from otel_joules.errors import OtelJoulesError
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
 
 #: Attribute values as read back from any export format.
 AttributeValue = object
@@ -19,7 +20,7 @@ BASIS_EPOCHS = "epoch power x duration"
 
 #: Energy kinds a run is split into: ``hw.type`` values; ``cpu+memory`` for a carbontracker
 #: log's cpu component that holds the memory too; ``other`` for what no kind covers.
-PART_KINDS = ("cpu", "memory", "gpu", "cpu+memory", "other")
+PART_KINDS = (KIND_CPU, KIND_MEMORY, KIND_GPU, "cpu+memory", "other")
 
 
 class ReportError(OtelJoulesError):
@@ -38,8 +39,8 @@ class SpanRow:
         start_unix_nano: Start, nanoseconds since the epoch (None if unknown).
         end_unix_nano: End, nanoseconds since the epoch (None if unknown).
         service_name: ``service.name`` of its resource, if known.
-        attributes: Its attributes (CSV and JSON lines hold only ``energy.*`` and
-            ``carbon.*`` ones: all the report needs).
+        attributes: Its attributes (CSV and JSON lines hold only ``energy.*``,
+            ``carbon.*`` and ``training.*`` ones: all the report needs).
         source: The file it was read from.
     """
 

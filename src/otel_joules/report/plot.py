@@ -27,19 +27,31 @@ from typing import Any
 
 from otel_joules.report.model import BASIS_ATTRIBUTED, PART_KINDS, EnergyPart, Report, ReportError, RunSummary
 from otel_joules.report.render import source_label
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
 
 #: Colour per kind (colour-blind safe Okabe-Ito hues).
 KIND_COLOURS = {
-    "cpu": "#0072B2",
-    "memory": "#E69F00",
-    "gpu": "#009E73",
+    KIND_CPU: "#0072B2",
+    KIND_MEMORY: "#E69F00",
+    KIND_GPU: "#009E73",
     "cpu+memory": "#56B4E9",
     "other": "#999999",
 }
-KIND_NAMES = {"cpu": "CPU", "memory": "memory", "gpu": "GPU", "cpu+memory": "CPU + memory", "other": "other / not split"}
+KIND_NAMES = {
+    KIND_CPU: "CPU",
+    KIND_MEMORY: "memory",
+    KIND_GPU: "GPU",
+    "cpu+memory": "CPU + memory",
+    "other": "other / not split",
+}
 #: Hatching per source: an estimate never looks like a measurement.
-SOURCE_HATCHES = {"measured": "", "estimate": "//", "mixed": "..", None: "xx"}
-SOURCE_NAMES = {"measured": "measured", "estimate": "estimate (not measured)", "mixed": "measured + estimated", None: "source not stated"}
+SOURCE_HATCHES = {SOURCE_MEASURED: "", SOURCE_ESTIMATE: "//", SOURCE_MIXED: "..", None: "xx"}
+SOURCE_NAMES = {
+    SOURCE_MEASURED: "measured",
+    SOURCE_ESTIMATE: "estimate (not measured)",
+    SOURCE_MIXED: "measured + estimated",
+    None: "source not stated",
+}
 
 
 def plot_label(run: RunSummary) -> str:
@@ -209,7 +221,7 @@ def report_figure(report: Report) -> Any:
     if with_epochs:
         epochs_axes = axes[2]
         for run, label in with_epochs:
-            estimated = run.energy_source in ("estimate", "mixed")
+            estimated = run.energy_source in (SOURCE_ESTIMATE, SOURCE_MIXED)
             epochs_axes.plot(
                 [e.epoch for e in run.epochs],
                 [e.joules for e in run.epochs],

@@ -6,7 +6,8 @@ A file's format is recognised by its content, not its extension:
   (both files needed; ``*_carbontracker_err.log`` is ignored);
 - a first line that is this project's CSV header (``name,trace_id,...,attributes``, see
   :mod:`otel_joules.exporters.csv_exporter`): CSV span export; a span's attributes are
-  its ``attributes`` JSON cell (every ``energy.*`` and ``carbon.*`` attribute, typed),
+  its ``attributes`` JSON cell (every ``energy.*``, ``carbon.*`` and ``training.*``
+  attribute, typed),
   whatever ``energy_columns`` the file was written with;
 - a first line that is a JSON object with ``trace_id`` and ``span_id``: JSON-lines span
   export (:mod:`otel_joules.exporters.jsonl_exporter`), attributes from its
@@ -76,6 +77,7 @@ from otel_joules.carbontracker.parser import (
 from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
 from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.model import CarbonTrackerRun, Skipped, SpanRow
+from otel_joules.semconv import CARBON_NAMESPACE, ENERGY_NAMESPACE, SERVICE_NAME, TRAINING_NAMESPACE
 
 #: Unreadable lines reported one by one per file; the rest are counted.
 MAX_LINE_MESSAGES = 3
@@ -95,12 +97,19 @@ MAX_PLAUSIBLE_VALUE = 1e15
 MAX_UNIX_NANO = 2**63 - 1
 #: Attributes kept per span: what a report uses. Others (an OTLP file's http.*, ...) are
 #: dropped at read time, so memory per span stays small however many a file holds.
-REPORT_ATTRIBUTE_PREFIXES = ("energy.", "carbon.", "training.", "process.", "service.", "otel_joules.")
+REPORT_ATTRIBUTE_PREFIXES = (
+    ENERGY_NAMESPACE,
+    CARBON_NAMESPACE,
+    TRAINING_NAMESPACE,
+    "process.",
+    "service.",
+    "otel_joules.",
+)
 #: Prefixes and suffixes of the attributes whose numbers enter totals (joules, grams, and
 #: the PUE and intensity that turn them into kWh and CO2eq): a record with such a number
 #: not finite, negative or implausible is skipped. Others (``energy.watts``) are kept as
 #: they are; the report never adds them up.
-CHECKED_NUMBER_PREFIXES = ("energy.", "carbon.")
+CHECKED_NUMBER_PREFIXES = (ENERGY_NAMESPACE, CARBON_NAMESPACE)
 CHECKED_NUMBER_SUFFIXES = (".joules", ".grams", ".gco2eq_per_kwh", ".pue")
 
 _HEX_TRACE = re.compile(r"^[0-9a-f]{32}$")
@@ -751,7 +760,7 @@ def _otlp_span_objects(request: dict[str, Any]) -> Iterator[tuple[object, str | 
             raise ValueError("a resourceSpans entry is not an object")
         resource = resource_spans.get("resource") or {}
         resource_attributes = _otlp_attributes(resource.get("attributes") if isinstance(resource, dict) else None)
-        service = resource_attributes.get("service.name")
+        service = resource_attributes.get(SERVICE_NAME)
         service_name = sys.intern(str(service)) if service not in (None, "") else None
         scopes = _list(resource_spans.get("scopeSpans"), "scopeSpans") + _list(
             resource_spans.get("instrumentationLibrarySpans"), "instrumentationLibrarySpans"

@@ -14,13 +14,16 @@ import abc
 import enum
 from dataclasses import dataclass, field
 
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, SOURCE_ESTIMATE
+
 
 class HardwareType(str, enum.Enum):
     """``hw.type`` of the OpenTelemetry hardware semantic conventions."""
 
-    CPU = "cpu"
-    MEMORY = "memory"
-    GPU = "gpu"
+    # The attribution kinds' names (semconv), so a domain's hw.type is its kind's name.
+    CPU = KIND_CPU
+    MEMORY = KIND_MEMORY
+    GPU = KIND_GPU
     #: psys: the whole platform (SoC and more). The conventions have no "platform"
     #: type; "enclosure" is their name for the whole box.
     PLATFORM = "enclosure"
@@ -33,8 +36,10 @@ class Method(str, enum.Enum):
     COUNTER = "counter"
     #: A hardware power sensor integrated over time by the meter's sampler.
     POWER_INTEGRATION = "power_integration"
-    #: A model (CPU time x TDP, memory size x W/GB): not a measurement.
-    ESTIMATE = "estimate"
+    #: A model (CPU time x TDP, memory size x W/GB): not a measurement. The same word as
+    #: ``energy.source``'s estimate (defined once, in semconv): an estimated domain reads
+    #: ``estimate`` in both attributes.
+    ESTIMATE = SOURCE_ESTIMATE
 
     @property
     def is_measurement(self) -> bool:
