@@ -8,11 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from delivery_support import REPO
 
 from otel_joules import config
 from otel_joules.config import ENVIRONMENT_VARIABLES, Settings
 from otel_joules.errors import ConfigurationError
+
+from tests.helpers.processes import REPO
 
 README = REPO / "README.md"
 SOURCE = REPO / "src" / "otel_joules"

@@ -15,14 +15,15 @@ from typing import Callable
 
 import psutil
 import pytest
-from nvml_fake import FakeCard, FakeNvml, run_python, uuid_for
-from powercap_fake import make_powercap
 
 from otel_joules import EnergyMeter
 from otel_joules.carbon.providers import LiveProvider, LiveReading, ProviderError
 from otel_joules.config import Settings
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.sensors import estimator, rapl
+
+from tests.fakes.nvml import FakeCard, FakeNvml, run_python, uuid_for
+from tests.fakes.powercap import make_powercap
 
 GIB = 1024**3
 ESTIMATOR_VARIABLES = ("OTEL_JOULES_CPU_TDP_WATTS", "OTEL_JOULES_MEMORY_WATTS_PER_GB")

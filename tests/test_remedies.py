@@ -18,12 +18,13 @@ import time
 from pathlib import Path
 
 import pytest
-from delivery_support import clean_env, otel_joules_command
-from nvml_fake import FakeCard, FakeNvml, run_python, uuid_for
-from powercap_fake import make_powercap
 
 from otel_joules import EnergyMeter
 from otel_joules.cli.run import StatusLine
+
+from tests.fakes.nvml import FakeCard, FakeNvml, run_python, uuid_for
+from tests.fakes.powercap import make_powercap
+from tests.helpers.processes import clean_env, otel_joules_command
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -130,7 +131,7 @@ MEASURE = r"""
 import json, os, tempfile, warnings
 from pathlib import Path
 import otel_joules
-from powercap_fake import make_powercap
+from tests.fakes.powercap import make_powercap
 from otel_joules.pyjoules.energy_meter import measure_energy
 from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDomain
 from otel_joules.pyjoules.handler import EnergyHandler
