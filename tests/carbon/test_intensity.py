@@ -96,3 +96,13 @@ def test_carbon_intensity_validates_itself() -> None:
     with pytest.raises(ValueError, match="gco2eq_per_kwh"):
         CarbonIntensity(-1.0, "explicit", None, None, "")
     assert str(CarbonIntensity(143.30042, "offline", "DK", 2024, "x")) == "143.30 gCO2eq/kWh (offline: x)"
+
+
+def test_world_average_advice_to_set_the_country_works() -> None:
+    from otel_joules.carbon import resolve_carbon_intensity
+
+    fallback = resolve_carbon_intensity(env={})
+    assert fallback.source == "world_average"
+    assert "set OTEL_JOULES_COUNTRY to use your country's figure" in fallback.detail
+    followed = resolve_carbon_intensity(env={"OTEL_JOULES_COUNTRY": "DK"})
+    assert followed.source == "offline" and followed.gco2eq_per_kwh != fallback.gco2eq_per_kwh

@@ -28,6 +28,7 @@ from otel_joules.carbon import (
     providers_from_env,
     resolve_carbon_intensity,
 )
+from otel_joules.carbon.providers import LiveProvider, LiveReading, ProviderError
 from otel_joules.errors import ConfigurationError
 
 TIMEOUT_S = 0.2
@@ -532,3 +533,70 @@ def test_provider_configuration_problems_are_said_once_and_skipped(env: dict[str
 def test_provider_problems_in_arguments_are_errors() -> None:
     with pytest.raises(ConfigurationError, match="OTEL_JOULES_COUNTRY"):
         providers_from_env({}, api_keys={"electricitymaps": "k"})
+
+
+# The cache and back-off defaults README.md documents, on the real base class.
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 5000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _ScriptedProvider(LiveProvider):
+    """A live provider whose service answers from a script; caching and back-off are the real base class."""
+
+    source = "electricitymaps"
+    service = "scripted service"
+
+    def __init__(self, clock: _Clock, answers: list[float | Exception]) -> None:
+        super().__init__(base_url="http://127.0.0.1:9", clock=clock)
+        self.answers = answers
+        self.fetches = 0
+
+    def fetch(self) -> LiveReading:
+        self.fetches += 1
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return LiveReading(answer, "DE", "scripted")
+
+
+def test_live_values_are_cached_for_900_s_by_default() -> None:
+    clock = _Clock()
+    provider = _ScriptedProvider(clock, [300.0, 250.0])
+    assert provider.current().gco2eq_per_kwh == 300.0
+    clock.now += 899.9
+    assert provider.current().gco2eq_per_kwh == 300.0 and provider.fetches == 1
+    clock.now += 0.1
+    assert provider.current().gco2eq_per_kwh == 250.0 and provider.fetches == 2
+
+
+def test_failed_provider_is_not_asked_again_for_300_s_by_default(caplog: pytest.LogCaptureFixture) -> None:
+    clock = _Clock()
+    provider = _ScriptedProvider(clock, [ProviderError("HTTP 500"), 120.0])
+    assert provider.current() is None
+    clock.now += 299.9
+    assert provider.current() is None and provider.fetches == 1
+    clock.now += 0.1
+    assert provider.current().gco2eq_per_kwh == 120.0 and provider.fetches == 2
+
+
+def test_electricity_maps_advice_works(caplog) -> None:
+    from otel_joules.carbon import ElectricityMapsProvider, providers_from_env
+
+    # A provider the environment configures badly is said once, with what to set, and skipped
+    # (a setting never raises into the program); following each piece of advice enables it.
+    env = {"OTEL_JOULES_CARBON_PROVIDERS": "electricitymaps"}
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        assert list(providers_from_env(env)) == []
+    assert "set OTEL_JOULES_ELECTRICITYMAPS_API_KEY" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        assert list(providers_from_env({**env, "OTEL_JOULES_ELECTRICITYMAPS_API_KEY": "key"})) == []
+    assert "set OTEL_JOULES_COUNTRY (e.g. DE)" in caplog.text
+    (provider,) = providers_from_env({**env, "OTEL_JOULES_ELECTRICITYMAPS_API_KEY": "key", "OTEL_JOULES_COUNTRY": "DE"})
+    assert isinstance(provider, ElectricityMapsProvider)

@@ -717,3 +717,19 @@ def test_summary_shows_this_processs_share_beside_the_hosts_consumption(tmp_path
     assert share_kwh == pytest.approx(result.actual.energy_kwh, rel=0.05)
     assert "what the host's devices used, measured or estimated as said above" in line
     meter.close()
+
+
+def test_prediction_is_the_mean_of_the_first_epochs_times_all_epochs(powercap) -> None:
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    tracker = CarbonTracker(epochs=4, epochs_before_pred=2, energy_meter=meter, intensity_gco2eq_per_kwh=100.0, verbose=0)
+    for joules in (10.0, 30.0, 50.0, 70.0):  # package joules per epoch; nothing else moves
+        tracker.epoch_start()
+        powercap.zones["package_0"].advance_joules(joules)
+        tracker.epoch_end()
+    result = tracker.stop()
+    assert [e.energy_joules for e in result.epochs] == pytest.approx([10.0, 30.0, 50.0, 70.0], abs=1e-9)
+    assert result.predicted is not None and result.predicted.epochs == 4
+    assert result.predicted.energy_joules == pytest.approx((10.0 + 30.0) / 2 * 4, abs=1e-9)
+    first_two_s = result.epochs[0].duration_s + result.epochs[1].duration_s
+    assert result.predicted.duration_s == pytest.approx(first_two_s / 2 * 4)
+    assert result.actual is not None and result.actual.energy_joules == pytest.approx(160.0, abs=1e-9)

@@ -11,7 +11,7 @@ import pytest
 
 from otel_joules import ConfigurationError, EnergyMeter, get_energy_meter
 from otel_joules.meter.meter import SAMPLER_FLOOR_S
-from otel_joules.sensors.base import Method
+from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
 
 from tests.fakes.powercap import make_powercap
 
@@ -295,3 +295,24 @@ def test_measure_adds_constant_power_domains_as_estimates(powercap) -> None:
 
     with pytest.raises(ConfigurationError, match="constant_watts names 'package_0'"):
         meter.measure(start, end, constant_watts={"package_0": 1.0})
+
+
+class ScriptedCounter(Channel):
+    """A counter without a wrap range (like NVML's) that returns the given microjoules in turn."""
+
+    def __init__(self, values_uj: list[int]) -> None:
+        super().__init__(Domain("nvidia_gpu_0", HardwareType.GPU, "scripted GPU", "GPU-scripted", update_period_s=0.0))
+        self._values_uj = values_uj
+
+    def read_uj(self) -> int:
+        return self._values_uj.pop(0)
+
+
+def test_a_counter_that_restarts_counts_from_its_new_origin() -> None:
+    # 5 J -> 7 J, then the driver reloads and the counter restarts: 1 J, 4 J.
+    meter = EnergyMeter(channels=[ScriptedCounter([5_000_000, 7_000_000, 1_000_000, 4_000_000])], sample=False)
+    start = meter.snapshot()
+    assert start.joules == (2.0,)
+    assert meter.snapshot().joules == (3.0,)
+    end = meter.snapshot()
+    assert meter.measure(start, end).joules_by_domain == {"nvidia_gpu_0": 4.0}

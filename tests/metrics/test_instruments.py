@@ -10,6 +10,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 import otel_joules
 from otel_joules import EnergyMeter
+from otel_joules.config import Settings
+from otel_joules.metrics.instruments import EnergyMetrics
+from otel_joules.sensors import rapl
+from otel_joules.sensors.estimator import MemoryEstimateChannel
 
 
 def _points(reader: InMemoryMetricReader) -> dict[str, list]:
@@ -159,3 +163,32 @@ def test_estimated_process_energy_says_estimate(tmp_path) -> None:
     assert {attrs["energy.source"] for attrs, _ in energy} == {"estimate"}
     metrics.attributor.close()
     meter.close()
+
+
+def _host_points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict, float]]]:
+    points: dict[str, list[tuple[dict, float]]] = {}
+    for resource_metrics in reader.get_metrics_data().resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                points[metric.name] = [(dict(p.attributes), p.value) for p in metric.data.data_points]
+    return points
+
+
+def test_host_metrics_say_mixed_when_measured_and_estimated_domains_add_up(powercap) -> None:
+    package = rapl.discover(Settings(sysfs_root=powercap.sysfs_root)).channels[0]
+    memory = MemoryEstimateChannel(2.0)
+    meter = EnergyMeter(channels=[package, memory], sample=False)
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    EnergyMetrics(meter, provider, host_id="host-a")
+    powercap.zones["package_0"].advance_joules(4.0)
+    time.sleep(0.3)  # longer than the instruments' snapshot reuse window
+    points = _host_points(reader)
+    provider.shutdown()
+    meter.close()
+    (host_energy,) = points["hw.host.energy"]
+    (host_power,) = points["hw.host.power"]
+    assert host_energy[0] == {"hw.id": "host-a", "hw.name": "host-a", "energy.source": "mixed"}
+    assert host_power[0]["energy.source"] == "mixed"
+    by_id = {attributes["hw.id"]: attributes["energy.source"] for attributes, _ in points["hw.energy"]}
+    assert by_id == {"intel-rapl:0": "measured", "memory_estimate": "estimate"}

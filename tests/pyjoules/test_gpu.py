@@ -98,3 +98,68 @@ def test_no_driver_measures_rapl_and_says_why_for_the_gpu(tmp_path: Path) -> Non
     default = measure(tmp_path, None, no_library=True)
     assert list(default["samples"][0]["energy"]) == ["package_0", "dram_0", "core_0", "uncore_0"]
     assert default["warnings"] == []
+
+
+# The advice a GPU that cannot be measured gets works when followed.
+
+ADVICE_MEASURE = r"""
+import json, os, tempfile, warnings
+from pathlib import Path
+import otel_joules
+from tests.fakes.powercap import make_powercap
+from otel_joules.pyjoules.energy_meter import measure_energy
+from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDomain
+from otel_joules.pyjoules.handler import EnergyHandler
+pc = make_powercap(Path(tempfile.mkdtemp(dir=".")) / "sys", "one_socket")
+os.environ["OTEL_JOULES_SYSFS_ROOT"] = pc.sysfs_root
+SETUP = None
+handler = EnergyHandler()
+
+@measure_energy(handler=handler, domains=[NvidiaGPUDomain(INDEX)])
+def work():
+    pass
+
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    work()
+print(json.dumps({"domains": [list(s.energy) for t in handler.traces for s in t],
+                  "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+def _measure_advised(tmp_path: Path, fake: FakeNvml, index: int, setup: str = "None", **env: str) -> dict:
+    code = ADVICE_MEASURE.replace("INDEX", str(index)).replace("SETUP = None", setup)
+    return run_python(code, fake, tmp_path, env=env).data  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def two_gpus() -> FakeNvml:
+    cards = [FakeCard(uuid=uuid_for(0), watts=100), FakeCard(uuid=uuid_for(1), watts=300, pci="00000000:08:00.0")]
+    return FakeNvml(cards=cards, update_ms=1, epoch_monotonic_s=time.monotonic())
+
+
+def test_a_gpu_that_does_not_exist_is_not_advised_as_gpus_5(tmp_path: Path, two_gpus: FakeNvml) -> None:
+    out = _measure_advised(tmp_path, two_gpus, 5)
+    (warning,) = out["warnings"]
+    assert "get_energy_meter(gpus=[5" not in warning  # which would raise: there is no GPU 5
+    assert "there is no GPU with NVML index 5 on this machine (NVML indices here: 0, 1" in warning
+    # Followed: one of those indices is measured, without a warning.
+    followed = _measure_advised(tmp_path, two_gpus, 1)
+    assert followed["warnings"] == [] and followed["domains"] == [["nvidia_gpu_1"]]
+
+
+def test_a_gpu_left_out_of_the_shared_meter_gets_advice_that_works(tmp_path: Path, two_gpus: FakeNvml) -> None:
+    setup = "otel_joules.get_energy_meter(gpus=[0])"
+    out = _measure_advised(tmp_path, two_gpus, 1, setup)
+    (warning,) = out["warnings"]
+    assert "nvidia_gpu_1: not selected: gpus=[0] (to fix: add it to gpus= to measure it)" in warning
+    followed = _measure_advised(tmp_path, two_gpus, 1, "otel_joules.get_energy_meter(gpus=[0, 1])")
+    assert followed["warnings"] == [] and followed["domains"] == [["nvidia_gpu_1"]]
+
+
+def test_a_gpu_hidden_by_cuda_visible_devices_advice_works(tmp_path: Path, two_gpus: FakeNvml) -> None:
+    out = _measure_advised(tmp_path, two_gpus, 0, CUDA_VISIBLE_DEVICES="1")
+    (warning,) = out["warnings"]
+    assert "unset CUDA_VISIBLE_DEVICES or list this GPU in it" in warning
+    listed = _measure_advised(tmp_path, two_gpus, 0, CUDA_VISIBLE_DEVICES="1,0")
+    assert listed["warnings"] == [] and listed["domains"] == [["nvidia_gpu_0"]]

@@ -415,3 +415,35 @@ def test_text_report_lists_runs_and_notes(mixed) -> None:
     assert "(otel-joules)" in text
     assert "2 top-level spans with energy summed" in text
     assert "* no PUE recorded and no --pue given: 1.0" in text
+
+
+def test_report_skips_a_span_whose_grandparent_carries_energy(tmp_path) -> None:
+    # training (100 J) > step (no energy attribute) > kernel (40 J): only the 100 J count,
+    # the kernel's joules are inside the training span's.
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+
+    from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
+    from otel_joules.report import build_report
+
+    t0 = 1_700_000_000_000_000_000
+    path = tmp_path / "spans.jsonl"
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(path)))
+    tracer = provider.get_tracer("test")
+
+    def start(name: str, at_s: float, attributes: dict, parent=None):
+        ctx = trace.set_span_in_context(parent, otel_context.Context()) if parent is not None else otel_context.Context()
+        return tracer.start_span(name, context=ctx, start_time=t0 + int(at_s * 1e9), attributes=attributes)
+
+    training = start("training", 0, {"energy.joules": 100.0})
+    step = start("step", 1, {}, parent=training)
+    kernel = start("kernel", 2, {"energy.joules": 40.0}, parent=step)
+    for span, end_s in ((kernel, 3), (step, 4), (training, 5)):
+        span.end(end_time=t0 + int(end_s * 1e9))
+    provider.shutdown()
+
+    (run,) = build_report([path]).runs
+    assert (run.name, run.joules, run.spans_counted) == ("training", 100.0, 1)

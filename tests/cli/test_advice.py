@@ -1,4 +1,7 @@
-"""Every "what to do" line the package prints works when followed; estimates are never listed as measured.
+"""Every "what to do" line the console commands print works when followed; estimates are never listed as measured.
+
+(The GPU selection advice is checked in tests/pyjoules/test_gpu.py, the carbon-intensity advice in
+tests/carbon/.)
 
 Each test provokes the message as a user would (console commands in child processes on
 fake powercap trees and the stand-in NVML), follows its advice literally, and checks
@@ -6,8 +9,6 @@ that the advice then does what it said.
 """
 
 from __future__ import annotations
-
-import logging
 
 import io
 import json
@@ -22,9 +23,8 @@ import pytest
 from otel_joules import EnergyMeter
 from otel_joules.cli.run import StatusLine
 
-from tests.fakes.nvml import FakeCard, FakeNvml, run_python, uuid_for
 from tests.fakes.powercap import make_powercap
-from tests.helpers.processes import clean_env, otel_joules_command
+from tests.helpers.processes import REPO, clean_env, otel_joules_command
 
 
 def _cli(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -125,105 +125,13 @@ def test_report_advice_for_nothing_readable_works(tmp_path: Path) -> None:
     assert "1 run(s)" in followed.stdout
 
 
-# ----------------------------------------------------------------------------- GPUs
-
-MEASURE = r"""
-import json, os, tempfile, warnings
-from pathlib import Path
-import otel_joules
-from tests.fakes.powercap import make_powercap
-from otel_joules.pyjoules.energy_meter import measure_energy
-from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDomain
-from otel_joules.pyjoules.handler import EnergyHandler
-pc = make_powercap(Path(tempfile.mkdtemp(dir=".")) / "sys", "one_socket")
-os.environ["OTEL_JOULES_SYSFS_ROOT"] = pc.sysfs_root
-SETUP = None
-handler = EnergyHandler()
-
-@measure_energy(handler=handler, domains=[NvidiaGPUDomain(INDEX)])
-def work():
-    pass
-
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    work()
-print(json.dumps({"domains": [list(s.energy) for t in handler.traces for s in t],
-                  "warnings": [str(w.message) for w in caught]}))
-"""
-
-
-def _measure(tmp_path: Path, fake: FakeNvml, index: int, setup: str = "None", **env: str) -> dict:
-    code = MEASURE.replace("INDEX", str(index)).replace("SETUP = None", setup)
-    return run_python(code, fake, tmp_path, env=env).data  # type: ignore[no-any-return]
-
-
-@pytest.fixture
-def two_gpus() -> FakeNvml:
-    cards = [FakeCard(uuid=uuid_for(0), watts=100), FakeCard(uuid=uuid_for(1), watts=300, pci="00000000:08:00.0")]
-    return FakeNvml(cards=cards, update_ms=1, epoch_monotonic_s=time.monotonic())
-
-
-def test_a_gpu_that_does_not_exist_is_not_advised_as_gpus_5(tmp_path: Path, two_gpus: FakeNvml) -> None:
-    out = _measure(tmp_path, two_gpus, 5)
-    (warning,) = out["warnings"]
-    assert "get_energy_meter(gpus=[5" not in warning  # which would raise: there is no GPU 5
-    assert "there is no GPU with NVML index 5 on this machine (NVML indices here: 0, 1" in warning
-    # Followed: one of those indices is measured, without a warning.
-    followed = _measure(tmp_path, two_gpus, 1)
-    assert followed["warnings"] == [] and followed["domains"] == [["nvidia_gpu_1"]]
-
-
-def test_a_gpu_left_out_of_the_shared_meter_gets_advice_that_works(tmp_path: Path, two_gpus: FakeNvml) -> None:
-    setup = "otel_joules.get_energy_meter(gpus=[0])"
-    out = _measure(tmp_path, two_gpus, 1, setup)
-    (warning,) = out["warnings"]
-    assert "nvidia_gpu_1: not selected: gpus=[0] (to fix: add it to gpus= to measure it)" in warning
-    followed = _measure(tmp_path, two_gpus, 1, "otel_joules.get_energy_meter(gpus=[0, 1])")
-    assert followed["warnings"] == [] and followed["domains"] == [["nvidia_gpu_1"]]
-
-
-def test_a_gpu_hidden_by_cuda_visible_devices_advice_works(tmp_path: Path, two_gpus: FakeNvml) -> None:
-    out = _measure(tmp_path, two_gpus, 0, CUDA_VISIBLE_DEVICES="1")
-    (warning,) = out["warnings"]
-    assert "unset CUDA_VISIBLE_DEVICES or list this GPU in it" in warning
-    listed = _measure(tmp_path, two_gpus, 0, CUDA_VISIBLE_DEVICES="1,0")
-    assert listed["warnings"] == [] and listed["domains"] == [["nvidia_gpu_0"]]
-
-
-# ------------------------------------------------------------- carbon, installs, tracker
-
-
-def test_world_average_advice_to_set_the_country_works() -> None:
-    from otel_joules.carbon import resolve_carbon_intensity
-
-    fallback = resolve_carbon_intensity(env={})
-    assert fallback.source == "world_average"
-    assert "set OTEL_JOULES_COUNTRY to use your country's figure" in fallback.detail
-    followed = resolve_carbon_intensity(env={"OTEL_JOULES_COUNTRY": "DK"})
-    assert followed.source == "offline" and followed.gco2eq_per_kwh != fallback.gco2eq_per_kwh
-
-
-def test_electricity_maps_advice_works(caplog) -> None:
-    from otel_joules.carbon import ElectricityMapsProvider, providers_from_env
-
-    # A provider the environment configures badly is said once, with what to set, and skipped
-    # (a setting never raises into the program); following each piece of advice enables it.
-    env = {"OTEL_JOULES_CARBON_PROVIDERS": "electricitymaps"}
-    with caplog.at_level(logging.WARNING, logger="otel_joules"):
-        assert list(providers_from_env(env)) == []
-    assert "set OTEL_JOULES_ELECTRICITYMAPS_API_KEY" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="otel_joules"):
-        assert list(providers_from_env({**env, "OTEL_JOULES_ELECTRICITYMAPS_API_KEY": "key"})) == []
-    assert "set OTEL_JOULES_COUNTRY (e.g. DE)" in caplog.text
-    (provider,) = providers_from_env({**env, "OTEL_JOULES_ELECTRICITYMAPS_API_KEY": "key", "OTEL_JOULES_COUNTRY": "DE"})
-    assert isinstance(provider, ElectricityMapsProvider)
+# ------------------------------------------------------------------- installs, tracker
 
 
 def test_every_pip_install_the_package_advises_names_something_real() -> None:
     from importlib import metadata
 
-    sources = "\n".join(path.read_text() for path in Path(__file__).resolve().parents[1].joinpath("src").rglob("*.py"))
+    sources = "\n".join(path.read_text() for path in REPO.joinpath("src").rglob("*.py"))
     extras = set(re.findall(r"pip install 'otel-joules\[(\w+)\]'", sources))
     assert extras and extras <= set(metadata.metadata("otel-joules").get_all("Provides-Extra") or [])
     # "pip install nvidia-ml-py (not the old `pynvml` package)": that distribution provides pynvml.

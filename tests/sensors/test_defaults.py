@@ -1,4 +1,4 @@
-"""The figures README.md documents as defaults, checked on the code paths that use them.
+"""The sensors' figures README.md documents as defaults, checked on the code paths that use them.
 
 Other tests pass these values explicitly (``max_power_watts=1000.0``, ``cache_ttl_s=900``)
 or hand the estimator channels their watts directly, so a changed default or a broken
@@ -17,7 +17,6 @@ import psutil
 import pytest
 
 from otel_joules import EnergyMeter
-from otel_joules.carbon.providers import LiveProvider, LiveReading, ProviderError
 from otel_joules.config import Settings
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.sensors import estimator, rapl
@@ -32,17 +31,6 @@ ESTIMATOR_VARIABLES = ("OTEL_JOULES_CPU_TDP_WATTS", "OTEL_JOULES_MEMORY_WATTS_PE
 CpuTimes = collections.namedtuple(
     "CpuTimes", "user nice system idle iowait irq softirq steal guest guest_nice"
 )
-
-
-def test_settings_defaults_are_the_readme_table() -> None:
-    # README "What can be measured here": /sys, 85 W TDP, 0.375 W/GB, 1000 W bound, 0 s snapshot reuse.
-    assert Settings.from_env({}) == Settings(
-        sysfs_root="/sys",
-        cpu_tdp_watts=85.0,
-        memory_watts_per_gb=0.375,
-        max_power_watts=1000.0,
-        max_snapshot_age_s=0.0,
-    )
 
 
 def test_busy_cpu_time_leaves_out_idle_and_does_not_count_guest_time_twice(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -143,50 +131,3 @@ print(json.dumps(out))
 def test_nvml_energy_counter_resolution_is_100_ms(tmp_path: Path) -> None:
     out = run_python(GPU_RESOLUTION, FakeNvml(cards=[FakeCard(uuid=uuid_for(0))]), tmp_path).data
     assert out == {"domains": ["nvidia_gpu_0"], "90": True, "110": False}
-
-
-class _Clock:
-    def __init__(self) -> None:
-        self.now = 5000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class _ScriptedProvider(LiveProvider):
-    """A live provider whose service answers from a script; caching and back-off are the real base class."""
-
-    source = "electricitymaps"
-    service = "scripted service"
-
-    def __init__(self, clock: _Clock, answers: list[float | Exception]) -> None:
-        super().__init__(base_url="http://127.0.0.1:9", clock=clock)
-        self.answers = answers
-        self.fetches = 0
-
-    def fetch(self) -> LiveReading:
-        self.fetches += 1
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return LiveReading(answer, "DE", "scripted")
-
-
-def test_live_values_are_cached_for_900_s_by_default() -> None:
-    clock = _Clock()
-    provider = _ScriptedProvider(clock, [300.0, 250.0])
-    assert provider.current().gco2eq_per_kwh == 300.0
-    clock.now += 899.9
-    assert provider.current().gco2eq_per_kwh == 300.0 and provider.fetches == 1
-    clock.now += 0.1
-    assert provider.current().gco2eq_per_kwh == 250.0 and provider.fetches == 2
-
-
-def test_failed_provider_is_not_asked_again_for_300_s_by_default(caplog: pytest.LogCaptureFixture) -> None:
-    clock = _Clock()
-    provider = _ScriptedProvider(clock, [ProviderError("HTTP 500"), 120.0])
-    assert provider.current() is None
-    clock.now += 299.9
-    assert provider.current() is None and provider.fetches == 1
-    clock.now += 0.1
-    assert provider.current().gco2eq_per_kwh == 120.0 and provider.fetches == 2
