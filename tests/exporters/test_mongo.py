@@ -10,7 +10,6 @@ import subprocess
 import sys
 import time
 import uuid
-from pathlib import Path
 from typing import Any, Iterator
 
 import mongomock
