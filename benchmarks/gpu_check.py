@@ -15,7 +15,7 @@ span measured by :class:`~otel_joules.EnergySpanProcessor`, and prints per GPU:
     python benchmarks/gpu_check.py [--seconds 10] [--gpus 0,1] [--no-torch] [--json]
 
 Without a GPU it runs against the stand-in library of the test suite
-(tests/nvml_stub), which is how tests/test_nvml_gpu_check.py checks it.
+(tests/fakes/nvml_stub), which is how tests/benchmarks/test_gpu_check.py checks it.
 """
 
 from __future__ import annotations

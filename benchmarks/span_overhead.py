@@ -5,7 +5,7 @@ spans to an exporter that drops them; the energy processor is switched on and of
 between interleaved batches so machine noise hits both alike. Counters come from a
 fake powercap tree with 4 domains (package, core, dram, psys) in a temp dir.
 
-    python benchmarks/span_overhead.py [--spans N] [--json]
+    python -m benchmarks.span_overhead [--spans N] [--json]   # from the repository root (it imports tests.fakes)
 
 Targets: issue 2 asked instrumented / bare <= 1.6; issue 9 (attribution) asks that the exact
 default with attribution stay at or below the instrumented cost without it, aiming for 1.8x.
@@ -37,8 +37,7 @@ from typing import Sequence
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from powercap_fake import make_powercap  # noqa: E402
+from tests.fakes.powercap import make_powercap
 
 from otel_joules import EnergyMeter, EnergySpanProcessor  # noqa: E402
 from otel_joules.attribution import SpanAttribution, attributor_for  # noqa: E402

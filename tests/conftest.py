@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -10,12 +9,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-sys.path.insert(0, str(Path(__file__).parent))
+from otel_joules.config import forget_reported_values
+from otel_joules.meter.registry import default_registry
 
-from powercap_fake import FakePowercap, make_powercap  # noqa: E402
-
-from otel_joules.config import forget_reported_values  # noqa: E402
-from otel_joules.meter.registry import default_registry  # noqa: E402
+from tests.fakes.powercap import FakePowercap, make_powercap
 
 
 @pytest.fixture

@@ -8,11 +8,12 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from delivery_support import REPO
 
 from otel_joules import config
 from otel_joules.config import ENVIRONMENT_VARIABLES, Settings
 from otel_joules.errors import ConfigurationError
+
+from tests.helpers.processes import REPO
 
 README = REPO / "README.md"
 SOURCE = REPO / "src" / "otel_joules"
@@ -127,3 +128,14 @@ def test_valid_values_are_used() -> None:
 def test_bad_keywords_in_code_are_errors(overrides: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigurationError, match=message):
         Settings.from_env({}, **overrides)
+
+
+def test_settings_defaults_are_the_readme_table() -> None:
+    # README "What can be measured here": /sys, 85 W TDP, 0.375 W/GB, 1000 W bound, 0 s snapshot reuse.
+    assert Settings.from_env({}) == Settings(
+        sysfs_root="/sys",
+        cpu_tdp_watts=85.0,
+        memory_watts_per_gb=0.375,
+        max_power_watts=1000.0,
+        max_snapshot_age_s=0.0,
+    )

@@ -1,0 +1,69 @@
+"""``otel-joules devices``: every domain found with its source, and for each one missing why and what to do.
+
+Runs the real console command in a child process on a fake powercap tree and the
+stand-in ``libnvidia-ml.so.1`` (or no library at all), as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fakes.nvml import FakeCard, FakeNvml, build_library, subprocess_env, uuid_for
+from tests.fakes.powercap import make_powercap
+
+
+def devices(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "otel_joules.cli.main", "devices", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_json_lists_rapl_and_gpu_domains_with_their_source_and_the_gpu_that_cannot_be_measured(tmp_path: Path) -> None:
+    pc = make_powercap(tmp_path / "sys", "one_socket")
+    cards = [
+        FakeCard(uuid=uuid_for(0)),
+        FakeCard(uuid=uuid_for(1), name="GeForce GT 710", energy=False, power=False, pci="00000000:08:00.0"),
+        FakeCard(uuid=uuid_for(2), name="Tesla P100-PCIE-16GB", energy=False, pci="00000000:09:00.0"),
+    ]
+    env = subprocess_env(FakeNvml(cards=cards).write(tmp_path / "fake.conf"), build_library())
+    result = devices(["--sysfs-root", pc.sysfs_root, "--json"], env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["sysfs_root"] == pc.sysfs_root
+    rows = [(d["id"], d["hw_type"], d["hw_id"], d["method"], d["source"], d["in_total"]) for d in report["domains"]]
+    assert rows == [
+        ("package_0", "cpu", "intel-rapl:0", "counter", "measured", True),
+        ("core_0", "cpu", "intel-rapl:0:0", "counter", "measured", False),
+        ("uncore_0", "cpu", "intel-rapl:0:1", "counter", "measured", False),
+        ("dram_0", "memory", "intel-rapl:0:2", "counter", "measured", True),
+        ("nvidia_gpu_0", "gpu", uuid_for(0), "counter", "measured", True),
+        ("nvidia_gpu_2", "gpu", uuid_for(2), "power_integration", "measured", True),
+    ]
+    assert [d["hw_name"] for d in report["domains"] if d["hw_type"] == "gpu"] == ["NVIDIA A100-SXM4-40GB", "Tesla P100-PCIE-16GB"]
+    (missing,) = report["unavailable"]
+    assert missing["what"] == f"nvidia_gpu_1 (GeForce GT 710, {uuid_for(1)})"
+    assert missing["reason"] == "NVML supports neither its energy counter nor its power reading"
+
+
+def test_nothing_readable_says_why_what_to_do_and_that_spans_get_estimates(tmp_path: Path) -> None:
+    empty_lib = tmp_path / "no-nvidia-lib"
+    empty_lib.mkdir()
+    env = subprocess_env(None, empty_lib, {"OTEL_JOULES_SYSFS_ROOT": str(tmp_path / "nosys")})
+    result = devices([], env)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"otel-joules devices (sysfs root: {tmp_path / 'nosys'})"
+    assert [line.split()[:3] for line in lines if line.startswith("  ") and "_estimate" in line] == [
+        ["cpu_estimate", "cpu", "estimate"],
+        ["memory_estimate", "memory", "estimate"],
+    ]
+    rapl_line = lines.index(f"  RAPL: {tmp_path / 'nosys' / 'class' / 'powercap'} does not exist "
+                            "(no powercap driver, not Linux, or a VM/container without it)")
+    assert lines[rapl_line + 1].startswith("      what to do: ") and "OTEL_JOULES_SYSFS_ROOT" in lines[rapl_line + 1]
+    gpu_line = next(i for i, line in enumerate(lines) if line.startswith("  nvidia_gpu: "))
+    assert "libnvidia-ml.so.1 was not found" in lines[gpu_line]
+    assert lines[gpu_line + 1].startswith("      what to do: install the NVIDIA driver")
+    assert lines[-1] == 'No hardware energy counter is readable here: spans get ESTIMATES (energy.source = "estimate").'

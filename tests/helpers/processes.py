@@ -1,0 +1,96 @@
+"""Helpers for the delivery, instrumentor and ``otel-joules run`` tests: subprocess environments, entry points, ports."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Mapping
+
+#: The repository root. On a child's PYTHONPATH it lets the child import ``tests.fakes.*`` and
+#: ``tests.helpers.*`` exactly as the tests do.
+REPO = Path(__file__).resolve().parents[2]
+
+#: The entry points pyproject.toml declares for zero-code use.
+ENTRY_POINTS = {
+    "opentelemetry_instrumentor": ("otel_joules", "otel_joules.instrumentation:EnergyInstrumentor"),
+    "opentelemetry_resource_detector": ("otel_joules", "otel_joules.delivery.resource:JobResourceDetector"),
+}
+
+# Variables of the test runner's environment that would change what a child measures or where it sends.
+_SCRUBBED_PREFIXES = ("OTEL_", "SLURM_")
+_SCRUBBED = {"TRACEPARENT", "TRACESTATE", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID"}
+
+
+def installed_entry_point(group: str, name: str) -> str | None:
+    """The value of an installed entry point, or None."""
+    for entry_point in entry_points(group=group):
+        if entry_point.name == name:
+            return entry_point.value
+    return None
+
+
+def entry_point_path(tmp_path: Path) -> str | None:
+    """A folder to put on PYTHONPATH that declares our entry points, when the installed package lacks them.
+
+    Until pyproject.toml declares them (and the package is reinstalled), zero-code tests
+    still run the real ``opentelemetry-instrument`` machinery through a minimal
+    distribution that declares the same entry points; None once they are installed.
+    """
+    missing = {group: ep for group, ep in ENTRY_POINTS.items() if installed_entry_point(group, ep[0]) is None}
+    if not missing:
+        return None
+    folder = tmp_path / "entry-points"
+    dist_info = folder / "otel_joules_entry_points-0.0.dist-info"
+    dist_info.mkdir(parents=True, exist_ok=True)
+    (dist_info / "METADATA").write_text("Metadata-Version: 2.1\nName: otel-joules-entry-points\nVersion: 0.0\n")
+    text = "".join(f"[{group}]\n{name} = {value}\n\n" for group, (name, value) in missing.items())
+    (dist_info / "entry_points.txt").write_text(text)
+    return str(folder)
+
+
+def clean_env(tmp_path: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child: no inherited OTEL_/Slurm/rank variables, no GPU library."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED}
+    env["PYTHONUNBUFFERED"] = "1"
+    # Keep children's metric exports to the final one unless a test asks for more.
+    env["OTEL_METRIC_EXPORT_INTERVAL"] = "600000"
+    extra_path = entry_point_path(tmp_path)
+    paths = [p for p in (extra_path, str(REPO)) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    if extra:
+        env.update(extra)
+    return env
+
+
+def otel_joules_command(*args: str) -> list[str]:
+    """``otel-joules ARGS`` run with this interpreter."""
+    return [sys.executable, "-m", "otel_joules.cli.main", *args]
+
+
+def opentelemetry_instrument() -> str:
+    """Path of the ``opentelemetry-instrument`` launcher next to this interpreter."""
+    return str(Path(sys.executable).with_name("opentelemetry-instrument"))
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+#: A child that adds fixed energy to fake powercap zones: ``python -c ADVANCE ZONE_FILE MICROJOULES ...``.
+#: It writes the counter the way the kernel shows it (in place, same inode), like tests/fakes/powercap.py.
+ADVANCE = """
+import sys
+args = sys.argv[1:]
+for path, uj in zip(args[::2], args[1::2]):
+    with open(path, "r+") as f:
+        value = int(f.read() or 0)
+        f.seek(0)
+        f.truncate()
+        f.write(f"{value + int(uj)}\\n")
+"""

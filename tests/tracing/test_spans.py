@@ -1,0 +1,265 @@
+"""Energy on spans: every processor and exporter sees it, nested and threaded spans, failures."""
+
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+
+import pytest
+from opentelemetry.sdk.trace import TracerProvider
+
+import otel_joules
+from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
+from otel_joules.attribution import SpanAttribution
+from otel_joules.attribution.model import measured_kinds
+from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
+from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
+
+from tests.fakes.powercap import make_powercap
+
+
+@pytest.fixture
+def meter(powercap) -> EnergyMeter:
+    m = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    yield m
+    m.close()
+
+
+def test_instrument_adds_energy_seen_by_a_processor_registered_before(tracer_provider, span_exporter, powercap, meter) -> None:
+    handle = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("work"):
+        powercap.zones["package_0"].advance_joules(10.0)
+        powercap.zones["core_0"].advance_joules(7.0)
+        powercap.zones["dram_0"].advance_joules(2.0)
+        time.sleep(0.2)  # long enough that the snapshots' own cost is negligible in watts
+    (span,) = span_exporter.get_finished_spans()
+    a = span.attributes
+    assert a["energy.joules"] == 12.0
+    assert a["energy.package_0.joules"] == 10.0
+    assert a["energy.core_0.joules"] == 7.0
+    assert a["energy.uncore_0.joules"] == 0.0
+    assert a["energy.dram_0.joules"] == 2.0
+    assert a["energy.source"] == "measured"
+    duration_s = (span.end_time - span.start_time) / 1e9
+    assert a["energy.watts"] == pytest.approx(12.0 / duration_s, rel=0.05)
+    handle.uninstrument()
+
+
+def test_instrument_is_idempotent_and_uninstrument_stops(tracer_provider, span_exporter, powercap, meter) -> None:
+    first = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    assert otel_joules.instrument(tracer_provider, energy_meter=meter) is first
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("measured"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    first.uninstrument()
+    first.uninstrument()
+    with tracer.start_as_current_span("not measured"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    measured, plain = span_exporter.get_finished_spans()
+    assert measured.attributes["energy.package_0.joules"] == 1.0  # one processor, not two
+    assert not any(k.startswith("energy.") for k in plain.attributes)
+    again = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    assert again is not first and again.active
+    again.uninstrument()
+
+
+def test_otel_sdk_disabled_measures_nothing(monkeypatch, tracer_provider, span_exporter, meter) -> None:
+    monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
+    handle = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    assert not handle.active
+    with tracer_provider.get_tracer("t").start_as_current_span("x"):
+        pass
+    assert "energy.joules" not in span_exporter.get_finished_spans()[0].attributes
+
+
+def test_no_sdk_provider_is_a_clear_error() -> None:
+    from opentelemetry.trace import NoOpTracerProvider
+
+    with pytest.raises(ConfigurationError, match="TracerProvider"):
+        otel_joules.instrument(NoOpTracerProvider())
+
+
+def test_nested_spans_each_get_their_own_interval(tracer_provider, span_exporter, powercap, meter) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    tracer = tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("training"):
+        powercap.zones["package_0"].advance_joules(1.0)
+        for epoch in range(3):
+            with tracer.start_as_current_span(f"epoch {epoch}"):
+                powercap.zones["package_0"].advance_joules(10.0 * (epoch + 1))
+    spans = {s.name: s.attributes["energy.package_0.joules"] for s in span_exporter.get_finished_spans()}
+    assert spans == {"epoch 0": 10.0, "epoch 1": 20.0, "epoch 2": 30.0, "training": 61.0}
+
+
+def test_spans_in_many_threads_get_their_own_interval(tracer_provider, span_exporter, powercap, meter) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    tracer = tracer_provider.get_tracer("test")
+    barrier = threading.Barrier(4)
+    opened = threading.Event()
+    spent = threading.Event()
+
+    def worker(i: int) -> None:
+        barrier.wait()
+        with tracer.start_as_current_span(f"t{i}"):
+            if i == 0:
+                opened.set()
+            spent.wait(5)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    opened.wait(5)
+    time.sleep(0.1)  # all four spans are open
+    powercap.zones["package_0"].advance_joules(5.0)
+    spent.set()
+    for t in threads:
+        t.join()
+    values = [s.attributes["energy.package_0.joules"] for s in span_exporter.get_finished_spans()]
+    assert values == [5.0] * 4  # machine-level: overlapping spans each see the machine's energy
+
+
+def test_span_shorter_than_counter_update_is_flagged_not_zeroed(tracer_provider, span_exporter, tmp_path) -> None:
+    meter = EnergyMeter(sysfs_root=str(tmp_path), gpus=[], sample=False)  # estimator: 10 ms CPU-time ticks
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    with tracer_provider.get_tracer("t").start_as_current_span("tiny"):
+        pass
+    a = span_exporter.get_finished_spans()[0].attributes
+    assert a["energy.below_resolution"] is True
+    assert isinstance(a["energy.joules"], float)
+    assert a["energy.source"] == "estimate"
+    assert a["energy.cpu_estimate.method"] == "estimate"
+
+
+def test_failing_counter_never_breaks_the_span(tracer_provider, span_exporter, powercap, meter, caplog) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    tracer = tracer_provider.get_tracer("t")
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        with tracer.start_as_current_span("during failure"):
+            powercap.zones["package_0"].advance_joules(3.0)
+            powercap.zones["dram_0"].write_raw("")  # the zone vanished
+        with tracer.start_as_current_span("after"):
+            pass
+        assert not [r for r in caplog.records if "dram_0" in r.getMessage()]  # retrying: outcome not known yet
+        powercap.zones["dram_0"].advance_joules(0.5)  # back
+        time.sleep(0.06)  # past the first retry's back-off
+        with tracer.start_as_current_span("back"):
+            powercap.zones["dram_0"].advance_joules(0.25)
+    during, after, back = span_exporter.get_finished_spans()
+    assert during.attributes["energy.package_0.joules"] == 3.0
+    assert "energy.dram_0.joules" not in during.attributes
+    assert "energy.dram_0.joules" not in after.attributes
+    assert back.attributes["energy.dram_0.joules"] == 0.25
+    (message,) = [r.getMessage() for r in caplog.records if "dram_0" in r.getMessage()]
+    assert "reads again" in message
+
+
+def test_ending_a_span_twice_keeps_the_first_values(tracer_provider, span_exporter, powercap, meter) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    span = tracer_provider.get_tracer("t").start_span("x")
+    powercap.zones["package_0"].advance_joules(1.0)
+    span.end()
+    powercap.zones["package_0"].advance_joules(1.0)
+    span.end()
+    (finished,) = span_exporter.get_finished_spans()
+    assert finished.attributes["energy.package_0.joules"] == 1.0
+
+
+def test_ended_and_abandoned_spans_leave_nothing_behind(powercap, meter) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(EnergySpanProcessor(meter))
+    tracer = provider.get_tracer("t")
+    gc.collect()
+    gc.disable()  # collected by reference counting alone: no span -> wrapper -> span cycle
+    try:
+        for _ in range(200):
+            tracer.start_span("abandoned")  # never ended
+            with tracer.start_as_current_span("ended"):
+                pass
+        from opentelemetry.sdk.trace import Span
+
+        live = [o for o in gc.get_objects() if isinstance(o, Span)]
+    finally:
+        gc.enable()
+    assert live == []
+
+
+def test_default_shared_meter_with_sysfs_root_keyword(tracer_provider, span_exporter, tmp_path) -> None:
+    pc = make_powercap(tmp_path, "amd")
+    handle = otel_joules.instrument(tracer_provider, sysfs_root=pc.sysfs_root, gpus=[])
+    with tracer_provider.get_tracer("t").start_as_current_span("x"):
+        pc.zones["package_0"].advance_joules(2.0)
+    assert span_exporter.get_finished_spans()[0].attributes["energy.joules"] == 2.0
+    assert handle.energy_meter is otel_joules.get_energy_meter()
+    handle.uninstrument()
+
+
+@pytest.mark.parametrize("variables", [{}, {"LOCAL_RANK": "1"}, {"OTEL_JOULES_HOST_DOMAINS": "never"}])
+def test_every_process_measures_the_host_whatever_its_rank(
+    monkeypatch, tmp_path, tracer_provider, span_exporter, powercap, variables
+) -> None:
+    """No election any more: a non-zero rank or the old variable changes nothing on spans."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    handle = otel_joules.instrument(tracer_provider, sysfs_root=powercap.sysfs_root, gpus=[])
+    with tracer_provider.get_tracer("t").start_as_current_span("x"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    attributes = span_exporter.get_finished_spans()[0].attributes
+    assert attributes["energy.package_0.joules"] == 1.0
+    assert "energy.attributed.joules" in attributes
+    handle.uninstrument()
+
+
+def test_instrument_without_attribution_keeps_energy_only(tracer_provider, span_exporter, powercap) -> None:
+    handle = otel_joules.instrument(tracer_provider, sysfs_root=powercap.sysfs_root, gpus=[], attribution=False)
+    with tracer_provider.get_tracer("t").start_as_current_span("x"):
+        powercap.zones["package_0"].advance_joules(1.0)
+    attributes = span_exporter.get_finished_spans()[0].attributes
+    assert attributes["energy.joules"] == 1.0
+    assert not any(key.startswith("energy.attribut") for key in attributes)
+    handle.uninstrument()
+
+
+
+class _FixedChannel(Channel):
+    """A domain whose reads the test never uses: only its Domain matters to MeterAttributes."""
+
+    def read_uj(self) -> int:
+        return 0
+
+
+def test_planned_attributes_equal_those_of_a_measurement() -> None:
+    """The processor's per-span path (MeterAttributes) gives exactly measurement_attributes(meter.measure(...)):
+    same keys in the same order, same floats, for counters, integrated power, estimates, domains outside the
+    total, a failed domain, stale domains and intervals below a counter's resolution."""
+    domains = [
+        Domain("package_0", HardwareType.CPU, "p", "p0"),
+        Domain("core_0", HardwareType.CPU, "c", "c0", in_total=False),
+        Domain("dram_0", HardwareType.MEMORY, "d", "d0"),
+        Domain("nvidia_gpu_0", HardwareType.GPU, "g", "g0", method=Method.POWER_INTEGRATION, update_period_s=0.1),
+        Domain("cpu_estimate", HardwareType.CPU, "e", "e0", method=Method.ESTIMATE, update_period_s=0.01),
+    ]
+    meter = EnergyMeter(channels=[_FixedChannel(d) for d in domains], sample=False)
+    plan = MeterAttributes(meter, measured_kinds(meter.domains))
+    cases = [
+        ((0, (1.0, 2.0, 3.0, 4.0, 5.0), ()), (2_000_000_000, (1.5, 2.25, 3.125, 9.0, 5.5), ())),
+        ((0, (1.0, 2.0, 3.0, 4.0, 5.0), ()), (50_000_000, (1.5, 2.25, 3.125, 9.0, 5.5), (3,))),  # below 0.1 s
+        ((0, (1.0, None, 3.0, 4.0, 5.0), (4, 3)), (5_000, (1.5, 2.5, 3.0, 4.0, 5.0), (0,))),
+        ((7, (1.0, 2.0, 3.0, None, None), ()), (7, (1.5, 2.5, 3.5, 1.0, None), (3,))),  # zero length, stale None
+        ((0, (1.0, 2.0, 3.0, 4.0, 5.0), ()), (1_000_000, (1.0, 2.0, 3.0, 4.0, 5.75), ())),  # only an estimate moved
+        ((0, (None,) * 5, ()), (1_000, (None,) * 5, ())),
+    ]
+    for start, end in cases:
+        a, b = EnergySnapshot(*start), EnergySnapshot(*end)
+        expected = measurement_attributes(meter.measure(a, b)) if meter.measure(a, b).joules_by_domain else None
+        got = plan.attributes(a, b)
+        assert got == expected
+        assert got is None or list(got) == list(expected)  # type: ignore[arg-type]
+    attribution = SpanAttribution(0.25, 0.125, 2.5, 0.5)
+    for kinds in ((), ("cpu",), ("cpu", "memory"), ("cpu", "memory", "gpu"), ("memory", "gpu")):
+        into = MeterAttributes(meter, kinds).add_attribution(attribution, {"x": 1})
+        assert list(into.items()) == list(attribution_attributes(attribution, kinds, {"x": 1}).items())
+    meter.close()
