@@ -19,7 +19,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from powercap_fake import make_powercap
+from tests.fakes.powercap import make_powercap
 
 from otel_joules import EnergyMeter
 from otel_joules.carbontracker.tracker import CarbonTracker
