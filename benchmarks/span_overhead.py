@@ -3,12 +3,16 @@
 Both kinds of span run on the same TracerProvider, whose only other processor hands
 spans to an exporter that drops them; the energy processor is switched on and off
 between interleaved batches so machine noise hits both alike. Counters come from a
-fake powercap tree with 4 domains (package, core, dram, psys) in a temp dir.
+fake powercap tree with 4 domains (package, core, dram, psys) in a temp dir, plus one GPU
+read off the span path in the meter's device thread exactly as NVML is (``--no-gpu``
+leaves it out); the GPU's counter is a clock-driven stand-in, so the NVML call itself
+(off the span path either way) is not in the figures.
 
-    python -m benchmarks.span_overhead [--spans N] [--json]   # from the repository root (it imports tests.fakes)
+    python -m benchmarks.span_overhead [--spans N] [--no-gpu] [--json]   # from the repository root (it imports tests.fakes)
 
-Targets: issue 2 asked instrumented / bare <= 1.6; issue 9 (attribution) asks that the exact
-default with attribution stay at or below the instrumented cost without it, aiming for 1.8x.
+Targets (issue 10): the exact mode at most 1.8x a bare span, the cached mode at most 1.4x,
+with attribution on (the default); issue 9 asked that attribution keep the exact mode at or
+below its cost before attribution (2.1-2.6x).
 
 Three modes are timed: ``exact`` (the default: every snapshot reads every counter, and the
 span's share is attributed), ``exact_no_attribution`` (the same without
@@ -37,14 +41,17 @@ from typing import Sequence
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
+from otel_joules import EnergyMeter, EnergySpanProcessor
+from otel_joules.attribution import SpanAttribution, attributor_for
+from otel_joules.config import Settings
+from otel_joules.sensors import rapl
+from otel_joules.sensors.base import Channel, Domain, HardwareType
+from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
+from otel_joules.tracing.processor import _set_attributes
 from tests.fakes.powercap import make_powercap
 
-from otel_joules import EnergyMeter, EnergySpanProcessor  # noqa: E402
-from otel_joules.attribution import SpanAttribution, attributor_for  # noqa: E402
-from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes  # noqa: E402
-from otel_joules.sensors.base import Channel, Domain, HardwareType  # noqa: E402
-
-TARGET_RATIO = 1.6
+#: Issue 10's bounds on instrumented / bare, per mode.
+TARGET_RATIOS = {"exact": 1.8, "exact_no_attribution": 1.8, "cached": 1.4}
 #: The cached mode's window: a fifth of RAPL's ~1 ms update period.
 CACHED_WINDOW_S = 0.0002
 
@@ -118,6 +125,22 @@ class ClockCounterChannel(Channel):
         return (time.monotonic_ns() - self._origin_ns) // self._period_ns * self._step_uj
 
 
+class ClockGpuChannel(ClockCounterChannel):
+    """A GPU counter read like NVML's: ``may_block``, so the meter reads it in its device thread."""
+
+    def __init__(self, watts: float = 300.0) -> None:
+        Channel.__init__(
+            self, Domain("nvidia_gpu_0", HardwareType.GPU, "clock-driven NVML stand-in", "GPU-bench", update_period_s=0.1)
+        )
+        self._step_uj = round(watts * 0.1 * 1e6)
+        self._period_ns = 100_000_000
+        self._origin_ns = time.monotonic_ns()
+
+    @property
+    def may_block(self) -> bool:
+        return True
+
+
 def measure_accuracy(max_age_s: float, watts: float = 50.0, span_s: float = 0.02, spans: int = 200) -> dict[str, float]:
     """Mean and worst relative error of span energy against watts x span duration.
 
@@ -148,6 +171,12 @@ def measure_accuracy(max_age_s: float, watts: float = 50.0, span_s: float = 0.02
     return {"mean_rel_error": statistics.mean(errors), "max_rel_error": max(errors), "one_update_rel": 0.001 / span_s}
 
 
+def _set_fresh(span, attributes: dict) -> None:  # type: ignore[no-untyped-def]
+    """The processor's attribute setter on a span that does not hold these keys yet (as at a span's end)."""
+    span._attributes._dict.clear()
+    _set_attributes(span, attributes)
+
+
 def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
     """Nanoseconds of each piece attribution adds to a span (CPU time of this thread, best of 5)."""
     import timeit
@@ -172,9 +201,11 @@ def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
         "thread_cpu_clock_read_ns": best(clock),
         "open_and_close_share_ns": best(lambda: attributor.close_span(attributor.open_span(None), start, end)),
         "build_attributes_ns": best(lambda: plan.add_attribution(attribution, plan.attributes(start, end))),  # type: ignore[arg-type]
-        "set_all_attributes_ns": best(lambda: span.set_attributes(merged)),
+        # What the processor does (tracing.processor._set_attributes) and what the SDK's own call costs.
+        "set_all_attributes_ns": best(lambda: _set_fresh(span, merged)),
+        "sdk_set_attributes_ns": best(lambda: span.set_attributes(merged)),
         "attributes_count": len(merged),
-        "extra_attributes_ns": best(lambda: span.set_attributes(merged)) - best(lambda: span.set_attributes(measured)),
+        "extra_attributes_ns": best(lambda: _set_fresh(span, merged)) - best(lambda: _set_fresh(span, measured)),
     }
 
 
@@ -183,9 +214,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--spans", type=int, default=100_000, help="spans per kind for the timing")
     parser.add_argument("--memory-spans", type=int, default=100_000)
     parser.add_argument("--no-accuracy", action="store_true", help="skip the accuracy runs")
+    parser.add_argument("--no-gpu", action="store_true", help="RAPL domains only")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    result: dict = {"domains": 4, "target_ratio": TARGET_RATIO, "cached_window_s": CACHED_WINDOW_S}
+    result: dict = {
+        "domains": "4 RAPL" if args.no_gpu else "4 RAPL + 1 GPU",
+        "target_ratios": TARGET_RATIOS,
+        "cached_window_s": CACHED_WINDOW_S,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         tree = make_powercap(Path(tmp) / "sys", "four_domains")
         for mode, max_age_s, attribution in (
@@ -193,7 +229,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("exact_no_attribution", 0.0, False),
             ("cached", CACHED_WINDOW_S, True),
         ):
-            meter = EnergyMeter(sysfs_root=tree.sysfs_root, gpus=[], max_snapshot_age_s=max_age_s)
+            channels = rapl.discover(Settings(sysfs_root=tree.sysfs_root)).channels
+            if not args.no_gpu:
+                channels.append(ClockGpuChannel())
+            meter = EnergyMeter(channels=channels, max_snapshot_age_s=max_age_s)
             provider = TracerProvider()
             provider.add_span_processor(SimpleSpanProcessor(DropExporter()))
             processor = EnergySpanProcessor(meter, attribution=attribution)
@@ -224,7 +263,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         label = labels[mode]
         print(f"{mode} ({label}):")
         print(f"  bare span {timing['bare_us']:.2f} us, instrumented {timing['instrumented_us']:.2f} us")
-        print(f"  ratio {timing['ratio']:.2f}x (target <= {TARGET_RATIO}x)")
+        print(f"  ratio {timing['ratio']:.2f}x (target <= {TARGET_RATIOS[mode]}x)")
         if "accuracy" in timing:
             acc = timing["accuracy"]
             print(
@@ -233,10 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
     pieces = result["pieces"]
     print(
-        f"per span: 2 x {pieces['snapshot_ns'] / 1e3:.2f} us snapshots (4 counter reads each), "
+        f"per span ({result['domains']}): 2 x {pieces['snapshot_ns'] / 1e3:.2f} us snapshots, "
         f"{pieces['open_and_close_share_ns'] / 1e3:.2f} us share ledger, {pieces['build_attributes_ns'] / 1e3:.2f} us "
-        f"building the attribute dict, {pieces['set_all_attributes_ns'] / 1e3:.2f} us for the SDK's set_attributes of "
-        f"its {pieces['attributes_count']} attributes"
+        f"building the attribute dict, {pieces['set_all_attributes_ns'] / 1e3:.2f} us setting its "
+        f"{pieces['attributes_count']} attributes (the SDK's set_attributes: {pieces['sdk_set_attributes_ns'] / 1e3:.2f} us)"
     )
     print(
         f"attribution per span: {pieces['open_and_close_share_ns'] / 1e3:.2f} us ledger at start and end "

@@ -132,6 +132,18 @@ class Channel(abc.ABC):
         """
         return False
 
+    @property
+    def pread_fd(self) -> int | None:
+        """A file descriptor whose first bytes are the counter in decimal microjoules, or None.
+
+        Where a channel is exactly "``int(os.pread(fd, 32, 0))``, within 0..:attr:`wrap_uj`" (a
+        powercap ``energy_uj``), the meter reads that descriptor inline instead of calling
+        :meth:`read_uj`: a snapshot reads every counter twice per span, and the call is a
+        sizeable part of each read. Any doubt (an error, a value out of range) goes to
+        :meth:`read_uj`, which says what is wrong.
+        """
+        return None
+
     @abc.abstractmethod
     def read_uj(self) -> int:
         """Return the counter's current value in microjoules.

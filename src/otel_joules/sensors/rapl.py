@@ -92,6 +92,11 @@ class RaplChannel(Channel):
         return self._wrap_uj
 
     @property
+    def pread_fd(self) -> int | None:
+        """The ``energy_uj`` descriptor: :meth:`read_uj` is ``int(os.pread(fd, 32, 0))`` checked against the range."""
+        return self._fd if self._fd >= 0 else None
+
+    @property
     def max_read_interval_s(self) -> float:
         """A quarter of the time the counter needs to wrap at the zone's maximum power."""
         return self._max_read_interval_s

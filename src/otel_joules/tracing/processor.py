@@ -6,6 +6,7 @@ import logging
 import weakref
 from typing import Any, Callable
 
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import get_current_span
@@ -144,7 +145,7 @@ class EnergySpanProcessor(SpanProcessor):
                 if attribution is not None:
                     attributes = plan.add_attribution(attribution, {} if attributes is None else attributes)
                 if attributes:
-                    span.set_attributes(attributes)
+                    _set_attributes(span, attributes)
                 return
             reason = None
             if measurement is None:
@@ -164,7 +165,7 @@ class EnergySpanProcessor(SpanProcessor):
                 attribution_attributes(attribution, attributor.kinds, attributes)
             if not attributes:
                 return
-            span.set_attributes(attributes)
+            _set_attributes(span, attributes)
             if self._on_measurement is not None and measurement is not None and measurement.joules_by_domain:
                 self._on_measurement(span, measurement)
         except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
@@ -188,6 +189,34 @@ class EnergySpanProcessor(SpanProcessor):
 
 
 _NO_DICT: dict[str, Any] = {}
+
+
+def _set_attributes(span: Span, attributes: dict[str, Any]) -> None:
+    """``span.set_attributes(attributes)`` for the processor's own, already clean attributes, in a fraction of its time.
+
+    The SDK cleans every value (type checks, copies, truncation) and inserts them one by one;
+    that was the largest single cost of an instrumented span (~5 us of 13 attributes here).
+    Our values are floats, bools and short strings made by this package, which the SDK's cleaning
+    returns unchanged, so when nothing the SDK would do differently applies (no value-length
+    limit, room under the attribute-count limit, none of our keys set already, the span not
+    ended) they go straight into the span's attribute dict under the same two locks
+    ``set_attributes`` takes. Anything else, including an SDK whose attribute container is not
+    the ``BoundedAttributes`` this relies on, takes ``set_attributes`` itself.
+    """
+    store = getattr(span, "_attributes", None)
+    if (
+        type(store) is BoundedAttributes
+        and store.max_value_len is None
+        and not getattr(store, "_immutable", True)
+        and (store.maxlen is None or len(store._dict) + len(attributes) <= store.maxlen)
+        and store._dict.keys().isdisjoint(attributes)
+    ):
+        with span._lock:
+            if span._end_time is None:
+                with store._lock:
+                    store._dict.update(attributes)
+                return
+    span.set_attributes(attributes)
 
 
 def _stated_interval(
