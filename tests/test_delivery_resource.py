@@ -11,7 +11,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from delivery_support import entry_point_path
-from otel_joules.delivery.context import (
+from otel_joules.instrumentation.context import (
     attach_environment_context,
     child_environment,
     context_from_environment,
