@@ -14,9 +14,9 @@ load neither the OpenTelemetry SDK nor the meter, the sensors or the span proces
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from otel_joules._lazy import lazy_exports
 from otel_joules._version import __version__
 from otel_joules.errors import ConfigurationError, OtelJoulesError
 
@@ -38,26 +38,15 @@ __all__ = [
     "instrument",
 ]
 
-# Public name -> the module it comes from (imported by __getattr__ on first access).
-_LAZY: dict[str, str] = {
-    "EnergyMeasurement": "otel_joules.meter",
-    "EnergyMeter": "otel_joules.meter",
-    "EnergySnapshot": "otel_joules.meter",
-    "get_energy_meter": "otel_joules.meter",
-    "EnergySpanProcessor": "otel_joules.tracing",
-    "Instrumentation": "otel_joules.instrumentation",
-    "instrument": "otel_joules.instrumentation",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        "EnergyMeasurement": "otel_joules.meter",
+        "EnergyMeter": "otel_joules.meter",
+        "EnergySnapshot": "otel_joules.meter",
+        "get_energy_meter": "otel_joules.meter",
+        "EnergySpanProcessor": "otel_joules.tracing",
+        "Instrumentation": "otel_joules.instrumentation",
+        "instrument": "otel_joules.instrumentation",
+    },
+)

@@ -17,8 +17,9 @@ below it imports it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from otel_joules._lazy import lazy_exports
 from otel_joules.instrumentation._instrument import Instrumentation, instrument
 from otel_joules.instrumentation.context import (
     attach_environment_context,
@@ -40,17 +41,6 @@ __all__ = [
     "instrument",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    # PEP 562: EnergyInstrumentor subclasses BaseInstrumentor from an optional extra, so
-    # it is imported on first use only (an ImportError then names what is missing).
-    if name == "EnergyInstrumentor":
-        from otel_joules.instrumentation.zero_code import EnergyInstrumentor
-
-        globals()[name] = EnergyInstrumentor
-        return EnergyInstrumentor
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+# EnergyInstrumentor subclasses BaseInstrumentor from an optional extra: imported on
+# first use only (an ImportError then names what is missing).
+__getattr__, __dir__ = lazy_exports(__name__, {"EnergyInstrumentor": "otel_joules.instrumentation.zero_code"})
