@@ -35,19 +35,15 @@ from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 from otel_joules.exporters.mongo_exporter import MongoSpanExporter
 from otel_joules.exporters.otlp_file_exporter import OtlpFileSpanExporter
 from otel_joules.exporters.records import (
-    CARBON_ATTRIBUTE_PREFIX,
     CORE_FIELDS,
-    ENERGY_ATTRIBUTE_PREFIX,
     EXPORTED_ATTRIBUTE_PREFIXES,
     SpanRecord,
     span_record,
 )
 
 __all__ = [
-    "CARBON_ATTRIBUTE_PREFIX",
     "CORE_FIELDS",
     "DEFAULT_ENERGY_COLUMNS",
-    "ENERGY_ATTRIBUTE_PREFIX",
     "EXPORTED_ATTRIBUTE_PREFIXES",
     "CsvHeaderMismatchError",
     "CsvSpanExporter",
