@@ -10,7 +10,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_joules.delivery.context import (
+from otel_joules.instrumentation.context import (
     attach_environment_context,
     child_environment,
     context_from_environment,

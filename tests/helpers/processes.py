@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 #: The entry points pyproject.toml declares for zero-code use.
 ENTRY_POINTS = {
-    "opentelemetry_instrumentor": ("otel_joules", "otel_joules.instrumentation:EnergyInstrumentor"),
+    "opentelemetry_instrumentor": ("otel_joules", "otel_joules.instrumentation.zero_code:EnergyInstrumentor"),
     "opentelemetry_resource_detector": ("otel_joules", "otel_joules.delivery.resource:JobResourceDetector"),
 }
 

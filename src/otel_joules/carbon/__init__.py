@@ -14,6 +14,11 @@ Live values need an explicit provider (``ElectricityMapsProvider``,
 ``python -m otel_joules.carbon`` lists the offline table's country codes.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from otel_joules._lazy import lazy_exports
 from otel_joules.carbon.equivalents import FACTORS, Equivalent, EquivalentFactor, equivalents, equivalents_text, km_by_car
 from otel_joules.carbon.intensity import (
     SOURCES,
@@ -23,16 +28,18 @@ from otel_joules.carbon.intensity import (
     resolve_carbon_intensity,
 )
 from otel_joules.carbon.offline import OfflineIntensity, lookup_country, offline_table
-from otel_joules.carbon.providers import (
-    ElectricityMapsProvider,
-    EnergiDataServiceProvider,
-    IpGeolocator,
-    LiveProvider,
-    ProviderError,
-    UKCarbonIntensityProvider,
-    providers_from_env,
-)
 from otel_joules.carbon.units import JOULES_PER_KWH, co2eq_grams, joules_to_kwh, kwh_to_joules, validate_pue
+
+if TYPE_CHECKING:
+    from otel_joules.carbon.providers import (
+        ElectricityMapsProvider,
+        EnergiDataServiceProvider,
+        IpGeolocator,
+        LiveProvider,
+        ProviderError,
+        UKCarbonIntensityProvider,
+        providers_from_env,
+    )
 
 __all__ = [
     "CarbonIntensity",
@@ -62,3 +69,22 @@ __all__ = [
     "resolve_carbon_intensity",
     "validate_pue",
 ]
+
+# The live providers (HTTP clients: urllib.request and friends) are imported on first use,
+# so the offline path (units, the offline table, intensity) stays cheap for importers such
+# as the carbontracker log parser.
+__getattr__, __dir__ = lazy_exports(
+    __name__,
+    {
+        name: "otel_joules.carbon.providers"
+        for name in (
+            "ElectricityMapsProvider",
+            "EnergiDataServiceProvider",
+            "IpGeolocator",
+            "LiveProvider",
+            "ProviderError",
+            "UKCarbonIntensityProvider",
+            "providers_from_env",
+        )
+    },
+)

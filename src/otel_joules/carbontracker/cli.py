@@ -39,7 +39,7 @@ from opentelemetry import trace
 from otel_joules.carbontracker import parser as log_parser
 from otel_joules.carbontracker.tracker import CarbonTracker
 from otel_joules.cli.run import check_runnable, failure_line, run_child
-from otel_joules.delivery.context import child_environment
+from otel_joules.instrumentation.context import child_environment
 from otel_joules.delivery.setup import DeliveryReport, Telemetry, capture_sdk_logs, telemetry_from_env
 from otel_joules.errors import ConfigurationError, OtelJoulesError
 

@@ -43,7 +43,7 @@ from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from otel_joules.carbon.units import JOULES_PER_KWH
 from otel_joules.errors import OtelJoulesError
-from otel_joules.exporters._files import register_fork_hook
+from otel_joules._fork import register_fork_hook
 
 #: What carbontracker puts before every output-log and console message.
 MESSAGE_PREFIX = "CarbonTracker: "

@@ -62,7 +62,7 @@ from otel_joules.carbon import co2eq_grams, joules_to_kwh, providers_from_env, r
 from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.spans import carbon_attributes
 from otel_joules.config import Settings
-from otel_joules.delivery.context import child_environment, context_from_environment
+from otel_joules.instrumentation.context import child_environment, context_from_environment
 from otel_joules.delivery.redaction import command_line
 from otel_joules.delivery.setup import (
     DEFAULT_EXPORT_TIMEOUT_S,

@@ -5,7 +5,10 @@
   (:func:`telemetry_from_env`).
 - :mod:`.resource`: ``host.name``, Slurm and torchrun resource attributes
   (:class:`JobResourceDetector`).
-- :mod:`.context`: the W3C trace context through ``TRACEPARENT``/``TRACESTATE``.
+- :mod:`.redaction`: secrets out of ``process.command_line``.
+
+The W3C trace context through ``TRACEPARENT``/``TRACESTATE`` lives in
+:mod:`otel_joules.instrumentation.context`.
 
 How the numbers add up across processes and hosts
 -------------------------------------------------
@@ -37,43 +40,16 @@ GPU (torchrun's default), each worker measures every GPU, and its share of each 
 NVML's list of the processes running there.
 """
 
-from otel_joules.delivery.context import (
-    TRACEPARENT_ENV,
-    TRACESTATE_ENV,
-    attach_environment_context,
-    child_environment,
-    context_from_environment,
-    environment_for_span,
-)
-from otel_joules.delivery.resource import JOB_ATTRIBUTES, JobResourceDetector, job_resource, job_resource_attributes
-from otel_joules.delivery.setup import (
-    BoundedMetricExporter,
-    BoundedSpanExporter,
-    DeliveryReport,
-    Destination,
-    Telemetry,
-    capture_sdk_logs,
-    parse_exporter_spec,
-    telemetry_from_env,
-)
+from otel_joules.delivery.resource import JobResourceDetector, job_resource, job_resource_attributes
+from otel_joules.delivery.setup import DeliveryReport, Telemetry, telemetry_from_env
 
+# What users build on. The rest (exporter specs, bounded exporters, SDK log capture,
+# JOB_ATTRIBUTES) is for otel-joules' own commands and tests: import it from its module.
 __all__ = [
-    "BoundedMetricExporter",
-    "BoundedSpanExporter",
     "DeliveryReport",
-    "Destination",
-    "JOB_ATTRIBUTES",
     "JobResourceDetector",
-    "TRACEPARENT_ENV",
-    "TRACESTATE_ENV",
     "Telemetry",
-    "attach_environment_context",
-    "capture_sdk_logs",
-    "child_environment",
-    "context_from_environment",
-    "environment_for_span",
     "job_resource",
     "job_resource_attributes",
-    "parse_exporter_spec",
     "telemetry_from_env",
 ]

@@ -1,93 +1,46 @@
-"""Zero-code instrumentation: energy on every span under ``opentelemetry-instrument``.
+"""Instrumentation: the front door that wires energy into an application's OpenTelemetry setup.
 
-With ``pip install 'otel-joules[instrument]'``::
+This package is the composition root: it sits above :mod:`otel_joules.tracing` (the span
+processor), :mod:`otel_joules.metrics` (the ``hw.*``/``process.*`` instruments),
+:mod:`otel_joules.carbon` and :mod:`otel_joules.meter`, and puts them together; nothing
+below it imports it.
 
-    opentelemetry-instrument python app.py
-
-loads :class:`EnergyInstrumentor` through its ``opentelemetry_instrumentor`` entry point
-(named ``otel_joules``) after the distro configured the SDK. It calls
-:func:`otel_joules.instrument` with the tracer and meter providers the distro set up, so
-the app's own spans get ``energy.*`` attributes and ``hw.energy``, ``hw.power``,
-``hw.host.energy``, ``hw.host.power`` are exported with the app's other metrics, with
-no change to the app. Turn it off with ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=otel_joules``.
-
-What else it does:
-
-- **Every process measures, whatever else runs on the host.** Spans carry the host's
-  energy during their interval (``energy.joules``) and their share of it
-  (``energy.attributed.*``); no process is elected and no lock file is used.
-- **Joins the parent's trace.** When ``TRACEPARENT`` is set (``otel-joules run`` sets it
-  for the command it runs), the context it carries becomes current in the main thread,
-  so spans started there without an explicit parent belong to that trace.
-- **Last metrics at exit.** The SDK's final collection at exit reads the counters live
-  and fresh, so the last ``hw.energy`` values include everything the app spent.
-- Job resource attributes (``host.name``, Slurm, torchrun) come from the SDK's resource
-  detection: set ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=otel_joules``.
-- CO2eq on spans when ``OTEL_JOULES_COUNTRY`` or a live carbon provider is configured
-  (:mod:`otel_joules.carbon.spans`).
-
-Keyword arguments of ``EnergyInstrumentor().instrument(...)`` (for use in code):
-``tracer_provider``, ``meter_provider``, ``join_parent_trace`` (default True), and any :class:`~otel_joules.EnergyMeter` option.
+- :func:`instrument` / :class:`Instrumentation` (:mod:`._instrument`): one call that puts
+  energy on every span of a tracer provider and exports the energy metrics; the handle undoes it.
+- :mod:`.context`: the W3C trace context through ``TRACEPARENT``/``TRACESTATE``, so a child
+  process joins its parent's trace (:func:`attach_environment_context`,
+  :func:`child_environment`, :func:`context_from_environment`, :func:`environment_for_span`).
+- :class:`EnergyInstrumentor` (:mod:`.zero_code`): the ``opentelemetry-instrument`` entry
+  point. It needs the optional ``opentelemetry-instrumentation`` package
+  (``pip install 'otel-joules[instrument]'``), so it is imported only when first used.
 """
 
 from __future__ import annotations
 
-import logging
-from typing import Any, Collection
+from typing import TYPE_CHECKING
 
-from opentelemetry import context as otel_context
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from otel_joules._lazy import lazy_exports
+from otel_joules.instrumentation._instrument import Instrumentation, instrument
+from otel_joules.instrumentation.context import (
+    attach_environment_context,
+    child_environment,
+    context_from_environment,
+    environment_for_span,
+)
 
-from otel_joules.delivery.context import attach_environment_context
-from otel_joules.errors import OtelJoulesError
-from otel_joules.tracing.instrument import Instrumentation, instrument
+if TYPE_CHECKING:
+    from otel_joules.instrumentation.zero_code import EnergyInstrumentor
 
-_log = logging.getLogger("otel_joules")
+__all__ = [
+    "EnergyInstrumentor",
+    "Instrumentation",
+    "attach_environment_context",
+    "child_environment",
+    "context_from_environment",
+    "environment_for_span",
+    "instrument",
+]
 
-_METER_OPTION_KEYS = ("sysfs_root", "procfs_root", "gpus", "devices_by_pid", "estimate", "host")
-
-
-class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """``BaseInstrumentor`` putting energy on every span of the SDK providers (module docstring)."""
-
-    def __init__(self) -> None:
-        # BaseInstrumentor is a singleton: __init__ runs on every EnergyInstrumentor() call.
-        if not hasattr(self, "_handle"):
-            self._handle: Instrumentation | None = None
-            self._context_token: object | None = None
-
-    def instrumentation_dependencies(self) -> Collection[str]:
-        """None: energy needs no instrumented library."""
-        return ()
-
-    @property
-    def instrumentation(self) -> Instrumentation | None:
-        """What :func:`otel_joules.instrument` returned, while instrumented."""
-        return self._handle
-
-    def _instrument(self, **kwargs: Any) -> None:
-        options = {key: kwargs[key] for key in _METER_OPTION_KEYS if key in kwargs}
-        try:
-            self._handle = instrument(kwargs.get("tracer_provider"), kwargs.get("meter_provider"), **options)
-        except OtelJoulesError as exc:
-            # Raising here would stop opentelemetry-instrument from loading the
-            # instrumentors after this one: say what is wrong and leave the app alone.
-            _log.warning("otel-joules: energy instrumentation is off: %s", exc)
-            self._handle = None
-            return
-        if kwargs.get("join_parent_trace", True):
-            self._context_token = attach_environment_context()
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        if self._context_token is not None:
-            try:
-                otel_context.detach(self._context_token)  # type: ignore[arg-type]
-            except Exception:  # noqa: BLE001 - detaching from another thread/context is harmless
-                pass
-            self._context_token = None
-        if self._handle is not None:
-            self._handle.uninstrument()
-            self._handle = None
-
-
-__all__ = ["EnergyInstrumentor"]
+# EnergyInstrumentor subclasses BaseInstrumentor from an optional extra: imported on
+# first use only (an ImportError then names what is missing).
+__getattr__, __dir__ = lazy_exports(__name__, {"EnergyInstrumentor": "otel_joules.instrumentation.zero_code"})

@@ -82,10 +82,9 @@ from otel_joules.report.model import (
 )
 from otel_joules.report.plot import plot_report, report_figure
 from otel_joules.report.readers import read_inputs
-from otel_joules.report.render import COUNTING_NOTE, format_report, format_skipped, report_dict, run_label
+from otel_joules.report.render import format_report, format_skipped, report_dict
 
 __all__ = [
-    "COUNTING_NOTE",
     "CarbonOptions",
     "CarbonTrackerRun",
     "EnergyPart",
@@ -102,5 +101,4 @@ __all__ = [
     "read_inputs",
     "report_figure",
     "report_dict",
-    "run_label",
 ]

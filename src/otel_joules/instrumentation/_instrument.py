@@ -1,9 +1,13 @@
-"""``instrument()``: one line that puts energy on every span (and exports energy metrics)."""
+"""``instrument()``: one line that puts energy on every span (and exports energy metrics).
+
+The composition root: it wires the meter, the span processor (:mod:`otel_joules.tracing`),
+the metric instruments (:mod:`otel_joules.metrics`) and CO2eq on spans
+(:mod:`otel_joules.carbon.spans`), which is why it lives above all of them.
+"""
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -12,11 +16,15 @@ from typing import Any
 from opentelemetry import metrics, trace
 
 from otel_joules._fork import register_fork_hook
+from otel_joules.carbon.spans import span_carbon_from_settings
+from otel_joules.config import sdk_disabled
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.metrics.instruments import EnergyMetrics
 from otel_joules.tracing.processor import EnergySpanProcessor
+
+__all__ = ["Instrumentation", "instrument"]
 
 _log = logging.getLogger("otel_joules")
 
@@ -82,10 +90,6 @@ class _HandleRegistry:
 _handles = _HandleRegistry()
 
 
-def _sdk_disabled() -> bool:
-    return os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
-
-
 def instrument(
     tracer_provider: Any = None,
     meter_provider: Any = None,
@@ -130,7 +134,7 @@ def instrument(
         ConfigurationError: no SDK tracer provider is configured, or the options are invalid
             (an unknown country, a PUE below 1, ...).
     """
-    if _sdk_disabled():
+    if sdk_disabled():
         _log.info("otel-joules: OTEL_SDK_DISABLED=true, energy is not measured")
         return Instrumentation()
     provider = tracer_provider or trace.get_tracer_provider()
@@ -142,9 +146,6 @@ def instrument(
         )
 
     # Resolved before the handle exists, so a bad setting fails instrument() itself.
-    # The import is deferred: carbon sits downstream of tracing.
-    from otel_joules.carbon.spans import span_carbon_from_settings
-
     span_carbon = span_carbon_from_settings(carbon_intensity, country, pue)
 
     def create() -> Instrumentation:

@@ -20,6 +20,15 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+__all__ = [
+    "TRACEPARENT_ENV",
+    "TRACESTATE_ENV",
+    "attach_environment_context",
+    "child_environment",
+    "context_from_environment",
+    "environment_for_span",
+]
+
 TRACEPARENT_ENV = "TRACEPARENT"
 TRACESTATE_ENV = "TRACESTATE"
 
