@@ -281,10 +281,7 @@ class _MeasuringEnd:
         self._attributor = attributor
         self._share = share
 
-    def __call__(self, end_time: int | None = None) -> None:
-        self._end(None, end_time)
-
-    def _end(self, measurement: EnergyMeasurement | None, end_time: int | None) -> None:
+    def _end(self, end_time: int | None = None, measurement: EnergyMeasurement | None = None) -> None:
         span = self._span_ref()
         if span is None:
             return
@@ -304,6 +301,9 @@ class _MeasuringEnd:
                 processor._finish(span, self._start, end, measurement, attribution, end_time)  # type: ignore[union-attr]
         type(span).end(span, end_time)
 
+    # ``span.end(end_time)`` lands here directly: one Python frame fewer on every span.
+    __call__ = _end
+
 
 def end_span_with_measurement(span: Any, measurement: EnergyMeasurement, end_time: int | None = None) -> None:
     """End ``span`` carrying ``measurement``, taken by the caller, instead of a second measurement.
@@ -315,7 +315,7 @@ def end_span_with_measurement(span: Any, measurement: EnergyMeasurement, end_tim
     """
     end = getattr(span, "__dict__", _NO_DICT).get("end")
     if isinstance(end, _MeasuringEnd):
-        end._end(measurement, end_time)
+        end._end(end_time, measurement)
         return
     if measurement.joules_by_domain and span.is_recording():
         span.set_attributes(measurement_attributes(measurement))
