@@ -29,7 +29,6 @@ Every value crosses this boundary in explicit units (``_seconds``, ``_kwh``/``_j
 from __future__ import annotations
 
 import datetime as _dt
-import enum
 import math
 import numbers
 import os
@@ -42,43 +41,33 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Sequence, Union
 
 from otel_joules.carbon.units import JOULES_PER_KWH
-from otel_joules.errors import OtelJoulesError
 from otel_joules.exporters._files import register_fork_hook
+from otel_joules.training.results import ConsumptionKind
 
-#: What carbontracker puts before every output-log and console message.
-MESSAGE_PREFIX = "CarbonTracker: "
-#: strftime format of the ``YYYY-mm-dd HH:MM:SS - `` line prefix (local time, as carbontracker).
-LINE_TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
-#: strftime format of the date in file names (carbontracker's "modified ISO 8601").
-FILE_TIME_FORMAT = "%Y-%m-%dT%H%M%SZ"
-#: File name endings; the part before them (the *stem*) pairs a run's files.
-STD_LOG_SUFFIX = "_carbontracker.log"
-OUTPUT_LOG_SUFFIX = "_carbontracker_output.log"
-ERR_LOG_SUFFIX = "_carbontracker_err.log"
-#: carbontracker 2.4.7's default ``decimal_precision``.
-DEFAULT_DECIMAL_PRECISION = 12
-#: Standard-log line naming the run's OpenTelemetry trace (followed by 32 hex digits),
-#: so a report given both the log and the trace's spans counts the run once.
-TRACE_ID_LOG_PREFIX = "OpenTelemetry trace_id "
-#: Standard-log line naming the domains that are estimates, not measurements (their ids follow);
-#: readers label such a run ``estimate`` (every device estimated) or ``mixed``.
-ESTIMATE_LOG_PREFIX = "ESTIMATE, not a measurement: "
-#: Standard-log line naming the domains read from hardware energy counters (their ids follow),
-#: the counterpart of :data:`ESTIMATE_LOG_PREFIX`, so a measured run says so too.
-MEASURED_LOG_PREFIX = "MEASURED by hardware energy counters: "
-#: Output-log line after the actual consumption: this process's share of it (kWh, PUE applied, follows).
-PROCESS_SHARE_LOG_PREFIX = "Of which this process's share: "
-#: How a device name on the components line says it is not measured (``cpu (estimate)``).
-ESTIMATE_DEVICE_MARKS = ("(estimate)", "(simulated)")
-#: Standard-log line for an epoch shorter than a counter's update period (its energy is quantised).
-BELOW_RESOLUTION_LOG_PREFIX = "BELOW RESOLUTION: "
-#: The ``software`` of the version line our writer puts first.
-SOFTWARE_NAME = "otel-joules"
-#: carbontracker 2.4.7's PUE and the source it prints with it.
-CARBONTRACKER_PUE = 1.58
-CARBONTRACKER_PUE_SOURCE = "Daniel Bizo, 2023, Uptime Institute Global Data Center Survey"
-#: carbontracker refreshes the carbon intensity every 900 s and prints that interval.
-DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS = 900
+from otel_joules.training.logformat import (  # noqa: F401 - the format, re-exported for this module's users
+    BELOW_RESOLUTION_LOG_PREFIX,
+    CARBONTRACKER_PUE,
+    CARBONTRACKER_PUE_SOURCE,
+    DEFAULT_DECIMAL_PRECISION,
+    DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
+    ERR_LOG_SUFFIX,
+    ESTIMATE_DEVICE_MARKS,
+    ESTIMATE_LOG_PREFIX,
+    FILE_TIME_FORMAT,
+    LINE_TIME_FORMAT,
+    MEASURED_LOG_PREFIX,
+    MESSAGE_PREFIX,
+    OUTPUT_LOG_SUFFIX,
+    PROCESS_SHARE_LOG_PREFIX,
+    SOFTWARE_NAME,
+    STD_LOG_SUFFIX,
+    TRACE_ID_LOG_PREFIX,
+    CarbonTrackerLogError,
+    InvalidLogValueError,
+    LogFilesNotFoundError,
+    LogFormatError,
+    LogWriteError,
+)
 
 # A component name is written as one word ("GPU with device(s) ..." / "for gpu: ..."),
 # so that the parser can find where one component's device list ends.
@@ -87,33 +76,6 @@ _COMPONENT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
 #: Power of one component in one epoch: the total in watts, a per-device list of watts,
 #: or None when nothing was measured (written as ``None``, as carbontracker does).
 PowerValue = Union[float, Sequence[Union[float, None]], None]
-
-
-class CarbonTrackerLogError(OtelJoulesError):
-    """Base class of the errors of the carbontracker log writer and parser."""
-
-
-class InvalidLogValueError(CarbonTrackerLogError, ValueError):
-    """A value cannot be written to a carbontracker log (negative, not finite, wrong type)."""
-
-
-class LogWriteError(CarbonTrackerLogError, OSError):
-    """A log file could not be created or appended to (the message names the file)."""
-
-
-class LogFormatError(CarbonTrackerLogError, ValueError):
-    """A log's content is not in carbontracker's format (the message says where and why)."""
-
-
-class LogFilesNotFoundError(CarbonTrackerLogError, FileNotFoundError):
-    """No log directory or no carbontracker log in it."""
-
-
-class ConsumptionKind(str, enum.Enum):
-    """Which consumption block: measured so far, or predicted for the whole training."""
-
-    ACTUAL = "actual"
-    PREDICTED = "predicted"
 
 
 # --------------------------------------------------------------------------- numbers

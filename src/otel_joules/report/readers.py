@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from otel_joules.carbontracker.logs import (
+from otel_joules.training.logformat import (
     ERR_LOG_SUFFIX,
     OUTPUT_LOG_SUFFIX,
     PROCESS_SHARE_LOG_PREFIX,
@@ -67,7 +67,7 @@ from otel_joules.carbontracker.logs import (
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogError,
 )
-from otel_joules.carbontracker.parser import (
+from otel_joules.training.logread import (
     SkippedLogWarning,
     find_log_pairs,
     get_consumption,
