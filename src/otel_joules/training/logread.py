@@ -1,9 +1,8 @@
 """Read carbontracker-format logs: standard log, consumption blocks, and the run pairs of a directory.
 
-Reads logs written by carbontracker itself and by the tracker's writer
-(:mod:`otel_joules.carbontracker.logs`); used by ``otel-joules report`` and by the
-carbontracker-compatible parser (:mod:`otel_joules.carbontracker.parser`, which adds
-carbontracker's directory-wide functions on top). Where carbontracker 2.4.7 reads its own
+Reads logs written by carbontracker itself and by the carbontracker-compatible tracker's
+writer; used by ``otel-joules report`` and by the carbontracker-compatible parser (which
+adds carbontracker's directory-wide functions on top). Where carbontracker 2.4.7 reads its own
 logs wrongly, these functions read them right (see that module's docstring).
 
 Errors: a single file that cannot be read or is not a carbontracker log raises a
