@@ -49,35 +49,15 @@ What is different, on purpose:
   component is estimated from CPU time x TDP (and memory size x W/GB), and the console,
   the standard log and the spans (``energy.source = "estimate"``) say so.
 
-Spans: the run is a root span ``training``; each epoch is a child span ``epoch`` with
-``training.epoch`` = its number. Both carry the energy attributes of
-:mod:`otel_joules.tracing.attributes` (``energy.joules`` etc., of the chosen components
-only) plus:
-
-=====================================  =====================================================
-``energy.co2eq.grams``                 ``energy.joules / 3.6e6 x carbon.pue x intensity``
-``carbon.intensity.gco2eq_per_kwh``    the intensity used (for ``training``: the
-                                       energy-weighted average over its epochs)
-``carbon.intensity.source``            ``explicit``, ``electricitymaps``, ``offline``,
-                                       ``world_average``, ... (see :mod:`otel_joules.carbon`)
-``carbon.pue``                         the PUE applied
-``training.epochs``                    (``training``) epochs measured
-``training.epochs.planned``            (``training``) the ``epochs`` argument
-``training.early_stop``                (``training``) true when :meth:`stop` ended it early
-``training.epoch.interrupted``         (``epoch``) true for an epoch still open at stop()
-=====================================  =====================================================
-
-The prediction is the event ``training.prediction`` on the root span (attributes
-``training.epochs``, ``training.duration_s``, ``energy.joules``, ``energy.kwh``,
-``energy.co2eq.grams``, ``carbon.intensity.gco2eq_per_kwh``, ``carbon.pue``). The
-``training`` span covers the first epoch's start to the last measured epoch's end, so
-time between epochs (validation, checkpoints) is in its ``energy.joules`` but, as in
-carbontracker, not in the actual consumption (the sum over epochs).
+Spans: a root span ``training`` and one child ``epoch`` per epoch, with the energy of the
+chosen components only, their carbon, and the prediction as the event
+``training.prediction``: see :mod:`otel_joules.training.run`, which makes them.
 
 Spans go to the global tracer provider when it is an OpenTelemetry SDK provider
 (``tracer_provider=`` overrides), otherwise to a private one; either way
 :attr:`CarbonTracker.spans` holds them. Their energy attributes come from this tracker's
-own meter even when ``otel_joules.instrument()`` is active on the same provider.
+own meter even when ``otel_joules.instrument()`` is active on the same provider (its span
+processor takes the tracker's measurement).
 
 carbontracker's simulation keywords are supported as modelled components:
 ``sim_cpu="name", sim_cpu_tdp=W, sim_cpu_util=u`` (default 0.5) replaces the measured CPU

@@ -8,6 +8,31 @@ Spans end through :func:`otel_joules.tracing.processor.end_span_with_measurement
 :class:`~otel_joules.tracing.EnergySpanProcessor` on the same provider uses this run's
 measurement (its chosen components) instead of taking one of its own.
 
+The run is a root span ``training``; each epoch is a child span ``epoch`` with
+``training.epoch`` = its number. Both carry the energy attributes of
+:mod:`otel_joules.tracing.attributes` (``energy.joules`` etc., of the chosen components
+only) plus:
+
+=====================================  =====================================================
+``energy.co2eq.grams``                 ``energy.joules / 3.6e6 x carbon.pue x intensity``
+``carbon.intensity.gco2eq_per_kwh``    the intensity used (for ``training``: the
+                                       energy-weighted average over its epochs)
+``carbon.intensity.source``            ``explicit``, ``electricitymaps``, ``offline``,
+                                       ``world_average``, ... (see :mod:`otel_joules.carbon`)
+``carbon.pue``                         the PUE applied
+``training.epochs``                    (``training``) epochs measured
+``training.epochs.planned``            (``training``) the ``epochs`` argument
+``training.early_stop``                (``training``) true when the run was stopped early
+``training.epoch.interrupted``         (``epoch``) true for an epoch still open when the run stopped
+=====================================  =====================================================
+
+The prediction is the event ``training.prediction`` on the root span (attributes
+``training.epochs``, ``training.duration_s``, ``energy.joules``, ``energy.kwh``,
+``energy.co2eq.grams``, ``carbon.intensity.gco2eq_per_kwh``, ``carbon.pue``). The
+``training`` span covers the first epoch's start to the last measured epoch's end, so
+time between epochs (validation, checkpoints) is in its ``energy.joules`` but, as in
+carbontracker, not in the actual consumption (the sum over epochs).
+
 It holds no lock and prints nothing: callers (the carbontracker-compatible tracker)
 serialise calls and say what happened.
 """
