@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from otel_joules.exporters._files import register_fork_hook
+from otel_joules._fork import register_fork_hook
 from otel_joules.training.results import ConsumptionKind
 from otel_joules.training.logformat import (  # noqa: F401 - the format, re-exported for this module's users
     BELOW_RESOLUTION_LOG_PREFIX,

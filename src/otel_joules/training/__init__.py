@@ -6,19 +6,37 @@ Modules: :mod:`~otel_joules.training.run` (:class:`TrainingRun`, the spans),
 :mod:`~otel_joules.training.results` (:class:`EpochResult`, :class:`Consumption`),
 :mod:`~otel_joules.training.logformat` and :mod:`~otel_joules.training.logread` (the
 carbontracker log format such runs are written in, and reading it back, for ``otel-joules report``).
+
+The names below load their module on first use (PEP 562): reading logs
+(``logformat``, ``logread``) must not load the meter, the sensors or the OpenTelemetry SDK.
 """
 
-from otel_joules.training.devices import COMPONENT_NAMES, DeviceSelection, SimulatedDevice
-from otel_joules.training.results import Consumption, ConsumptionKind, EpochResult
-from otel_joules.training.run import TrainingRun, default_tracer_provider
+from __future__ import annotations
 
-__all__ = [
-    "COMPONENT_NAMES",
-    "Consumption",
-    "ConsumptionKind",
-    "DeviceSelection",
-    "EpochResult",
-    "SimulatedDevice",
-    "TrainingRun",
-    "default_tracer_provider",
-]
+import importlib
+from typing import Any
+
+#: Public name -> the module that defines it.
+_EXPORTS = {
+    "COMPONENT_NAMES": "otel_joules.training.devices",
+    "DeviceSelection": "otel_joules.training.devices",
+    "SimulatedDevice": "otel_joules.training.devices",
+    "Consumption": "otel_joules.training.results",
+    "ConsumptionKind": "otel_joules.training.results",
+    "EpochResult": "otel_joules.training.results",
+    "TrainingRun": "otel_joules.training.run",
+    "default_tracer_provider": "otel_joules.training.run",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
