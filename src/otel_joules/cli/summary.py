@@ -9,6 +9,7 @@ from opentelemetry import trace
 
 from otel_joules.attribution.model import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
+from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.delivery.setup import (
     SIGNAL_METRICS,
@@ -74,7 +75,8 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     if m is None or not m.joules_by_domain:
         lines.append("  energy   nothing measurable or estimable here; `otel-joules devices` says why and what to do")
     else:
-        kwh = joules_to_kwh(max(m.total_joules, 0.0))
+        # IT energy (no PUE), the measurement noise below zero counted as zero as everywhere.
+        kwh = joules_to_kwh(CarbonAccounting.it_joules(m.total_joules))
         lines.append(
             f"  energy   {format_joules(m.total_joules)} = {kwh:.4g} kWh, {m.watts:.4g} W on average, "
             f"the whole host's during the command ({m.source}: {', '.join(sorted(m.joules_by_domain))})"
