@@ -38,21 +38,23 @@ from otel_joules.training.logformat import (
     LogFormatError,
     LogReadError,
 )
-from otel_joules.training.logread import (
-    EpochRecord,
+from otel_joules.training.logfiles import (
     LogPair,
     SkippedLogWarning,
-    StandardLog,
     check_log_dir,
-    consumption_blocks,
     find_log_pairs,
+    read_log_text,
+    warn_skipped,
+)
+from otel_joules.training.logread import (
+    EpochRecord,
+    StandardLog,
+    consumption_blocks,
     get_consumption,
     get_early_stop,
     looks_like_standard_log,
     parse_duration,
     parse_standard_log,
-    read_log_text,
-    warn_skipped,
 )
 
 __all__ = [

@@ -37,7 +37,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from otel_joules.carbon.units import JOULES_PER_KWH
 from otel_joules.training.logformat import OUTPUT_LOG_SUFFIX, STD_LOG_SUFFIX, LogFormatError
-from otel_joules.training.logread import get_consumption, parse_standard_log, read_log_text
+from otel_joules.training.logfiles import read_log_text
+from otel_joules.training.logread import get_consumption, parse_standard_log
 from otel_joules.errors import ConfigurationError
 
 __all__ = ["EpochPower", "RunReport", "generate_report_from_log", "read_run_report"]

@@ -67,12 +67,8 @@ from otel_joules.training.logformat import (
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogError,
 )
-from otel_joules.training.logread import (
-    SkippedLogWarning,
-    find_log_pairs,
-    get_consumption,
-    parse_standard_log,
-)
+from otel_joules.training.logfiles import SkippedLogWarning, find_log_pairs
+from otel_joules.training.logread import get_consumption, parse_standard_log
 from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
 from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.model import CarbonTrackerRun, Skipped, SpanRow

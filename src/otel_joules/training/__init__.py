@@ -4,11 +4,12 @@ measurement and the prediction of the whole run (used by the carbontracker-compa
 Modules: :mod:`~otel_joules.training.run` (:class:`TrainingRun`, the spans),
 :mod:`~otel_joules.training.devices` (components -> the meter's domains),
 :mod:`~otel_joules.training.results` (:class:`EpochResult`, :class:`Consumption`),
-:mod:`~otel_joules.training.logformat` and :mod:`~otel_joules.training.logread` (the
-carbontracker log format such runs are written in, and reading it back, for ``otel-joules report``).
+:mod:`~otel_joules.training.logformat`, :mod:`~otel_joules.training.logread` and
+:mod:`~otel_joules.training.logfiles` (the carbontracker log format such runs are written in,
+and reading it back, for ``otel-joules report``).
 
 The names below load their module on first use (PEP 562): reading logs
-(``logformat``, ``logread``) must not load the meter, the sensors or the OpenTelemetry SDK.
+(``logformat``, ``logread``, ``logfiles``) must not load the meter, the sensors or the OpenTelemetry SDK.
 """
 
 from __future__ import annotations

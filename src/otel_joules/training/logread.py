@@ -5,72 +5,39 @@ writer; used by ``otel-joules report`` and by the carbontracker-compatible parse
 adds carbontracker's directory-wide functions on top). Where carbontracker 2.4.7 reads its own
 logs wrongly, these functions read them right (see that module's docstring).
 
-Errors: a single file that cannot be read or is not a carbontracker log raises a
-:class:`~otel_joules.training.logformat.CarbonTrackerLogError` subclass saying which file
-and line; a run left out of a directory-wide result is reported with a
-:class:`SkippedLogWarning` that says which file and why.
+Errors: text that is not in carbontracker's format raises
+:class:`~otel_joules.training.logformat.LogFormatError` saying where and why. Reading the
+files and pairing a directory's runs is :mod:`otel_joules.training.logfiles`.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import re
-import sys
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from otel_joules.training.logformat import (
     BELOW_RESOLUTION_LOG_PREFIX,
     ESTIMATE_DEVICE_MARKS,
     ESTIMATE_LOG_PREFIX,
-    OUTPUT_LOG_SUFFIX,
     SOFTWARE_NAME,
-    STD_LOG_SUFFIX,
-    LogFilesNotFoundError,
     LogFormatError,
-    LogReadError,
 )
 
 __all__ = [
     "EpochRecord",
-    "LogPair",
-    "SkippedLogWarning",
     "StandardLog",
-    "check_log_dir",
     "consumption_blocks",
-    "find_log_pairs",
     "get_consumption",
     "get_early_stop",
     "looks_like_standard_log",
     "parse_duration",
     "parse_standard_log",
-    "read_log_text",
-    "warn_skipped",
 ]
 
 #: carbontracker's dictionary of one consumption block (see :func:`get_consumption`).
 Consumption = Dict[str, Any]
-
-
-class SkippedLogWarning(UserWarning):
-    """A log file or run was left out of a directory-wide result; the message says which and why."""
-
-
-def warn_skipped(message: str) -> None:
-    """Warn that a run was left out, pointing the warning at the caller's code, not at ours.
-
-    "Ours" are the frames of every module that calls this function under this name (this one,
-    the carbontracker-compatible parser): they import it, so it is in their globals.
-    """
-    frame = sys._getframe(0)
-    level = 1
-    while frame is not None and frame.f_globals.get("warn_skipped") is warn_skipped:
-        frame = frame.f_back
-        level += 1
-    warnings.warn(SkippedLogWarning(message), stacklevel=level)
 
 
 # ----------------------------------------------------------------------------- values
@@ -446,81 +413,3 @@ def consumption_blocks(
 def get_early_stop(std_log_data: str) -> bool:
     """Whether a standard log's text says training was interrupted (carbontracker's ``stop()``)."""
     return bool(_EARLY_STOP_RE.search(std_log_data))
-
-
-# ------------------------------------------------------------------------------ files
-
-
-@dataclass(frozen=True)
-class LogPair:
-    """The standard and output log of one run, paired by their common name stem."""
-
-    stem: str
-    std_log: str
-    output_log: str
-
-
-def read_log_text(path: str) -> str:
-    """A log file's text (undecodable bytes replaced); errors say which file and why."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise LogFilesNotFoundError(f"log file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise LogFilesNotFoundError(f"{path!r} is a directory, not a log file") from None
-    except OSError as exc:
-        raise LogReadError(f"cannot read log file {path!r}: {exc}") from exc
-    if b"\x00" in data:
-        raise LogFormatError(f"{path!r} holds binary data, not a carbontracker log")
-    # carbontracker writes with the platform's default encoding; a stray non-UTF-8 byte
-    # in a device name must not make the numbers unreadable.
-    return data.decode("utf-8", errors="replace")
-
-
-def check_log_dir(log_dir: str | os.PathLike[str]) -> str:
-    """``log_dir`` as a string, or LogFilesNotFoundError unless it is a directory."""
-    path = os.fspath(log_dir)
-    if not os.path.isdir(path):
-        raise LogFilesNotFoundError(
-            f"log directory {path!r} does not exist or is not a directory; pass the log_dir the tracker wrote to"
-        )
-    return path
-
-
-def find_log_pairs(log_dir: str | os.PathLike[str]) -> List[LogPair]:
-    """The runs in ``log_dir``: standard and output logs with the same stem, sorted by name.
-
-    A log without its counterpart, or an empty one, is left out with a
-    :class:`SkippedLogWarning` (carbontracker leaves them out silently, and pairs the
-    rest by position, which mixes runs up when one file is missing).
-
-    Raises:
-        LogFilesNotFoundError: ``log_dir`` is not a directory.
-    """
-    directory = check_log_dir(log_dir)
-    std_logs: Dict[str, str] = {}
-    output_logs: Dict[str, str] = {}
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            continue
-        if name.endswith(OUTPUT_LOG_SUFFIX):
-            output_logs[name[: -len(OUTPUT_LOG_SUFFIX)]] = path
-        elif name.endswith(STD_LOG_SUFFIX):
-            std_logs[name[: -len(STD_LOG_SUFFIX)]] = path
-    pairs: List[LogPair] = []
-    for stem in sorted(set(std_logs) | set(output_logs)):
-        std, output = std_logs.get(stem), output_logs.get(stem)
-        if std is None or output is None:
-            present = std or output
-            missing = f"{stem}{OUTPUT_LOG_SUFFIX}" if output is None else f"{stem}{STD_LOG_SUFFIX}"
-            warn_skipped(f"skipped {present!r}: its counterpart {missing!r} is missing")
-            continue
-        empty = [path for path in (std, output) if os.path.getsize(path) == 0]
-        if empty:
-            warn_skipped(f"skipped the run {stem!r}: {empty[0]!r} is empty (the run wrote nothing yet)")
-            continue
-        pairs.append(LogPair(stem=stem, std_log=std, output_log=output))
-    return pairs
-
-
