@@ -469,8 +469,9 @@ class CarbonTracker:
         end = self._close_epoch(interrupted=False)
         pred_after = self._plan.pred_after
         if run.epoch == pred_after and pred_after > 0:
-            self._predicted = run.predict(self.epochs)
-            self._out.prediction(self._predicted, self._intensity.current(), self.epochs)
+            intensity = self._intensity.current()  # one reading for the figures and the text
+            self._predicted = run.predict(self.epochs, intensity)
+            self._out.prediction(self._predicted, intensity, self.epochs)
             if self.stop_and_confirm and not self._out.confirm(self._stdin):
                 self._out.info("Session ended by user.")
                 self._out.output("Quitting...")

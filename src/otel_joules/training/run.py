@@ -50,6 +50,7 @@ from opentelemetry.trace import Status, StatusCode
 from otel_joules.attribution.model import Attributor, attributor_for
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.equivalents import equivalents
+from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.refresh import RefreshingIntensity
 from otel_joules.carbon.units import validate_pue
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
@@ -250,8 +251,8 @@ class TrainingRun:
         accounting = CarbonAccounting(dataclasses.replace(current, gco2eq_per_kwh=average), self.pue)
         return self._consumption(ConsumptionKind.ACTUAL, len(results), duration, joules, co2, accounting)
 
-    def predict(self, epochs: int) -> Consumption:
-        """The consumption of ``epochs`` epochs like the measured ones' mean, at the intensity now.
+    def predict(self, epochs: int, intensity: CarbonIntensity | None = None) -> Consumption:
+        """The consumption of ``epochs`` epochs like the measured ones' mean, at ``intensity`` (default: now).
 
         Also added to the root span as the event ``training.prediction``.
         """
@@ -259,7 +260,7 @@ class TrainingRun:
         count = len(results)
         joules = sum(r.energy_joules for r in results) / count * epochs
         duration = sum(r.duration_s for r in results) / count * epochs
-        accounting = self.accounting()
+        accounting = CarbonAccounting(intensity, self.pue) if intensity is not None else self.accounting()
         predicted = self._consumption(
             ConsumptionKind.PREDICTED, epochs, duration, joules, accounting.co2eq_grams(joules), accounting
         )
