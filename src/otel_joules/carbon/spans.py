@@ -29,49 +29,25 @@ import time
 from typing import Any, Callable, Mapping, Sequence
 
 from otel_joules._fork import register_fork_hook
+from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.providers import LiveProvider, providers_from_env
-from otel_joules.carbon.units import co2eq_grams, validate_pue
+from otel_joules.carbon.units import validate_pue
 from otel_joules.config import Settings
 from otel_joules.meter.meter import EnergyMeasurement
-from otel_joules.semconv import (
-    CARBON_INTENSITY_GCO2EQ_PER_KWH,
-    CARBON_INTENSITY_SOURCE,
-    CARBON_PUE,
-    ENERGY_ATTRIBUTED_CO2EQ_GRAMS,
-    ENERGY_ATTRIBUTED_JOULES,
-    ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS,
-    ENERGY_ATTRIBUTED_SELF_JOULES,
-    ENERGY_CO2EQ_GRAMS,
-)
 
 _log = logging.getLogger("otel_joules")
-
-#: Which share's CO2eq comes from which joules attribute.
-_ATTRIBUTED_CO2EQ = ((ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_CO2EQ_GRAMS), (ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS))
-
 
 def carbon_attributes(
     joules: float, intensity: CarbonIntensity, pue: float, span_attributes: Mapping[str, Any] | None = None
 ) -> dict[str, float | str]:
     """The carbon attributes for a span whose interval energy is ``joules``.
 
-    ``span_attributes`` are the span's attributes so far: the CO2eq of the attributed
-    shares is added for those it carries. Negative joules (a counter glitch, a share
-    rounded below zero) count as zero.
+    Shorthand for :meth:`CarbonAccounting.span_attributes
+    <otel_joules.carbon.accounting.CarbonAccounting.span_attributes>` (negative joules,
+    measurement noise, count as zero there).
     """
-    attributes: dict[str, float | str] = {
-        ENERGY_CO2EQ_GRAMS: co2eq_grams(max(joules, 0.0), intensity, pue),
-        CARBON_INTENSITY_GCO2EQ_PER_KWH: intensity.gco2eq_per_kwh,
-        CARBON_INTENSITY_SOURCE: intensity.source,
-        CARBON_PUE: pue,
-    }
-    if span_attributes:
-        for joules_key, grams_key in _ATTRIBUTED_CO2EQ:
-            share = span_attributes.get(joules_key)
-            if isinstance(share, (int, float)) and not isinstance(share, bool):
-                attributes[grams_key] = co2eq_grams(max(float(share), 0.0), intensity, pue)
-    return attributes
+    return CarbonAccounting(intensity, pue).span_attributes(joules, span_attributes)
 
 
 class SpanCarbon:
@@ -96,7 +72,8 @@ class SpanCarbon:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.pue = validate_pue(pue)
-        self._intensity = intensity
+        # Replaced whole when a refresh brings a new intensity: a span reads one consistent pair.
+        self._accounting = CarbonAccounting(intensity, self.pue)
         self._refresh = refresh
         self._refresh_after_s = refresh_after_s
         self._clock = clock
@@ -112,12 +89,12 @@ class SpanCarbon:
     @property
     def intensity(self) -> CarbonIntensity:
         """The intensity spans get now."""
-        return self._intensity
+        return self._accounting.intensity
 
     def __call__(self, span: Any, measurement: EnergyMeasurement) -> None:
         """Set the carbon attributes on ``span`` (live, not yet ended); never blocks on the network."""
         self._maybe_refresh()
-        span.set_attributes(carbon_attributes(measurement.total_joules, self._intensity, self.pue, span.attributes))
+        span.set_attributes(self._accounting.span_attributes(measurement.total_joules, span.attributes))
 
     def _maybe_refresh(self) -> None:
         if self._refresh is None or self._clock() - self._resolved_at < self._refresh_after_s:
@@ -129,9 +106,11 @@ class SpanCarbon:
     def _refresh_now(self) -> None:
         try:
             assert self._refresh is not None
-            self._intensity = self._refresh()
+            self._accounting = CarbonAccounting(self._refresh(), self.pue)
         except Exception as exc:  # noqa: BLE001 - keep the previous value; spans must go on
-            _log.warning("otel-joules: could not refresh the carbon intensity (%s); keeping %s", exc, self._intensity)
+            _log.warning(
+                "otel-joules: could not refresh the carbon intensity (%s); keeping %s", exc, self._accounting.intensity
+            )
         finally:
             self._resolved_at = self._clock()
             self._refreshing.release()

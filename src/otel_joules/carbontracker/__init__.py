@@ -5,13 +5,16 @@ Submodules:
 - :mod:`otel_joules.carbontracker.tracker`: ``CarbonTracker(epochs, ...)`` with
   ``epoch_start()``, ``epoch_end()`` and ``stop()``, measured by the otel-joules meter: a
   ``training`` span with one ``epoch`` child per epoch, carbon on each, results returned.
+  The spans, measurement and prediction are core's (:mod:`otel_joules.training`); the
+  tracker adds carbontracker's arguments (``options``), its console and log messages
+  (``console``), and its result and error types (``results``).
 - :mod:`otel_joules.carbontracker.logs`: writes carbontracker-format log files (standard,
-  output and error logs) and formats the consumption blocks the console shows, so that
-  carbontracker's own parser reads our logs and gets our values.
+  output and error logs), with the text of ``formatting`` (also the consumption blocks the
+  console shows), so that carbontracker's own parser reads our logs and gets our values.
 - :mod:`otel_joules.carbontracker.parser`: ``parse_all_logs``, ``parse_logs``,
   ``get_consumption``, ``aggregate_consumption``, ``print_aggregate`` with carbontracker's
   return shapes, reading logs written by carbontracker and by otel-joules, without
-  carbontracker's parser bugs; also its helpers ``get_all_logs``, ``get_devices``,
+  carbontracker's parser bugs (the reading itself is core's, :mod:`otel_joules.training.logread`); also its helpers ``get_all_logs``, ``get_devices``,
   ``get_epoch_durations``, ``get_avg_power_usages``, ``get_most_recent_logs``.
 - :mod:`otel_joules.carbontracker.report`: ``generate_report_from_log(log_file, output_pdf)``,
   a one-page PDF with the sections of carbontracker's report (matplotlib).

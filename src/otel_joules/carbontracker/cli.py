@@ -12,7 +12,7 @@ The command runs as one epoch of a :class:`~otel_joules.carbontracker.tracker.Ca
 (``epochs=1, epochs_before_pred=0``, as carbontracker does), which writes
 carbontracker-format logs into ``--log_dir`` (default ``./logs``), prints carbontracker's
 console messages, and makes the ``training``/``epoch`` spans. The child is run by
-``otel-joules run``'s machinery (:func:`otel_joules.cli.run.run_child`): signals are
+``otel-joules run``'s machinery (:func:`otel_joules.cli.child.run_child`): signals are
 forwarded, the child gets ``TRACEPARENT`` of the epoch span (an instrumented child's spans
 join the trace), and the spans are exported by the standard ``OTEL_*`` variables
 (:func:`otel_joules.delivery.setup.telemetry_from_env`) when ``OTEL_TRACES_EXPORTER`` or
@@ -38,9 +38,11 @@ from opentelemetry import trace
 
 from otel_joules.carbontracker import parser as log_parser
 from otel_joules.carbontracker.tracker import CarbonTracker
-from otel_joules.cli.run import check_runnable, failure_line, run_child
+from otel_joules.cli.child import check_runnable, run_child
+from otel_joules.cli.summary import failure_line
 from otel_joules.instrumentation.context import child_environment
 from otel_joules.delivery.setup import DeliveryReport, Telemetry, capture_sdk_logs, telemetry_from_env
+from otel_joules.config import sdk_disabled
 from otel_joules.errors import ConfigurationError, OtelJoulesError
 
 __all__ = ["build_parser", "main"]
@@ -120,7 +122,7 @@ def parse_api_keys(text: str | None) -> Mapping[str, str] | None:
 
 
 def _telemetry(exporters: Sequence[str] | None, name: str, report: DeliveryReport) -> Telemetry | None:
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    if sdk_disabled():
         return None
     if exporters is None and not any(os.environ.get(variable) for variable in _EXPORT_VARIABLES):
         return None  # a carbontracker user asked for logs, not for a collector

@@ -25,25 +25,36 @@ from __future__ import annotations
 
 import math
 import os
-import re
-import sys
-import warnings
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from otel_joules.carbontracker.logs import (
-    BELOW_RESOLUTION_LOG_PREFIX,
-    ESTIMATE_DEVICE_MARKS,
-    ESTIMATE_LOG_PREFIX,
-    SOFTWARE_NAME,
+from otel_joules.training.logformat import (
     OUTPUT_LOG_SUFFIX,
     STD_LOG_SUFFIX,
     CarbonTrackerLogError,
     LogFilesNotFoundError,
     LogFormatError,
+    LogReadError,
+)
+from otel_joules.training.logfiles import (
+    LogPair,
+    SkippedLogWarning,
+    check_log_dir,
+    find_log_pairs,
+    read_log_text,
+    warn_skipped,
+)
+from otel_joules.training.logread import (
+    EpochRecord,
+    StandardLog,
+    consumption_blocks,
+    get_consumption,
+    get_early_stop,
+    looks_like_standard_log,
+    parse_duration,
+    parse_standard_log,
 )
 
 __all__ = [
@@ -70,283 +81,6 @@ __all__ = [
 
 #: carbontracker's dictionary of one consumption block (see :func:`get_consumption`).
 Consumption = Dict[str, Any]
-
-
-class LogReadError(CarbonTrackerLogError, OSError):
-    """A log file exists but cannot be read (permissions, I/O error)."""
-
-
-class SkippedLogWarning(UserWarning):
-    """A log file or run was left out of a directory-wide result; the message says which and why."""
-
-
-def _skip(message: str) -> None:
-    """Warn that a run was left out, pointing the warning at the caller's code, not at ours."""
-    frame = sys._getframe(0)
-    level = 1
-    while frame is not None and frame.f_globals.get("__name__") == __name__:
-        frame = frame.f_back
-        level += 1
-    warnings.warn(SkippedLogWarning(message), stacklevel=level)
-
-
-# ----------------------------------------------------------------------------- values
-
-_NUMBER = r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|[-+]?nan|[-+]?inf"
-_NUMBER_RE = re.compile(rf"^(?:{_NUMBER})$", re.IGNORECASE)
-_DURATION_RE = re.compile(r"^(-?)(\d+):(\d{2}):(\d{2}(?:\.\d+)?)$")
-_NUMPY_SCALAR_RE = re.compile(r"^np\.float\d*\((.*)\)$")
-
-
-def _number(text: str) -> float:
-    if not _NUMBER_RE.match(text):
-        raise ValueError(f"{text!r} is not a number")
-    return float(text)
-
-
-def parse_duration(text: str) -> float:
-    """Seconds of carbontracker's ``h:mm:ss`` or ``h:mm:ss.ff`` (``-`` allowed in front).
-
-    Raises:
-        LogFormatError: ``text`` is not such a duration.
-    """
-    match = _DURATION_RE.match(text.strip())
-    if not match:
-        raise LogFormatError(f"{text!r} is not a duration in carbontracker's h:mm:ss[.ff] format")
-    sign, hours, minutes, seconds = match.groups()
-    value = int(hours) * 3600 + int(minutes) * 60 + float(seconds)
-    return -value if sign else value
-
-
-def _parse_power(text: str) -> Optional[Tuple[float, ...]]:
-    """``None``/``nan`` -> None (not measured); ``400.0`` -> (400.0,); ``[300. 100.]`` -> (300.0, 100.0)."""
-    text = " ".join(text.split())
-    numpy_scalar = _NUMPY_SCALAR_RE.match(text)
-    if numpy_scalar:
-        text = numpy_scalar.group(1).strip()
-    if text == "None":
-        return None
-    if text.startswith("["):
-        if not text.endswith("]"):
-            raise ValueError(f"the list {text!r} is not closed with ']'")
-        items = [item for item in re.split(r"[\s,]+", text[1:-1]) if item]
-        if not items:
-            raise ValueError("the list of powers is empty")
-        return tuple(_number(item) for item in items)
-    value = _number(text)
-    if math.isnan(value):
-        return None
-    return (value,)
-
-
-# --------------------------------------------------------------------- standard log
-
-
-@dataclass(frozen=True)
-class EpochRecord:
-    """One ``Epoch N:`` block of a standard log.
-
-    Attributes:
-        epoch: The number after ``Epoch``.
-        duration_seconds: From the ``Duration:`` line; None when the block has none
-            (a run killed while writing it).
-        power_watts: Component -> average power in W: one value (the component's total
-            as we write it, or carbontracker's average over its devices), one value per
-            device, or None when the log says ``None`` (nothing measured).
-    """
-
-    epoch: int
-    duration_seconds: Optional[float] = None
-    power_watts: Dict[str, Optional[Tuple[float, ...]]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class StandardLog:
-    """What a standard log (``..._carbontracker.log``) says.
-
-    Attributes:
-        software: Who wrote it, from the version line (``carbontracker``, ``otel-joules``).
-        version: That writer's version.
-        pue: The PUE coefficient of the PUE line.
-        devices: Component (``gpu``, ``cpu``) -> device names, from the components line.
-        epochs: The epoch blocks, in log order.
-        average_intensity_g_per_kwh: From ``Average carbon intensity during training was ...``.
-        early_stop: Whether it says ``Training was interrupted``.
-        energy_source: ``measured``, ``estimate`` (every device estimated or simulated) or
-            ``mixed``, from the ``ESTIMATE, not a measurement`` line and the device names;
-            None when the log does not say (carbontracker's own logs).
-        below_resolution: An epoch was shorter than a counter's update period (a
-            ``BELOW RESOLUTION`` line): its energy is quantised.
-    """
-
-    software: Optional[str] = None
-    version: Optional[str] = None
-    pue: Optional[float] = None
-    devices: Dict[str, List[str]] = field(default_factory=dict)
-    epochs: List[EpochRecord] = field(default_factory=list)
-    average_intensity_g_per_kwh: Optional[float] = None
-    early_stop: bool = False
-    energy_source: Optional[str] = None
-    below_resolution: bool = False
-
-    @property
-    def complete_epochs(self) -> List[EpochRecord]:
-        """The epochs that have a duration (those energy can be computed for)."""
-        return [epoch for epoch in self.epochs if epoch.duration_seconds is not None]
-
-
-_LINE_PREFIX_RE = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:,\d+)? - ")
-_VERSION_RE = re.compile(r"^(\S+) version (\S+)\s*$")
-_PUE_RE = re.compile(rf"PUE coefficient of ({_NUMBER})", re.IGNORECASE)
-_COMPONENTS_RE = re.compile(r"^The following components were found:(.*)$", re.DOTALL)
-_COMPONENT_START_RE = re.compile(r"([A-Za-z][A-Za-z0-9_-]*) with device\(s\) ")
-_EPOCH_RE = re.compile(r"^Epoch (\d+):\s*$")
-_DURATION_LINE_RE = re.compile(r"^Duration:\s*(.*?)\s*$")
-_POWER_RE = re.compile(r"^Average power usage \(W\) for (.+?): (.*)$", re.DOTALL)
-_AVERAGE_INTENSITY_RE = re.compile(rf"Average carbon intensity during training was ({_NUMBER}) gCO2", re.IGNORECASE)
-_EARLY_STOP_RE = re.compile(r"Training was interrupted", re.IGNORECASE)
-
-
-def _messages(text: str) -> List[Tuple[int, str]]:
-    """(line number, message) pairs: the timestamp prefix removed, wrapped power lists joined."""
-    messages: List[Tuple[int, str]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        prefix = _LINE_PREFIX_RE.match(line)
-        body = line[prefix.end():] if prefix else line
-        if not prefix and messages:
-            previous_number, previous = messages[-1]
-            # numpy wraps long arrays over several lines; only the first carries the prefix.
-            if previous.startswith("Average power usage") and previous.count("[") > previous.count("]"):
-                messages[-1] = (previous_number, f"{previous} {body.strip()}")
-                continue
-        messages.append((number, body))
-    return messages
-
-
-def _parse_devices(text: str) -> Dict[str, List[str]]:
-    """``GPU with device(s) A100.1, T4. CPU with device(s) cpu:0.`` -> {"gpu": ["A100.1", "T4"], "cpu": ["cpu:0"]}."""
-    text = text.strip()
-    # A component starts the text or follows the ". " that ends the previous one, so a
-    # dot inside a device name ("A100.1", "8.x") does not end the list.
-    starts = [m for m in _COMPONENT_START_RE.finditer(text) if m.start() == 0 or text[: m.start()].endswith(". ")]
-    devices: Dict[str, List[str]] = {}
-    for index, match in enumerate(starts):
-        end = starts[index + 1].start() if index + 1 < len(starts) else len(text)
-        segment = text[match.end():end].rstrip()
-        if segment.endswith("."):
-            segment = segment[:-1]
-        devices[match.group(1).lower()] = [name.strip() for name in segment.split(",") if name.strip()]
-    return devices
-
-
-def parse_standard_log(text: str, *, source: str = "<text>") -> StandardLog:
-    """Parse the text of a standard log (``..._carbontracker.log``).
-
-    Lines the format does not define (``Monitoring thread started.``, intensity fetches)
-    are ignored. ``source`` names the file in error messages.
-
-    Raises:
-        LogFormatError: a line the format defines holds a value that cannot be read
-            (says which line), the same component appears twice in one epoch, or an epoch
-            other than the last has no duration.
-    """
-    software: Optional[str] = None
-    version: Optional[str] = None
-    pue: Optional[float] = None
-    devices: Optional[Dict[str, List[str]]] = None
-    epochs: List[EpochRecord] = []
-    durations: List[Optional[float]] = []
-    intensity: Optional[float] = None
-    early_stop = False
-    estimate_line = below_resolution = False
-
-    def current_epoch() -> int:
-        # A Duration or power line before any "Epoch N:" starts an epoch of its own:
-        # carbontracker's parser does not need the Epoch lines either.
-        if not epochs:
-            epochs.append(EpochRecord(epoch=1))
-            durations.append(None)
-        return len(epochs) - 1
-
-    for line_number, message in _messages(text):
-        where = f"{source}, line {line_number}"
-        if software is None and (match := _VERSION_RE.match(message)):
-            software, version = match.group(1), match.group(2)
-        elif match := _COMPONENTS_RE.match(message):
-            if devices is None:
-                devices = _parse_devices(match.group(1))
-        elif match := _EPOCH_RE.match(message):
-            epochs.append(EpochRecord(epoch=int(match.group(1))))
-            durations.append(None)
-        elif match := _DURATION_LINE_RE.match(message):
-            index = current_epoch()
-            if durations[index] is not None:
-                # Two durations in one block: the second belongs to an epoch whose
-                # "Epoch N:" line is missing.
-                epochs.append(EpochRecord(epoch=epochs[index].epoch + 1))
-                durations.append(None)
-                index += 1
-            try:
-                durations[index] = parse_duration(match.group(1))
-            except LogFormatError as exc:
-                raise LogFormatError(f"{where}: {exc}") from None
-        elif match := _POWER_RE.match(message):
-            component = match.group(1).strip().lower()
-            try:
-                power = _parse_power(match.group(2))
-            except ValueError as exc:
-                raise LogFormatError(f"{where}: cannot read the power of {component!r}: {exc}") from None
-            index = current_epoch()
-            if component in epochs[index].power_watts:
-                raise LogFormatError(
-                    f"{where}: a second power line for {component!r} in epoch {epochs[index].epoch}; "
-                    "the log is corrupt (two runs written into one file?)"
-                )
-            epochs[index].power_watts[component] = power
-        else:
-            if pue is None and (match := _PUE_RE.search(message)):
-                pue = float(match.group(1))
-            if match := _AVERAGE_INTENSITY_RE.search(message):
-                intensity = float(match.group(1))
-            if _EARLY_STOP_RE.search(message):
-                early_stop = True
-            estimate_line = estimate_line or message.startswith(ESTIMATE_LOG_PREFIX)
-            below_resolution = below_resolution or message.startswith(BELOW_RESOLUTION_LOG_PREFIX)
-
-    records = [
-        EpochRecord(epoch=record.epoch, duration_seconds=duration, power_watts=record.power_watts)
-        for record, duration in zip(epochs, durations)
-    ]
-    for record in records[:-1]:
-        if record.duration_seconds is None:
-            raise LogFormatError(
-                f"{source}: epoch {record.epoch} has no 'Duration:' line but later epochs do; the log is corrupt"
-            )
-    return StandardLog(
-        software=software,
-        version=version,
-        pue=pue,
-        devices=devices or {},
-        epochs=records,
-        average_intensity_g_per_kwh=intensity,
-        early_stop=early_stop,
-        energy_source=_energy_source(software, devices or {}, estimate_line),
-        below_resolution=below_resolution,
-    )
-
-
-def _energy_source(software: Optional[str], devices: Dict[str, List[str]], estimate_line: bool) -> Optional[str]:
-    """What the log says its figures are: measured, estimate or mixed (None: it does not say)."""
-    names = [name for group in devices.values() for name in group]
-    estimated = [name for name in names if name.endswith(ESTIMATE_DEVICE_MARKS)]
-    if estimate_line or estimated:
-        return "mixed" if len(estimated) < len(names) else "estimate"
-    # Our writer always writes the ESTIMATE line when there is one; carbontracker never does.
-    return "measured" if software == SOFTWARE_NAME else None
-
-
-def _looks_like_standard_log(log: StandardLog) -> bool:
-    return bool(log.software or log.pue is not None or log.devices or log.epochs)
 
 
 def _components(log: StandardLog, source: str) -> Dict[str, Dict[str, Any]]:
@@ -385,195 +119,6 @@ def _components(log: StandardLog, source: str) -> Dict[str, Dict[str, Any]]:
     return result
 
 
-# ----------------------------------------------------------------------- output log
-
-_HEADING_RE = re.compile(
-    r"(Actual|Predicted) consumption(?: for (-?\d+) epochs?(?:\(s\))?)?:[ \t]*$",
-    re.IGNORECASE | re.MULTILINE,
-)
-_TIME_RE = re.compile(r"^\s*Time:\s*(.*?)\s*$")
-_ENERGY_RE = re.compile(rf"^\s*Energy:\s*({_NUMBER})\s*kWh\s*$", re.IGNORECASE)
-_CO2EQ_RE = re.compile(rf"^\s*CO2eq:\s*({_NUMBER})\s*g\s*$", re.IGNORECASE)
-_EQUIVALENT_HEAD_RE = re.compile(r"^\s*This is equivalent to:\s*$", re.IGNORECASE)
-_EQUIVALENT_RE = re.compile(rf"^\s*({_NUMBER})\s+(\S.*?)\s*$", re.IGNORECASE)
-
-
-def _block(text: str, heading: "re.Match[str]", epochs_in_std_log: Optional[int]) -> Consumption:
-    kind = heading.group(1).capitalize()
-    line_number = text.count("\n", 0, heading.start()) + 1
-    where = f"the '{heading.group(0).strip()}' block (line {line_number})"
-    lines = [line for line in text[heading.end():].split("\n")[1:]]
-    position = 0
-
-    def expect(pattern: "re.Pattern[str]", what: str) -> "re.Match[str]":
-        nonlocal position
-        while position < len(lines) and not lines[position].strip():
-            position += 1
-        line = lines[position] if position < len(lines) else ""
-        match = pattern.match(line)
-        if not match:
-            raise LogFormatError(f"{where} has no readable {what} line (found {line.strip()!r})")
-        position += 1
-        return match
-
-    duration = parse_duration(expect(_TIME_RE, "'Time:'").group(1))
-    energy = float(expect(_ENERGY_RE, "'Energy: ... kWh'").group(1))
-    co2eq = float(expect(_CO2EQ_RE, "'CO2eq: ... g'").group(1))
-    equivalents: Optional[Dict[str, float]] = None
-    if position < len(lines) and _EQUIVALENT_HEAD_RE.match(lines[position]):
-        equivalents = {}
-        for line in lines[position + 1:]:
-            # The block ends at the first line that is not "<amount> <unit>": the next
-            # timestamped message, or the console's next "CarbonTracker:" line.
-            if _LINE_PREFIX_RE.match(line):
-                break
-            match = _EQUIVALENT_RE.match(line)
-            if not match:
-                break
-            equivalents[match.group(2)] = float(match.group(1))
-    if heading.group(2) is not None:
-        epochs: Optional[int] = int(heading.group(2))
-    elif kind == "Actual":
-        epochs = epochs_in_std_log
-    else:
-        epochs = None
-    return {
-        "epochs": epochs,
-        "duration (s)": duration,
-        "energy (kWh)": energy,
-        "co2eq (g)": co2eq,
-        "equivalents": equivalents,
-    }
-
-
-def get_consumption(
-    output_log_data: str, std_log_data: Optional[str] = None
-) -> Tuple[Optional[Consumption], Optional[Consumption]]:
-    """Actual and predicted consumption from the text of an output log.
-
-    Returns:
-        ``(actual, pred)``, each None when the log has no such block, else::
-
-            {
-                "epochs": int | None,   # N of "... for N epoch(s):"
-                "duration (s)": float,
-                "energy (kWh)": float,
-                "co2eq (g)": float,
-                "equivalents": {unit: amount} | None,  # None without "This is equivalent to:"
-            }
-
-        When a log has several blocks of a kind, the last one counts. carbontracker
-        writes a bare ``Actual consumption:`` when it makes no prediction; its
-        ``"epochs"`` is then the number of complete epochs in ``std_log_data`` (the
-        standard log's text) if given, else None (carbontracker says 1).
-
-        ``"epochs"`` is the number the block states. carbontracker's ``stop()`` states one
-        epoch fewer than ran when the last epoch had ended (its energy covers them all);
-        the standard log's epoch blocks (:func:`parse_logs`) show how many ran.
-
-    Raises:
-        LogFormatError: a block's Time, Energy or CO2eq line is missing or unreadable.
-    """
-    epochs_in_std_log = None
-    if std_log_data is not None:
-        epochs_in_std_log = len(parse_standard_log(std_log_data).complete_epochs)
-    return _consumption(output_log_data, epochs_in_std_log)
-
-
-def _consumption(
-    output_log_data: str, epochs_in_std_log: Optional[int]
-) -> Tuple[Optional[Consumption], Optional[Consumption]]:
-    text = output_log_data.replace("\r\n", "\n")
-    actual: Optional[Consumption] = None
-    pred: Optional[Consumption] = None
-    for heading in _HEADING_RE.finditer(text):
-        block = _block(text, heading, epochs_in_std_log)
-        if heading.group(1).lower() == "actual":
-            actual = block
-        else:
-            pred = block
-    return actual, pred
-
-
-def get_early_stop(std_log_data: str) -> bool:
-    """Whether a standard log's text says training was interrupted (carbontracker's ``stop()``)."""
-    return bool(_EARLY_STOP_RE.search(std_log_data))
-
-
-# ------------------------------------------------------------------------------ files
-
-
-@dataclass(frozen=True)
-class LogPair:
-    """The standard and output log of one run, paired by their common name stem."""
-
-    stem: str
-    std_log: str
-    output_log: str
-
-
-def _read_text(path: str) -> str:
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise LogFilesNotFoundError(f"log file {path!r} does not exist") from None
-    except IsADirectoryError:
-        raise LogFilesNotFoundError(f"{path!r} is a directory, not a log file") from None
-    except OSError as exc:
-        raise LogReadError(f"cannot read log file {path!r}: {exc}") from exc
-    if b"\x00" in data:
-        raise LogFormatError(f"{path!r} holds binary data, not a carbontracker log")
-    # carbontracker writes with the platform's default encoding; a stray non-UTF-8 byte
-    # in a device name must not make the numbers unreadable.
-    return data.decode("utf-8", errors="replace")
-
-
-def _check_dir(log_dir: str | os.PathLike[str]) -> str:
-    path = os.fspath(log_dir)
-    if not os.path.isdir(path):
-        raise LogFilesNotFoundError(
-            f"log directory {path!r} does not exist or is not a directory; pass the log_dir the tracker wrote to"
-        )
-    return path
-
-
-def find_log_pairs(log_dir: str | os.PathLike[str]) -> List[LogPair]:
-    """The runs in ``log_dir``: standard and output logs with the same stem, sorted by name.
-
-    A log without its counterpart, or an empty one, is left out with a
-    :class:`SkippedLogWarning` (carbontracker leaves them out silently, and pairs the
-    rest by position, which mixes runs up when one file is missing).
-
-    Raises:
-        LogFilesNotFoundError: ``log_dir`` is not a directory.
-    """
-    directory = _check_dir(log_dir)
-    std_logs: Dict[str, str] = {}
-    output_logs: Dict[str, str] = {}
-    for name in sorted(os.listdir(directory)):
-        path = os.path.join(directory, name)
-        if not os.path.isfile(path):
-            continue
-        if name.endswith(OUTPUT_LOG_SUFFIX):
-            output_logs[name[: -len(OUTPUT_LOG_SUFFIX)]] = path
-        elif name.endswith(STD_LOG_SUFFIX):
-            std_logs[name[: -len(STD_LOG_SUFFIX)]] = path
-    pairs: List[LogPair] = []
-    for stem in sorted(set(std_logs) | set(output_logs)):
-        std, output = std_logs.get(stem), output_logs.get(stem)
-        if std is None or output is None:
-            present = std or output
-            missing = f"{stem}{OUTPUT_LOG_SUFFIX}" if output is None else f"{stem}{STD_LOG_SUFFIX}"
-            _skip(f"skipped {present!r}: its counterpart {missing!r} is missing")
-            continue
-        empty = [path for path in (std, output) if os.path.getsize(path) == 0]
-        if empty:
-            _skip(f"skipped the run {stem!r}: {empty[0]!r} is empty (the run wrote nothing yet)")
-            continue
-        pairs.append(LogPair(stem=stem, std_log=std, output_log=output))
-    return pairs
-
-
 @dataclass(frozen=True)
 class _Run:
     pair: LogPair
@@ -587,18 +132,18 @@ def _runs(log_dir: str | os.PathLike[str]) -> List[_Run]:
     runs: List[_Run] = []
     for pair in find_log_pairs(log_dir):
         try:
-            std_text = _read_text(pair.std_log)
-            output_text = _read_text(pair.output_log)
+            std_text = read_log_text(pair.std_log)
+            output_text = read_log_text(pair.output_log)
             std = parse_standard_log(std_text, source=pair.std_log)
-            if not _looks_like_standard_log(std):
+            if not looks_like_standard_log(std):
                 raise LogFormatError(f"{pair.std_log!r} has no carbontracker line (version, PUE, components or epochs)")
             components = _components(std, pair.std_log)
             try:
-                actual, pred = _consumption(output_text, len(std.complete_epochs))
+                actual, pred = consumption_blocks(output_text, len(std.complete_epochs))
             except LogFormatError as exc:
                 raise LogFormatError(f"{pair.output_log!r}: {exc}") from None
         except CarbonTrackerLogError as exc:
-            _skip(f"skipped the run {pair.stem!r}: {exc}")
+            warn_skipped(f"skipped the run {pair.stem!r}: {exc}")
             continue
         runs.append(_Run(pair=pair, std=std, actual=actual, pred=pred, components=components))
     return runs
@@ -692,7 +237,7 @@ def parse_logs(
     """
     del output_log_file  # carbontracker ignores it as well; the standard log has everything.
     if std_log_file is None:
-        directory = _check_dir(log_dir)
+        directory = check_log_dir(log_dir)
         if _only_empty_std_logs(directory):
             return {}
         path = _most_recent_std_log(directory)
@@ -702,11 +247,11 @@ def parse_logs(
             inside = os.path.join(os.fspath(log_dir), path)
             if os.path.exists(inside):
                 path = inside
-    text = _read_text(path)
+    text = read_log_text(path)
     if not text.strip():
         return {}
     log = parse_standard_log(text, source=path)
-    if not _looks_like_standard_log(log):
+    if not looks_like_standard_log(log):
         raise LogFormatError(
             f"{path!r} is not a carbontracker standard log: it has no version, PUE, components or epoch line"
         )
@@ -743,11 +288,11 @@ def _aggregate(log_dir: str | os.PathLike[str]) -> _Totals:
     for run in _runs(log_dir):
         chosen = _choose(run)
         if chosen is None:
-            _skip(f"skipped the run {run.pair.stem!r}: {run.pair.output_log!r} has no consumption block yet")
+            warn_skipped(f"skipped the run {run.pair.stem!r}: {run.pair.output_log!r} has no consumption block yet")
             continue
         energy, co2eq = chosen["energy (kWh)"], chosen["co2eq (g)"]
         if not math.isfinite(energy):
-            _skip(f"skipped the run {run.pair.stem!r}: its energy is {energy!r} kWh")
+            warn_skipped(f"skipped the run {run.pair.stem!r}: its energy is {energy!r} kWh")
             continue
         totals.energy_kwh += energy
         if math.isfinite(co2eq):
@@ -903,7 +448,7 @@ def get_most_recent_logs(log_dir: str | os.PathLike[str]) -> Tuple[str, str]:
         LogFilesNotFoundError: ``log_dir`` is not a directory, has no standard log, or the
             most recent one has no output log (carbontracker raises ``IndexError``).
     """
-    directory = _check_dir(log_dir)
+    directory = check_log_dir(log_dir)
     std_logs = [
         os.path.join(directory, name)
         for name in os.listdir(directory)

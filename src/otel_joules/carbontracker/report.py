@@ -36,8 +36,9 @@ from datetime import datetime
 from typing import Any, Dict, List, Optional, Tuple
 
 from otel_joules.carbon.units import JOULES_PER_KWH
-from otel_joules.carbontracker.logs import OUTPUT_LOG_SUFFIX, STD_LOG_SUFFIX, LogFormatError
-from otel_joules.carbontracker.parser import _read_text, get_consumption, parse_standard_log
+from otel_joules.training.logformat import OUTPUT_LOG_SUFFIX, STD_LOG_SUFFIX, LogFormatError
+from otel_joules.training.logfiles import read_log_text
+from otel_joules.training.logread import get_consumption, parse_standard_log
 from otel_joules.errors import ConfigurationError
 
 __all__ = ["EpochPower", "RunReport", "generate_report_from_log", "read_run_report"]
@@ -181,7 +182,7 @@ def read_run_report(log_file_path: str | os.PathLike[str]) -> RunReport:
             names no carbon intensity and has no actual consumption block.
     """
     std_path = os.fspath(log_file_path)
-    text = _read_text(std_path)
+    text = read_log_text(std_path)
     log = parse_standard_log(text, source=std_path)
     epochs = tuple(
         EpochPower(
@@ -204,7 +205,7 @@ def read_run_report(log_file_path: str | os.PathLike[str]) -> RunReport:
         candidate = std_path[: -len(STD_LOG_SUFFIX)] + OUTPUT_LOG_SUFFIX
         if os.path.isfile(candidate):
             output_path = candidate
-            actual, _ = get_consumption(_read_text(candidate), text)
+            actual, _ = get_consumption(read_log_text(candidate), text)
     pue = log.pue if log.pue is not None else 1.0
     it_joules = sum(epoch.joules for epoch in epochs)
     intensity = log.average_intensity_g_per_kwh

@@ -11,7 +11,7 @@ from typing import Iterable, Mapping, NamedTuple
 from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.units import JOULES_PER_KWH, validate_pue
-from otel_joules.carbontracker.logs import ESTIMATE_DEVICE_MARKS
+from otel_joules.training.logformat import ESTIMATE_DEVICE_MARKS
 from otel_joules.errors import ConfigurationError
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,

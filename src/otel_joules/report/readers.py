@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from otel_joules.carbontracker.logs import (
+from otel_joules.training.logformat import (
     ERR_LOG_SUFFIX,
     OUTPUT_LOG_SUFFIX,
     PROCESS_SHARE_LOG_PREFIX,
@@ -68,12 +68,8 @@ from otel_joules.carbontracker.logs import (
     TRACE_ID_LOG_PREFIX,
     CarbonTrackerLogError,
 )
-from otel_joules.carbontracker.parser import (
-    SkippedLogWarning,
-    find_log_pairs,
-    get_consumption,
-    parse_standard_log,
-)
+from otel_joules.training.logfiles import SkippedLogWarning, find_log_pairs
+from otel_joules.training.logread import get_consumption, parse_standard_log
 from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
 from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.model import CarbonTrackerRun, Skipped, SpanRow

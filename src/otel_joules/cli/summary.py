@@ -1,0 +1,135 @@
+"""What ``otel-joules run`` prints at the end: the run's result in a few lines, and delivery failures."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from opentelemetry import trace
+
+from otel_joules.attribution.model import SpanAttribution
+from otel_joules.carbon import joules_to_kwh
+from otel_joules.carbon.accounting import CarbonAccounting
+from otel_joules.carbon.intensity import CarbonIntensity
+from otel_joules.delivery.setup import (
+    SIGNAL_METRICS,
+    SIGNAL_TRACES,
+    DeliveryReport,
+    Telemetry,
+    iter_failures_by_destination,
+)
+from otel_joules.meter.meter import EnergyMeasurement
+
+__all__ = ["RunResult", "failure_line", "format_duration", "format_joules", "summary_lines"]
+
+
+@dataclass
+class RunResult:
+    """What one run produced (for the summary and for callers in code)."""
+
+    command: list[str]
+    exit_code: int
+    duration_s: float
+    measurement: EnergyMeasurement | None
+    co2eq_grams: float | None
+    intensity: CarbonIntensity
+    pue: float
+    attribution: SpanAttribution | None
+    span_context: trace.SpanContext | None
+    signal_name: str | None = None
+    start_error: str | None = None
+
+
+
+def format_duration(seconds: float) -> str:
+    """``0.42 s``, ``12.3 s``, ``2:03:04`` (h:mm:ss) from one hour on, ``4:05`` (m:ss) from a minute."""
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = int(round(seconds))
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
+
+
+def format_joules(joules: float) -> str:
+    """Joules with a unit prefix: ``12.3 J``, ``4.56 kJ``, ``7.89 MJ``."""
+    for factor, unit in ((1e9, "GJ"), (1e6, "MJ"), (1e3, "kJ")):
+        if abs(joules) >= factor:
+            return f"{joules / factor:.4g} {unit}"
+    return f"{joules:.4g} J"
+
+
+def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
+    """The human summary printed at the end (without the delivery-failure line)."""
+    how = (
+        f"was killed by {result.signal_name}"
+        if result.signal_name
+        else f"could not start ({result.start_error})"
+        if result.start_error
+        else f"exited with code {result.exit_code}"
+    )
+    lines = [f"otel-joules: {shlex.join(result.command)} {how} after {format_duration(result.duration_s)}"]
+    m = result.measurement
+    if m is None or not m.joules_by_domain:
+        lines.append("  energy   nothing measurable or estimable here; `otel-joules devices` says why and what to do")
+    else:
+        # IT energy (no PUE), the measurement noise below zero counted as zero as everywhere.
+        kwh = joules_to_kwh(CarbonAccounting.it_joules(m.total_joules))
+        lines.append(
+            f"  energy   {format_joules(m.total_joules)} = {kwh:.4g} kWh, {m.watts:.4g} W on average, "
+            f"the whole host's during the command ({m.source}: {', '.join(sorted(m.joules_by_domain))})"
+        )
+        if m.below_resolution:
+            lines.append(
+                f"  note     BELOW RESOLUTION: {format_duration(m.duration_s)} is shorter than a counter's update "
+                "period, so these joules and watts are quantised, not exact; measure a longer run"
+            )
+        if result.attribution is not None:
+            share = result.attribution
+            lines.append(
+                f"  share    {format_joules(share.joules)} of that is the command's ({m.source}; its CPU time's part "
+                f"of the host's CPU and memory energy: {format_joules(share.cpu_joules + share.memory_joules)}"
+                + (f", plus its GPUs: {format_joules(share.gpu_joules)}" if share.gpu_joules else "")
+                + ")"
+            )
+        if result.co2eq_grams is not None:
+            pue = f", PUE {result.pue:g}" if result.pue != 1.0 else ""
+            lines.append(
+                f"  carbon   {result.co2eq_grams:.4g} gCO2eq at {result.intensity.gco2eq_per_kwh:g} gCO2eq/kWh{pue} "
+                f"({result.intensity.source}: {result.intensity.detail})"
+            )
+    if telemetry is None:
+        lines.append("  data     not exported (OTEL_SDK_DISABLED=true)")
+    elif not telemetry.destinations:
+        lines.append("  data     not exported (no exporter configured)")
+    else:
+        parts = []
+        for signal_name in (SIGNAL_TRACES, SIGNAL_METRICS):
+            for destination in telemetry.destinations_for(signal_name):
+                parts.append(f"{signal_name} -> {destination}: {telemetry.report.outcome(destination)}")
+        if not telemetry.destinations_for(SIGNAL_METRICS):
+            parts.append("metrics not exported")
+        lines.append("  data     " + "; ".join(parts))
+    if result.span_context is not None and result.span_context.is_valid:
+        lines.append(f"  trace    {result.span_context.trace_id:032x}")
+    return lines
+
+
+def failure_line(report: DeliveryReport) -> str | None:
+    """One line naming every destination that failed and why, or None."""
+    failed = list(iter_failures_by_destination(report))
+    if not failed:
+        return None
+    by_target: dict[str, tuple[list[str], str]] = {}
+    for destination, reason in failed:
+        signals, _ = by_target.setdefault(str(destination), ([], reason))
+        signals.append(destination.signal)
+    described = "; ".join(f"{' and '.join(signals)} to {target}: {reason}" for target, (signals, reason) in by_target.items())
+    hint = ""
+    if report.sdk_messages:
+        hint = f" (exporter said: {report.sdk_messages[0]})"
+    return f"otel-joules: could not deliver {described}{hint}. The command's result is not affected."
+
+

@@ -1,0 +1,147 @@
+"""Which devices a training run measures: the meter's domains grouped into components (``gpu``, ``cpu``).
+
+A training run names components, not domains: ``gpu`` is every GPU, ``cpu`` every other
+domain that adds to the total (packages, DRAM, estimates). :class:`DeviceSelection` picks
+those of a meter, plus simulated devices (constant power, carbontracker's ``sim_*``), and
+measures an interval restricted to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
+from otel_joules.sensors.base import Domain, HardwareType, Method
+
+__all__ = ["COMPONENT_NAMES", "DeviceSelection", "SimulatedDevice", "component_of", "device_name"]
+
+#: The component names, in the order carbontracker lists them.
+COMPONENT_NAMES = ("gpu", "cpu")
+
+
+@dataclass(frozen=True)
+class SimulatedDevice:
+    """A simulated device: constant power, not a measurement.
+
+    Attributes:
+        domain_id: Its domain on the spans (``sim_cpu``, ``sim_gpu``).
+        component: ``cpu`` or ``gpu``.
+        name: The name shown as its device.
+        watts: Its constant power.
+    """
+
+    domain_id: str
+    component: str
+    name: str
+    watts: float
+
+
+def device_name(domain: Domain) -> str:
+    """The device name carbontracker would print for a domain (``cpu:0``, ``dram:0``, the GPU's name)."""
+    if domain.hw_type is HardwareType.GPU:
+        return domain.hw_name
+    if domain.method is Method.ESTIMATE:
+        return "dram (estimate)" if domain.hw_type is HardwareType.MEMORY else "cpu (estimate)"
+    prefix, _, number = domain.id.rpartition("_")
+    if prefix == "package" and number.isdigit():
+        return f"cpu:{number}"
+    if prefix == "dram" and number.isdigit():
+        return f"dram:{number}"
+    return domain.id
+
+
+def component_of(domain: Domain) -> str | None:
+    """``gpu`` for GPUs; ``cpu`` for every other domain that adds to the total (package, dram, estimates)."""
+    if not domain.in_total:
+        # core/uncore are inside their package, psys covers the platform: adding them
+        # would count energy twice.
+        return None
+    return "gpu" if domain.hw_type is HardwareType.GPU else "cpu"
+
+
+@dataclass(frozen=True)
+class DeviceSelection:
+    """The domains and simulated devices of the chosen components.
+
+    Attributes:
+        components: The chosen component names, in :data:`COMPONENT_NAMES` order.
+        domains: The meter's domains measured (core/uncore included as detail, not added).
+        simulated: Simulated devices, added to every measurement at constant power.
+        component_by_domain_id: Component of each domain that adds to it, simulated ones included.
+        devices: Component -> its device names, for the components that have any.
+    """
+
+    components: tuple[str, ...]
+    domains: tuple[Domain, ...]
+    simulated: tuple[SimulatedDevice, ...]
+    component_by_domain_id: Mapping[str, str]
+    devices: Mapping[str, tuple[str, ...]]
+
+    @classmethod
+    def select(
+        cls, meter: EnergyMeter, components: Sequence[str], simulated: Sequence[SimulatedDevice] = ()
+    ) -> "DeviceSelection":
+        """The meter's domains of ``components``; a component simulated is not measured."""
+        sims = tuple(sim for sim in simulated if sim.component in components)
+        measured = tuple(name for name in components if name not in {sim.component for sim in sims})
+        selected: list[Domain] = []
+        for domain in meter.domains:
+            component = component_of(domain)
+            if component is not None and component in measured:
+                selected.append(domain)
+            elif component is None and domain.hw_type is not HardwareType.GPU and "cpu" in measured:
+                # core/uncore (inside their package) stay on the spans as detail; they are not added.
+                selected.append(domain)
+        by_domain = {d.id: c for d in selected if (c := component_of(d)) is not None}
+        by_domain.update({sim.domain_id: sim.component for sim in sims})
+        devices: dict[str, tuple[str, ...]] = {}
+        for name in components:
+            names = [sim.name for sim in sims if sim.component == name]
+            names += [device_name(d) for d in selected if component_of(d) == name]
+            if names:
+                devices[name] = tuple(names)
+        return cls(tuple(components), tuple(selected), sims, by_domain, devices)
+
+    @property
+    def missing(self) -> tuple[str, ...]:
+        """Chosen components with no device here."""
+        return tuple(name for name in self.components if name not in self.devices)
+
+    @property
+    def domain_ids(self) -> frozenset[str]:
+        """Ids of the measured domains."""
+        return frozenset(d.id for d in self.domains)
+
+    @property
+    def constant_watts(self) -> dict[str, float]:
+        """What the meter adds to every measurement for the simulated devices."""
+        return {sim.domain_id: sim.watts for sim in self.simulated}
+
+    def estimated_domain_ids(self) -> list[str]:
+        """The chosen domains that are estimates (no counter) or simulated: never to be called measured."""
+        return [d.id for d in self.domains if d.method is Method.ESTIMATE] + [sim.domain_id for sim in self.simulated]
+
+    def measured_domain_ids(self) -> list[str]:
+        """Domains read from hardware counters (or integrated from measured power)."""
+        return [d.id for d in self.domains if d.method.is_measurement]
+
+    def has_estimates(self) -> bool:
+        """Some measured domain is an estimate (CPU time x TDP, memory size x W/GB)."""
+        return any(d.method is Method.ESTIMATE for d in self.domains)
+
+    def measure(self, meter: EnergyMeter, start: EnergySnapshot, end: EnergySnapshot) -> EnergyMeasurement:
+        """The meter's measurement restricted to these domains, plus the simulated devices."""
+        return meter.measure(start, end, self.domain_ids, constant_watts=self.constant_watts)
+
+    def power_watts_by_component(self, measurement: EnergyMeasurement) -> dict[str, float | None]:
+        """Average power of each component with devices (sum over them); None for a zero-length interval."""
+        power: dict[str, float | None] = {}
+        for name in self.devices:
+            joules = sum(
+                value
+                for domain_id, value in measurement.joules_by_domain.items()
+                if self.component_by_domain_id.get(domain_id) == name
+            )
+            power[name] = joules / measurement.duration_s if measurement.duration_s > 0 else None
+        return power
