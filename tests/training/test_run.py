@@ -126,3 +126,31 @@ def test_an_abandoned_epoch_is_interrupted_and_in_error(powercap: FakePowercap) 
     assert spans[SPAN_EPOCH].status.status_code is StatusCode.ERROR
     assert spans[SPAN_TRAINING].status.status_code is StatusCode.ERROR
     assert not run.epoch_open
+
+
+def test_the_runs_carbon_wins_over_instrument_carbon_on_the_same_provider(powercap: FakePowercap) -> None:
+    # instrument() with its own intensity on the provider the run uses: its carbon hook runs on the
+    # run's spans (they end through its processor), yet the run's intensity and PUE are what the spans
+    # say, as its console, logs and result do; the processor still adds the span's share.
+    import otel_joules
+    from otel_joules.semconv import ENERGY_ATTRIBUTED_JOULES
+
+    exporter = InMemorySpanExporter()
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    handle = otel_joules.instrument(provider, energy_meter=meter, carbon_intensity=999.0, metrics_enabled=False)
+    try:
+        selection = DeviceSelection.select(meter, ("gpu", "cpu"))
+        run = TrainingRun(meter, selection, RefreshingIntensity(INTENSITY), PUE, provider, 4, "test")
+        run.start_epoch()
+        _spend(powercap)
+        result, _ = run.end_epoch()
+        run.end(run.snapshot(), early_stop=False)
+    finally:
+        handle.uninstrument()
+    epoch = next(s for s in exporter.get_finished_spans() if s.name == SPAN_EPOCH)
+    assert (epoch.attributes[CARBON_INTENSITY_GCO2EQ_PER_KWH], epoch.attributes[CARBON_PUE]) == (200.0, PUE)
+    assert epoch.attributes[ENERGY_CO2EQ_GRAMS] == pytest.approx(result.co2eq_grams)
+    assert epoch.attributes[ENERGY_JOULES] == pytest.approx(EPOCH_J)
+    assert ENERGY_ATTRIBUTED_JOULES in epoch.attributes

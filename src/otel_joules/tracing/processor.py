@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
@@ -281,7 +281,12 @@ class _MeasuringEnd:
         self._attributor = attributor
         self._share = share
 
-    def _end(self, end_time: int | None = None, measurement: EnergyMeasurement | None = None) -> None:
+    def _end(
+        self,
+        end_time: int | None = None,
+        measurement: EnergyMeasurement | None = None,
+        final_attributes: Mapping[str, Any] | None = None,
+    ) -> None:
         span = self._span_ref()
         if span is None:
             return
@@ -299,24 +304,40 @@ class _MeasuringEnd:
             attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
             if enabled:
                 processor._finish(span, self._start, end, measurement, attribution, end_time)  # type: ignore[union-attr]
+            if final_attributes:
+                span.set_attributes(final_attributes)
         type(span).end(span, end_time)
 
     # ``span.end(end_time)`` lands here directly: one Python frame fewer on every span.
     __call__ = _end
 
 
-def end_span_with_measurement(span: Any, measurement: EnergyMeasurement, end_time: int | None = None) -> None:
+def end_span_with_measurement(
+    span: Any,
+    measurement: EnergyMeasurement,
+    end_time: int | None = None,
+    *,
+    attributes: Mapping[str, Any] | None = None,
+) -> None:
     """End ``span`` carrying ``measurement``, taken by the caller, instead of a second measurement.
 
-    For adapters that measure an interval themselves (the pyJoules API hands the same
-    numbers to its handlers): the span gets exactly those energy attributes, and an
-    :class:`EnergySpanProcessor` on the span's provider uses them, hooks included,
-    rather than reading the counters again.
+    The one way to end a span with energy besides ``span.end()`` itself. For adapters that
+    measure an interval themselves (the pyJoules API hands the same numbers to its handlers, a
+    training run measures only its chosen components): the span gets exactly those energy
+    attributes, and an :class:`EnergySpanProcessor` on the span's provider uses them, hooks
+    included, rather than reading the counters again.
+
+    ``attributes`` are set last, after the processor's and its hooks' (``instrument()``'s
+    carbon, for instance): a caller that prices the interval itself (a training run at its own
+    intensity and PUE) has the final word on its span.
     """
     end = getattr(span, "__dict__", _NO_DICT).get("end")
     if isinstance(end, _MeasuringEnd):
-        end._end(end_time, measurement)
+        end._end(end_time, measurement, attributes)
         return
-    if measurement.joules_by_domain and span.is_recording():
-        span.set_attributes(measurement_attributes(measurement))
+    if span.is_recording():
+        if measurement.joules_by_domain:
+            span.set_attributes(measurement_attributes(measurement))
+        if attributes:
+            span.set_attributes(attributes)
     span.end(end_time)

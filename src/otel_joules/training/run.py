@@ -331,12 +331,15 @@ class TrainingRun:
     ) -> None:
         if span is None:
             return
-        span.set_attributes(dict(attributes))
         if error is not None:
             span.set_status(Status(StatusCode.ERROR, error))
         # An EnergySpanProcessor (otel_joules.instrument()) on the same provider takes this
-        # measurement, of the chosen components, instead of measuring all domains itself.
-        end_span_with_measurement(span, measurement if measurement is not None else _NOTHING_MEASURED)
+        # measurement, of the chosen components, instead of measuring all domains itself; the
+        # run's own attributes (its carbon at its intensity and PUE) are set after that
+        # processor's hooks, so instrument()'s carbon settings cannot overwrite them.
+        end_span_with_measurement(
+            span, measurement if measurement is not None else _NOTHING_MEASURED, attributes=dict(attributes)
+        )
         self.spans.append(span)
 
     def _detach_epoch_context(self) -> None:
