@@ -28,7 +28,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
 
 from otel_joules.training.logformat import (
     OUTPUT_LOG_SUFFIX,
@@ -85,6 +84,10 @@ Consumption = Dict[str, Any]
 
 def _components(log: StandardLog, source: str) -> Dict[str, Dict[str, Any]]:
     """carbontracker's per-component dictionary (see :func:`parse_logs`)."""
+    # Here rather than at the top: carbontracker's API hands back numpy arrays, but importing numpy
+    # costs more than the whole rest of the parser, and reading totals does not need it.
+    import numpy as np
+
     epochs = log.complete_epochs
     names = list(log.devices)
     for record in epochs:
