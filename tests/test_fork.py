@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_joules
-from otel_joules.attribution import model as attribution_model
+from otel_joules.attribution import registry as attribution_registry
 from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.providers import UKCarbonIntensityProvider
 from otel_joules.carbon.spans import SpanCarbon
@@ -59,7 +59,7 @@ locks = {
     "attribution_reading": (attributor, "_reading_lock"),
     "attribution_sample": (attributor, "_sample_lock"),
     "attribution_gpu": (attributor, "_gpu_lock"),
-    "attribution_registry": (attribution_model._registry, "_lock"),
+    "attribution_registry": (attribution_registry._registry, "_lock"),
     "instrument_registry": (instrument_module._handles, "_lock"),
     "span_carbon_refresh": (SpanCarbon(intensity), "_refreshing"),
     "live_provider": (UKCarbonIntensityProvider(), "_lock"),

@@ -1,26 +1,22 @@
 """Attribution: the part of the host's energy that is this process's, and each span's.
 
 Data flow: the meter's snapshots and procfs CPU times (:mod:`.procfs`) go into an
-:class:`Attributor` (:mod:`.model`), whose sampler keeps the host's busy-time history;
-the span processor and the metric instruments read shares from it. Replace the model by
-giving the processor another object with ``open_span``/``close_span``.
+:class:`Attributor` (:mod:`.attributor`; the model and its rules: :mod:`.model`). Its sampler
+(:mod:`.sampling`) keeps the host's busy-time history and prices each period; readers get this
+process's totals and past prices from that history (:mod:`.history`); the span path
+(:mod:`.spans`) credits each thread's CPU time to its leaf spans at those prices. The span
+processor and the metric instruments share one attributor per meter (:mod:`.registry`) and
+read shares from it; :mod:`.shares` holds the kinds, :class:`SpanAttribution` and a whole
+command's share (``otel-joules run``). Replace the model by giving the processor another object
+with ``open_span``/``close_span``.
 """
 
-from otel_joules.attribution.model import (
-    HISTORY_PERIOD_S,
-    HISTORY_S,
-    KINDS,
-    Attributor,
-    AttributionRegistry,
-    HistorySample,
-    SpanAttribution,
-    SpanShare,
-    attributor_for,
-    command_attribution,
-    kind_of,
-    share_of_cpu_time,
-)
+from otel_joules.attribution.attributor import Attributor
 from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError, read_host_cpu_times
+from otel_joules.attribution.registry import AttributionRegistry, attributor_for
+from otel_joules.attribution.sampling import HISTORY_PERIOD_S, HISTORY_S, HistorySample
+from otel_joules.attribution.shares import KINDS, SpanAttribution, command_attribution, kind_of, share_of_cpu_time
+from otel_joules.attribution.spans import SpanShare
 
 __all__ = [
     "HISTORY_PERIOD_S",

@@ -1,0 +1,135 @@
+"""The attributor: one meter's energy attributed to this process and to its spans.
+
+:class:`Attributor` is built from three layers, each a module: :class:`~.sampling._Sampling`
+(the sampler thread, the history and its prices), :class:`~.history._History` (what readers get
+from that history) and :class:`~.spans._SpanPath` (the span path). It sets up the state they
+share, and renews it in a forked child. The model it implements is described in
+:mod:`otel_joules.attribution.model`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from otel_joules._fork import register_fork_hook
+from otel_joules.attribution.procfs import CpuClocks
+from otel_joules.attribution.sampling import (
+    HISTORY_PERIOD_S,
+    HISTORY_S,
+    HistorySample,
+    _AttributionSampler,
+    _Rates,
+    _wall_offset_ns,
+)
+from otel_joules.attribution.shares import KINDS, kind_of, measured_kinds
+from otel_joules.attribution.spans import _SpanPath
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
+
+if TYPE_CHECKING:
+    from otel_joules.attribution.gpu import NvmlProcessShares
+    from otel_joules.meter.meter import EnergyMeter
+
+
+class Attributor(_SpanPath):
+    """Attributes a meter's energy to this process and to spans (:mod:`otel_joules.attribution.model`).
+
+    Use :func:`~otel_joules.attribution.registry.attributor_for` for the shared one of a meter.
+    Tests build their own with ``sample=False`` and call :meth:`sample` themselves.
+
+    Args:
+        meter: Where the joules come from.
+        clocks: Where CPU times come from (default: procfs under the meter's ``procfs_root``).
+        gpu_shares: This process's fraction of each GPU domain; NVML's view when omitted and
+            the meter measures GPUs.
+        sample: Run the sampler thread (started on first use).
+        period_s: Sampler period.
+        history_s: How much history to keep.
+
+    Raises:
+        ProcfsReadError: ``/proc/stat`` (under the procfs root) cannot be read.
+    """
+
+    def __init__(
+        self,
+        meter: "EnergyMeter",
+        *,
+        clocks: CpuClocks | None = None,
+        gpu_shares: "NvmlProcessShares | None" = None,
+        sample: bool = True,
+        period_s: float = HISTORY_PERIOD_S,
+        history_s: float = HISTORY_S,
+    ) -> None:
+        self.meter = meter
+        self.clocks = clocks or CpuClocks(meter.settings.procfs_root)
+        self.kind_indices: dict[str, tuple[int, ...]] = {kind: () for kind in KINDS}
+        for i, domain in enumerate(meter.domains):
+            if domain.in_total:
+                kind = kind_of(domain.hw_type)
+                self.kind_indices[kind] += (i,)
+        self.kinds = measured_kinds(meter.domains)
+        # Capped per span (Attributor._cap). GPUs are not: their share is power x time, not a price
+        # per CPU second that could lag, and a span's GPU snapshot may be the sampler's latest read.
+        self._cpu_indices = self.kind_indices[KIND_CPU]
+        self._memory_indices = self.kind_indices[KIND_MEMORY]
+        self.has_gpu = bool(self.kind_indices[KIND_GPU])
+        if gpu_shares is None and self.has_gpu:
+            from otel_joules.attribution.gpu import NvmlProcessShares
+
+            gpu_shares = NvmlProcessShares([meter.domains[i].hw_id for i in self.kind_indices[KIND_GPU]])
+        self.gpu_shares = gpu_shares
+        self.period_s = period_s
+        self.history_s = history_s
+        self._max_samples = max(2, int(history_s / period_s) + 1)
+        self._sample_enabled = sample
+        self._generation = 0
+        self._reset_state()
+        # Every attributor, shared or not: its sampler thread holds _reading_lock across reads.
+        register_fork_hook(self, "_after_fork_in_child")
+        self.clocks.host()  # fail now, with a clear error, rather than at the first span
+        self.sample()
+        # Sampling from now on, not from the first span: the first spans then find prices.
+        self.ensure_sampling()
+
+    def _reset_state(self) -> None:
+        self.wall_offset_ns = _wall_offset_ns()
+        self._sample_lock = threading.Lock()
+        self._reading_lock = threading.Lock()
+        self._local = threading.local()
+        self._history: list[HistorySample] = []
+        self._times: list[int] = []
+        self._rates = _Rates(0, 0.0, 0.0, 0.0)
+        self._process_watts = (0.0, 0.0, 0.0)
+        self._late_ticks_s = 0.0
+        self._gpu_lock = threading.Lock()
+        self._gpu_acc_j = 0.0
+        self._gpu_t_ns = time.monotonic_ns()
+        self._gpu_leaves = 0
+        self._sampler: _AttributionSampler | None = None
+        self._closed = False
+        self._failure_reported = False
+
+    def _after_fork_in_child(self) -> None:
+        # Ledgers, locks and the sampler thread belong to the parent: start those afresh, and
+        # make spans opened before the fork (their ledgers' generation) end without attribution.
+        # The history and prices describe the host, so the child keeps them; its own CPU time
+        # restarts, so its process totals restart from the latest sample.
+        self._generation += 1
+        history, times, rates = self._history, self._times, self._rates
+        self._reset_state()
+        self._history, self._times, self._rates = list(history), list(times), rates
+        if self._history:
+            last = self._history[-1]
+            self._history[-1] = HistorySample(
+                last.monotonic_ns,
+                last.wall_offset_ns,
+                last.snapshot,
+                last.busy_s,
+                self.clocks.process_cpu_s() if self.clocks.native else last.process_cpu_s,
+                last.idle_s,
+                (0.0, 0.0, 0.0),
+            )
+
+
+__all__ = ["Attributor"]

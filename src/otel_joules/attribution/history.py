@@ -1,0 +1,136 @@
+"""What readers get from the attributor's history: process totals, past prices, past snapshots.
+
+This process's attributed joules and watts (the metric instruments), the price of CPU time
+spent between two instants (each sampler period at its own price, the forecast after the
+latest sample: the span path), and the meter's joules at a past instant (spans with explicit
+start and end times). :class:`_History` is that part of
+:class:`~otel_joules.attribution.attributor.Attributor`, over :class:`~.sampling._Sampling`.
+"""
+
+from __future__ import annotations
+
+import bisect
+
+from otel_joules.attribution.sampling import HistorySample, _Sampling
+from otel_joules.attribution.shares import KINDS
+from otel_joules.meter.meter import EnergySnapshot
+
+_new_tuple = tuple.__new__
+_EDGE_TOLERANCE_NS = 1_000_000
+
+
+class _History(_Sampling):
+    """Reads the sampled history: process totals, prices of past intervals, snapshots at past instants."""
+
+    # -- what readers get ---------------------------------------------------------------------
+
+    @property
+    def history(self) -> tuple[HistorySample, ...]:
+        """The samples kept, oldest first."""
+        return tuple(self._history)
+
+    def process_joules(self) -> dict[str, float]:
+        """This process's attributed joules per kind since the attributor started (up to the latest sample)."""
+        latest = self._history[-1].process_joules if self._history else (0.0, 0.0, 0.0)
+        return {kind: latest[KINDS.index(kind)] for kind in self.kinds}
+
+    def process_joules_since(self, monotonic_ns: int) -> dict[str, float] | None:
+        """This process's attributed joules per kind from an instant to now (a sample is taken now).
+
+        Counts from the sampler period holding the instant (up to one period early). None when
+        the instant is older than the history, or no sample can be taken.
+        """
+        latest = self.sample()
+        if latest is None:
+            return None
+        with self._sample_lock:
+            history = list(self._history)
+        if not history or monotonic_ns < history[0].monotonic_ns:
+            return None
+        # From the sample at or before the instant: the period holding it counts whole (its share
+        # is not spread evenly over the period, so interpolating could drop work done after the instant).
+        base = history[max(0, bisect.bisect_right([h.monotonic_ns for h in history], monotonic_ns) - 1)].process_joules
+        return {kind: latest.process_joules[KINDS.index(kind)] - base[KINDS.index(kind)] for kind in self.kinds}
+
+    def process_watts(self) -> dict[str, float]:
+        """This process's attributed power per kind over the latest sampler period."""
+        return {kind: self._process_watts[KINDS.index(kind)] for kind in self.kinds}
+
+    def price(self, t0_ns: int, t1_ns: int) -> tuple[float, float]:
+        """Joules per CPU second (CPU-side, memory) for CPU time spent between two monotonic instants.
+
+        Time-weighted over the sampler periods the interval overlaps, each at its own prices; time
+        after the latest sample is priced at the forecast (:meth:`_forward_rates`).
+        """
+        rates = self._rates
+        if t0_ns >= rates.since_ns or t1_ns <= t0_ns:
+            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s
+        with self._sample_lock:
+            history = self._history
+            times = self._times
+            weight = cpu = memory = 0.0
+            start = max(0, bisect.bisect_right(times, t0_ns) - 1)
+            for k in range(start, len(history) - 1):
+                a, b = history[k], history[k + 1]
+                lo, hi = max(t0_ns, a.monotonic_ns), min(t1_ns, b.monotonic_ns)
+                if hi <= lo:
+                    if a.monotonic_ns >= t1_ns:
+                        break
+                    continue
+                r_cpu, r_memory = self._period_rates(k)
+                w = hi - lo
+                weight += w
+                cpu += r_cpu * w
+                memory += r_memory * w
+            tail = t1_ns - max(t0_ns, rates.since_ns)
+            if tail > 0:
+                weight += tail
+                cpu += rates.cpu_j_per_cpu_s * tail
+                memory += rates.memory_j_per_cpu_s * tail
+        if weight <= 0:
+            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s
+        return cpu / weight, memory / weight
+
+    def _period_rates(self, k: int) -> tuple[float, float]:
+        """The prices of the sampler period from sample ``k`` to ``k + 1``: its own energy over its own busy time."""
+        a, b = self._history[k], self._history[k + 1]
+        return self._rates_between(
+            a.snapshot, b.snapshot, b.busy_s - a.busy_s, b.idle_s - a.idle_s, b.process_cpu_s - a.process_cpu_s
+        )
+
+    # -- history for spans with explicit times -----------------------------------------------
+
+    def wall_to_monotonic_ns(self, wall_ns: int) -> int:
+        """A ``time.time_ns()`` instant on the monotonic clock (offset of the latest sample)."""
+        return wall_ns - self.wall_offset_ns
+
+    def snapshot_at(self, monotonic_ns: int, latest: EnergySnapshot) -> EnergySnapshot | None:
+        """The meter's cumulative joules at a past instant, interpolated in the history.
+
+        ``latest`` (a snapshot taken now) extends the history to the present. None when the
+        instant is older than the history or later than ``latest``.
+        """
+        with self._sample_lock:
+            points = [(s.monotonic_ns, s.snapshot) for s in self._history]
+        if not points or points[-1][0] < latest.monotonic_ns:
+            points.append((latest.monotonic_ns, latest))
+        # Wall-to-monotonic conversion is good to microseconds: an instant just outside an end is that end.
+        if points[0][0] - _EDGE_TOLERANCE_NS <= monotonic_ns < points[0][0]:
+            monotonic_ns = points[0][0]
+        elif points[-1][0] < monotonic_ns <= points[-1][0] + _EDGE_TOLERANCE_NS:
+            monotonic_ns = points[-1][0]
+        if monotonic_ns < points[0][0] or monotonic_ns > points[-1][0]:
+            return None
+        k = bisect.bisect_left([t for t, _ in points], monotonic_ns)
+        t1, b = points[k]
+        if t1 == monotonic_ns or k == 0:
+            return _new_tuple(EnergySnapshot, (monotonic_ns, b.joules, ()))
+        t0, a = points[k - 1]
+        f = (monotonic_ns - t0) / (t1 - t0)
+        joules = tuple(None if x is None or y is None else x + (y - x) * f for x, y in zip(a.joules, b.joules))
+        return _new_tuple(EnergySnapshot, (monotonic_ns, joules, ()))
+
+    @property
+    def oldest_ns(self) -> int | None:
+        """Monotonic time of the oldest sample kept, None before the first."""
+        return self._history[0].monotonic_ns if self._history else None

@@ -1,0 +1,312 @@
+"""The attributor's sampler: the host's history of energy and busy CPU time, and its prices.
+
+Every :data:`HISTORY_PERIOD_S` the sampler thread (:class:`_AttributionSampler`) reads the
+meter's snapshot, ``/proc/stat``'s busy and idle time, this process's CPU time and the GPU
+shares into a :class:`HistorySample`, prices the period just ended (joules per CPU second:
+CPU-side over the busy seconds, memory over the busy + idle ones), adds this process's share
+to its running totals, and forecasts the price of CPU time after the sample
+(:data:`RATE_WINDOW`). :class:`_Sampling` is that layer of
+:class:`~otel_joules.attribution.attributor.Attributor`; the rules are in
+:mod:`otel_joules.attribution.model`'s docstring.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, NamedTuple
+
+from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, ProcfsReadError
+from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
+
+if TYPE_CHECKING:
+    from otel_joules.attribution.gpu import NvmlProcessShares
+    from otel_joules.meter.meter import EnergyMeter
+
+_log = logging.getLogger("otel_joules")
+
+#: How often the sampler reads ``/proc/stat``, the process's CPU time and the counters.
+HISTORY_PERIOD_S = 0.1
+#: The forecast price (for span CPU time after the latest sample) averages this many periods: a
+#: tick of /proc/stat per CPU is 10% of a 0.1 s period on one CPU, 3% over three; longer windows
+#: lag load changes more. Shares already sampled are priced period by period, never averaged.
+RATE_WINDOW = 3
+#: A forecast window shorter than this does not change the forecast (unless there is none yet).
+MIN_RATE_WINDOW_S = 0.05
+#: A period with fewer busy CPU seconds than this (two ticks) is idle: its energy is nobody's and
+#: it does not change the forecast.
+MIN_BUSY_S = 0.02
+#: How far back the history reaches (spans with explicit times older than this get no energy).
+HISTORY_S = 300.0
+
+
+@dataclass(frozen=True)
+class HistorySample:
+    """What the sampler read at one instant.
+
+    Attributes:
+        monotonic_ns: ``time.monotonic_ns()`` of the reads.
+        wall_offset_ns: ``time.time_ns() - time.monotonic_ns()`` then (spans state wall times).
+        snapshot: The meter's snapshot.
+        busy_s: The host's busy CPU seconds since boot.
+        idle_s: The host's idle CPU seconds since boot.
+        process_cpu_s: This process's CPU seconds.
+        process_joules: This process's attributed joules since the attributor started, per kind.
+    """
+
+    monotonic_ns: int
+    wall_offset_ns: int
+    snapshot: EnergySnapshot
+    busy_s: float
+    process_cpu_s: float
+    idle_s: float
+    process_joules: tuple[float, float, float]
+
+
+class _Rates(NamedTuple):
+    """Prices after the latest sample: joules per CPU second (cpu, memory) and the process's GPU watts."""
+
+    since_ns: int
+    cpu_j_per_cpu_s: float
+    memory_j_per_cpu_s: float
+    gpu_watts: float
+
+
+def _wall_offset_ns() -> int:
+    """``time.time_ns() - time.monotonic_ns()``, from the tightest of three tries (a preemption
+    between the two reads would shift every explicit span time converted with it)."""
+    best_gap, best_offset = None, 0
+    for _ in range(3):
+        before = time.monotonic_ns()
+        wall = time.time_ns()
+        after = time.monotonic_ns()
+        if best_gap is None or after - before < best_gap:
+            best_gap, best_offset = after - before, wall - (before + after) // 2
+        if best_gap < 20_000:
+            break
+    return best_offset
+
+
+def _busy_and_capacity(busy_s: float, idle_s: float, process_cpu_s: float) -> tuple[float, float]:
+    """A period's busy CPU seconds (never under this process's own: ticks may undercount) and its
+    CPU capacity (busy + idle seconds), the denominators of the CPU-side and memory prices."""
+    busy = max(busy_s, process_cpu_s, 0.0)
+    return busy, max(busy_s + max(idle_s, 0.0), busy)
+
+
+class _Sampling:
+    """Takes the samples, keeps the history and sets the prices (the sampler side of an attributor).
+
+    The state is set up by :class:`~otel_joules.attribution.attributor.Attributor`; the
+    annotations say what this side reads and writes.
+    """
+
+    meter: "EnergyMeter"
+    clocks: CpuClocks
+    gpu_shares: "NvmlProcessShares | None"
+    kind_indices: dict[str, tuple[int, ...]]
+    kinds: tuple[str, ...]
+    has_gpu: bool
+    period_s: float
+    wall_offset_ns: int
+    _max_samples: int
+    _sample_enabled: bool
+    _sample_lock: threading.Lock
+    _reading_lock: threading.Lock
+    _history: list[HistorySample]
+    _times: list[int]
+    _rates: _Rates
+    _process_watts: tuple[float, float, float]
+    _late_ticks_s: float
+    _sampler: "_AttributionSampler | None"
+    _closed: bool
+    _failure_reported: bool
+    # The span side's: the GPU energy at the old price is credited before the price changes.
+    _credit_gpu: Callable[[int], None]
+
+    # -- the sampler side ---------------------------------------------------------------------
+
+    def sample(self) -> HistorySample | None:
+        """Read ``/proc/stat``, this process's CPU time, the counters (and GPU shares); extend the history."""
+        # Two locks: the reads (NVML may be slow) serialise samplers only; the span path's
+        # history lookups wait at most for the few lines under _sample_lock.
+        with self._reading_lock:
+            try:
+                snapshot = self.meter.snapshot()
+                host = self.clocks.host()
+                process_cpu_s = self.clocks.process_cpu_s()
+                # Not for the first sample (nothing to split yet): it is taken in instrument(),
+                # where a stalled NVML's process lists must not hold the program up.
+                fractions = self.gpu_shares.fractions() if self.gpu_shares is not None and self._history else []
+            except (ProcfsReadError, OSError) as exc:
+                self._report(exc)
+                return None
+            if snapshot.joules and all(j is None for j in snapshot.joules):
+                self._closed = True  # the meter was closed: nothing more to sample
+                return None
+            with self._sample_lock:
+                return self._append(snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions)
+
+    def _append(
+        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float, fractions: list[float]
+    ) -> HistorySample:
+        """Extend the history with one sample's reads and update the prices (``_sample_lock`` held)."""
+        now_ns = snapshot.monotonic_ns
+        previous = self._history[-1] if self._history else None
+        process_joules = (0.0, 0.0, 0.0)
+        if previous is not None:
+            process_joules = self._advance_rates(previous, snapshot, busy_s, idle_s, process_cpu_s, fractions)
+        sample = HistorySample(now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules)
+        # time.time_ns() - time.monotonic_ns() at the latest sample, for explicit span times.
+        self.wall_offset_ns = sample.wall_offset_ns
+        self._history.append(sample)
+        self._times.append(now_ns)
+        if len(self._history) > self._max_samples:
+            drop = len(self._history) - self._max_samples
+            del self._history[:drop]
+            del self._times[:drop]
+        return sample
+
+    def _advance_rates(
+        self,
+        previous: HistorySample,
+        snapshot: EnergySnapshot,
+        busy_s: float,
+        idle_s: float,
+        process_cpu_s: float,
+        fractions: list[float],
+    ) -> tuple[float, float, float]:
+        dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
+        d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
+        # The process's share of this period: the period's own energy over its own busy time. Mixing
+        # periods would price an idle period's energy into the busy ones next to it (not conservative).
+        # /proc/stat may count a tick of work done in one period in the next: this process's CPU time
+        # beyond a period's busy ticks is owed by the next period's, so the late ticks neither lower
+        # this period's price (it is priced at max(busy, own CPU)) nor the next one's.
+        host_busy_s = busy_s - previous.busy_s - self._late_ticks_s
+        host_idle_s = idle_s - previous.idle_s
+        own_cpu, own_memory = self._rates_between(previous.snapshot, snapshot, host_busy_s, host_idle_s, d_process)
+        # At most a tick per CPU can be late; more means /proc/stat does not see this process's work.
+        cpus = (busy_s - previous.busy_s + host_idle_s) / dt_s if dt_s > 0 else 0.0
+        self._late_ticks_s = min(max(0.0, d_process - max(host_busy_s, 0.0)), max(cpus, 0.0) / CLOCK_TICKS_PER_S)
+        r_cpu, r_memory = self._forward_rates(snapshot, busy_s, idle_s, process_cpu_s)
+        gpu_joules = 0.0
+        for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
+            a, b = previous.snapshot.joules[i], snapshot.joules[i]
+            if a is not None and b is not None:
+                gpu_joules += (b - a) * fraction
+        gpu_watts = gpu_joules / dt_s if dt_s > 0 else 0.0
+        if self.has_gpu:
+            self._credit_gpu(snapshot.monotonic_ns)  # close the old price's time before changing it
+        self._rates = _Rates(snapshot.monotonic_ns, r_cpu, r_memory, gpu_watts)
+        mine = (own_cpu * d_process, own_memory * d_process, gpu_joules)
+        self._process_watts = tuple(j / dt_s for j in mine) if dt_s > 0 else (0.0, 0.0, 0.0)  # type: ignore[assignment]
+        return tuple(p + m for p, m in zip(previous.process_joules, mine))  # type: ignore[return-value]
+
+    def _forward_rates(
+        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
+    ) -> tuple[float, float]:
+        """The prices for CPU time after the new sample, until the next (``_sample_lock`` held).
+
+        Only a forecast: spans' CPU time after the latest sample is priced at it (and capped at what
+        the host spent during the span); the process's share never is. Over the busy periods among
+        the last :data:`RATE_WINDOW` (with the new one): a period's busy time is off by up to a tick per
+        CPU, which a window shrinks; idle periods price nothing, so they are left out. Kept as they
+        were when the window is too short or has no busy period.
+        """
+        ends = [(s.snapshot, s.busy_s, s.idle_s, s.process_cpu_s) for s in self._history[-RATE_WINDOW:]]
+        ends.append((snapshot, busy_s, idle_s, process_cpu_s))
+        cpu_j = memory_j = busy = capacity = 0.0
+        for (a, busy_a, idle_a, process_a), (b, busy_b, idle_b, process_b) in zip(ends, ends[1:]):
+            period_busy, period_capacity = _busy_and_capacity(busy_b - busy_a, idle_b - idle_a, process_b - process_a)
+            if period_busy < MIN_BUSY_S:
+                continue
+            cpu_j += self._kind_joules(KIND_CPU, a, b)
+            memory_j += self._kind_joules(KIND_MEMORY, a, b)
+            busy += period_busy
+            capacity += period_capacity
+        window_s = (snapshot.monotonic_ns - ends[0][0].monotonic_ns) / 1e9
+        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy <= 0):
+            # Too short, or nothing busy, to say what a CPU second costs: keep the prices.
+            return self._rates.cpu_j_per_cpu_s, self._rates.memory_j_per_cpu_s
+        if busy <= 0:
+            return 0.0, 0.0  # no price yet and nothing busy: CPU time now is priced as idle
+        return cpu_j / busy, memory_j / capacity
+
+    def _kind_joules(self, kind: str, a: EnergySnapshot, b: EnergySnapshot) -> float:
+        total = 0.0
+        for i in self.kind_indices[kind]:
+            x, y = a.joules[i], b.joules[i]
+            if x is not None and y is not None:
+                total += y - x
+        return total
+
+    def _report(self, exc: BaseException) -> None:
+        if not self._failure_reported:
+            self._failure_reported = True
+            _log.warning(
+                "otel-joules: cannot attribute energy to this process and its spans (%s); spans keep energy.joules "
+                "but carry no energy.attributed.*. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
+                exc,
+            )
+
+    def ensure_sampling(self) -> None:
+        """Start the sampler thread unless it runs, sampling is off or the attributor is closed."""
+        if self._sampler is None and self._sample_enabled and not self._closed:
+            with self._reading_lock:
+                if self._sampler is None and not self._closed:
+                    self._sampler = _AttributionSampler(self, self.period_s)
+                    self._sampler.start()
+
+    def close(self) -> None:
+        """Stop the sampler thread. Idempotent."""
+        self._closed = True
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()
+
+    def _rates_between(
+        self, a: EnergySnapshot, b: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
+    ) -> tuple[float, float]:
+        """Joules per CPU second (CPU-side, memory) between two snapshots (the rules: :mod:`.model`)."""
+        busy, capacity = _busy_and_capacity(busy_s, idle_s, process_cpu_s)
+        if busy < MIN_BUSY_S:
+            return 0.0, 0.0  # idle (too few busy ticks to tell who was busy): nobody's
+        return self._kind_joules(KIND_CPU, a, b) / busy, self._kind_joules(KIND_MEMORY, a, b) / capacity
+
+
+class _AttributionSampler(threading.Thread):
+    """Calls :meth:`Attributor.sample` every period; holds the attributor weakly."""
+
+    def __init__(self, attributor: _Sampling, period_s: float) -> None:
+        super().__init__(name="otel-joules-attribution", daemon=True)
+        self._ref = weakref.ref(attributor)
+        self._period_s = period_s
+        self._stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self._period_s):
+            attributor = self._ref()
+            if attributor is None or attributor._closed:
+                return
+            attributor.sample()
+            del attributor
+
+    def stop(self) -> None:
+        self._stop_event.set()
+        if self is not threading.current_thread():
+            self.join(timeout=5)
+
+
+__all__ = [
+    "HISTORY_PERIOD_S",
+    "HISTORY_S",
+    "HistorySample",
+    "MIN_BUSY_S",
+    "MIN_RATE_WINDOW_S",
+    "RATE_WINDOW",
+]

@@ -1,0 +1,253 @@
+"""The span path: each thread's ledger of CPU time and the joules its leaf spans accrue.
+
+:meth:`_SpanPath.open_span` and :meth:`_SpanPath.close_span` run at every span start and
+end, so they only read the calling thread's CPU clock and add to its :class:`_Ledger` (the
+integral trick: O(1) per event however many spans are open); CPU time is priced by
+:class:`~.history._History` (the periods it was spent in, the forecast after the latest
+sample), GPU energy is spread over the open leaf spans at the latest period's power, and a
+span's :class:`SpanShare` is capped at what the host spent during it. The rules are in
+:mod:`otel_joules.attribution.model`'s docstring.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Sequence
+
+from otel_joules.attribution.history import _History
+from otel_joules.attribution.shares import SpanAttribution
+from otel_joules.meter.meter import EnergySnapshot
+
+_new_tuple = tuple.__new__
+
+
+class _Ledger:
+    """One thread's CPU clock and the joules it has accrued per leaf span (the integral trick).
+
+    ``acc_*_j`` grows by (CPU seconds x price) / leaves at every event, so a span that is a
+    leaf from event a to event b accrued ``acc(b) - acc(a)``: O(1) per event however many
+    spans are open on the thread.
+    """
+
+    __slots__ = ("lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "leaves", "generation", "owner")
+
+    def __init__(self, clock: Callable[[], float], generation: int, owner: "_SpanPath") -> None:
+        self.owner = owner
+        self.lock = threading.Lock()
+        self.clock = clock
+        self.cpu_s = _read_clock(clock, 0.0)
+        self.t_ns = time.monotonic_ns()
+        self.acc_cpu_j = 0.0
+        self.acc_memory_j = 0.0
+        self.leaves = 0
+        self.generation = generation
+
+
+class SpanShare:
+    """Per-span bookkeeping between ``open_span`` and ``close_span`` (touched under its ledger's lock).
+
+    No ``__slots__``: the class attributes are the defaults, so opening a span sets only the four
+    fields that differ (this runs for every span).
+    """
+
+    open_children = 0
+    leaf = True
+    ended = False
+    gpu0 = own_cpu = own_memory = own_gpu = child_cpu = child_memory = child_gpu = 0.0
+
+    def __init__(self, ledger: _Ledger, parent: "SpanShare | None", cpu0: float, memory0: float) -> None:
+        self.ledger = ledger
+        self.parent = parent
+        self.cpu0 = cpu0
+        self.memory0 = memory0
+
+    def abandon(self, _ref: object = None) -> None:
+        """Close the share of a span that was dropped without ``end()`` (a weakref callback)."""
+        if not self.ended:
+            try:
+                self.ledger.owner.close_span(self)
+            except Exception:  # noqa: BLE001 - runs inside the garbage collector: never raise
+                pass
+
+
+def _read_clock(clock: Callable[[], float], fallback: float) -> float:
+    try:
+        return clock()
+    except (OSError, ValueError):
+        return fallback  # the thread has exited: it spends nothing more
+
+
+class _SpanPath(_History):
+    """Opens and closes spans' shares on the calling thread's ledger (the span side of an attributor).
+
+    The state is set up by :class:`~otel_joules.attribution.attributor.Attributor`.
+    """
+
+    _local: threading.local
+    _generation: int
+    _cpu_indices: tuple[int, ...]
+    _memory_indices: tuple[int, ...]
+    _gpu_lock: threading.Lock
+    _gpu_acc_j: float
+    _gpu_t_ns: int
+    _gpu_leaves: int
+
+    def _advance(self, ledger: _Ledger, now_ns: int) -> None:
+        """Credit the thread's CPU time since its last event to its leaf spans (ledger lock held)."""
+        try:
+            cpu_s = ledger.clock()
+        except (OSError, ValueError):
+            cpu_s = ledger.cpu_s  # the thread has exited: it spends nothing more
+        leaves = ledger.leaves
+        if leaves:
+            delta = cpu_s - ledger.cpu_s
+            if delta > 0:
+                rates = self._rates
+                if ledger.t_ns >= rates[0]:
+                    per_leaf = delta / leaves
+                    ledger.acc_cpu_j += per_leaf * rates[1]
+                    ledger.acc_memory_j += per_leaf * rates[2]
+                else:
+                    r_cpu, r_memory = self.price(ledger.t_ns, now_ns)
+                    ledger.acc_cpu_j += delta / leaves * r_cpu
+                    ledger.acc_memory_j += delta / leaves * r_memory
+        ledger.cpu_s = cpu_s
+        ledger.t_ns = now_ns
+
+    def _credit_gpu(self, now_ns: int) -> None:
+        """Spread the process's GPU energy since the last event over the open leaf spans (GPU lock taken here)."""
+        with self._gpu_lock:
+            dt_ns = now_ns - self._gpu_t_ns
+            if dt_ns > 0:
+                if self._gpu_leaves:
+                    self._gpu_acc_j += self._rates.gpu_watts * dt_ns / 1e9 / self._gpu_leaves
+                self._gpu_t_ns = now_ns
+
+    def _leaf_off(self, share: SpanShare, ledger: _Ledger) -> None:
+        share.own_cpu += ledger.acc_cpu_j - share.cpu0
+        share.own_memory += ledger.acc_memory_j - share.memory0
+        share.leaf = False
+        ledger.leaves -= 1
+        if self.has_gpu:
+            with self._gpu_lock:
+                share.own_gpu += self._gpu_acc_j - share.gpu0
+                self._gpu_leaves -= 1
+
+    def _leaf_on(self, share: SpanShare, ledger: _Ledger) -> None:
+        share.cpu0 = ledger.acc_cpu_j
+        share.memory0 = ledger.acc_memory_j
+        share.leaf = True
+        ledger.leaves += 1
+        if self.has_gpu:
+            with self._gpu_lock:
+                share.gpu0 = self._gpu_acc_j
+                self._gpu_leaves += 1
+
+    def open_span(self, parent: SpanShare | None = None) -> SpanShare:
+        """Start attributing to a new span on the calling thread, a child of ``parent`` if that is local."""
+        try:
+            ledger = self._local.ledger
+        except AttributeError:
+            ledger = self._local.ledger = _Ledger(self.clocks.thread_clock(), self._generation, self)
+            self.ensure_sampling()
+        now_ns = time.monotonic_ns()
+        if self.has_gpu:
+            self._credit_gpu(now_ns)
+        with ledger.lock:
+            if ledger.leaves or parent is not None:
+                self._advance(ledger, now_ns)
+                if parent is not None and parent.ledger is ledger and not parent.ended:
+                    if parent.open_children == 0 and parent.leaf:
+                        self._leaf_off(parent, ledger)
+                    parent.open_children += 1
+            else:
+                # No span open on this thread: only the clock's new origin matters.
+                try:
+                    ledger.cpu_s = ledger.clock()
+                except (OSError, ValueError):
+                    pass
+                ledger.t_ns = now_ns
+            share = SpanShare(ledger, parent, ledger.acc_cpu_j, ledger.acc_memory_j)
+            ledger.leaves += 1
+        if self.has_gpu:
+            with self._gpu_lock:
+                share.gpu0 = self._gpu_acc_j
+                self._gpu_leaves += 1
+        return share
+
+    def close_span(
+        self, share: SpanShare, start: EnergySnapshot | None = None, end: EnergySnapshot | None = None
+    ) -> SpanAttribution | None:
+        """Stop attributing to ``share``'s span and return what it was attributed (None if already closed).
+
+        With the span's own snapshots (``start``, ``end``), neither its CPU-side nor its memory self
+        share exceeds what the host spent of that kind during the span: prices lag the load by up
+        to a sampler period, and a span right after a quiet period must still not be given more
+        than the host spent.
+        """
+        ledger = share.ledger
+        if share.ended or ledger.generation != self._generation:
+            return None  # closed before, or opened before a fork: its thread does not exist here
+        now_ns = time.monotonic_ns()
+        if self.has_gpu:
+            self._credit_gpu(now_ns)
+        parent = share.parent
+        with ledger.lock:
+            if share.ended:
+                return None
+            self._advance(ledger, now_ns)
+            if share.leaf:
+                if self.has_gpu:
+                    self._leaf_off(share, ledger)
+                else:  # the common case, inlined: this runs at every span end
+                    share.own_cpu += ledger.acc_cpu_j - share.cpu0
+                    share.own_memory += ledger.acc_memory_j - share.memory0
+                    share.leaf = False
+                    ledger.leaves -= 1
+            share.ended = True
+            if end is not None and start is not None:
+                self._cap(share, start, end)
+            own = share.own_cpu + share.own_memory + share.own_gpu
+            cpu = share.own_cpu + share.child_cpu
+            memory = share.own_memory + share.child_memory
+            gpu = share.own_gpu + share.child_gpu
+            if parent is not None and parent.ledger is ledger:
+                if not parent.ended:
+                    parent.open_children -= 1
+                    if parent.open_children == 0:
+                        self._leaf_on(parent, ledger)
+                    parent.child_cpu += cpu
+                    parent.child_memory += memory
+                    parent.child_gpu += gpu
+                parent = None
+        if parent is not None and parent.ledger.generation == self._generation:
+            with parent.ledger.lock:
+                if not parent.ended:
+                    parent.child_cpu += cpu
+                    parent.child_memory += memory
+                    parent.child_gpu += gpu
+        return _new_tuple(SpanAttribution, (cpu, memory, gpu, own))
+
+    def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:
+        """Limit ``share``'s own CPU-side and memory joules to what the host spent of each during the span."""
+        a, b = start.joules, end.joules
+        cap = _spent_joules(self._cpu_indices, a, b) - share.child_cpu
+        if share.own_cpu > cap:
+            share.own_cpu = max(0.0, cap)
+        cap = _spent_joules(self._memory_indices, a, b) - share.child_memory
+        if share.own_memory > cap:
+            share.own_memory = max(0.0, cap)
+
+
+def _spent_joules(indices: Sequence[int], start: tuple[float | None, ...], end: tuple[float | None, ...]) -> float:
+    """Joules the domains at ``indices`` spent between two snapshots' values (failed domains left out)."""
+    spent = 0.0
+    for i in indices:
+        x, y = start[i], end[i]
+        if x is not None and y is not None:
+            spent += y - x
+    return spent
+
+
+__all__ = ["SpanShare"]
