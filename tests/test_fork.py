@@ -36,7 +36,7 @@ from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.providers import UKCarbonIntensityProvider
 from otel_joules.carbon.spans import SpanCarbon
 from otel_joules.carbontracker.tracker import CarbonTracker
-from otel_joules.delivery.setup import DeliveryReport
+from otel_joules.delivery.outcomes import DeliveryReport
 from otel_joules.meter.registry import default_registry
 from otel_joules.pyjoules.energy_meter import _SelectionCache
 import importlib

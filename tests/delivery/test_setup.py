@@ -12,18 +12,16 @@ import time
 import pytest
 from opentelemetry.sdk.resources import Resource
 
-from otel_joules.delivery.setup import (
-    DeliveryReport,
+from otel_joules.delivery.destinations import (
     Destination,
     ExporterSpec,
-    build_resource,
-    capture_sdk_logs,
     exporter_names,
     otlp_endpoint,
     otlp_protocol,
     parse_exporter_spec,
-    telemetry_from_env,
 )
+from otel_joules.delivery.outcomes import DeliveryReport, capture_sdk_logs
+from otel_joules.delivery.setup import build_resource, telemetry_from_env
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics

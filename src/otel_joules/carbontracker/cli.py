@@ -41,7 +41,8 @@ from otel_joules.carbontracker.tracker import CarbonTracker
 from otel_joules.cli.child import check_runnable, run_child
 from otel_joules.cli.summary import failure_line
 from otel_joules.instrumentation.context import child_environment
-from otel_joules.delivery.setup import DeliveryReport, Telemetry, capture_sdk_logs, telemetry_from_env
+from otel_joules.delivery.outcomes import DeliveryReport, capture_sdk_logs
+from otel_joules.delivery.setup import Telemetry, telemetry_from_env
 from otel_joules.config import sdk_disabled
 from otel_joules.errors import ConfigurationError, OtelJoulesError
 

@@ -76,12 +76,11 @@ from otel_joules.cli.summary import (  # noqa: F401 - also importable from here,
 from otel_joules.config import Settings, sdk_disabled
 from otel_joules.instrumentation.context import child_environment, context_from_environment
 from otel_joules.delivery.redaction import command_line
+from otel_joules.delivery.outcomes import DeliveryReport, capture_sdk_logs
 from otel_joules.delivery.setup import (
     DEFAULT_EXPORT_TIMEOUT_S,
-    DeliveryReport,
     Telemetry,
     build_resource,
-    capture_sdk_logs,
     telemetry_from_env,
 )
 from otel_joules.errors import ConfigurationError

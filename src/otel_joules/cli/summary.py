@@ -11,13 +11,9 @@ from otel_joules.attribution.model import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.intensity import CarbonIntensity
-from otel_joules.delivery.setup import (
-    SIGNAL_METRICS,
-    SIGNAL_TRACES,
-    DeliveryReport,
-    Telemetry,
-    iter_failures_by_destination,
-)
+from otel_joules.delivery.destinations import SIGNAL_METRICS, SIGNAL_TRACES
+from otel_joules.delivery.outcomes import DeliveryReport, iter_failures_by_destination
+from otel_joules.delivery.setup import Telemetry
 from otel_joules.meter.meter import EnergyMeasurement
 
 __all__ = ["RunResult", "failure_line", "format_duration", "format_joules", "summary_lines"]

@@ -2,7 +2,14 @@
 
 - :mod:`.setup`: tracer and meter providers from the standard ``OTEL_*`` variables (or
   ``--exporter`` specs), with exports that never hang or fail the caller
-  (:func:`telemetry_from_env`).
+  (:func:`telemetry_from_env`), built from:
+
+  - :mod:`.destinations`: ``--exporter`` specs, the exporter variables, OTLP endpoints and
+    their TCP probe;
+  - :mod:`.bounded`: exporters bounded in time that never raise;
+  - :mod:`.outcomes`: what reached each destination (:class:`DeliveryReport`), the SDK's
+    log lines kept for it;
+  - :mod:`.prometheus`: the ``prometheus`` scrape endpoint.
 - :mod:`.resource`: ``host.name``, Slurm and torchrun resource attributes
   (:class:`JobResourceDetector`).
 - :mod:`.redaction`: secrets out of ``process.command_line``.
@@ -41,7 +48,8 @@ NVML's list of the processes running there.
 """
 
 from otel_joules.delivery.resource import JobResourceDetector, job_resource, job_resource_attributes
-from otel_joules.delivery.setup import DeliveryReport, Telemetry, telemetry_from_env
+from otel_joules.delivery.outcomes import DeliveryReport
+from otel_joules.delivery.setup import Telemetry, telemetry_from_env
 
 # What users build on. The rest (exporter specs, bounded exporters, SDK log capture,
 # JOB_ATTRIBUTES) is for otel-joules' own commands and tests: import it from its module.

@@ -69,7 +69,8 @@ import os
 from typing import Iterable, Sequence
 
 from otel_joules.errors import ConfigurationError
-from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, ExistingFile, FileSpanExporter
+from otel_joules.exporters._files import ExistingFile, FileSpanExporter
+from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
 from otel_joules.exporters.errors import CsvHeaderMismatchError
 from otel_joules.exporters.records import CORE_FIELDS, AttributeValue, SpanRecord, json_value
 from otel_joules.semconv import (

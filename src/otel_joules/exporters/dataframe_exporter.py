@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from otel_joules.exporters._files import register_fork_hook
+from otel_joules._fork import register_fork_hook
 from otel_joules.exporters.records import SpanRecord, span_record
 
 if TYPE_CHECKING:

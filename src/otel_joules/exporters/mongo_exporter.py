@@ -71,7 +71,7 @@ from datetime import datetime, timezone
 from typing import Any, ContextManager, Mapping
 
 from otel_joules.errors import ConfigurationError
-from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, RetryingSpanExporter, register_exit_hook
+from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS, RetryingSpanExporter, register_exit_hook
 from otel_joules.exporters.errors import MissingExtraError
 from otel_joules.exporters.records import AttributeValue, SpanRecord
 

@@ -33,7 +33,8 @@ from typing import Any, Callable, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from otel_joules.exporters._files import DEFAULT_MAX_PENDING_SPANS, ExistingFile, FileSpanExporter
+from otel_joules.exporters._files import ExistingFile, FileSpanExporter
+from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
 from otel_joules.exporters.errors import MissingExtraError
 
 #: What ``pip install`` needs for this exporter.

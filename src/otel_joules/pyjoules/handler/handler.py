@@ -20,7 +20,8 @@ import threading
 from typing import Callable, List
 
 # The span exporters' exit hook (re-exported here, where pyJoules-style handlers find it).
-from otel_joules.exporters._files import register_exit_hook, register_fork_hook
+from otel_joules._fork import register_fork_hook
+from otel_joules.exporters._retrying import register_exit_hook
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
 from otel_joules.pyjoules.exception import PyJoulesException
 
