@@ -35,6 +35,8 @@ import sys
 from typing import Any, Mapping, Sequence
 
 from opentelemetry import trace
+from opentelemetry.environment_variables import OTEL_TRACES_EXPORTER
+from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
 
 from otel_joules.carbontracker import parser as log_parser
 from otel_joules.carbontracker.tracker import CarbonTracker
@@ -55,9 +57,9 @@ DEFAULT_LOG_DIR = "./logs"
 DEFAULT_REPORT_PDF = "carbon_report.pdf"
 #: Variables that name where OpenTelemetry data goes; without any, spans are not exported.
 _EXPORT_VARIABLES = (
-    "OTEL_TRACES_EXPORTER",
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    OTEL_TRACES_EXPORTER,
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
 )
 
 

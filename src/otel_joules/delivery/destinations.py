@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import urlsplit
 
+from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL
+
 from otel_joules.errors import ConfigurationError
 
 #: ``Destination.kind`` of the Prometheus scrape endpoint.
@@ -115,7 +117,7 @@ def otlp_protocol(signal: str, env: Mapping[str, str] | None = None) -> str:
     """
     env = os.environ if env is None else env
     specific = f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"
-    for name in (specific, "OTEL_EXPORTER_OTLP_PROTOCOL"):
+    for name in (specific, OTEL_EXPORTER_OTLP_PROTOCOL):
         raw = env.get(name, "").strip()
         if raw:
             if raw.lower() not in PROTOCOLS:
@@ -132,7 +134,7 @@ def otlp_endpoint(signal: str, protocol: str, env: Mapping[str, str] | None = No
     specific = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "").strip()
     if specific:
         return specific
-    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or _DEFAULT_OTLP_ENDPOINT[protocol]
+    base = env.get(OTEL_EXPORTER_OTLP_ENDPOINT, "").strip() or _DEFAULT_OTLP_ENDPOINT[protocol]
     if protocol == PROTOCOL_GRPC:
         return base
     return base + (f"v1/{signal}" if base.endswith("/") else f"/v1/{signal}")

@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any, Mapping
 
+from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_PROMETHEUS_HOST, OTEL_EXPORTER_PROMETHEUS_PORT
+
 from otel_joules._fork import register_fork_hook
 from otel_joules.config import Settings
 from otel_joules.delivery.destinations import PROMETHEUS, SIGNAL_METRICS, Destination
@@ -31,8 +33,8 @@ def prometheus_reader(env: Mapping[str, str], report: DeliveryReport) -> tuple[A
         raise ConfigurationError(
             "OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus: pip install 'otel-joules[prometheus]'"
         ) from None
-    host = env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or "localhost"
-    raw_port = env.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or "9464"
+    host = env.get(OTEL_EXPORTER_PROMETHEUS_HOST, "").strip() or "localhost"
+    raw_port = env.get(OTEL_EXPORTER_PROMETHEUS_PORT, "").strip() or "9464"
     try:
         port = int(raw_port)
     except ValueError:

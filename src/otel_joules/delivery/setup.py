@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence, TextIO
 
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_TIMEOUT, OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME
 from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -147,9 +148,9 @@ def build_resource(service_name: str | None = None, *, default_service_name: str
 
 def _service_name_configured(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
-    if env.get("OTEL_SERVICE_NAME", "").strip():
+    if env.get(OTEL_SERVICE_NAME, "").strip():
         return True
-    for pair in env.get("OTEL_RESOURCE_ATTRIBUTES", "").split(","):
+    for pair in env.get(OTEL_RESOURCE_ATTRIBUTES, "").split(","):
         key, _, value = pair.partition("=")
         if key.strip() == SERVICE_NAME and value.strip():
             return True
@@ -157,7 +158,7 @@ def _service_name_configured(env: Mapping[str, str] | None = None) -> bool:
 
 
 def _timeout_configured(signal: str, env: Mapping[str, str]) -> bool:
-    return bool(env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "").strip() or env.get("OTEL_EXPORTER_OTLP_TIMEOUT", "").strip())
+    return bool(env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "").strip() or env.get(OTEL_EXPORTER_OTLP_TIMEOUT, "").strip())
 
 
 def _otlp_exporter(signal: str, env: Mapping[str, str], timeout_s: float) -> tuple[Any, Destination, tuple[str, int] | None]:
