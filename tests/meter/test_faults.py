@@ -31,7 +31,7 @@ import otel_joules
 from otel_joules import EnergyMeter, EnergySpanProcessor
 from otel_joules.config import ENVIRONMENT_VARIABLES, OTEL_JOULES_SYSFS_ROOT
 from otel_joules.errors import SensorReadError
-from otel_joules.meter import meter as meter_module
+from otel_joules.meter import channels
 from otel_joules.meter.registry import default_registry, get_energy_meter
 from otel_joules.sensors.base import Channel, Domain, HardwareType
 
@@ -148,7 +148,7 @@ def test_transient_read_failure_is_retried_and_the_gap_is_counted_once(tmp_path:
         package.write_raw("")  # the zone vanished for a moment
         failing = meter.snapshot()
         package.advance_joules(4.0)  # spent during the gap; the file is whole again
-        time.sleep(meter_module.READ_RETRY_FIRST_DELAY_S + 0.01)
+        time.sleep(channels.READ_RETRY_FIRST_DELAY_S + 0.01)
         end = meter.snapshot()
     assert failing.joules[meter.domain_index("package_0")] is None  # left out, not guessed
     assert meter.measure(start, end).joules_by_domain["package_0"] == 4.0
@@ -180,7 +180,7 @@ def test_a_counter_failing_its_very_first_read_is_retried_not_dropped(caplog) ->
         assert [d.id for d in meter.domains] == ["nvidia_gpu_0"] and meter.unavailable == ()
         before = meter.snapshot()
         flaky.broken, flaky.value_uj = False, 11_000_000
-        time.sleep(meter_module.READ_RETRY_FIRST_DELAY_S + 0.01)
+        time.sleep(channels.READ_RETRY_FIRST_DELAY_S + 0.01)
         start = meter.snapshot()
         flaky.value_uj += 500_000
         end = meter.snapshot()
@@ -193,7 +193,7 @@ def test_a_counter_failing_its_very_first_read_is_retried_not_dropped(caplog) ->
 def test_persistent_read_failure_is_dropped_after_repeated_tries_with_one_message(
     tmp_path: Path, caplog, monkeypatch
 ) -> None:
-    monkeypatch.setattr(meter_module, "READ_RETRY_FIRST_DELAY_S", 0.0005)  # the policy, minus the waiting
+    monkeypatch.setattr(channels, "READ_RETRY_FIRST_DELAY_S", 0.0005)  # the policy, minus the waiting
     pc = make_powercap(tmp_path, "amd")
     meter = EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False)
     with caplog.at_level(logging.WARNING, logger="otel_joules"):
@@ -205,11 +205,11 @@ def test_persistent_read_failure_is_dropped_after_repeated_tries_with_one_messag
             time.sleep(0.001)
         pc.zones["package_0"].advance_joules(1.0)  # readable again, too late: dropped stays dropped
         end = meter.snapshot()
-    assert meter._states[0].failures == meter_module.READ_FAILURES_BEFORE_DROP
+    assert meter._states[0].failures == channels.READ_FAILURES_BEFORE_DROP
     assert "package_0" not in meter.measure(start, end).joules_by_domain
     assert meter.measure(start, end).joules_by_domain["core_0"] == 0.0  # the others go on
     (message,) = _warnings(caplog, "package_0")
-    assert f"stopped measuring package_0 after {meter_module.READ_FAILURES_BEFORE_DROP} failed reads" in message
+    assert f"stopped measuring package_0 after {channels.READ_FAILURES_BEFORE_DROP} failed reads" in message
 
 
 # --- NVML ------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ def test_slow_nvml_never_stalls_a_span_and_flags_the_value_stale(tmp_path: Path)
     assert data["domains"] == ["package_0", "core_0", "nvidia_gpu_0"]
     # ~0.3 s of work each: the span path waited at most the deadline at each end, never a
     # 2 s call (the margin is for a loaded machine; one blocked call alone would exceed it).
-    bound_s = 0.3 + 2 * meter_module.DEVICE_READ_DEADLINE_S + 0.6
+    bound_s = 0.3 + 2 * channels.DEVICE_READ_DEADLINE_S + 0.6
     assert max(data["wall_s"]) < bound_s, data["wall_s"]
     for attributes in data["attributes"]:
         assert attributes["energy.nvidia_gpu_0.stale"] is True

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from otel_joules import ConfigurationError, EnergyMeter, get_energy_meter
-from otel_joules.meter.meter import SAMPLER_FLOOR_S
+from otel_joules.meter.sampler import SAMPLER_FLOOR_S
 from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
 
 from tests.fakes.powercap import make_powercap

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from tests.fakes.powercap import make_powercap
 
 from otel_joules import EnergyMeter, EnergySpanProcessor
-from otel_joules.meter.meter import DEVICE_FRESH_S
+from otel_joules.meter.channels import DEVICE_FRESH_S
 from otel_joules.sensors.base import Channel, Domain, HardwareType
 
 

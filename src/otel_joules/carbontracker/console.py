@@ -10,6 +10,7 @@ share) to the console and, with a log directory, to the standard and output logs
 from __future__ import annotations
 
 import sys
+import traceback
 from typing import Mapping, Sequence, TextIO
 
 from otel_joules.carbon.intensity import CarbonIntensity
@@ -93,6 +94,14 @@ class TrackerOutput:
                 self.writer.write_error(message, level=level)
             except Exception:  # noqa: BLE001 - the log may be what failed
                 pass
+
+    def failure(self, exc: BaseException, ignore_errors: bool) -> None:
+        """A failure of monitoring, with its traceback: ignored (training goes on) or critical."""
+        details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        if ignore_errors:
+            self.error(f"Ignored error: {details}Continued training without monitoring...")
+        else:
+            self.error(details, level="CRITICAL")
 
     # -- messages ---------------------------------------------------------------------------
 

@@ -23,7 +23,8 @@ from otel_joules.carbon.providers import (
     UKCarbonIntensityProvider,
     providers_from_env,
 )
-from otel_joules.carbontracker.logs import DEFAULT_DECIMAL_PRECISION
+from otel_joules.carbon.refresh import RefreshingIntensity
+from otel_joules.carbontracker.logs import DEFAULT_DECIMAL_PRECISION, DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS
 from otel_joules.errors import ConfigurationError
 from otel_joules.training.devices import COMPONENT_NAMES, SimulatedDevice
 
@@ -39,6 +40,7 @@ __all__ = [
     "parse_components",
     "positive_number",
     "providers_for_api_keys",
+    "resolve_intensity",
     "simulated_devices",
 ]
 
@@ -226,3 +228,25 @@ def providers_for_api_keys(
     if api_keys and "energidataservice" in api_keys:
         providers.append(EnergiDataServiceProvider())
     return providers
+
+
+def resolve_intensity(
+    intensity_gco2eq_per_kwh: float | None,
+    country: str | None,
+    api_keys: Mapping[str, str] | None,
+    extra: Sequence[LiveProvider],
+) -> RefreshingIntensity:
+    """The tracker's carbon intensity: the explicit value, else the providers ``api_keys`` select and ``extra``.
+
+    Refreshed in the background every :data:`DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS` once started.
+
+    Raises:
+        ConfigurationError: an invalid explicit value or country code.
+    """
+    # An invalid explicit value or country code is a configuration error: resolve once now.
+    return RefreshingIntensity.resolve(
+        intensity_gco2eq_per_kwh,
+        country,
+        providers_for_api_keys(api_keys, country, extra),
+        refresh_s=float(DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS),
+    )

@@ -1,15 +1,27 @@
-"""What the carbontracker-compatible tracker returns and raises."""
+"""What the carbontracker-compatible tracker returns and raises, and what its caller can read.
+
+:class:`TrackerReadout` holds :class:`~otel_joules.carbontracker.tracker.CarbonTracker`'s
+read-only properties (results, consumption, spans, the meter and intensity in use): the
+tracker's state machine is in :mod:`otel_joules.carbontracker.tracker`.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from otel_joules.errors import OtelJoulesError
 from otel_joules.training.results import Consumption, EpochResult
 
-__all__ = ["CarbonTrackerError", "NoComponentsError", "TrackerResult", "TrainingCancelledError"]
+if TYPE_CHECKING:
+    from otel_joules.carbon.intensity import CarbonIntensity
+    from otel_joules.carbon.refresh import RefreshingIntensity
+    from otel_joules.carbontracker.console import TrackerOutput
+    from otel_joules.meter.meter import EnergyMeter
+    from otel_joules.training.run import TrainingRun
+
+__all__ = ["CarbonTrackerError", "NoComponentsError", "TrackerReadout", "TrackerResult", "TrainingCancelledError"]
 
 
 class CarbonTrackerError(OtelJoulesError):
@@ -58,3 +70,78 @@ class TrackerResult:
     std_log: Path | None = None
     output_log: Path | None = None
     trace_id: str | None = None
+
+
+class TrackerReadout:
+    """The read-only side of :class:`~otel_joules.carbontracker.tracker.CarbonTracker`: what the caller can read.
+
+    A base class of the tracker, which sets every attribute declared here.
+    """
+
+    _actual: Consumption | None
+    _predicted: Consumption | None
+    _early_stop: bool
+    _error: str | None
+    _state: str
+    _out: TrackerOutput
+    _run: TrainingRun | None
+    _intensity: RefreshingIntensity
+    _tracer_provider: Any
+    _meter: EnergyMeter | None
+
+    @property
+    def result(self) -> TrackerResult:
+        """The results so far (``actual`` is set once monitoring has ended)."""
+        writer = self._out.writer
+        run = self._run
+        return TrackerResult(
+            actual=self._actual,
+            predicted=self._predicted,
+            epochs=tuple(run.results) if run is not None else (),
+            components=dict(run.selection.devices) if run is not None else {},
+            early_stop=self._early_stop,
+            error=self._error,
+            std_log=writer.std_log_path if writer is not None else None,
+            output_log=writer.output_log_path if writer is not None else None,
+            trace_id=run.trace_id if run is not None else None,
+        )
+
+    @property
+    def actual(self) -> Consumption | None:
+        """The actual consumption, once monitoring has ended."""
+        return self._actual
+
+    @property
+    def predicted(self) -> Consumption | None:
+        """The predicted consumption for all epochs, once made."""
+        return self._predicted
+
+    @property
+    def epoch_results(self) -> tuple[EpochResult, ...]:
+        """Every measured epoch so far."""
+        return tuple(self._run.results) if self._run is not None else ()
+
+    @property
+    def monitoring(self) -> bool:
+        """True while epochs are (or can still be) measured."""
+        return self._state in ("ready", "running")
+
+    @property
+    def intensity(self) -> CarbonIntensity:
+        """The carbon intensity in use now, with its source."""
+        return self._intensity.current()
+
+    @property
+    def spans(self) -> tuple[Any, ...]:
+        """The ended ``training`` and ``epoch`` spans (``ReadableSpan``), in the order they ended."""
+        return tuple(self._run.spans) if self._run is not None else ()
+
+    @property
+    def tracer_provider(self) -> Any:
+        """The tracer provider the spans went to."""
+        return self._tracer_provider
+
+    @property
+    def energy_meter(self) -> EnergyMeter | None:
+        """The meter behind the measurements (None if it could not be created)."""
+        return self._meter

@@ -70,20 +70,16 @@ from __future__ import annotations
 
 import sys
 import threading
-import traceback
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TextIO
 
 from otel_joules._fork import register_fork_hook
-from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.providers import LiveProvider
-from otel_joules.carbon.refresh import RefreshingIntensity
 from otel_joules.carbon.units import validate_pue
 from otel_joules.carbontracker.console import TrackerOutput
 from otel_joules.carbontracker.logs import (
     CARBONTRACKER_PUE,
     DEFAULT_DECIMAL_PRECISION,
-    DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
     CarbonTrackerLogWriter,
 )
 from otel_joules.carbontracker.options import (
@@ -95,11 +91,13 @@ from otel_joules.carbontracker.options import (
     ignored_sim_arguments,
     parse_components,
     providers_for_api_keys,
+    resolve_intensity,
     simulated_devices,
 )
 from otel_joules.carbontracker.results import (
     CarbonTrackerError,
     NoComponentsError,
+    TrackerReadout,
     TrackerResult,
     TrainingCancelledError,
 )
@@ -123,8 +121,11 @@ __all__ = [
 INSTRUMENTATION_SCOPE = "otel_joules.carbontracker"
 
 
-class CarbonTracker:
+class CarbonTracker(TrackerReadout):
     """Track and predict the energy and carbon of a training loop (carbontracker's API).
+
+    What the caller can read (:attr:`result`, :attr:`actual`, :attr:`spans`, ...) is
+    inherited from :class:`~otel_joules.carbontracker.results.TrackerReadout`.
 
     Args:
         epochs: Total epochs of the training loop (>= 0; 0, e.g. a resumed training with
@@ -218,13 +219,7 @@ class CarbonTracker:
         self.pue = validate_pue(pue)
         self._extra_providers = check_providers(list(intensity_providers))
         self._country = country
-        # An invalid explicit value or country code is a configuration error: resolve once now.
-        self._intensity = RefreshingIntensity.resolve(
-            intensity_gco2eq_per_kwh,
-            country,
-            providers_for_api_keys(api_keys, country, self._extra_providers),
-            refresh_s=float(DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS),
-        )
+        self._intensity = resolve_intensity(intensity_gco2eq_per_kwh, country, api_keys, self._extra_providers)
 
         # -- carbontracker's attributes, as it names them
         self.epochs = int(epochs)
@@ -379,65 +374,6 @@ class CarbonTracker:
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
-    # -- what the caller can read ---------------------------------------------------------
-
-    @property
-    def result(self) -> TrackerResult:
-        """The results so far (``actual`` is set once monitoring has ended)."""
-        writer = self._out.writer
-        run = self._run
-        return TrackerResult(
-            actual=self._actual,
-            predicted=self._predicted,
-            epochs=tuple(run.results) if run is not None else (),
-            components=dict(run.selection.devices) if run is not None else {},
-            early_stop=self._early_stop,
-            error=self._error,
-            std_log=writer.std_log_path if writer is not None else None,
-            output_log=writer.output_log_path if writer is not None else None,
-            trace_id=run.trace_id if run is not None else None,
-        )
-
-    @property
-    def actual(self) -> Consumption | None:
-        """The actual consumption, once monitoring has ended."""
-        return self._actual
-
-    @property
-    def predicted(self) -> Consumption | None:
-        """The predicted consumption for all epochs, once made."""
-        return self._predicted
-
-    @property
-    def epoch_results(self) -> tuple[EpochResult, ...]:
-        """Every measured epoch so far."""
-        return tuple(self._run.results) if self._run is not None else ()
-
-    @property
-    def monitoring(self) -> bool:
-        """True while epochs are (or can still be) measured."""
-        return self._state in ("ready", "running")
-
-    @property
-    def intensity(self) -> CarbonIntensity:
-        """The carbon intensity in use now, with its source."""
-        return self._intensity.current()
-
-    @property
-    def spans(self) -> tuple[Any, ...]:
-        """The ended ``training`` and ``epoch`` spans (``ReadableSpan``), in the order they ended."""
-        return tuple(self._run.spans) if self._run is not None else ()
-
-    @property
-    def tracer_provider(self) -> Any:
-        """The tracer provider the spans went to."""
-        return self._tracer_provider
-
-    @property
-    def energy_meter(self) -> EnergyMeter | None:
-        """The meter behind the measurements (None if it could not be created)."""
-        return self._meter
-
     # -- epochs -------------------------------------------------------------------------------
 
     def _epoch_start_locked(self) -> None:
@@ -532,11 +468,7 @@ class CarbonTracker:
         """A failure: end what is open, keep what was measured, then raise or carry on."""
         message = f"{where} failed: {type(exc).__name__}: {exc}"
         self._error = message
-        details = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        if self.ignore_errors:
-            self._out.error(f"Ignored error: {details}Continued training without monitoring...")
-        else:
-            self._out.error(details, level="CRITICAL")
+        self._out.failure(exc, self.ignore_errors)
         run = self._run
         try:
             end = run.snapshot() if run is not None and self._meter is not None else None

@@ -128,7 +128,7 @@ class Channel(abc.ABC):
         """True when a read calls into a device library that can stall (NVML on a GPU falling off the bus).
 
         The meter then reads the channel off the span path with a deadline
-        (:data:`otel_joules.meter.meter.DEVICE_READ_DEADLINE_S`) instead of inline.
+        (:data:`otel_joules.meter.channels.DEVICE_READ_DEADLINE_S`) instead of inline.
         """
         return False
 

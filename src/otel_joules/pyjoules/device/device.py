@@ -100,7 +100,7 @@ def why_not_measured(domain: Domain, meter: "CoreEnergyMeter") -> str:
 
 def _why_gpu_not_measured(index: int, meter: "CoreEnergyMeter", measured: str) -> str:
     """Advice that works when followed: a GPU that does not exist is not to be asked for."""
-    from otel_joules.sensors.nvml import gpu_indices
+    from otel_joules.sensors.nvml_session import gpu_indices
 
     indices = gpu_indices()
     if indices is not None and index not in indices:

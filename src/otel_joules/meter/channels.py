@@ -1,0 +1,305 @@
+"""Each channel's read policy: wrap or restart, failure and back-off, reads off the span path.
+
+:class:`_ChannelState` is the per-channel bookkeeping the meter's snapshot reads under its
+lock (the snapshot's hot loop touches its fields directly): a counter lower than before
+either wrapped or restarted, told apart by the zone's power bound; a failing read is retried
+with back-off before the domain is dropped. Channels that may block (NVML) are read by a
+:class:`_DeviceReader` in their own thread with a deadline, so a stalled device makes a
+span's value stale, never the span slow.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable, Sequence
+
+from otel_joules.errors import DeviceLostError
+from otel_joules.sensors.base import Channel
+
+_log = logging.getLogger("otel_joules")
+
+#: Longest a snapshot waits for a device read that may stall (NVML): past this, the span
+#: gets the domain's last known value, flagged stale, and the read finishes off the span path.
+#: NVML's counter updates about every 100 ms, so a longer wait gains nothing; a shorter one
+#: flagged healthy reads stale on a loaded machine (the reader thread waits for the GIL and a
+#: core). A stalled device costs this once per stall: later snapshots go on at once.
+DEVICE_READ_DEADLINE_S = 0.1
+#: A device read (NVML) that started less than this long ago is reused by a snapshot instead of
+#: handing a new read to the device's thread: the hand-off (two thread switches and the GIL) costs
+#: ~10-20 us, more than a bare span, while NVML's counter itself updates only about every 100 ms,
+#: so a value at most 1 ms old (1% of that period) is one a fresh read would almost always return.
+#: Back-to-back spans then share one read per millisecond; spans further apart read as before.
+DEVICE_FRESH_S = 0.001
+#: A failing read is retried after this long, doubling after every further failure ...
+READ_RETRY_FIRST_DELAY_S = 0.05
+#: ... and the domain is dropped for good after this many consecutive failures (~6 s).
+READ_FAILURES_BEFORE_DROP = 8
+#: A wrap must fit the zone's power bound x the time between the reads, within this factor
+#: (RAPL's PL2 bursts exceed the long-term limit) ...
+RESET_POWER_TOLERANCE = 2.0
+#: ... plus this much time at full power (counter update period and read jitter).
+RESET_SLACK_S = 0.01
+
+
+_NO_RESULTS: tuple[int | Exception, ...] = ()
+
+
+class _DeviceReader:
+    """Reads one channel that may block (NVML) in its own thread, so a snapshot waits at most a deadline.
+
+    A read is requested by :meth:`poll`; if it completes within
+    :data:`DEVICE_READ_DEADLINE_S` of its request the caller gets it, else the caller goes on
+    without it and the read's result, when it comes, is handed to the next :meth:`poll`. Only
+    one read is in flight at a time, so a stalled device costs one thread, not one per span.
+    Results are raw counter values or the exception the read raised.
+    """
+
+    __slots__ = (
+        "_read_uj", "_name", "_deadline_ns", "_fresh_ns", "_cond", "_pending", "_requested_ns", "_result", "_thread",
+        "_closed", "_fresh_until_ns",
+    )
+
+    def __init__(
+        self,
+        read_uj: Callable[[], int],
+        name: str,
+        deadline_s: float = DEVICE_READ_DEADLINE_S,
+        fresh_s: float = DEVICE_FRESH_S,
+    ) -> None:
+        self._read_uj = read_uj
+        self._name = name
+        self._deadline_ns = round(deadline_s * 1e9)
+        self._fresh_ns = round(fresh_s * 1e9)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._pending = False
+        self._requested_ns = 0
+        self._result: list[int | Exception] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        #: Until this instant the last read, a success already handed over, counts as fresh (DEVICE_FRESH_S).
+        self._fresh_until_ns = 0
+
+    def poll(self) -> tuple[Sequence[int | Exception], bool]:
+        """Results of reads that finished late, then this read's; and whether this read finished in time.
+
+        No new result and True when the last successful read, already handed over, started less
+        than :data:`DEVICE_FRESH_S` ago: the caller's last value is then as good as a new read.
+        """
+        # Read without the lock: a result appended meanwhile is simply taken by the next poll, in order.
+        if not self._result and not self._pending and time.monotonic_ns() < self._fresh_until_ns:
+            return _NO_RESULTS, True
+        with self._cond:
+            late, self._result = self._result, []
+            if self._closed:
+                return late, False
+            if not self._pending:
+                self._pending = True
+                self._requested_ns = time.monotonic_ns()
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=f"otel-joules-read-{self._name}", daemon=True)
+                    self._thread.start()
+                self._cond.notify_all()
+            # The deadline counts from the request: a read that already overran it makes
+            # later snapshots go on at once instead of each waiting the deadline again.
+            deadline_ns = self._requested_ns + self._deadline_ns
+            while not self._result:
+                remaining_ns = deadline_ns - time.monotonic_ns()
+                if remaining_ns <= 0:
+                    return late, False
+                self._cond.wait(remaining_ns / 1e9)
+            fresh, self._result = self._result, []
+            return late + fresh, True
+
+    def _run(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                while not self._pending and not self._closed:
+                    cond.wait()
+                if self._closed:
+                    return
+            started_ns = time.monotonic_ns()
+            try:
+                value: int | Exception = self._read_uj()
+            except Exception as exc:  # noqa: BLE001 - handed to the meter's failure policy
+                value = exc
+            with cond:
+                self._result.append(value)
+                self._pending = False
+                # Only a success is worth reusing: a failure goes through the meter's retry policy.
+                self._fresh_until_ns = 0 if isinstance(value, Exception) else started_ns + self._fresh_ns
+                cond.notify_all()
+
+    def close(self) -> None:
+        """Stop the thread (a read in flight finishes on its own; its thread is a daemon)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def after_fork_in_child(self) -> None:
+        """The thread does not exist in a child and the condition may be held: start afresh."""
+        self._reset()
+
+
+class _ChannelState:
+    """Per-channel bookkeeping and read policy, touched only under the meter's lock.
+
+    * Wrap or restart: a counter lower than before either wrapped (energy = range - before
+      + after) or restarted from 0 (driver reload, suspend/resume). A wrap that implies more
+      energy than the zone's power bound allows in the time between the reads, when the new
+      value itself fits that bound, was a restart: count from the new origin, say so once.
+    * Failures: a failed read is retried with back-off (the domain is left out of spans
+      meanwhile); the domain is dropped only after :data:`READ_FAILURES_BEFORE_DROP`
+      consecutive failures or a lost device. Each fault is said once, when its outcome is
+      known: dropped, or back (with the error and how long). The counter is cumulative, so
+      the first good read covers the gap: no energy is invented or lost.
+    * Channels that may block are read through a :class:`_DeviceReader`; :attr:`stale` says
+      the last :meth:`read_joules` returned the last known value instead of a fresh one.
+    """
+
+    __slots__ = (
+        "channel", "read_uj", "wrap_uj", "max_power_watts", "last_raw_uj", "last_ns", "total_uj", "failed",
+        "failures", "retry_at_ns", "first_failure_ns", "first_error", "resets", "reader", "stale", "fd",
+    )
+
+    def __init__(self, channel: Channel, first_raw_uj: int | None, first_ns: int | None = None) -> None:
+        self.channel = channel
+        self.read_uj = channel.read_uj  # bound once: this runs twice per span per domain
+        #: Read inline by the snapshot when the channel is a plain counter file (Channel.pread_fd).
+        self.fd = channel.pread_fd
+        self.wrap_uj = channel.wrap_uj
+        self.max_power_watts = channel.max_power_watts
+        self.last_raw_uj = first_raw_uj
+        self.last_ns = time.monotonic_ns() if first_ns is None else first_ns
+        self.total_uj = 0
+        self.failed = False
+        self.failures = 0
+        self.retry_at_ns = 0
+        self.first_failure_ns = 0
+        self.first_error = ""
+        self.resets = 0
+        self.reader = _DeviceReader(channel.read_uj, channel.domain.id) if channel.may_block else None
+        self.stale = False
+
+    def read_joules(self, now_ns: int | None = None) -> float | None:
+        """Read the channel; return wrap-corrected joules since the meter started, None while failing."""
+        if self.failed:
+            return None
+        if now_ns is None:
+            now_ns = time.monotonic_ns()
+        if self.failures and now_ns < self.retry_at_ns:
+            return None  # backing off after a failure
+        if self.reader is not None:
+            return self._read_off_path(now_ns)
+        try:
+            raw = self.read_uj()
+        except Exception as exc:  # noqa: BLE001 - never raise into the user's span
+            self._failed_read(exc, now_ns)
+            return None
+        self._advance(raw, now_ns)
+        return self.total_uj / 1e6
+
+    def _read_off_path(self, now_ns: int) -> float | None:
+        values, fresh = self.reader.poll()  # type: ignore[union-attr]
+        for value in values:
+            if isinstance(value, Exception):
+                self._failed_read(value, now_ns)
+            else:
+                self._advance(value, now_ns)
+        self.stale = not fresh
+        if self.failed or (values and isinstance(values[-1], Exception)):
+            return None
+        if self.failures and not fresh:
+            return None  # still failing as far as we know
+        return self.total_uj / 1e6
+
+    def _advance(self, raw: int, now_ns: int) -> None:
+        if self.failures:
+            self._recovered(now_ns)
+            if self.last_raw_uj is None:  # the first read of all failed: this one is the origin
+                self.last_raw_uj, self.last_ns = raw, now_ns
+                return
+        delta = raw - self.last_raw_uj  # type: ignore[operator]
+        if delta < 0:
+            if self.wrap_uj is None or self._restarted(raw, delta + self.wrap_uj, now_ns):
+                # A counter that cannot wrap went backwards, or a wrap the hardware could not
+                # have produced in the time: the counter restarted. Count from the new origin.
+                delta = raw
+            else:
+                delta += self.wrap_uj
+        self.last_raw_uj = raw
+        self.last_ns = now_ns
+        self.total_uj += delta
+
+    def _restarted(self, raw_uj: int, wrapped_uj: int, now_ns: int) -> bool:
+        if self.max_power_watts is None:
+            return False
+        elapsed_s = max(0, now_ns - self.last_ns) / 1e9
+        allowed_uj = self.max_power_watts * (elapsed_s * RESET_POWER_TOLERANCE + RESET_SLACK_S) * 1e6
+        # Both must hold: the wrap is impossible and the restart is possible. Where neither
+        # is (a stalled clock), a wrap is assumed as before.
+        if wrapped_uj <= allowed_uj or raw_uj > allowed_uj:
+            return False
+        self.resets += 1
+        if self.resets == 1:
+            _log.warning(
+                "otel-joules: the %s counter restarted (%d uJ -> %d uJ in %.3f s; a wrap would mean %.0f J, more than "
+                "its %.0f W bound allows): counting from the new value (driver reload or suspend/resume?)",
+                self.channel.domain.id,
+                self.last_raw_uj,
+                raw_uj,
+                elapsed_s,
+                wrapped_uj / 1e6,
+                self.max_power_watts,
+            )
+        return True
+
+    def _failed_read(self, exc: BaseException, now_ns: int) -> None:
+        # One message per fault, when its outcome is known: dropped (here) or back (_recovered).
+        self.failures += 1
+        if self.failures == 1:
+            self.first_failure_ns = now_ns
+            self.first_error = str(exc)
+        if not (isinstance(exc, DeviceLostError) or self.failures >= READ_FAILURES_BEFORE_DROP):
+            self.retry_at_ns = now_ns + round(READ_RETRY_FIRST_DELAY_S * 2 ** (self.failures - 1) * 1e9)
+            return
+        self.failed = True
+        if self.reader is not None:
+            self.reader.close()
+        domain_id = self.channel.domain.id
+        _log.warning(
+            "otel-joules: stopped measuring %s%s: %s. Other domains are still measured; "
+            "spans and metrics leave %s out from now on.",
+            domain_id,
+            "" if self.failures == 1 else f" after {self.failures} failed reads over {(now_ns - self.first_failure_ns) / 1e9:.1f} s",
+            exc,
+            domain_id,
+        )
+
+    def _recovered(self, now_ns: int) -> None:
+        _log.warning(
+            "otel-joules: %s could not be read %d time(s) over %.1f s (%s) and reads again: spans that ended "
+            "meanwhile left it out; it is measured again (its counter is cumulative, so nothing spent in the gap is lost).",
+            self.channel.domain.id,
+            self.failures,
+            (now_ns - self.first_failure_ns) / 1e9,
+            self.first_error,
+        )
+        self.failures = 0
+
+    def close(self) -> None:
+        """Stop the device reader, if any, and release the channel."""
+        if self.reader is not None:
+            self.reader.close()
+        self.channel.close()
+
+    def after_fork_in_child(self) -> None:
+        """Re-create what a forked child does not inherit in a usable state."""
+        if self.reader is not None:
+            self.reader.after_fork_in_child()
+        self.channel.reset_after_fork()
