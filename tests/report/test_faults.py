@@ -197,9 +197,9 @@ def test_unreadable_file_as_an_unprivileged_user(tmp_path: Path) -> None:
 
 
 def test_line_over_the_bound_is_skipped_and_the_rest_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from otel_joules.report import readers
+    from otel_joules.report import filestream
 
-    monkeypatch.setattr(readers, "MAX_LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(filestream, "MAX_LINE_BYTES", 1 << 20)
     path = tmp_path / "spans.jsonl"
     path.write_text(_record(0, 1.0) + "\n" + "{" + "z" * 3_000_000 + "\n" + _record(1, 2.0) + "\n")
     report = build_report([path])

@@ -13,10 +13,12 @@ and output log with the same name stem). Formats are recognised by content; see
 :mod:`otel_joules.report.readers`. Corrupt or unknown inputs are skipped, each with a
 :class:`Skipped` entry saying which and why.
 
-A log pair written by :class:`otel_joules.carbontracker.tracker.CarbonTracker` names its
-trace (``OpenTelemetry trace_id ...`` in the standard log); when that trace's spans are among
+A log pair written by the carbontracker-compatible tracker names its trace (an
+``OpenTelemetry trace_id ...`` line in the standard log); when that trace's spans are among
 the inputs too, the run is counted once, from the spans, and the log pair is listed as
-skipped with that reason.
+skipped with that reason. The log format, that line included, is
+:mod:`otel_joules.training.logformat`; logs are parsed by :mod:`otel_joules.training.logread`
+and paired by :mod:`otel_joules.training.logfiles`.
 
 **Energy of a trace: the attributed share (no double counting).** Anything that sums
 adds up the spans' *attributed share* of host energy, never interval energy: per trace,
@@ -69,7 +71,7 @@ the trace's epoch spans only in exports written before the formats kept ``traini
 Equivalents (km by car and more) are of the total, with their source figures.
 """
 
-from otel_joules.report.aggregate import CarbonOptions, build_report
+from otel_joules.report.aggregate import build_report
 from otel_joules.report.model import (
     CarbonTrackerRun,
     EnergyPart,
@@ -83,6 +85,7 @@ from otel_joules.report.model import (
 from otel_joules.report.plot import plot_report, report_figure
 from otel_joules.report.readers import read_inputs
 from otel_joules.report.render import format_report, format_skipped, report_dict
+from otel_joules.report.run_carbon import CarbonOptions
 
 __all__ = [
     "CarbonOptions",

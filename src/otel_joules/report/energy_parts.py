@@ -1,0 +1,109 @@
+"""A span's or epoch's energy split by kind (CPU, memory, GPU, other), each labelled measured or estimate.
+
+Kinds come from the per-domain attributes (``energy.<domain>.joules``) or, for an
+attributed share, the per-kind shares; what no kind covers is ``other``.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable, Mapping
+
+from otel_joules.report.model import EnergyPart, SpanRow
+from otel_joules.semconv import (
+    ATTRIBUTED_KIND_KEYS,
+    ENERGY_SOURCE,
+    KIND_CPU,
+    KIND_GPU,
+    KIND_MEMORY,
+    SOURCE_ESTIMATE,
+    SOURCE_MEASURED,
+    SOURCE_MIXED,
+    domain_joules_key,
+    domain_method_key,
+)
+from otel_joules.sensors.base import Method
+
+
+# ``energy.<domain>.joules``: a domain id has no dot, which leaves out energy.joules and the
+# per-kind and self shares (energy.attributed.joules itself matches as "attributed", a name
+# _domain_kind does not know, so it adds to no kind).
+_DOMAIN_JOULES_RE = re.compile(r"^energy\.([A-Za-z0-9_\-]+)\.joules$")
+
+
+def _domain_kind(domain_id: str, has_package: bool) -> str | None:
+    """The kind a domain adds to; None for one inside another (core, uncore; psys beside a package)."""
+    if domain_id.startswith(("core", "uncore")):
+        return None
+    if domain_id.startswith("psys"):
+        return None if has_package else KIND_CPU
+    if domain_id.startswith("package") or domain_id in ("cpu_estimate", "sim_cpu"):
+        return KIND_CPU
+    if domain_id.startswith("dram") or domain_id == "memory_estimate":
+        return KIND_MEMORY
+    if domain_id.startswith("nvidia_gpu") or domain_id == "sim_gpu":
+        return KIND_GPU
+    return None  # unknown: its energy stays in "other"
+
+
+def merge_sources(sources: Iterable[str | None]) -> str | None:
+    """One label for several: the one they share, ``mixed`` if they differ, None if none is known."""
+    known = {source for source in sources if source is not None}
+    if not known:
+        return None
+    return known.pop() if len(known) == 1 else SOURCE_MIXED
+
+
+def _domain_source(span: SpanRow, domain_id: str) -> str | None:
+    source = span.attributes.get(ENERGY_SOURCE)
+    if source in (SOURCE_MEASURED, SOURCE_ESTIMATE):
+        return str(source)
+    if source == SOURCE_MIXED:
+        method = span.attributes.get(domain_method_key(domain_id))
+        return SOURCE_ESTIMATE if method == Method.ESTIMATE.value else SOURCE_MEASURED
+    return None
+
+
+def span_source(span: SpanRow) -> str | None:
+    """The span's ``energy.source``, or None."""
+    source = span.attributes.get(ENERGY_SOURCE)
+    return str(source) if isinstance(source, str) and source else None
+
+
+def span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tuple[float, str | None]]:
+    """``{kind: (joules, source)}`` of one span; what no kind covers is ``other``."""
+    domains: dict[str, list[tuple[float, str | None]]] = {}
+    ids = [m.group(1) for key in span.attributes if (m := _DOMAIN_JOULES_RE.match(key))]
+    has_package = any(i.startswith("package") for i in ids)
+    for domain_id in ids:
+        kind = _domain_kind(domain_id, has_package)
+        value = span.number(domain_joules_key(domain_id))
+        if kind is not None and value is not None:
+            domains.setdefault(kind, []).append((value, _domain_source(span, domain_id)))
+    parts: dict[str, tuple[float, str | None]] = {}
+    for kind in ATTRIBUTED_KIND_KEYS:
+        sources = [source for _, source in domains.get(kind, ())]
+        if attributed:
+            value = span.number(ATTRIBUTED_KIND_KEYS[kind])
+        else:
+            value = sum(j for j, _ in domains[kind]) if kind in domains else None
+        if value is not None:
+            parts[kind] = (value, merge_sources(sources) if sources else span_source(span))
+    rest = total - sum(j for j, _ in parts.values())
+    if abs(rest) > 1e-9 * max(abs(total), 1.0):
+        parts["other"] = (rest, span_source(span))
+    return parts
+
+
+def sum_parts(per_span: Iterable[Mapping[str, tuple[float, str | None]]]) -> tuple[EnergyPart, ...]:
+    """The parts of several spans or epochs added up by kind, in the report's order of kinds."""
+    joules: dict[str, float] = {}
+    sources: dict[str, list[str | None]] = {}
+    for parts in per_span:
+        for kind, (value, source) in parts.items():
+            joules[kind] = joules.get(kind, 0.0) + value
+            sources.setdefault(kind, []).append(source)
+    order = [*ATTRIBUTED_KIND_KEYS, "cpu+memory", "other"]
+    return tuple(
+        EnergyPart(kind, joules[kind], merge_sources(sources[kind])) for kind in order if kind in joules
+    )
