@@ -58,7 +58,7 @@ class _DeviceReader:
 
     __slots__ = (
         "_read_uj", "_name", "_deadline_ns", "_fresh_ns", "_cond", "_pending", "_requested_ns", "_result", "_thread",
-        "_closed", "_fresh_until_ns",
+        "_closed", "fresh_until_ns", "_last_started_ns",
     )
 
     def __init__(
@@ -81,8 +81,11 @@ class _DeviceReader:
         self._result: list[int | Exception] = []
         self._thread: threading.Thread | None = None
         self._closed = False
-        #: Until this instant the last read, a success already handed over, counts as fresh (DEVICE_FRESH_S).
-        self._fresh_until_ns = 0
+        #: Until this instant the newest read, a success already handed over, counts as fresh
+        #: (DEVICE_FRESH_S): the meter's snapshot checks it inline before calling poll at all.
+        self.fresh_until_ns = 0
+        #: When the newest read started, if it succeeded (None after a failure).
+        self._last_started_ns: int | None = None
 
     def poll(self) -> tuple[Sequence[int | Exception], bool]:
         """Results of reads that finished late, then this read's; and whether this read finished in time.
@@ -90,8 +93,9 @@ class _DeviceReader:
         No new result and True when the last successful read, already handed over, started less
         than :data:`DEVICE_FRESH_S` ago: the caller's last value is then as good as a new read.
         """
-        # Read without the lock: a result appended meanwhile is simply taken by the next poll, in order.
-        if not self._result and not self._pending and time.monotonic_ns() < self._fresh_until_ns:
+        # Read without the lock: a result appended meanwhile zeroes fresh_until_ns and is taken, in
+        # order, by the next poll.
+        if time.monotonic_ns() < self.fresh_until_ns:
             return _NO_RESULTS, True
         with self._cond:
             late, self._result = self._result, []
@@ -113,7 +117,13 @@ class _DeviceReader:
                     return late, False
                 self._cond.wait(remaining_ns / 1e9)
             fresh, self._result = self._result, []
+            self._handed_over()
             return late + fresh, True
+
+    def _handed_over(self) -> None:
+        """The newest result went to the caller (``_cond`` held): reusable for DEVICE_FRESH_S if it succeeded."""
+        started_ns = self._last_started_ns
+        self.fresh_until_ns = 0 if started_ns is None else started_ns + self._fresh_ns
 
     def _run(self) -> None:
         cond = self._cond
@@ -131,8 +141,10 @@ class _DeviceReader:
             with cond:
                 self._result.append(value)
                 self._pending = False
-                # Only a success is worth reusing: a failure goes through the meter's retry policy.
-                self._fresh_until_ns = 0 if isinstance(value, Exception) else started_ns + self._fresh_ns
+                # Not reusable until handed over; only a success is worth reusing at all (a failure
+                # goes through the meter's retry policy).
+                self.fresh_until_ns = 0
+                self._last_started_ns = None if isinstance(value, Exception) else started_ns
                 cond.notify_all()
 
     def close(self) -> None:

@@ -181,7 +181,8 @@ class EnergyMeter:
         self._sampler: _Sampler | None = None
         self._closed = False
         self.sample_period_s = _sample_period_s(s.channel for s in self._states)
-        self._off_path = tuple(i for i, s in enumerate(self._states) if s.reader is not None)
+        #: (position, state) of the channels read off the span path (NVML), for the stale flags.
+        self._off_path_states = tuple((i, s) for i, s in enumerate(self._states) if s.reader is not None)
         _live_meters.add(self)
 
     # -- reading -----------------------------------------------------------------------------
@@ -212,7 +213,12 @@ class EnergyMeter:
                 # The common case inlined (this runs for every domain, twice per span): a healthy
                 # counter read in this thread that did not go backwards. Anything else (backing
                 # off, failed, read off the span path, a wrap or restart) takes read_joules.
-                if state.failures or state.reader is not None:
+                reader = state.reader
+                if reader is not None and now_ns < reader.fresh_until_ns and not state.failures:
+                    # A device read under DEVICE_FRESH_S old, already handed over: its value stands.
+                    append(state.total_uj / 1e6)
+                    continue
+                if state.failures or reader is not None:
                     append(state.read_joules(now_ns))
                     continue
                 fd = state.fd
@@ -242,14 +248,13 @@ class EnergyMeter:
                 append(state.total_uj / 1e6)
             # tuple.__new__ skips the named tuple's Python-level __new__: this runs twice per span.
             joules = tuple(values)
-            stale = self._stale_positions(joules) if self._off_path else ()
+            stale: tuple[int, ...] = ()
+            for i, off_path in self._off_path_states:
+                if off_path.stale and joules[i] is not None:
+                    stale += (i,)
             snapshot = _new_tuple(EnergySnapshot, (now_ns, joules, stale))
             self._last_snapshot = snapshot
             return snapshot
-
-    def _stale_positions(self, joules: tuple[float | None, ...]) -> tuple[int, ...]:
-        states = self._states
-        return tuple(i for i in self._off_path if states[i].stale and joules[i] is not None)
 
     def measure(
         self,
