@@ -36,9 +36,18 @@ print(json.dumps({{"attributes": dict(span.attributes), "domains": [d.id for d i
 """
 
 
-def _run(tmp_path: Path, cards: list[FakeCard], sleep_s: float = 0.6, *, stderr: list[str] | None = None):
+def _run(
+    tmp_path: Path,
+    cards: list[FakeCard],
+    sleep_s: float = 0.6,
+    *,
+    stderr: list[str] | None = None,
+    epoch_at_first_use: bool = False,
+):
     pc = make_powercap(tmp_path / "sys", "amd")
-    fake = FakeNvml(cards=cards, update_ms=1, epoch_monotonic_s=time.monotonic())
+    # The cards' clocks start now, or (epoch_at_first_use) when the child first calls NVML: a card
+    # lost N seconds in must not be lost before the child has even started on a loaded machine.
+    fake = FakeNvml(cards=cards, update_ms=1, epoch_monotonic_s=None if epoch_at_first_use else time.monotonic())
     code = SPAN_WITH_GPUS.format(
         sysfs=pc.sysfs_root,
         package_path=str(pc.zones["package_0"].path),
@@ -85,7 +94,7 @@ def test_gpu_lost_mid_span_is_dropped_and_the_rest_goes_on(tmp_path: Path) -> No
         FakeCard(uuid=uuid_for(1), watts=100.0, pci="00000000:08:00.0"),
     ]
     stderr: list[str] = []
-    out = _run(tmp_path, cards, sleep_s=0.8, stderr=stderr)
+    out = _run(tmp_path, cards, sleep_s=0.8, stderr=stderr, epoch_at_first_use=True)
     a = out["attributes"]
     warnings = [line for line in stderr[0].splitlines() if "stopped measuring nvidia_gpu_0" in line]
     assert len(warnings) == 1, stderr[0]
