@@ -58,9 +58,17 @@ class CarbonAccounting:
         """Measured joules as accounted: measurement noise below zero counts as zero."""
         return max(joules, 0.0)
 
+    @staticmethod
+    def facility_kwh(joules: float, pue: float) -> float:
+        """Facility energy in kWh of ``joules`` of measured IT energy at ``pue``: ``joules x pue / 3.6e6``.
+
+        For callers that know the PUE but not (yet) the intensity, such as ``otel-joules report``.
+        """
+        return CarbonAccounting.it_joules(joules) * pue / JOULES_PER_KWH
+
     def kwh(self, joules: float) -> float:
         """Facility energy in kWh of ``joules`` of IT energy: ``joules x pue / 3.6e6``."""
-        return self.it_joules(joules) * self.pue / JOULES_PER_KWH
+        return self.facility_kwh(joules, self.pue)
 
     def co2eq_grams(self, joules: float) -> float:
         """Grams of CO2eq of ``joules`` of IT energy: ``joules / 3.6e6 x pue x intensity``."""

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
-from otel_joules.carbon.units import JOULES_PER_KWH
+from otel_joules.carbon.accounting import CarbonAccounting
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def run_carbon(
         pue, pue_origin = recorded_pue, "recorded"
     else:
         pue, pue_origin = 1.0, "default"
-    kwh = max(joules, 0.0) * pue / JOULES_PER_KWH
+    kwh = CarbonAccounting.facility_kwh(joules, pue)
     if recorded_kwh is not None and pue_origin == "recorded":
         kwh = recorded_kwh
     override = intensities.override
