@@ -169,6 +169,32 @@ def test_no_module_redefines_a_semconv_value() -> None:
     assert not found, "import these from otel_joules.semconv instead:\n" + "\n".join(found)
 
 
+def _docstrings(module: ast.Module) -> set[int]:
+    """ids of the docstring constants of a module and its classes and functions (prose may name names)."""
+    found = set()
+    for node in ast.walk(module):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def test_no_module_spells_out_a_semconv_name_in_code() -> None:
+    # Not just definitions: a literal "energy.joules" anywhere in code (a dict key, a call argument)
+    # is a second spelling of the name. The energy.source values are common words and are left
+    # to the definition check above.
+    names = {value for value in _vocabulary_names() if "." in value}
+    found = [
+        f"{relative}:{node.lineno} {node.value!r}"
+        for relative, module in _modules()
+        for docstrings in [_docstrings(module)]
+        for node in ast.walk(module)
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings
+    ]
+    assert not found, "use the otel_joules.semconv constant instead of the literal:\n" + "\n".join(found)
+
+
 def test_no_module_aliases_a_semconv_name() -> None:
     found = [
         f"{relative}:{node.lineno} {alias.name} as {alias.asname}"

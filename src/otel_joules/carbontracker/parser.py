@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED
 
 from otel_joules.training.logformat import (
     OUTPUT_LOG_SUFFIX,
@@ -333,10 +334,10 @@ _ATTRIBUTION = {"carbontracker": "carbontracker (https://github.com/lfwa/carbont
 
 def _provenance(sources: List[Optional[str]]) -> str:
     """``Measured``, ``Estimated`` or ``Partly estimated`` for one writer's runs: never an estimate called measured."""
-    estimated = sum(1 for source in sources if source in ("estimate", "mixed"))
+    estimated = sum(1 for source in sources if source in (SOURCE_ESTIMATE, SOURCE_MIXED))
     if not estimated:
         return "Measured"
-    if all(source == "estimate" for source in sources):
+    if all(source == SOURCE_ESTIMATE for source in sources):
         return "Estimated (not measured: no readable energy counter)"
     return f"Partly estimated ({estimated} of {len(sources)} run(s) include estimates)"
 

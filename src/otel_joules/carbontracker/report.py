@@ -36,10 +36,11 @@ from datetime import datetime
 from typing import Any, Dict, List, Optional, Tuple
 
 from otel_joules.carbon.units import JOULES_PER_KWH
-from otel_joules.training.logformat import OUTPUT_LOG_SUFFIX, STD_LOG_SUFFIX, LogFormatError
+from otel_joules.training.logformat import OUTPUT_LOG_SUFFIX, SOFTWARE_NAME, STD_LOG_SUFFIX, LogFormatError
 from otel_joules.training.logfiles import read_log_text
 from otel_joules.training.logread import get_consumption, parse_standard_log
 from otel_joules.errors import ConfigurationError
+from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED
 
 __all__ = ["EpochPower", "RunReport", "generate_report_from_log", "read_run_report"]
 
@@ -130,9 +131,9 @@ class RunReport:
     def energy_source(self) -> str:
         """``estimate`` where the log says so; ``measured`` for otel-joules' logs that do not; else that the log does not say."""
         if self.estimated:
-            return "estimate"
-        if self.software == "otel-joules":
-            return "measured"
+            return SOURCE_ESTIMATE
+        if self.software == SOFTWARE_NAME:
+            return SOURCE_MEASURED
         return "measured or simulated: the log does not say"
 
     @property

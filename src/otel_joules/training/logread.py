@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
 from otel_joules.training.logformat import (
     BELOW_RESOLUTION_LOG_PREFIX,
     ESTIMATE_DEVICE_MARKS,
@@ -290,9 +291,9 @@ def _energy_source(software: Optional[str], devices: Dict[str, List[str]], estim
     names = [name for group in devices.values() for name in group]
     estimated = [name for name in names if name.endswith(ESTIMATE_DEVICE_MARKS)]
     if estimate_line or estimated:
-        return "mixed" if len(estimated) < len(names) else "estimate"
+        return SOURCE_MIXED if len(estimated) < len(names) else SOURCE_ESTIMATE
     # Our writer always writes the ESTIMATE line when there is one; carbontracker never does.
-    return "measured" if software == SOFTWARE_NAME else None
+    return SOURCE_MEASURED if software == SOFTWARE_NAME else None
 
 
 def looks_like_standard_log(log: StandardLog) -> bool:

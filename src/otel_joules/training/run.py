@@ -63,6 +63,7 @@ from otel_joules.semconv import (
     ENERGY_KWH,
     EVENT_TRAINING_PREDICTION,
     SPAN_EPOCH,
+    SOURCE_MEASURED,
     SPAN_TRAINING,
     TRAINING_DURATION_S,
     TRAINING_EARLY_STOP,
@@ -80,7 +81,7 @@ __all__ = ["TrainingRun", "default_tracer_provider"]
 
 #: Stands for "nothing measured" where a span must end without a measurement (a failure
 #: before the closing snapshot): no energy attributes, and no processor measures instead.
-_NOTHING_MEASURED = EnergyMeasurement(0.0, {}, 0.0, 0.0, "measured", False)
+_NOTHING_MEASURED = EnergyMeasurement(0.0, {}, 0.0, 0.0, SOURCE_MEASURED, False)
 
 
 def default_tracer_provider() -> Any:
