@@ -51,7 +51,7 @@ from typing import Any, Sequence
 from opentelemetry.sdk.trace import Span, TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
-from otel_joules.attribution.model import command_attribution, measured_kinds
+from otel_joules.attribution.shares import command_attribution, measured_kinds
 from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError
 from otel_joules.carbon import providers_from_env, validate_pue
 from otel_joules.carbon.intensity import CarbonIntensity

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from opentelemetry import trace
 
-from otel_joules.attribution.model import SpanAttribution
+from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.intensity import CarbonIntensity

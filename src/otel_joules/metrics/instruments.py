@@ -32,7 +32,9 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_joules._fork import register_fork_hook
 from otel_joules._version import __version__
-from otel_joules.attribution.model import Attributor, attributor_for, kind_of
+from otel_joules.attribution.attributor import Attributor
+from otel_joules.attribution.registry import attributor_for
+from otel_joules.attribution.shares import kind_of
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
     ENERGY_METHOD,

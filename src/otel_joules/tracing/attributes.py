@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from otel_joules.attribution.model import SpanAttribution
+from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
     ATTRIBUTED_KIND_KEYS,

@@ -11,7 +11,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import get_current_span
 
-from otel_joules.attribution.model import HISTORY_S, Attributor, SpanAttribution, SpanShare, attributor_for
+from otel_joules.attribution.attributor import Attributor
+from otel_joules.attribution.registry import attributor_for
+from otel_joules.attribution.sampling import HISTORY_S
+from otel_joules.attribution.shares import SpanAttribution
+from otel_joules.attribution.spans import SpanShare
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes

@@ -47,7 +47,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from otel_joules.attribution.model import Attributor, attributor_for
+from otel_joules.attribution.attributor import Attributor
+from otel_joules.attribution.registry import attributor_for
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.intensity import CarbonIntensity
