@@ -138,3 +138,38 @@ def test_an_odd_counter_file_goes_to_the_channels_own_read_and_its_error(tmp_pat
         assert meter.snapshot().joules[meter.domain_index("package_0")] is not None
     finally:
         meter.close()
+
+
+def test_a_callers_measurement_lands_on_the_span_whether_or_not_the_processor_still_measures(tmp_path) -> None:
+    # end_span_with_measurement: the caller's measurement of 5 J (the counter advanced by exactly that) is
+    # on the span through an enabled processor, through one switched off after the span started, and on a
+    # span no processor wraps; the caller's own attributes come last in each case.
+    from otel_joules.tracing import end_span_with_measurement
+
+    powercap = make_powercap(tmp_path / "sys", "four_domains")
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    processor = EnergySpanProcessor(meter, attribution=False)
+    provider.add_span_processor(processor)
+    bare = TracerProvider()
+    bare.add_span_processor(SimpleSpanProcessor(exporter))
+    for name, tracer, switch_off in (
+        ("enabled", provider.get_tracer("t"), False),
+        ("switched off", provider.get_tracer("t"), True),
+        ("no processor", bare.get_tracer("t"), False),
+    ):
+        processor.enabled = True
+        span = tracer.start_span(name)
+        start = meter.snapshot()
+        powercap.zones["package_0"].advance_joules(5.0)
+        measurement = meter.measure(start, meter.snapshot())
+        processor.enabled = not switch_off
+        end_span_with_measurement(span, measurement, attributes={"energy.source": "caller's"})
+    meter.close()
+    for finished in exporter.get_finished_spans():
+        assert finished.attributes["energy.package_0.joules"] == 5.0, finished.name
+        assert finished.attributes["energy.joules"] == 5.0, finished.name
+        assert finished.attributes["energy.source"] == "caller's", finished.name
+    assert len(exporter.get_finished_spans()) == 3

@@ -308,6 +308,9 @@ class _MeasuringEnd:
             attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
             if enabled:
                 processor._finish(span, self._start, end, measurement, attribution, end_time)  # type: ignore[union-attr]
+            elif measurement is not None and measurement.joules_by_domain:
+                # The caller's own measurement is its to report, whether or not this processor still measures.
+                span.set_attributes(measurement_attributes(measurement))
             if final_attributes:
                 span.set_attributes(final_attributes)
         type(span).end(span, end_time)

@@ -73,7 +73,6 @@ from otel_joules.semconv import (
     TRAINING_EPOCHS,
     TRAINING_EPOCHS_PLANNED,
 )
-from otel_joules.tracing.attributes import measurement_attributes
 from otel_joules.tracing.processor import end_span_with_measurement
 from otel_joules.training.devices import DeviceSelection
 from otel_joules.training.results import Consumption, ConsumptionKind, EpochResult
@@ -202,7 +201,7 @@ class TrainingRun:
         span, self._epoch_span = self._epoch_span, None
         self.epoch_open = False
         self._detach_epoch_context()
-        attributes = self._measured_attributes(measurement, accounting)
+        attributes: dict[str, Any] = accounting.span_attributes(measurement.total_joules)
         attributes[TRAINING_EPOCH] = result.epoch
         if interrupted:
             attributes[TRAINING_EPOCH_INTERRUPTED] = True
@@ -312,16 +311,10 @@ class TrainingRun:
             measurement = self.measure(self.root_start, end)
             actual = actual if actual is not None else self.actual()
             intensity = dataclasses.replace(self.intensity.current(), gco2eq_per_kwh=actual.intensity_gco2eq_per_kwh)
-            attributes.update(self._measured_attributes(measurement, CarbonAccounting(intensity, self.pue)))
+            attributes.update(CarbonAccounting(intensity, self.pue).span_attributes(measurement.total_joules))
         self._end_span(span, attributes, measurement, error=error)
 
     # -- spans ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _measured_attributes(measurement: EnergyMeasurement, accounting: CarbonAccounting) -> dict[str, Any]:
-        attributes: dict[str, Any] = dict(measurement_attributes(measurement))
-        attributes.update(accounting.span_attributes(measurement.total_joules))
-        return attributes
 
     def _end_span(
         self,
