@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
 from otel_joules.errors import DeviceLostError
 from otel_joules.sensors.base import Channel
@@ -41,9 +41,6 @@ READ_FAILURES_BEFORE_DROP = 8
 RESET_POWER_TOLERANCE = 2.0
 #: ... plus this much time at full power (counter update period and read jitter).
 RESET_SLACK_S = 0.01
-
-
-_NO_RESULTS: tuple[int | Exception, ...] = ()
 
 
 class _DeviceReader:
@@ -82,21 +79,19 @@ class _DeviceReader:
         self._thread: threading.Thread | None = None
         self._closed = False
         #: Until this instant the newest read, a success already handed over, counts as fresh
-        #: (DEVICE_FRESH_S): the meter's snapshot checks it inline before calling poll at all.
+        #: (DEVICE_FRESH_S): the meter's snapshot checks it inline and then does not poll. Read
+        #: without the lock there: a result appended meanwhile zeroes it and is taken, in order,
+        #: by the next poll.
         self.fresh_until_ns = 0
         #: When the newest read started, if it succeeded (None after a failure).
         self._last_started_ns: int | None = None
 
-    def poll(self) -> tuple[Sequence[int | Exception], bool]:
+    def poll(self) -> tuple[list[int | Exception], bool]:
         """Results of reads that finished late, then this read's; and whether this read finished in time.
 
-        No new result and True when the last successful read, already handed over, started less
-        than :data:`DEVICE_FRESH_S` ago: the caller's last value is then as good as a new read.
+        Always asks for a read: whether the last one is still fresh enough to skip this
+        (:attr:`fresh_until_ns`) is the caller's check, made before calling (the meter's snapshot).
         """
-        # Read without the lock: a result appended meanwhile zeroes fresh_until_ns and is taken, in
-        # order, by the next poll.
-        if time.monotonic_ns() < self.fresh_until_ns:
-            return _NO_RESULTS, True
         with self._cond:
             late, self._result = self._result, []
             if self._closed:
