@@ -118,31 +118,15 @@ class _SpanPath(_History):
     def _credit_gpu(self, now_ns: int) -> None:
         """Spread the process's GPU energy since the last event over the open leaf spans (GPU lock taken here)."""
         with self._gpu_lock:
-            dt_ns = now_ns - self._gpu_t_ns
-            if dt_ns > 0:
-                if self._gpu_leaves:
-                    self._gpu_acc_j += self._rates.gpu_watts * dt_ns / 1e9 / self._gpu_leaves
-                self._gpu_t_ns = now_ns
+            self._credit_gpu_locked(now_ns)
 
-    def _leaf_off(self, share: SpanShare, ledger: _Ledger) -> None:
-        share.own_cpu += ledger.acc_cpu_j - share.cpu0
-        share.own_memory += ledger.acc_memory_j - share.memory0
-        share.leaf = False
-        ledger.leaves -= 1
-        if self.has_gpu:
-            with self._gpu_lock:
-                share.own_gpu += self._gpu_acc_j - share.gpu0
-                self._gpu_leaves -= 1
-
-    def _leaf_on(self, share: SpanShare, ledger: _Ledger) -> None:
-        share.cpu0 = ledger.acc_cpu_j
-        share.memory0 = ledger.acc_memory_j
-        share.leaf = True
-        ledger.leaves += 1
-        if self.has_gpu:
-            with self._gpu_lock:
-                share.gpu0 = self._gpu_acc_j
-                self._gpu_leaves += 1
+    def _credit_gpu_locked(self, now_ns: int) -> None:
+        """:meth:`_credit_gpu` with ``_gpu_lock`` already held (the span path's one GPU section per event)."""
+        dt_ns = now_ns - self._gpu_t_ns
+        if dt_ns > 0:
+            if self._gpu_leaves:
+                self._gpu_acc_j += self._rates.gpu_watts * dt_ns / 1e9 / self._gpu_leaves
+            self._gpu_t_ns = now_ns
 
     def open_span(self, parent: SpanShare | None = None) -> SpanShare:
         """Start attributing to a new span on the calling thread, a child of ``parent`` if that is local."""
@@ -152,14 +136,17 @@ class _SpanPath(_History):
             ledger = self._local.ledger = _Ledger(self.clocks.thread_clock(), self._generation, self)
             self.ensure_sampling()
         now_ns = time.monotonic_ns()
-        if self.has_gpu:
-            self._credit_gpu(now_ns)
+        off_parent: SpanShare | None = None  # the parent this span stops being a leaf
         with ledger.lock:
             if ledger.leaves or parent is not None:
                 self._advance(ledger, now_ns)
                 if parent is not None and parent.ledger is ledger and not parent.ended:
                     if parent.open_children == 0 and parent.leaf:
-                        self._leaf_off(parent, ledger)
+                        parent.own_cpu += ledger.acc_cpu_j - parent.cpu0
+                        parent.own_memory += ledger.acc_memory_j - parent.memory0
+                        parent.leaf = False
+                        ledger.leaves -= 1
+                        off_parent = parent
                     parent.open_children += 1
             else:
                 # No span open on this thread: only the clock's new origin matters.
@@ -170,10 +157,17 @@ class _SpanPath(_History):
                 ledger.t_ns = now_ns
             share = SpanShare(ledger, parent, ledger.acc_cpu_j, ledger.acc_memory_j)
             ledger.leaves += 1
-        if self.has_gpu:
-            with self._gpu_lock:
-                share.gpu0 = self._gpu_acc_j
-                self._gpu_leaves += 1
+            if self.has_gpu:
+                # One GPU-lock section per event (it was three): credit the time so far at the old
+                # leaf count, then move the parent off the leaves and this span on.
+                with self._gpu_lock:
+                    self._credit_gpu_locked(now_ns)
+                    acc_gpu_j = self._gpu_acc_j
+                    if off_parent is not None:
+                        off_parent.own_gpu += acc_gpu_j - off_parent.gpu0
+                    else:
+                        self._gpu_leaves += 1
+                    share.gpu0 = acc_gpu_j
         return share
 
     def close_span(
@@ -190,37 +184,52 @@ class _SpanPath(_History):
         if share.ended or ledger.generation != self._generation:
             return None  # closed before, or opened before a fork: its thread does not exist here
         now_ns = time.monotonic_ns()
-        if self.has_gpu:
-            self._credit_gpu(now_ns)
         parent = share.parent
         with ledger.lock:
             if share.ended:
                 return None
             self._advance(ledger, now_ns)
-            if share.leaf:
-                if self.has_gpu:
-                    self._leaf_off(share, ledger)
-                else:  # the common case, inlined: this runs at every span end
-                    share.own_cpu += ledger.acc_cpu_j - share.cpu0
-                    share.own_memory += ledger.acc_memory_j - share.memory0
-                    share.leaf = False
-                    ledger.leaves -= 1
+            was_leaf = share.leaf
+            if was_leaf:
+                share.own_cpu += ledger.acc_cpu_j - share.cpu0
+                share.own_memory += ledger.acc_memory_j - share.memory0
+                share.leaf = False
+                ledger.leaves -= 1
             share.ended = True
             if end is not None and start is not None:
                 self._cap(share, start, end)
+            # The parent, when open on this thread: it becomes a leaf again when this was its last open child.
+            local = parent if parent is not None and parent.ledger is ledger and not parent.ended else None
+            on_parent: SpanShare | None = None
+            if local is not None:
+                local.open_children -= 1
+                if local.open_children == 0:
+                    local.cpu0 = ledger.acc_cpu_j
+                    local.memory0 = ledger.acc_memory_j
+                    local.leaf = True
+                    ledger.leaves += 1
+                    on_parent = local
+            if self.has_gpu:
+                # One GPU-lock section per event (it was three), as in open_span.
+                with self._gpu_lock:
+                    self._credit_gpu_locked(now_ns)
+                    acc_gpu_j = self._gpu_acc_j
+                    if was_leaf:
+                        share.own_gpu += acc_gpu_j - share.gpu0
+                        self._gpu_leaves -= 1
+                    if on_parent is not None:
+                        on_parent.gpu0 = acc_gpu_j
+                        self._gpu_leaves += 1
             own = share.own_cpu + share.own_memory + share.own_gpu
             cpu = share.own_cpu + share.child_cpu
             memory = share.own_memory + share.child_memory
             gpu = share.own_gpu + share.child_gpu
+            if local is not None:
+                local.child_cpu += cpu
+                local.child_memory += memory
+                local.child_gpu += gpu
             if parent is not None and parent.ledger is ledger:
-                if not parent.ended:
-                    parent.open_children -= 1
-                    if parent.open_children == 0:
-                        self._leaf_on(parent, ledger)
-                    parent.child_cpu += cpu
-                    parent.child_memory += memory
-                    parent.child_gpu += gpu
-                parent = None
+                parent = None  # credited above; a parent on another thread is credited below, under its ledger's lock
         if parent is not None and parent.ledger.generation == self._generation:
             with parent.ledger.lock:
                 if not parent.ended:
