@@ -23,26 +23,37 @@ bookkeeping at start and end (clock reads included), and the five extra attribut
 SDK, and the rest of a span's cost: one snapshot, building the attribute dict, and the SDK's
 ``set_attributes`` of all of them. The accuracy of the exact and cached modes is measured against a counter that, like RAPL,
 is updated every millisecond at a known power, driven by the clock (see ClockCounterChannel).
+
+Two floors bound what any processor of this design can reach on the machine at hand
+(:class:`FloorProcessor`): ``floor_exact`` does only what the exact mode cannot leave out (read
+the 4 RAPL counters and the thread's CPU clock at both ends, wrap ``end``, build and set as many
+attributes as the exact mode sets) and ``floor_cached`` the same without the counter reads. No
+wrap correction, GPU, totals or share bookkeeping: the real modes cost more than their floor, so
+a target below a floor cannot be met by this design in Python.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import json
+import operator
 import statistics
 import sys
 import tempfile
 import time
 import tracemalloc
+import weakref
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_joules import EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import SpanAttribution, attributor_for
+from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.config import Settings
 from otel_joules.sensors import rapl
 from otel_joules.sensors.base import Channel, Domain, HardwareType
@@ -63,6 +74,61 @@ class DropExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
 
+class _FloorEnd:
+    """The floor's stand-in for a span's ``end``: as cheap as the real processor's wrapper can be."""
+
+    __slots__ = ("_span_ref", "_processor", "_start")
+
+    def __init__(self, span: Any, processor: "FloorProcessor", start: list) -> None:
+        self._span_ref = weakref.ref(span)
+        self._processor = processor
+        self._start = start
+
+    def __call__(self, end_time: int | None = None) -> None:
+        span = self._span_ref()
+        processor = self._processor
+        end = processor.read()
+        attributes = processor.template.copy()
+        attributes.update(zip(processor.keys, map(operator.sub, end, self._start)))
+        _set_attributes(span, attributes)
+        type(span).end(span, end_time)
+
+
+class FloorProcessor(SpanProcessor):
+    """Does per span only what a mode cannot leave out, to show the least that mode can cost here.
+
+    Reads the given counter descriptors (``pread`` + ``int``, as the meter's snapshot does) and the
+    thread's CPU clock (attribution's one read per end) at start and end, wraps ``end`` as
+    :class:`~otel_joules.EnergySpanProcessor` does, and sets one attribute per key through the
+    processor's own setter: the differences of the reads, the rest copied from a template. No wrap
+    correction, GPU, totals or shares.
+
+    Args:
+        fds: The counter descriptors to read at each end (none for the cached mode's floor).
+        clock: The thread's CPU clock, as the attributor reads it.
+        keys: The attribute keys to set, as many as the real mode sets.
+    """
+
+    def __init__(self, fds: Sequence[int], clock: Callable[[], float], keys: Sequence[str]) -> None:
+        self.enabled = True
+        self.keys = tuple(keys)
+        self.template = dict.fromkeys(self.keys, 0.0)
+        pread = os.pread
+        fds = tuple(fds)
+
+        def read() -> list:
+            values = [int(pread(fd, 32, 0)) for fd in fds]
+            values.append(clock())
+            return values
+
+        self.read = read
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        """Read the clocks and wrap the span's ``end``."""
+        if self.enabled:
+            span.end = _FloorEnd(span, self, self.read())
+
+
 def _batch_seconds(tracer, n: int) -> float:
     start = time.perf_counter()
     for _ in range(n):
@@ -71,7 +137,8 @@ def _batch_seconds(tracer, n: int) -> float:
     return time.perf_counter() - start
 
 
-def measure_ratio(tracer, processor: EnergySpanProcessor, spans: int, batches: int = 21) -> dict[str, float]:
+def measure_ratio(tracer, processor: EnergySpanProcessor | FloorProcessor, spans: int, batches: int = 21) -> dict[str, float]:
+    """Median per-span seconds with ``processor`` on and off, in interleaved batches, and their ratio."""
     per_batch = max(1, spans // batches)
     bare: list[float] = []
     instrumented: list[float] = []
@@ -209,6 +276,26 @@ def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
     }
 
 
+def measure_floors(tree: Any, spans: int, attributes_count: int) -> dict[str, dict[str, float]]:
+    """The ratios of :class:`FloorProcessor` for the exact and the cached mode, on the same counters."""
+    channels = rapl.discover(Settings(sysfs_root=tree.sysfs_root)).channels
+    fds = [channel.pread_fd for channel in channels]
+    assert all(fd is not None for fd in fds), "the floor reads the counters as the meter does: by descriptor"
+    keys = [f"floor.{i}" for i in range(attributes_count)]
+    floors = {}
+    for mode, floor_fds in (("floor_exact", fds), ("floor_cached", [])):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(DropExporter()))
+        processor = FloorProcessor(floor_fds, CpuClocks().thread_clock(), keys)
+        provider.add_span_processor(processor)
+        tracer = provider.get_tracer("floor")
+        measure_ratio(tracer, processor, max(2000, spans // 10))
+        floors[mode] = measure_ratio(tracer, processor, spans)
+    for channel in channels:
+        channel.close()
+    return floors
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=100_000, help="spans per kind for the timing")
@@ -250,6 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.no_accuracy:
             for mode, max_age_s in (("exact", 0.0), ("cached", CACHED_WINDOW_S)):
                 result[mode]["accuracy"] = measure_accuracy(max_age_s)
+        result.update(measure_floors(tree, args.spans, result["pieces"]["attributes_count"]))
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -270,6 +358,16 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  accuracy on 20 ms spans vs a 1 ms-update counter: mean error {acc['mean_rel_error']:.2%}, "
                 f"worst {acc['max_rel_error']:.2%} (one counter update = {acc['one_update_rel']:.0%})"
             )
+    for mode, real, what in (
+        ("floor_exact", "exact", "4 counter reads and the thread's CPU clock at each end, the end hook"),
+        ("floor_cached", "cached", "the thread's CPU clock at each end, the end hook"),
+    ):
+        floor = result[mode]
+        spare_us = (TARGET_RATIOS[real] - floor["ratio"]) * floor["bare_us"]
+        print(
+            f"{mode} ({what}, {result['pieces']['attributes_count']} attributes set; nothing else): ratio "
+            f"{floor['ratio']:.2f}x, leaving {spare_us:.2f} us under the {real} target for everything it leaves out"
+        )
     pieces = result["pieces"]
     print(
         f"per span ({result['domains']}): 2 x {pieces['snapshot_ns'] / 1e3:.2f} us snapshots, "
