@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
 import subprocess
@@ -60,6 +61,57 @@ def test_every_variable_the_package_mentions_is_a_config_constant() -> None:
         ["grep", "-rnE", r"(environ|getenv|env\.get)\(\s*[\"']OTEL_JOULES_", str(SOURCE)], capture_output=True, text=True
     )
     assert grep.stdout == "", "read an OTEL_JOULES_* variable outside config.py:\n" + grep.stdout
+
+
+#: Names an environment mapping goes by in the package.
+_ENVIRONMENT_RECEIVERS = ("env", "environ", "os.environ")
+_VARIABLE_LIKE = re.compile(r"^[A-Z][A-Z0-9]*(_[A-Z0-9]+)+$")
+
+
+def _spelled_out_reads(path: Path, root: Path = SOURCE) -> list[str]:
+    """Environment reads in ``path`` whose variable is a string or f-string in the call, not a constant.
+
+    A read is ``get``/``pop``/``setdefault`` or a subscript on an environment mapping, or
+    ``os.getenv``; a ``get`` of a variable-like upper-case string on any other mapping counts too.
+    """
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and node.args and isinstance(node.func, ast.Attribute):
+            receiver, method, name = ast.unparse(node.func.value), node.func.attr, node.args[0]
+            environment = (method in ("get", "pop", "setdefault") and receiver in _ENVIRONMENT_RECEIVERS) or (
+                method == "getenv" and receiver == "os"
+            )
+            variable_like = method == "get" and isinstance(name, ast.Constant) and _VARIABLE_LIKE.match(str(name.value))
+        elif isinstance(node, ast.Subscript):
+            name = node.slice
+            environment, variable_like = ast.unparse(node.value) in _ENVIRONMENT_RECEIVERS, False
+        else:
+            continue
+        spelled = isinstance(name, ast.JoinedStr) or (isinstance(name, ast.Constant) and isinstance(name.value, str))
+        if (environment and spelled) or variable_like:
+            found.append(f"{path.relative_to(root)}:{node.lineno}: {ast.unparse(node)}")
+    return found
+
+
+def test_every_environment_read_names_its_variable_by_a_constant() -> None:
+    # Ours in config.py, the SDK's from its environment_variables modules, other tools' (CUDA, W3C,
+    # proxies) in config.py: a name spelled at a read could drift from the documented one.
+    found = [read for path in sorted(SOURCE.rglob("*.py")) for read in _spelled_out_reads(path)]
+    assert found == []
+
+
+def test_the_read_check_catches_each_way_of_spelling_a_variable(tmp_path: Path) -> None:
+    module = tmp_path / "probe.py"
+    module.write_text(
+        "import os\n"
+        "a = env.get('OTEL_JOULES_X')\n"
+        "b = os.environ['CUDA_VISIBLE_DEVICES']\n"
+        "c = os.getenv('no_proxy')\n"
+        "d = env.get(f'OTEL_{signal}_EXPORTER')\n"
+        "e = mapping.get('OTEL_TRACES_EXPORTER')\n"
+        "f = env.get(CONSTANT)\n"
+    )
+    assert [read.split(":")[1] for read in _spelled_out_reads(module, tmp_path)] == ["2", "3", "4", "5", "6"]
 
 
 @pytest.mark.parametrize("value", HOSTILE_VALUES)

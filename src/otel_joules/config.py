@@ -8,6 +8,11 @@ default is used instead, as the OpenTelemetry specification asks: a setting neve
 ``instrument()`` raise or ``otel-joules run`` refuse to run a command. Keyword arguments
 given in code are different: a bad one is a :class:`~otel_joules.errors.ConfigurationError`.
 
+Other tools' variables that otel-joules also reads (CUDA's device list, the W3C trace context,
+proxies) are named here too, and read where they are used by their owners' rules; the
+OpenTelemetry SDK's are the SDK's own constants. No module spells a variable's name at a read
+(a test checks).
+
 =======================================  ===============================================  ===============
 Environment variable                     Meaning                                          Default
 =======================================  ===============================================  ===============
@@ -95,6 +100,33 @@ OTEL_JOULES_PROMETHEUS_WAIT_S = "OTEL_JOULES_PROMETHEUS_WAIT_S"
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 """The OpenTelemetry SDK's own switch: ``true`` (any case) turns telemetry off, and otel-joules measures nothing
 for spans (``instrument()`` returns an inactive handle; ``otel-joules run`` still prints its summary)."""
+
+# -- other tools' variables that otel-joules also reads ---------------------------------------
+# Their meaning is their owners', so they are read where they are used, by their owners' rules;
+# their names are spelled only here. The OpenTelemetry SDK's exporter and resource variables are
+# the SDK's own constants (``opentelemetry.environment_variables``,
+# ``opentelemetry.sdk.environment_variables``), imported where they are read, never spelled.
+
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+"""CUDA's list of the GPUs a process sees: the GPUs otel-joules measures unless told otherwise
+(:mod:`otel_joules.sensors.gpu_selection`)."""
+
+CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
+"""How CUDA numbers GPUs (``FASTEST_FIRST`` or ``PCI_BUS_ID``): the meaning of the indices in ``CUDA_VISIBLE_DEVICES``."""
+
+TRACEPARENT = "TRACEPARENT"
+"""W3C trace context in a process's environment: ``otel-joules run`` sets it for its command, whose spans then
+continue the run's trace (:mod:`otel_joules.instrumentation.context`)."""
+
+TRACESTATE = "TRACESTATE"
+"""The W3C ``tracestate`` that goes with ``TRACEPARENT``."""
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "grpc_proxy", "all_proxy")
+"""The proxy variables (any case) the OTLP exporters' HTTP and gRPC clients obey: behind a proxy, otel-joules
+does not probe an endpoint it would never connect to itself."""
+
+NO_PROXY_VARIABLES = ("no_proxy", "NO_PROXY")
+"""The hosts a proxy is bypassed for, lower case first as ``urllib`` reads them."""
 
 #: Every ``OTEL_JOULES_*`` variable above, in documentation order.
 ENVIRONMENT_VARIABLES: tuple[str, ...] = (

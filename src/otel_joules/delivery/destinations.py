@@ -19,8 +19,19 @@ from dataclasses import dataclass
 from typing import Mapping
 from urllib.parse import urlsplit
 
-from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL
+from opentelemetry.environment_variables import OTEL_METRICS_EXPORTER, OTEL_TRACES_EXPORTER
+from opentelemetry.sdk.environment_variables import (
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+    OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+)
 
+from otel_joules.config import NO_PROXY_VARIABLES, PROXY_VARIABLES
 from otel_joules.errors import ConfigurationError
 
 #: ``Destination.kind`` of the Prometheus scrape endpoint.
@@ -28,6 +39,33 @@ PROMETHEUS = "prometheus"
 
 SIGNAL_TRACES = "traces"
 SIGNAL_METRICS = "metrics"
+
+
+@dataclass(frozen=True)
+class SignalVariables:
+    """The OpenTelemetry SDK's variables that say where one signal goes (the SDK's constants, never spelled here)."""
+
+    exporter: str
+    protocol: str
+    endpoint: str
+    timeout: str
+
+
+#: Per signal, the SDK's own variables otel-joules reads, by the rules the stock exporters apply.
+SIGNAL_VARIABLES: Mapping[str, SignalVariables] = {
+    SIGNAL_TRACES: SignalVariables(
+        OTEL_TRACES_EXPORTER,
+        OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+        OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+    ),
+    SIGNAL_METRICS: SignalVariables(
+        OTEL_METRICS_EXPORTER,
+        OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+        OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+        OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
+    ),
+}
 
 PROTOCOL_GRPC = "grpc"
 PROTOCOL_HTTP_PROTOBUF = "http/protobuf"
@@ -100,7 +138,7 @@ def parse_exporter_spec(text: str) -> ExporterSpec:
 def exporter_names(signal: str, env: Mapping[str, str] | None = None) -> list[str]:
     """Exporter names ``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` ask for (``["otlp"]`` when unset; ``[]`` for none)."""
     env = os.environ if env is None else env
-    raw = env.get(f"OTEL_{signal.upper()}_EXPORTER", "")
+    raw = env.get(SIGNAL_VARIABLES[signal].exporter, "")
     names = [name.strip().lower() for name in raw.split(",") if name.strip()]
     if not names:
         return ["otlp"]
@@ -116,8 +154,7 @@ def otlp_protocol(signal: str, env: Mapping[str, str] | None = None) -> str:
         ConfigurationError: a protocol the Python exporters do not speak (``http/json``, typos).
     """
     env = os.environ if env is None else env
-    specific = f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"
-    for name in (specific, OTEL_EXPORTER_OTLP_PROTOCOL):
+    for name in (SIGNAL_VARIABLES[signal].protocol, OTEL_EXPORTER_OTLP_PROTOCOL):
         raw = env.get(name, "").strip()
         if raw:
             if raw.lower() not in PROTOCOLS:
@@ -131,7 +168,7 @@ def otlp_protocol(signal: str, env: Mapping[str, str] | None = None) -> str:
 def otlp_endpoint(signal: str, protocol: str, env: Mapping[str, str] | None = None) -> str:
     """The URL the stock OTLP exporter for ``signal`` sends to, resolved as it resolves it."""
     env = os.environ if env is None else env
-    specific = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "").strip()
+    specific = env.get(SIGNAL_VARIABLES[signal].endpoint, "").strip()
     if specific:
         return specific
     base = env.get(OTEL_EXPORTER_OTLP_ENDPOINT, "").strip() or _DEFAULT_OTLP_ENDPOINT[protocol]
@@ -153,8 +190,9 @@ def probe_address(endpoint: str, env: Mapping[str, str]) -> tuple[str, int] | No
     except ValueError:
         return None
     # Behind a proxy the exporter never connects to the endpoint itself.
-    proxies = {k.lower() for k, v in env.items() if k.lower() in ("http_proxy", "https_proxy", "grpc_proxy", "all_proxy") and v}
-    if proxies and not urllib.request.proxy_bypass_environment(host, {"no": env.get("no_proxy") or env.get("NO_PROXY") or ""}):
+    proxies = {k.lower() for k, v in env.items() if k.lower() in PROXY_VARIABLES and v}
+    no_proxy = next((env[name] for name in NO_PROXY_VARIABLES if env.get(name)), "")
+    if proxies and not urllib.request.proxy_bypass_environment(host, {"no": no_proxy}):
         return None
     return host, port
 

@@ -63,6 +63,7 @@ from otel_joules.delivery.destinations import (
     PROTOCOL_GRPC,
     SIGNAL_METRICS,
     SIGNAL_TRACES,
+    SIGNAL_VARIABLES,
     Destination,
     ExporterSpec,
     exporter_names,
@@ -158,7 +159,7 @@ def _service_name_configured(env: Mapping[str, str] | None = None) -> bool:
 
 
 def _timeout_configured(signal: str, env: Mapping[str, str]) -> bool:
-    return bool(env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_TIMEOUT", "").strip() or env.get(OTEL_EXPORTER_OTLP_TIMEOUT, "").strip())
+    return bool(env.get(SIGNAL_VARIABLES[signal].timeout, "").strip() or env.get(OTEL_EXPORTER_OTLP_TIMEOUT, "").strip())
 
 
 def _otlp_exporter(signal: str, env: Mapping[str, str], timeout_s: float) -> tuple[Any, Destination, tuple[str, int] | None]:
@@ -213,9 +214,8 @@ def _entry_point_exporter(signal: str, name: str) -> tuple[Any, Destination, Non
     group = f"opentelemetry_{signal}_exporter"
     found = [ep for ep in entry_points(group=group) if ep.name == name]
     if not found:
-        variable = f"OTEL_{signal.upper()}_EXPORTER"
         raise ConfigurationError(
-            f"{variable} names {name!r}, which no installed package provides: use otlp, console or none, "
+            f"{SIGNAL_VARIABLES[signal].exporter} names {name!r}, which no installed package provides: use otlp, console or none, "
             f"or install the exporter (entry point group {group})"
         )
     return found[0].load()(), Destination(signal, name, ""), None

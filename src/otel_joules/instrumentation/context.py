@@ -20,17 +20,14 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from otel_joules.config import TRACEPARENT, TRACESTATE
+
 __all__ = [
-    "TRACEPARENT_ENV",
-    "TRACESTATE_ENV",
     "attach_environment_context",
     "child_environment",
     "context_from_environment",
     "environment_for_span",
 ]
-
-TRACEPARENT_ENV = "TRACEPARENT"
-TRACESTATE_ENV = "TRACESTATE"
 
 _PROPAGATOR = TraceContextTextMapPropagator()
 
@@ -38,11 +35,11 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 def context_from_environment(env: Mapping[str, str] | None = None) -> Context | None:
     """The context ``TRACEPARENT`` (and ``TRACESTATE``) carry, or None when absent or invalid."""
     env = os.environ if env is None else env
-    traceparent = env.get(TRACEPARENT_ENV, "").strip()
+    traceparent = env.get(TRACEPARENT, "").strip()
     if not traceparent:
         return None
     carrier = {"traceparent": traceparent}
-    tracestate = env.get(TRACESTATE_ENV, "").strip()
+    tracestate = env.get(TRACESTATE, "").strip()
     if tracestate:
         carrier["tracestate"] = tracestate
     extracted = _PROPAGATOR.extract(carrier)
@@ -61,9 +58,9 @@ def environment_for_span(span: trace.Span) -> dict[str, str]:
     _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(span))
     result = {}
     if "traceparent" in carrier:
-        result[TRACEPARENT_ENV] = carrier["traceparent"]
+        result[TRACEPARENT] = carrier["traceparent"]
     if "tracestate" in carrier:
-        result[TRACESTATE_ENV] = carrier["tracestate"]
+        result[TRACESTATE] = carrier["tracestate"]
     return result
 
 
@@ -74,8 +71,8 @@ def child_environment(span: trace.Span, env: Mapping[str, str] | None = None) ->
     next to the new one.
     """
     result = dict(os.environ if env is None else env)
-    result.pop(TRACEPARENT_ENV, None)
-    result.pop(TRACESTATE_ENV, None)
+    result.pop(TRACEPARENT, None)
+    result.pop(TRACESTATE, None)
     result.update(environment_for_span(span))
     return result
 

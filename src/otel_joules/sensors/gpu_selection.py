@@ -36,6 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Collection, Mapping, Sequence
 
+from otel_joules.config import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from otel_joules.errors import ConfigurationError
 
 #: CUDA's default order.
@@ -45,7 +46,7 @@ PCI_BUS_ID = "PCI_BUS_ID"
 
 SOURCE_EXPLICIT = "explicit"
 SOURCE_DEVICES_BY_PID = "devices_by_pid"
-SOURCE_CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
+SOURCE_CUDA_VISIBLE_DEVICES = CUDA_VISIBLE_DEVICES
 SOURCE_ALL = "all"
 
 _MIG_NOTE = (
@@ -336,4 +337,4 @@ def select_gpus(
             raise ValueError("devices_by_pid needs gpu_pids")
         return select_by_pids(gpus, gpu_pids(), process_tree_pids() if tree_pids is None else tree_pids)
     env = os.environ if env is None else env
-    return parse_cuda_visible_devices(env.get("CUDA_VISIBLE_DEVICES"), gpus, env.get("CUDA_DEVICE_ORDER"))
+    return parse_cuda_visible_devices(env.get(CUDA_VISIBLE_DEVICES), gpus, env.get(CUDA_DEVICE_ORDER))
