@@ -19,12 +19,12 @@ from otel_joules.attribution.sampling import (
     HISTORY_PERIOD_S,
     HISTORY_S,
     HistorySample,
-    _AttributionSampler,
     _Rates,
     _wall_offset_ns,
 )
 from otel_joules.attribution.shares import KINDS, kind_of, measured_kinds
 from otel_joules.attribution.spans import _SpanPath
+from otel_joules.meter.sampler import PeriodicThread
 from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class Attributor(_SpanPath):
         self._gpu_acc_j = 0.0
         self._gpu_t_ns = time.monotonic_ns()
         self._gpu_leaves = 0
-        self._sampler: _AttributionSampler | None = None
+        self._sampler: PeriodicThread | None = None
         self._closed = False
         self._failure_reported = False
 

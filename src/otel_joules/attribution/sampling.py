@@ -1,6 +1,6 @@
 """The attributor's sampler: the host's history of energy and busy CPU time, and its prices.
 
-Every :data:`HISTORY_PERIOD_S` the sampler thread (:class:`_AttributionSampler`) reads the
+Every :data:`HISTORY_PERIOD_S` the sampler thread (a :class:`~otel_joules.meter.sampler.PeriodicThread`) reads the
 meter's snapshot, ``/proc/stat``'s busy and idle time, this process's CPU time and the GPU
 shares into a :class:`HistorySample`, prices the period just ended (joules per CPU second:
 CPU-side over the busy seconds, memory over the busy + idle ones), adds this process's share
@@ -15,12 +15,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, ProcfsReadError
 from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.meter.sampler import PeriodicThread
 from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class _Sampling:
     _rates: _Rates
     _process_watts: tuple[float, float, float]
     _late_ticks_s: float
-    _sampler: "_AttributionSampler | None"
+    _sampler: "PeriodicThread | None"
     _closed: bool
     _failure_reported: bool
     # The span side's: the GPU energy at the old price is credited before the price changes.
@@ -259,7 +259,7 @@ class _Sampling:
         if self._sampler is None and self._sample_enabled and not self._closed:
             with self._reading_lock:
                 if self._sampler is None and not self._closed:
-                    self._sampler = _AttributionSampler(self, self.period_s)
+                    self._sampler = PeriodicThread(self, _sample_attributor, self.period_s, "otel-joules-attribution")
                     self._sampler.start()
 
     def close(self) -> None:
@@ -279,27 +279,12 @@ class _Sampling:
         return self._kind_joules(KIND_CPU, a, b) / busy, self._kind_joules(KIND_MEMORY, a, b) / capacity
 
 
-class _AttributionSampler(threading.Thread):
-    """Calls :meth:`Attributor.sample` every period; holds the attributor weakly."""
-
-    def __init__(self, attributor: _Sampling, period_s: float) -> None:
-        super().__init__(name="otel-joules-attribution", daemon=True)
-        self._ref = weakref.ref(attributor)
-        self._period_s = period_s
-        self._stop_event = threading.Event()
-
-    def run(self) -> None:
-        while not self._stop_event.wait(self._period_s):
-            attributor = self._ref()
-            if attributor is None or attributor._closed:
-                return
-            attributor.sample()
-            del attributor
-
-    def stop(self) -> None:
-        self._stop_event.set()
-        if self is not threading.current_thread():
-            self.join(timeout=5)
+def _sample_attributor(attributor: _Sampling) -> bool:
+    """The attributor's periodic tick (its :class:`PeriodicThread`); ends once the attributor is closed."""
+    if attributor._closed:
+        return False
+    attributor.sample()
+    return True
 
 
 __all__ = [

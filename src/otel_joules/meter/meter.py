@@ -33,7 +33,7 @@ from otel_joules.meter.channels import (  # noqa: F401 - the deadlines, also imp
     DEVICE_READ_DEADLINE_S,
     _ChannelState,
 )
-from otel_joules.meter.sampler import _sample_period_s, _Sampler
+from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import estimator, rapl
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
 from otel_joules.sensors.base import Channel, Domain, Method, Unavailable
@@ -178,7 +178,7 @@ class EnergyMeter:
         self._max_snapshot_age_ns = round(self.settings.max_snapshot_age_s * 1e9)
         self._last_snapshot: EnergySnapshot | None = None
         self._sample = sample
-        self._sampler: _Sampler | None = None
+        self._sampler: PeriodicThread | None = None
         self._closed = False
         self.sample_period_s = _sample_period_s(s.channel for s in self._states)
         #: (position, state) of the channels read off the span path (NVML), for the stale flags.
@@ -356,7 +356,7 @@ class EnergyMeter:
     def _start_sampler(self) -> None:
         with self._lock:
             if self._sampler is None and not self._closed and self.sample_period_s is not None:
-                self._sampler = _Sampler(self, self.sample_period_s)
+                self._sampler = PeriodicThread(self, sample_meter, self.sample_period_s, "otel-joules-sampler")
                 self._sampler.start()
 
     def close(self) -> None:

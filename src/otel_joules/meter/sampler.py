@@ -1,15 +1,17 @@
-"""The background sampler: reads the meter often enough that no counter wraps twice unseen."""
+"""Background threads: the meter's sampler reads often enough that no counter wraps twice unseen (:class:`PeriodicThread`)."""
 
 from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, TypeVar
 
 from otel_joules.sensors.base import Channel
 
 if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter
+
+_Owner = TypeVar("_Owner")
 
 #: The sampler never reads more often than this (it would cost CPU for nothing) ...
 SAMPLER_FLOOR_S = 0.01
@@ -25,26 +27,41 @@ def _sample_period_s(channels: Iterable[Channel]) -> float | None:
     return min(max(min(bounds), SAMPLER_FLOOR_S), SAMPLER_CEILING_S)
 
 
-class _Sampler(threading.Thread):
-    """Reads the meter periodically so no counter wraps twice unseen and power is integrated."""
+class PeriodicThread(threading.Thread):
+    """Calls ``tick(owner)`` every ``period_s`` until :meth:`stop`, the owner is collected, or ``tick`` returns False.
 
-    def __init__(self, meter: EnergyMeter, period_s: float) -> None:
-        super().__init__(name="otel-joules-sampler", daemon=True)
-        # A weak reference: a meter nobody uses any more must be collectable even
-        # though its sampler thread still runs.
-        self._meter_ref = weakref.ref(meter)
+    The meter's sampler (no counter wraps twice unseen, power integrated) and the attributor's
+    (the host's busy-time history) are both one of these.
+
+    Args:
+        owner: Held weakly: an owner nobody uses any more must be collectable though its thread still runs.
+        tick: The periodic work; False ends the thread.
+        period_s: Seconds between ticks.
+        name: The thread's name.
+    """
+
+    def __init__(self, owner: _Owner, tick: Callable[[_Owner], bool], period_s: float, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self._owner_ref = weakref.ref(owner)
+        self._tick = tick
         self._period_s = period_s
         self._stop_event = threading.Event()
 
     def run(self) -> None:
         while not self._stop_event.wait(self._period_s):
-            meter = self._meter_ref()
-            if meter is None:
+            owner = self._owner_ref()
+            if owner is None or not self._tick(owner):
                 return
-            meter.snapshot()
-            del meter
+            del owner
 
     def stop(self) -> None:
+        """End the thread after its current tick, waiting up to 5 s for that tick (not from the thread itself)."""
         self._stop_event.set()
         if self is not threading.current_thread():
             self.join(timeout=5)
+
+
+def sample_meter(meter: EnergyMeter) -> bool:
+    """The meter's periodic tick: one snapshot, which reads every counter."""
+    meter.snapshot()
+    return True
