@@ -9,8 +9,12 @@ directory. ``energy_uj`` wraps at ``max_energy_range_uj``: a zone that has consu
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 # The range real Intel CPUs report (32-bit counter x 61.035 uJ units).
 INTEL_RANGE_UJ = 262143328850
@@ -145,3 +149,21 @@ def make_powercap(root: Path, layout: str = "one_socket", **kwargs: object) -> F
     else:
         raise ValueError(layout)
     return pc
+
+
+@contextmanager
+def root_only_powercap(layout: str = "one_socket") -> Iterator[FakePowercap]:
+    """A tree whose ``energy_uj`` files are root-only (0400, as since CVE-2020-8694), in a directory every user can walk.
+
+    For tests that drop to an unprivileged user: pytest's tmp dirs are private to root, so the
+    tree lives in its own temp dir (a fresh, unique name), removed on exit.
+    """
+    world = Path(tempfile.mkdtemp(prefix="otel-joules-root-only-"))
+    try:
+        os.chmod(world, 0o755)
+        pc = make_powercap(world / "sys", layout, mode=0o400)
+        for dirpath, _, _ in os.walk(world):
+            os.chmod(dirpath, 0o755)
+        yield pc
+    finally:
+        shutil.rmtree(world)

@@ -12,11 +12,9 @@ import itertools
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -36,7 +34,7 @@ from otel_joules.meter.registry import default_registry, get_energy_meter
 from otel_joules.sensors.base import Channel, Domain, HardwareType
 
 from tests.fakes.nvml import FakeCard, FakeNvml, run_python, uuid_for
-from tests.fakes.powercap import INTEL_RANGE_UJ, make_powercap
+from tests.fakes.powercap import INTEL_RANGE_UJ, make_powercap, root_only_powercap
 from tests.helpers.processes import clean_env, otel_joules_command
 
 HOSTILE_VALUES = ("garbage", "-1", "nan", "inf", "1e400", "")
@@ -69,12 +67,7 @@ def test_no_rapl_estimates_and_the_user_code_returns(tmp_path: Path, tracer_prov
 def test_root_only_rapl_falls_back_to_the_estimate_with_one_message(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("needs root to drop to an unprivileged user (CI and our machines run as root)")
-    world = Path(tempfile.mkdtemp(prefix="otel-joules-matrix-"))  # pytest's tmp dirs are private to root
-    try:
-        os.chmod(world, 0o755)
-        pc = make_powercap(world / "sys", "one_socket", mode=0o400)
-        for dirpath, _, _ in os.walk(world):
-            os.chmod(dirpath, 0o755)
+    with root_only_powercap() as pc:
         script = textwrap.dedent(
             f"""
             import json, logging, os
@@ -95,8 +88,6 @@ def test_root_only_rapl_falls_back_to_the_estimate_with_one_message(tmp_path: Pa
             """
         )
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
-    finally:
-        shutil.rmtree(world)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1]) == ["done", "estimate"]
     assert len([line for line in proc.stderr.splitlines() if line.strip()]) <= 1, proc.stderr

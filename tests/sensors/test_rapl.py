@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 from pathlib import Path
 
@@ -18,7 +16,7 @@ from otel_joules.errors import SensorReadError
 from otel_joules.sensors import rapl
 from otel_joules.sensors.base import HardwareType
 
-from tests.fakes.powercap import make_powercap
+from tests.fakes.powercap import make_powercap, root_only_powercap
 
 
 def _ids(found) -> list[str]:
@@ -125,13 +123,7 @@ def test_root_only_energy_files_are_reported_with_remedy() -> None:
     """As an unprivileged user (the kernel's 0400 root-only energy_uj), discovery explains and falls back."""
     if os.geteuid() != 0:
         pytest.skip("needs root to drop to an unprivileged user (CI and our machines run as root)")
-    # pytest's tmp dirs are private to root; the unprivileged reader needs a path it can walk.
-    world = Path(tempfile.mkdtemp(prefix="otel-joules-rapl-"))
-    try:
-        os.chmod(world, 0o755)
-        pc = make_powercap(world / "sys", "one_socket", mode=0o400)
-        for dirpath, _, _ in os.walk(world):
-            os.chmod(dirpath, 0o755)
+    with root_only_powercap() as pc:
         script = textwrap.dedent(
             f"""
             import os, json
@@ -144,8 +136,6 @@ def test_root_only_energy_files_are_reported_with_remedy() -> None:
             """
         )
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
-    finally:
-        shutil.rmtree(world)
     unavailable_json, channel_count = out.strip().splitlines()
     unavailable = json.loads(unavailable_json)
     assert channel_count == "0"
