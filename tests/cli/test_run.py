@@ -246,6 +246,32 @@ def test_unreachable_endpoint_finishes_fast_with_one_message(tmp_path, fake_host
     assert "3.5 J" in result.stderr
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_unreachable_collector_is_one_line_of_the_whole_summary(tmp_path, fake_host, protocol):
+    """Nothing listening where spans and metrics go is said once, in one line (it was the data line's
+    "failed" for each signal plus a failure line), and the rest of the summary and the exit code stay."""
+    port = closed_port()
+    env = run_env(tmp_path, fake_host, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
+                  OTEL_EXPORTER_OTLP_PROTOCOL=protocol)
+    child = tmp_path / "child.py"  # a file, so the summary's first line is one line
+    child.write_text(ADVANCE + "raise SystemExit(7)\n")
+    command = advance_command(fake_host)
+    command[1:3] = [str(child)]
+    result = run_cli(["--", *command], env)
+    assert result.returncode == 7, result.stderr
+    lines = result.stderr.splitlines()
+    about_delivery = [line for line in lines if str(port) in line or "refused" in line or "deliver" in line or "fail" in line.lower()]
+    assert len(about_delivery) == 1, result.stderr
+    (line,) = about_delivery
+    assert line.startswith("  data     could not deliver traces ") and " and metrics " in line, line
+    assert f"connection to 127.0.0.1:{port} refused" in line and line.endswith("the command's result is not affected")
+    # The whole summary, and nothing but the summary: no SDK retry warnings or errors.
+    assert "exited with code 7 after" in lines[0]
+    assert any(l.startswith("  energy   3.5 J = ") for l in lines), result.stderr
+    assert any(l.startswith("  trace    ") for l in lines), result.stderr
+    assert all(l.startswith(("otel-joules: ", "  ")) for l in lines), result.stderr
+
+
 def test_unreachable_endpoint_does_not_change_a_failing_exit_code(tmp_path, fake_host):
     env = run_env(tmp_path, fake_host, OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{closed_port()}")
     result = run_cli(["--quiet", "--", sys.executable, "-c", "raise SystemExit(5)"], env)

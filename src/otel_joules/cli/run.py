@@ -209,10 +209,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(args: argparse.Namespace, result: RunResult, telemetry: Telemetry | None, report: DeliveryReport) -> None:
-    lines = [] if args.quiet else summary_lines(result, telemetry)
-    failed = failure_line(report)
-    if failed is not None:
-        lines.append(failed)
+    if args.quiet:
+        failed = failure_line(report)
+        lines = [] if failed is None else [failed]
+    else:
+        lines = summary_lines(result, telemetry)  # its data line says what could not be delivered
     try:
         for line in lines:
             print(line, file=sys.stderr)

@@ -11,7 +11,7 @@ from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.intensity import CarbonIntensity
-from otel_joules.delivery.destinations import SIGNAL_METRICS, SIGNAL_TRACES
+from otel_joules.delivery.destinations import SIGNAL_METRICS, SIGNAL_TRACES, Destination
 from otel_joules.delivery.outcomes import DeliveryReport, iter_failures_by_destination
 from otel_joules.delivery.setup import Telemetry
 from otel_joules.meter.meter import EnergyMeasurement
@@ -58,7 +58,7 @@ def format_joules(joules: float) -> str:
 
 
 def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
-    """The human summary printed at the end (without the delivery-failure line)."""
+    """The human summary printed at the end; its ``data`` line says where the data went, and what failed and why."""
     how = (
         f"was killed by {result.signal_name}"
         if result.signal_name
@@ -101,12 +101,19 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     elif not telemetry.destinations:
         lines.append("  data     not exported (no exporter configured)")
     else:
+        # Failed destinations are told once, in the failure clause, never also as "failed" here:
+        # an unreachable collector is one line of the summary, whatever it refused.
+        failed = {destination for destination, _ in iter_failures_by_destination(telemetry.report)}
         parts = []
         for signal_name in (SIGNAL_TRACES, SIGNAL_METRICS):
             for destination in telemetry.destinations_for(signal_name):
-                parts.append(f"{signal_name} -> {destination}: {telemetry.report.outcome(destination)}")
+                if destination not in failed:
+                    parts.append(f"{signal_name} -> {destination}: {telemetry.report.outcome(destination)}")
         if not telemetry.destinations_for(SIGNAL_METRICS):
             parts.append("metrics not exported")
+        failures = _failures_described(telemetry.report)
+        if failures is not None:
+            parts.append(f"{failures}; the command's result is not affected")
         lines.append("  data     " + "; ".join(parts))
     if result.span_context is not None and result.span_context.is_valid:
         lines.append(f"  trace    {result.span_context.trace_id:032x}")
@@ -114,18 +121,43 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
 
 
 def failure_line(report: DeliveryReport) -> str | None:
-    """One line naming every destination that failed and why, or None."""
+    """One line naming every destination that failed and why, or None.
+
+    For output without the summary (``--quiet``, the carbontracker command); the summary
+    says the same in its ``data`` line instead.
+    """
+    failures = _failures_described(report)
+    if failures is None:
+        return None
+    return f"otel-joules: {failures}. The command's result is not affected."
+
+
+def _failures_described(report: DeliveryReport) -> str | None:
+    """``could not deliver traces and metrics to TARGET: REASON``, every failed destination once, or None.
+
+    Destinations that failed for the same reason (one collector that is not there refuses
+    spans and metrics alike, at one URL for gRPC and at two for HTTP) share one clause.
+    """
     failed = list(iter_failures_by_destination(report))
     if not failed:
         return None
-    by_target: dict[str, tuple[list[str], str]] = {}
+    by_reason: dict[str, list[Destination]] = {}
     for destination, reason in failed:
-        signals, _ = by_target.setdefault(str(destination), ([], reason))
-        signals.append(destination.signal)
-    described = "; ".join(f"{' and '.join(signals)} to {target}: {reason}" for target, (signals, reason) in by_target.items())
-    hint = ""
-    if report.sdk_messages:
-        hint = f" (exporter said: {report.sdk_messages[0]})"
-    return f"otel-joules: could not deliver {described}{hint}. The command's result is not affected."
+        by_reason.setdefault(reason, []).append(destination)
+    clauses = []
+    for reason, destinations in by_reason.items():
+        signals = [_what_failed(report, d) for d in destinations]
+        targets = list(dict.fromkeys(str(d) for d in destinations))
+        if len(targets) == 1:
+            where = f"{' and '.join(signals)} to {targets[0]}"
+        else:
+            where = " and ".join(f"{signal} to {d}" for signal, d in zip(signals, destinations))
+        clauses.append(f"{where}: {reason}")
+    hint = f" (exporter said: {report.sdk_messages[0]})" if report.sdk_messages else ""
+    return f"could not deliver {'; '.join(clauses)}{hint}"
 
 
+def _what_failed(report: DeliveryReport, destination: Destination) -> str:
+    """``traces``, or ``some traces`` where part of them got through."""
+    partly = report.outcome(destination) == "partly delivered"
+    return f"some {destination.signal}" if partly else destination.signal
