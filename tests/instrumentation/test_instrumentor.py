@@ -7,6 +7,7 @@ import logging
 import shlex
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,8 @@ from otel_joules.instrumentation import EnergyInstrumentor
 
 from tests.fakes.otlp_receiver import otlp_grpc_receiver, otlp_receiver  # noqa: F401  (fixtures)
 from tests.fakes.powercap import FakePowercap, make_powercap
-from tests.helpers.processes import ENTRY_POINTS, REPO, clean_env, installed_entry_point, opentelemetry_instrument, otel_joules_command
+from tests.helpers.processes import (ENTRY_POINTS, REPO, clean_env, closed_port, installed_entry_point, opentelemetry_instrument,
+                                    otel_joules_command)
 API_ONLY_APP = """
 import sys
 from opentelemetry import trace
@@ -132,6 +134,49 @@ def test_a_second_local_rank_beside_another_process_keeps_its_energy(otlp_grpc_r
     assert 0 <= charge.attributes["energy.attributed.joules"] <= inclusive <= 5.5
     otlp_grpc_receiver.wait_for_data_points("hw.host.energy")
     assert [p.value for p in otlp_grpc_receiver.data_points("hw.host.energy")] == [5.5]
+
+
+# Ends with the monotonic clock (system-wide on Linux) read after its last span.
+TIMED_APP = """
+import time
+from opentelemetry import trace
+
+with trace.get_tracer("shop").start_as_current_span("request"):
+    sum(range(100_000))
+print(f"last span ended at {time.monotonic():.6f}", flush=True)
+"""
+
+
+def exit_after_last_span_s(tmp_path: Path, extra: dict[str, str]) -> tuple[float, str, str]:
+    """(seconds from the app's last span to its exit, stdout, stderr) under opentelemetry-instrument."""
+    app = tmp_path / "timed_app.py"
+    app.write_text(TIMED_APP)
+    process = subprocess.Popen([opentelemetry_instrument(), sys.executable, str(app)], env=clean_env(tmp_path, extra),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    first = process.stdout.readline()
+    stdout, stderr = process.communicate(timeout=60)
+    exited = time.monotonic()
+    assert process.returncode == 0, stderr
+    return exited - float(first.rsplit(" ", 1)[1]), stdout, stderr
+
+
+def test_without_a_collector_the_app_exits_as_soon_as_without_the_instrumentor(tmp_path, fake_host):
+    """Metrics to a closed port, spans to the console (the SDK's own OTLP span retries would add seconds of
+    jitter to both runs alike): with energy on, the app exits as soon after its last span as with it off,
+    and one line says the energy metrics are not exported. Were they sent, the SDK's final metric export
+    at exit would retry against the closed port for up to its 10 s timeout."""
+    port = closed_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    base = {"OTEL_JOULES_SYSFS_ROOT": fake_host.sysfs_root, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+            "OTEL_TRACES_EXPORTER": "console", "OTEL_LOGS_EXPORTER": "none"}
+    on_s, on_out, on_err = exit_after_last_span_s(tmp_path, base)
+    off_s, off_out, off_err = exit_after_last_span_s(tmp_path, {**base, "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "otel_joules"})
+    assert '"energy.joules"' in on_out and '"energy.joules"' not in off_out  # each run is what it claims
+    assert on_s - off_s <= 0.5, f"{on_s:.2f} s with the instrumentor, {off_s:.2f} s without"
+    assert on_err.splitlines() == [
+        f"otel-joules: energy metrics are not exported while nothing answers at {endpoint} (connection to 127.0.0.1:{port} refused)"
+    ]
+    assert off_err == ""
 
 
 def test_entry_points_are_registered():

@@ -10,6 +10,9 @@
   - :mod:`.outcomes`: what reached each destination (:class:`DeliveryReport`), the SDK's
     log lines kept for it;
   - :mod:`.prometheus`: the ``prometheus`` scrape endpoint.
+- :mod:`.reachability`: under ``opentelemetry-instrument``, the energy instruments report only
+  while the SDK's OTLP metrics endpoint answers (:func:`~.reachability.sdk_metrics_gate`), so
+  an absent collector adds no exports to retry and no wait at exit.
 - :mod:`.resource`: ``host.name``, Slurm and torchrun resource attributes
   (:class:`JobResourceDetector`).
 - :mod:`.redaction`: secrets out of ``process.command_line``.

@@ -11,7 +11,7 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from opentelemetry import metrics, trace
 
@@ -100,6 +100,7 @@ def instrument(
     country: str | None = None,
     pue: float = 1.0,
     attribution: bool = True,
+    metrics_gate: Callable[[], bool] | None = None,
     **options: Any,
 ) -> Instrumentation:
     """Put energy attributes on every span of ``tracer_provider`` and export energy metrics.
@@ -120,6 +121,10 @@ def instrument(
         pue: Data-centre PUE applied to the CO2eq (>= 1.0).
         attribution: Give spans their share (``energy.attributed.*``, about 5-8 µs per span);
             False keeps only ``energy.joules`` and friends, for the lowest overhead.
+        metrics_gate: Asked at each metric collection; while it returns False the energy
+            instruments report nothing (zero-code passes
+            :func:`~otel_joules.delivery.reachability.sdk_metrics_gate`, so a collector that
+            is not there is given nothing of ours to retry, at exit least of all).
         **options: :class:`~otel_joules.EnergyMeter` keywords for the shared meter
             (``sysfs_root``, ``procfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
             Every process measures the host whatever else runs on it: spans carry the
@@ -158,7 +163,7 @@ def instrument(
             mp = meter_provider or metrics.get_meter_provider()
             # The API's no-op/proxy providers would silently drop the instruments.
             if type(mp).__module__.startswith("opentelemetry.sdk"):
-                energy_metrics = EnergyMetrics(meter, mp)
+                energy_metrics = EnergyMetrics(meter, mp, gate=metrics_gate)
         return Instrumentation(provider, processor, energy_metrics, meter, active=True)
 
     return _handles.get_or_create(provider, create)

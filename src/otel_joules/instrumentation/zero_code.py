@@ -25,6 +25,10 @@ What else it does:
   so spans started there without an explicit parent belong to that trace.
 - **Last metrics at exit.** The SDK's final collection at exit reads the counters live
   and fresh, so the last ``hw.energy`` values include everything the app spent.
+- **No collector, no wait.** While nothing answers at the OTLP metrics endpoint, the
+  energy instruments report nothing (one log line says so), so the SDK has nothing of
+  ours to retry there: an app exits as soon after its last request as it would without
+  this instrumentor (:mod:`otel_joules.delivery.reachability`).
 - Job resource attributes (``host.name``, Slurm, torchrun) come from the SDK's resource
   detection: set ``OTEL_EXPERIMENTAL_RESOURCE_DETECTORS=otel_joules``.
 - CO2eq on spans when ``OTEL_JOULES_COUNTRY`` or a live carbon provider is configured
@@ -42,6 +46,7 @@ from typing import Any, Collection
 from opentelemetry import context as otel_context
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
+from otel_joules.delivery.reachability import sdk_metrics_gate
 from otel_joules.errors import OtelJoulesError
 from otel_joules.instrumentation._instrument import Instrumentation, instrument
 from otel_joules.instrumentation.context import attach_environment_context
@@ -71,8 +76,12 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
     def _instrument(self, **kwargs: Any) -> None:
         options = {key: kwargs[key] for key in _METER_OPTION_KEYS if key in kwargs}
+        meter_provider = kwargs.get("meter_provider")
         try:
-            self._handle = instrument(kwargs.get("tracer_provider"), kwargs.get("meter_provider"), **options)
+            # The SDK's own provider was configured from the OTEL_* variables, so they say where
+            # its metrics go; a provider passed in code may send anywhere.
+            gate = sdk_metrics_gate() if meter_provider is None else None
+            self._handle = instrument(kwargs.get("tracer_provider"), meter_provider, metrics_gate=gate, **options)
         except OtelJoulesError as exc:
             # Raising here would stop opentelemetry-instrument from loading the
             # instrumentors after this one: say what is wrong and leave the app alone.

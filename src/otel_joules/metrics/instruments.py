@@ -25,7 +25,7 @@ import socket
 import threading
 import time
 import weakref
-from typing import Iterable
+from typing import Callable, Iterable
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -71,6 +71,11 @@ class EnergyMetrics:
         host_id: ``hw.id`` of the host total (default: the host name).
         attributor: Where ``process.energy``/``process.power`` come from: the meter's shared
             attributor when omitted; None registers no ``process.*`` instruments.
+        gate: Asked at each collection; while it returns False the instruments report
+            nothing, so an exporter with nowhere to send (a collector that is not there,
+            :class:`~otel_joules.delivery.reachability.EndpointGate`) is given nothing of
+            ours to retry. Counters are cumulative: what is measured meanwhile shows up
+            in the first collection after it returns True. None: always report.
     """
 
     def __init__(
@@ -79,9 +84,11 @@ class EnergyMetrics:
         meter_provider: metrics.MeterProvider | None = None,
         host_id: str | None = None,
         attributor: Attributor | None | object = _DEFAULT,
+        gate: Callable[[], bool] | None = None,
     ) -> None:
         self.energy_meter = energy_meter
         self.enabled = True
+        self._gate = gate
         self._host_attributes = {HW_ID: host_id or socket.gethostname(), HW_NAME: host_id or socket.gethostname()}
         self._domain_attributes = []
         for domain in energy_meter.domains:
@@ -152,6 +159,17 @@ class EnergyMetrics:
     def _new_lock(self) -> None:
         self._lock = threading.Lock()
 
+    def _reporting(self) -> bool:
+        """Whether this collection gets observations: enabled, and the gate (if any) open."""
+        if not self.enabled:
+            return False
+        if self._gate is None:
+            return True
+        try:
+            return bool(self._gate())
+        except Exception:  # noqa: BLE001 - a failing check must not cost the metrics
+            return True
+
     def refresh(self) -> None:
         """Make the next collection read the counters, however recent the last read."""
         with self._lock:
@@ -185,7 +203,7 @@ class EnergyMetrics:
                 self._last_known[i] = joules
 
     def _observe_energy(self, options: CallbackOptions) -> Iterable[Observation]:
-        if not self.enabled:
+        if not self._reporting():
             return []
         _, current = self._snapshots()
         return [
@@ -201,7 +219,7 @@ class EnergyMetrics:
         return measurement if measurement.duration_s > 0 else None
 
     def _observe_power(self, options: CallbackOptions) -> Iterable[Observation]:
-        measurement = self._interval() if self.enabled else None
+        measurement = self._interval() if self._reporting() else None
         if measurement is None:
             return []
         return [
@@ -211,7 +229,7 @@ class EnergyMetrics:
         ]
 
     def _observe_host_energy(self, options: CallbackOptions) -> Iterable[Observation]:
-        if not self.enabled:
+        if not self._reporting():
             return []
         if not self._has_host_total:
             return []  # e.g. a process that leaves the host to another and has no GPU
@@ -222,7 +240,7 @@ class EnergyMetrics:
         return [Observation(total, self._host_energy_attributes)]
 
     def _observe_host_power(self, options: CallbackOptions) -> Iterable[Observation]:
-        measurement = self._interval() if self.enabled and self._has_host_total else None
+        measurement = self._interval() if self._has_host_total and self._reporting() else None
         if measurement is None:
             return []
         return [Observation(measurement.watts, {**self._host_attributes, ENERGY_SOURCE: measurement.source})]
@@ -238,14 +256,14 @@ class EnergyMetrics:
             attributor.sample()
 
     def _observe_process_energy(self, options: CallbackOptions) -> Iterable[Observation]:
-        if not self.enabled or self.attributor is None:
+        if self.attributor is None or not self._reporting():
             return []
         self._process_sample()
         joules = self.attributor.process_joules()
         return [Observation(joules[kind], attributes) for kind, attributes in self._process_attributes.items()]
 
     def _observe_process_power(self, options: CallbackOptions) -> Iterable[Observation]:
-        if not self.enabled or self.attributor is None:
+        if self.attributor is None or not self._reporting():
             return []
         self._process_sample()
         watts = self.attributor.process_watts()
