@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -167,3 +169,34 @@ def root_only_powercap(layout: str = "one_socket") -> Iterator[FakePowercap]:
         yield pc
     finally:
         shutil.rmtree(world)
+
+
+class ConstantPower:
+    """Advances zones continuously at fixed watts (counter = watts x elapsed seconds), in a thread.
+
+    For tests whose measurements run in other processes (a Collector stack, ``otel-joules
+    run``): every process reading the tree sees the same power, as on a real host.
+    """
+
+    def __init__(self, powercap: FakePowercap, watts_by_domain: dict[str, float], period_s: float = 0.005) -> None:
+        self._zones = [(powercap.zones[domain], watts) for domain, watts in watts_by_domain.items()]
+        self._start_uj = {id(zone): zone.total_uj for zone, _ in self._zones}
+        self._period_s = period_s
+        self._stop_event = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fake-power", daemon=True)
+
+    def __enter__(self) -> "ConstantPower":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop_event.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self._stop_event.wait(self._period_s):
+            elapsed_s = time.monotonic() - started
+            for zone, watts in self._zones:
+                zone.total_uj = self._start_uj[id(zone)] + round(watts * elapsed_s * 1e6)
+                zone.write()
