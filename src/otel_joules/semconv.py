@@ -24,6 +24,7 @@ from opentelemetry.semconv._incubating.attributes.process_attributes import (
     PROCESS_EXIT_CODE,
     PROCESS_PID,
 )
+from opentelemetry.semconv._incubating.attributes.service_attributes import SERVICE_INSTANCE_ID
 from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME
 
 # --- Namespaces, and which of them the file exporters keep ------------------------------------
@@ -169,7 +170,7 @@ ATTRIBUTED_KIND_KEYS: Final = {
     KIND_GPU: ENERGY_ATTRIBUTED_GPU_JOULES,
 }
 
-#: Every name above, the conventions' own (``PROCESS_*``, ``HOST_NAME``, ``SERVICE_NAME``) included.
+#: Every name above, the conventions' own (``PROCESS_*``, ``HOST_NAME``, ``SERVICE_*``) included.
 __all__ = sorted(
     [name for name, value in globals().items() if name.isupper() and not name.startswith("_")]
     + ["domain_joules_key", "domain_method_key", "domain_stale_key"]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import uuid
 
 import pytest
 from opentelemetry import context as otel_context
@@ -16,7 +18,13 @@ from otel_joules.instrumentation.context import (
     context_from_environment,
     environment_for_span,
 )
-from otel_joules.delivery.resource import JOB_ATTRIBUTES, JobResourceDetector, job_resource_attributes
+from otel_joules.delivery.resource import (
+    JOB_ATTRIBUTES,
+    JobResourceDetector,
+    job_resource,
+    job_resource_attributes,
+    service_instance_id,
+)
 
 from tests.helpers.processes import entry_point_path
 
@@ -45,6 +53,7 @@ def test_every_slurm_and_torchrun_variable_becomes_an_attribute():
     attributes = job_resource_attributes(SLURM_TORCHRUN_ENV, hostname="node-17")
     assert attributes == {
         "host.name": "node-17",
+        "service.instance.id": service_instance_id(),
         "slurm.job.id": "912345",
         "slurm.job.name": "train-resnet",
         "slurm.array.job.id": "912300",
@@ -66,11 +75,29 @@ def test_every_slurm_and_torchrun_variable_becomes_an_attribute():
 
 
 def test_only_what_is_set_and_old_slurm_names():
-    assert job_resource_attributes({}, hostname="h") == {"host.name": "h"}
+    assert job_resource_attributes({}, hostname="h") == {"host.name": "h", "service.instance.id": service_instance_id()}
     assert job_resource_attributes({"SLURM_JOBID": "55", "SLURM_JOB_ID": " "}, hostname="h")["slurm.job.id"] == "55"
     # A rank that does not parse is kept as text: a backend still groups by it.
     assert job_resource_attributes({"RANK": "r7"}, hostname="h")["torchrun.rank"] == "r7"
     assert job_resource_attributes({})["host.name"] == socket.gethostname()
+
+
+def test_the_instance_id_is_one_per_process_and_new_in_a_forked_child():
+    """Traces and metrics of one process join on it; a forked worker's series must not merge with its parent's."""
+    first = job_resource_attributes({})["service.instance.id"]
+    assert str(uuid.UUID(first)) == first
+    assert job_resource().attributes["service.instance.id"] == first == JobResourceDetector().detect().attributes["service.instance.id"]
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report its id and leave without running the parent's atexit handlers
+        os.write(write_end, service_instance_id().encode())
+        os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_end) as pipe:
+        child = pipe.read()
+    assert child and child != first
+    assert service_instance_id() == first
 
 
 def test_detector_gives_a_resource():

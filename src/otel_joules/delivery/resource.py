@@ -6,6 +6,7 @@
 Attribute                   From                          Type
 ==========================  ============================  ==========================
 ``host.name``               ``socket.gethostname()``      string
+``service.instance.id``     a random UUID per process     string
 ``slurm.job.id``            ``SLURM_JOB_ID``              string
 ``slurm.job.name``          ``SLURM_JOB_NAME``            string
 ``slurm.array.job.id``      ``SLURM_ARRAY_JOB_ID``        string
@@ -24,6 +25,12 @@ Attribute                   From                          Type
 ``torchrun.run_id``         ``TORCHELASTIC_RUN_ID``       string
 ==========================  ============================  ==========================
 
+``service.instance.id`` tells apart processes that share a service name (torchrun ranks,
+Slurm tasks, gunicorn workers): the Collector's Prometheus exporter makes it the
+``instance`` label, and emits ``target_info`` only for resources that have one. SDKs
+before 1.39 do not generate it. It is one value per process (a forked child draws its own),
+so its traces and metrics join.
+
 Only variables that are set appear; an integer variable that does not parse is kept as
 the string it is (a backend still groups by it). ``SLURM_JOBID`` is read when
 ``SLURM_JOB_ID`` is absent (older Slurm).
@@ -41,11 +48,12 @@ from __future__ import annotations
 
 import os
 import socket
+import uuid
 from typing import Mapping
 
 from opentelemetry.sdk.resources import Resource, ResourceDetector
 
-from otel_joules.semconv import HOST_NAME
+from otel_joules.semconv import HOST_NAME, SERVICE_INSTANCE_ID
 
 #: (attribute, environment variables tried in order, integer?)
 _JOB_VARIABLES: tuple[tuple[str, tuple[str, ...], bool], ...] = (
@@ -68,13 +76,25 @@ _JOB_VARIABLES: tuple[tuple[str, tuple[str, ...], bool], ...] = (
 )
 
 #: Every attribute name this module can report.
-JOB_ATTRIBUTES: tuple[str, ...] = (HOST_NAME,) + tuple(name for name, _, _ in _JOB_VARIABLES)
+JOB_ATTRIBUTES: tuple[str, ...] = (HOST_NAME, SERVICE_INSTANCE_ID) + tuple(name for name, _, _ in _JOB_VARIABLES)
+
+# (pid, id): drawn again in a forked child, whose series must not merge with its parent's.
+_instance: tuple[int, str] | None = None
+
+
+def service_instance_id() -> str:
+    """This process's ``service.instance.id``: a random UUID, the same for every call in one process."""
+    global _instance
+    pid = os.getpid()
+    if _instance is None or _instance[0] != pid:
+        _instance = (pid, str(uuid.uuid4()))
+    return _instance[1]
 
 
 def job_resource_attributes(env: Mapping[str, str] | None = None, hostname: str | None = None) -> dict[str, str | int]:
     """The attributes of the table above that this environment provides."""
     env = os.environ if env is None else env
-    attributes: dict[str, str | int] = {HOST_NAME: hostname or socket.gethostname()}
+    attributes: dict[str, str | int] = {HOST_NAME: hostname or socket.gethostname(), SERVICE_INSTANCE_ID: service_instance_id()}
     for name, variables, integer in _JOB_VARIABLES:
         raw = next((env[v] for v in variables if env.get(v, "").strip()), None)
         if raw is None:
@@ -95,7 +115,7 @@ def job_resource(env: Mapping[str, str] | None = None) -> Resource:
 
 
 class JobResourceDetector(ResourceDetector):
-    """``ResourceDetector`` for ``host.name``, Slurm and torchrun attributes (module docstring).
+    """``ResourceDetector`` for ``host.name``, ``service.instance.id``, Slurm and torchrun attributes (module docstring).
 
     Registered as the ``otel_joules`` entry point of ``opentelemetry_resource_detector``;
     the SDK constructs it without arguments.
