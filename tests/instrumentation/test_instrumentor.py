@@ -227,7 +227,7 @@ def test_a_configuration_problem_is_a_warning_not_a_crash(instrumentor, caplog):
     """Raising would stop opentelemetry-instrument from loading the instrumentors after this one."""
     with caplog.at_level(logging.WARNING, logger="otel_joules"):
         instrumentor.instrument(tracer_provider=object())
-    assert "energy instrumentation is off: no OpenTelemetry SDK TracerProvider is configured" in caplog.text
+    assert "energy instrumentation is off: tracer_provider= is a builtins.object, not an OpenTelemetry SDK TracerProvider" in caplog.text
     assert instrumentor.instrumentation is None
 
 

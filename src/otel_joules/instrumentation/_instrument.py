@@ -3,6 +3,11 @@
 The composition root: it wires the meter, the span processor (:mod:`otel_joules.tracing`),
 the metric instruments (:mod:`otel_joules.metrics`) and CO2eq on spans
 (:mod:`otel_joules.carbon.spans`), which is why it lives above all of them.
+
+Called before the application has set an SDK ``TracerProvider`` globally (the API then
+hands out its ``ProxyTracerProvider``), ``instrument()`` does not raise, as OpenTelemetry
+instrumentors do not at set-up: it warns once and returns a waiting handle that attaches
+the moment ``trace.set_tracer_provider(...)`` sets one (:func:`_call_when_global_tracer_provider_set`).
 """
 
 from __future__ import annotations
@@ -34,10 +39,12 @@ class Instrumentation:
     """What :func:`instrument` set up; :meth:`uninstrument` undoes it.
 
     Attributes:
-        tracer_provider: The provider whose spans get energy (None when disabled).
+        tracer_provider: The provider whose spans get energy (None when disabled, and while
+            waiting for one to be set globally).
         processor: The span processor added to it.
         metrics: The metric instruments, if a meter provider was instrumented.
         energy_meter: The meter behind both.
+        active: True from :func:`instrument` (waiting included) until :meth:`uninstrument`.
     """
 
     tracer_provider: Any = None
@@ -45,19 +52,30 @@ class Instrumentation:
     metrics: EnergyMetrics | None = None
     energy_meter: EnergyMeter | None = None
     active: bool = field(default=False)
+    # Stops the wait for a global SDK provider; None once attached (or never waiting).
+    _cancel_wait: Callable[[], None] | None = field(default=None, repr=False)
+
+    @property
+    def waiting(self) -> bool:
+        """True while no SDK ``TracerProvider`` is set globally yet: energy is attached once one is."""
+        return self.active and self._cancel_wait is not None
 
     def uninstrument(self) -> None:
-        """Stop adding energy to spans and reporting metrics. Idempotent."""
-        if not self.active:
-            return
-        self.active = False
-        if self.processor is not None:
-            self.processor.enabled = False
-            _remove_processor(self.tracer_provider, self.processor)
-        if self.metrics is not None:
-            # The SDK cannot unregister instruments; they report nothing from now on.
-            self.metrics.enabled = False
-        _handles.forget(self.tracer_provider)
+        """Stop adding energy to spans and reporting metrics, or stop waiting to. Idempotent."""
+        with _handles.lock:
+            if not self.active:
+                return
+            self.active = False
+            if self._cancel_wait is not None:
+                self._cancel_wait()
+                self._cancel_wait = None
+            if self.processor is not None:
+                self.processor.enabled = False
+                _remove_processor(self.tracer_provider, self.processor)
+            if self.metrics is not None:
+                # The SDK cannot unregister instruments; they report nothing from now on.
+                self.metrics.enabled = False
+            _handles.forget(self)
 
 
 class _HandleRegistry:
@@ -73,6 +91,11 @@ class _HandleRegistry:
     def _new_lock(self) -> None:
         self._lock = threading.RLock()
 
+    @property
+    def lock(self) -> threading.RLock:
+        """Held while a handle is created, attached or undone."""
+        return self._lock
+
     def get_or_create(self, provider: Any, create: Any) -> Instrumentation:
         with self._lock:
             handle = self._by_provider.get(provider)
@@ -81,10 +104,20 @@ class _HandleRegistry:
                 self._by_provider[provider] = handle
             return handle
 
-    def forget(self, provider: Any) -> None:
+    def active_handle(self, provider: Any) -> Instrumentation | None:
         with self._lock:
-            if provider is not None:
-                self._by_provider.pop(provider, None)
+            handle = self._by_provider.get(provider)
+            return handle if handle is not None and handle.active else None
+
+    def put(self, provider: Any, handle: Instrumentation) -> None:
+        with self._lock:
+            self._by_provider[provider] = handle
+
+    def forget(self, handle: Instrumentation) -> None:
+        """Drop every provider's entry that is ``handle`` (a waiting one is filed under the API's proxy)."""
+        with self._lock:
+            for provider in [p for p, h in self._by_provider.items() if h is handle]:
+                del self._by_provider[provider]
 
 
 _handles = _HandleRegistry()
@@ -106,7 +139,8 @@ def instrument(
     """Put energy attributes on every span of ``tracer_provider`` and export energy metrics.
 
     Args:
-        tracer_provider: An SDK ``TracerProvider``; the global one when omitted.
+        tracer_provider: An SDK ``TracerProvider``; the global one when omitted (waited for,
+            when none is set yet: see Returns).
         meter_provider: Where ``hw.energy``/``hw.power`` go; the global one when omitted.
             Metrics are skipped when no SDK meter provider is configured.
         energy_meter: The meter to read; the process-wide shared meter when omitted.
@@ -133,40 +167,126 @@ def instrument(
     Returns:
         A handle whose ``uninstrument()`` undoes this. Calling ``instrument()`` again for
         the same provider returns the same handle. With ``OTEL_SDK_DISABLED=true`` it
-        returns an inactive handle and measures nothing.
+        returns an inactive handle and measures nothing. Without ``tracer_provider`` and
+        before an SDK ``TracerProvider`` is set globally, it logs one warning and returns a
+        waiting handle (``handle.waiting``) that attaches as soon as
+        ``trace.set_tracer_provider(...)`` sets one, with the metrics if a meter provider
+        is set by then; ``uninstrument()`` cancels the wait, and calling ``instrument()``
+        again meanwhile returns the same handle.
 
     Raises:
-        ConfigurationError: no SDK tracer provider is configured, or the options are invalid
-            (an unknown country, a PUE below 1, ...).
+        ConfigurationError: ``tracer_provider``, or the global provider once set, is not an
+            SDK ``TracerProvider`` (it has no ``add_span_processor``), or the options are
+            invalid (an unknown country, a PUE below 1, ...).
     """
     if sdk_disabled():
         _log.info("otel-joules: OTEL_SDK_DISABLED=true, energy is not measured")
         return Instrumentation()
-    provider = tracer_provider or trace.get_tracer_provider()
-    if not hasattr(provider, "add_span_processor"):
-        raise ConfigurationError(
-            "no OpenTelemetry SDK TracerProvider is configured, so spans cannot carry energy. Configure one first "
-            "(from opentelemetry.sdk.trace import TracerProvider; trace.set_tracer_provider(TracerProvider())) "
-            "or pass tracer_provider=..."
-        )
+    provider = trace.get_tracer_provider() if tracer_provider is None else tracer_provider
+    waiting = tracer_provider is None and isinstance(provider, trace.ProxyTracerProvider)
+    if not waiting and not hasattr(provider, "add_span_processor"):
+        raise ConfigurationError(_not_sdk_provider(provider, explicit=tracer_provider is not None))
 
     # Resolved before the handle exists, so a bad setting fails instrument() itself.
     span_carbon = span_carbon_from_settings(carbon_intensity, country, pue)
 
-    def create() -> Instrumentation:
+    def attach(handle: Instrumentation, sdk_provider: Any) -> Instrumentation:
         meter = energy_meter or get_energy_meter(**options)
         processor = EnergySpanProcessor(meter, on_measurement=span_carbon, attribution=attribution)
         processor.attributor  # noqa: B018 - read /proc/stat now rather than on the first span
-        provider.add_span_processor(processor)
+        sdk_provider.add_span_processor(processor)
         energy_metrics = None
         if metrics_enabled:
             mp = meter_provider or metrics.get_meter_provider()
             # The API's no-op/proxy providers would silently drop the instruments.
             if type(mp).__module__.startswith("opentelemetry.sdk"):
                 energy_metrics = EnergyMetrics(meter, mp, gate=metrics_gate)
-        return Instrumentation(provider, processor, energy_metrics, meter, active=True)
+        handle.tracer_provider, handle.processor, handle.metrics, handle.energy_meter = sdk_provider, processor, energy_metrics, meter
+        return handle
 
-    return _handles.get_or_create(provider, create)
+    if waiting:
+        return _handles.get_or_create(provider, lambda: _wait_for_global_provider(attach))
+    return _handles.get_or_create(provider, lambda: attach(Instrumentation(active=True), provider))
+
+
+def _not_sdk_provider(provider: Any, explicit: bool) -> str:
+    given = "tracer_provider=" if explicit else "the global TracerProvider"
+    return (
+        f"{given} is a {type(provider).__module__}.{type(provider).__qualname__}, not an OpenTelemetry SDK "
+        "TracerProvider (it has no add_span_processor), so its spans cannot carry energy: use "
+        "opentelemetry.sdk.trace.TracerProvider, or add otel_joules.EnergySpanProcessor() to your provider yourself"
+    )
+
+
+def _wait_for_global_provider(attach: Callable[[Instrumentation, Any], Instrumentation]) -> Instrumentation:
+    """A waiting handle that ``attach`` completes when an SDK provider is set globally (under the registry's lock)."""
+    handle = Instrumentation(active=True)
+    _log.warning(
+        "otel-joules: no OpenTelemetry SDK TracerProvider is set yet; energy will be attached to spans once one is "
+        "set with trace.set_tracer_provider(...)"
+    )
+
+    def on_set() -> bool:
+        """Attach if the global provider is set now; True once there is nothing left to wait for."""
+        provider = trace.get_tracer_provider()
+        if isinstance(provider, trace.ProxyTracerProvider):
+            return False
+        with _handles.lock:
+            if not handle.waiting:
+                return True  # uninstrument() came first
+            handle._cancel_wait = None
+            _handles.forget(handle)
+            try:
+                if not hasattr(provider, "add_span_processor"):
+                    raise ConfigurationError(_not_sdk_provider(provider, explicit=False))
+                existing = _handles.active_handle(provider)
+                if existing is not None:
+                    # Instrumented by hand before it was set globally: one processor, not two.
+                    handle.tracer_provider, handle.processor = existing.tracer_provider, existing.processor
+                    handle.metrics, handle.energy_meter = existing.metrics, existing.energy_meter
+                else:
+                    attach(handle, provider)
+                    _handles.put(provider, handle)
+            except Exception as exc:  # noqa: BLE001 - never fail the application's set_tracer_provider()
+                handle.active = False
+                _log.warning("otel-joules: energy instrumentation is off: %s", exc)
+        return True
+
+    stop = handle._cancel_wait = _call_when_global_tracer_provider_set(on_set)
+    if on_set():  # set by another thread between the check in instrument() and the hook
+        stop()
+    return handle
+
+
+def _call_when_global_tracer_provider_set(callback: Callable[[], bool]) -> Callable[[], None]:
+    """Call ``callback()`` right after each setting of the API's global tracer provider until it returns True.
+
+    Returns a function that stops it. The one place that touches the OpenTelemetry API's
+    private names, because the API has no public hook for this and energy must be on the
+    new provider before its first span: every way the global is set
+    (``trace.set_tracer_provider``, including the SDK's auto-configuration, which imported
+    it by name, and ``OTEL_PYTHON_TRACER_PROVIDER`` in ``get_tracer_provider``) calls the
+    module function ``opentelemetry.trace._set_tracer_provider``, looked up by name at each
+    call, so wrapping it there sees them all.
+    ``tests/instrumentation/test_deferred.py::test_the_api_still_sets_the_global_where_we_hook``
+    fails loudly when the API stops doing so.
+    """
+    original = trace._set_tracer_provider  # type: ignore[attr-defined]
+    done = threading.Event()
+
+    def set_then_call(tracer_provider: Any, log: bool) -> None:
+        original(tracer_provider, log)
+        if not done.is_set() and callback():
+            stop()
+
+    def stop() -> None:
+        done.set()
+        # Unwrap unless another wrapper went on top since: ours then just passes through.
+        if getattr(trace, "_set_tracer_provider", None) is set_then_call:
+            trace._set_tracer_provider = original  # type: ignore[attr-defined]
+
+    trace._set_tracer_provider = set_then_call  # type: ignore[attr-defined]
+    return stop
 
 
 def _remove_processor(provider: Any, processor: EnergySpanProcessor) -> None:
