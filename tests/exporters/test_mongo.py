@@ -282,6 +282,75 @@ def test_documents_the_server_refuses_are_dropped_not_retried_forever(caplog: py
         server.stop()
 
 
+def test_a_document_that_fails_the_whole_insert_is_found_and_dropped_alone(caplog: pytest.LogCaptureFixture) -> None:
+    server = FakeMongoServer().start()
+    server.fail_insert_names.add("s1")  # as FerretDB answers a NaN
+    client: pymongo.MongoClient = pymongo.MongoClient(f"mongodb://127.0.0.1:{server.port}", serverSelectionTimeoutMS=5000)
+    try:
+        exporter = MongoSpanExporter(client=client, database="d", collection="c")
+        with caplog.at_level(logging.WARNING, logger=LOGGER):
+            assert exporter.export(_spans(4)) is SpanExportResult.FAILURE
+            assert exporter.pending_spans == 0
+            # Nothing is held back behind it: the next export goes through at once.
+            assert exporter.export(_spans(1)) is SpanExportResult.SUCCESS
+        assert [document["name"] for document in server.documents("d.c")] == ["s0", "s2", "s3", "s0"]
+        (message,) = [record.getMessage() for record in caplog.records]
+        assert message.startswith(
+            "MongoDB d.c rejected 1 span document(s), which are dropped (retrying cannot help): "
+            "OperationFailure: json: unsupported value: NaN"
+        )
+        assert "(_id '" in message
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_a_server_that_refuses_every_document_keeps_them_all_for_retry(caplog: pytest.LogCaptureFixture) -> None:
+    server = FakeMongoServer().start()
+    server.fail_insert_names.update({"s0", "s1", "s2"})  # a server-side fault, not the documents'
+    client: pymongo.MongoClient = pymongo.MongoClient(f"mongodb://127.0.0.1:{server.port}", serverSelectionTimeoutMS=5000)
+    try:
+        exporter = MongoSpanExporter(client=client, database="d", collection="c")
+        with caplog.at_level(logging.WARNING, logger=LOGGER):
+            assert exporter.export(_spans(3)) is SpanExportResult.FAILURE
+            assert exporter.pending_spans == 3
+            server.fail_insert_names.clear()
+            assert exporter.force_flush() is True
+        assert [document["name"] for document in server.documents("d.c")] == ["s0", "s1", "s2"]
+        messages = [record.getMessage() for record in caplog.records]
+        assert len(messages) == 2, messages
+        assert messages[0].startswith("cannot store 3 span document(s) in MongoDB d.c: OperationFailure: json: unsupported")
+        assert messages[1] == "MongoDB d.c is reachable again: stored 3 span document(s) kept since the failure"
+    finally:
+        client.close()
+        server.stop()
+
+
+def test_drops_are_logged_once_per_outage_and_counted_when_it_ends(
+    real_client: pymongo.MongoClient, down_port: int, server_later: list[FakeMongoServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    exporter = MongoSpanExporter(client=real_client, database="d", collection="c", max_pending_spans=3)
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        for _ in range(3):
+            assert exporter.export(_spans(2)) is SpanExportResult.FAILURE
+        assert exporter.pending_spans == 3
+        server = FakeMongoServer(down_port).start()
+        server_later.append(server)
+        assert _until(exporter.force_flush)
+    assert [document["name"] for document in server.documents("d.c")] == ["s1", "s0", "s1"]
+    messages = [record.getMessage() for record in caplog.records]
+    assert len(messages) == 3, messages
+    assert messages[0].startswith("cannot store 2 span document(s) in MongoDB d.c")
+    assert messages[1] == (
+        "MongoDB d.c: dropped the 1 oldest unsent span document(s): more than max_pending_spans=3 are waiting while "
+        "the server cannot be reached; further drops are counted and reported when it ends"
+    )
+    assert messages[2] == (
+        "MongoDB d.c is reachable again: stored 3 span document(s) kept since the failure; "
+        "3 older span document(s) were dropped during the failure (max_pending_spans=3)"
+    )
+
+
 def test_shutdown_while_down_reports_the_loss_and_closes_its_own_client(
     down_port: int, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -4,7 +4,7 @@ No mongod can be installed on these machines, and mongomock cannot go down and c
 back. This server answers the handshake (``hello``/``isMaster`` over OP_QUERY and
 OP_MSG), ``ping``, ``endSessions`` and ``insert`` (storing documents in memory, with
 MongoDB's duplicate-key error 11000 on a repeated ``_id`` and, on request, its
-validation error 121), which is all a real
+validation error 121 or a whole-insert error as FerretDB's for a NaN), which is all a real
 ``pymongo.MongoClient`` needs to insert documents. It reports a standalone server
 without sessions, so the driver sends plain acknowledged inserts.
 """
@@ -52,6 +52,10 @@ class FakeMongoServer:
         #: Documents whose ``name`` is in here are refused as a collection with a schema
         #: validator refuses them (error 121), one by one, while the others are stored.
         self.reject_names: set[str] = set()
+        #: A document whose ``name`` is in here fails the whole insert with an InternalError
+        #: (code 1) after the documents before it are stored, as FerretDB 1.24 on SQLite
+        #: answers a document holding a NaN (its JSON encoding fails for that document).
+        self.fail_insert_names: set[str] = set()
         #: Commands handled (inserts are stored) but never answered: a server that has gone
         #: silent after the handshake, or whose replies are lost.
         self.mute: set[str] = set()
@@ -200,6 +204,8 @@ class FakeMongoServer:
                 stored = self.inserted.setdefault(namespace, [])
                 seen = {document.get("_id") for document in stored}
                 for index, document in enumerate(documents):
+                    if document.get("name") in self.fail_insert_names:
+                        return {"ok": 0.0, "errmsg": "json: unsupported value: NaN", "code": 1, "codeName": "InternalError"}
                     if document.get("name") in self.reject_names:
                         write_errors.append({"index": index, "code": 121, "errmsg": "Document failed validation"})
                         continue

@@ -209,8 +209,8 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
             self._pending.popleft()
         if error is None:
             if self._failing:
-                _LOGGER.warning("%s is writable again: wrote %d record(s) kept since the failure", self._path, count)
-                self._failing = False
+                dropped = self._mark_recovered()
+                _LOGGER.warning("%s is writable again: wrote %d record(s) kept since the failure%s", self._path, count, dropped)
             return True
         if not self._failing:
             _LOGGER.error(

@@ -72,8 +72,14 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
     first on the next ``export``, ``force_flush()``, ``shutdown()`` or at interpreter
     exit. Subclasses implement :meth:`_encode`, :meth:`_send_pending` and :meth:`_close`,
     register :meth:`_flush_at_exit` with :func:`register_exit_hook` once they are fully
-    built (as ``self._exit_hook``), and name their records in the class attributes below,
-    which word the log lines.
+    built (as ``self._exit_hook``), call :meth:`_mark_failed` where an attempt fails and
+    :meth:`_mark_recovered` where one succeeds after a failure, and name their records in
+    the class attributes below, which word the log lines.
+
+    One outage logs one error when it starts (the subclass's), one more the first time
+    spans are dropped for the bound (later drops in the same outage are counted, not
+    logged again), and one line when it ends: delivered again (with how many were kept and
+    how many were dropped in all) or, at ``shutdown()``/exit, how many are lost.
 
     A destination that cannot be reached is not asked again for ``retry_interval_s``
     after a failed attempt (a circuit breaker): exports in between keep their spans and
@@ -110,6 +116,8 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
         self._closing_since: float | None = None
         # Set while the last attempt runs: when it must give up (time.monotonic()).
         self._attempt_deadline: float | None = None
+        # Spans dropped for the bound since the current outage began (reported when it ends).
+        self._dropped_in_outage = 0
         register_fork_hook(self, "_after_fork_in_child")
         _live_exporters.add(self)
 
@@ -238,11 +246,24 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
         self._failing = True
         self._failed_at = time.monotonic()
 
+    def _mark_recovered(self) -> str:
+        """End the outage (subclasses call this where an attempt succeeds); the text their "again" line ends with.
+
+        That text is empty, or says how many spans the bound dropped during the outage, so
+        that the one line ending an outage counts everything it cost.
+        """
+        self._failing = False
+        dropped, self._dropped_in_outage = self._dropped_in_outage, 0
+        if not dropped:
+            return ""
+        return f"; {dropped} older {self._ITEMS} were dropped during the failure (max_pending_spans={self._max_pending_spans})"
+
     def _after_fork_in_child(self) -> None:
         # The parent's batch thread may have held the lock across I/O at the fork: in the
         # child no thread will ever release it. What is pending is the parent's to deliver.
         self._lock = threading.Lock()
         self._pending.clear()
+        self._dropped_in_outage = 0
 
     def _flush_at_exit(self) -> None:
         # The destination stays open: a TracerProvider's own exit hook may run after this
@@ -273,31 +294,52 @@ class RetryingSpanExporter(SpanExporter, Generic[_Item]):
             self._lock.release()
 
     def _report_lost(self, when: str) -> None:
+        dropped, self._dropped_in_outage = self._dropped_in_outage, 0
         if self._pending:
             _LOGGER.error(
-                "%s: %d %s could not be %s %s and are lost (last error logged above)",
+                "%s: %d %s could not be %s %s and are lost (last error logged above)%s",
                 self._label,
                 len(self._pending),
                 self._ITEMS,
                 self._DELIVERED,
                 when,
+                f"; {dropped} older ones were dropped before (max_pending_spans={self._max_pending_spans})" if dropped else "",
             )
             self._pending.clear()
+        elif dropped:
+            _LOGGER.error(
+                "%s: %d %s were dropped while %s (max_pending_spans=%d)",
+                self._label,
+                dropped,
+                self._ITEMS,
+                self._WAITING_WHILE,
+                self._max_pending_spans,
+            )
 
     def _drop_over_limit(self) -> None:
+        """Drop the oldest pending items beyond ``max_pending_spans``: an error the first time in an outage.
+
+        Later drops in the same outage are only counted (one error per batch would flood a
+        long outage's log); the line that ends the outage gives the total.
+        """
         excess = len(self._pending) - self._max_pending_spans
-        if excess > 0:
-            for _ in range(excess):
-                self._pending.popleft()
-            _LOGGER.error(
-                "%s: dropped the %d oldest %s %s: more than max_pending_spans=%d are waiting while %s",
-                self._label,
-                excess,
-                self._UNDELIVERED,
-                self._ITEMS,
-                self._max_pending_spans,
-                self._WAITING_WHILE,
-            )
+        if excess <= 0:
+            return
+        for _ in range(excess):
+            self._pending.popleft()
+        first = self._dropped_in_outage == 0
+        self._dropped_in_outage += excess
+        _LOGGER.log(
+            logging.ERROR if first else logging.DEBUG,
+            "%s: dropped the %d oldest %s %s: more than max_pending_spans=%d are waiting while %s%s",
+            self._label,
+            excess,
+            self._UNDELIVERED,
+            self._ITEMS,
+            self._max_pending_spans,
+            self._WAITING_WHILE,
+            "; further drops are counted and reported when it ends" if first else f" ({self._dropped_in_outage} in all)",
+        )
 
 
 # Every retrying exporter alive, so that one hook at the very end of interpreter exit can

@@ -37,12 +37,26 @@ The fields are those of :mod:`otel_joules.exporters.records`, except:
   store a span twice: the server's duplicate-key answer counts as "already stored".
 
 Failures: when the server cannot be reached (or refuses the client, e.g. bad
-credentials), ``export`` logs one clear error, keeps the documents in memory (at most
-``max_pending_spans``; beyond that the oldest are dropped, with an error logged) and
-returns ``FAILURE``; the next ``export``, ``force_flush()``, ``shutdown()`` or the
-interpreter's exit sends them first. Documents the server rejects one by one (e.g. an
-attribute name MongoDB does not accept) are dropped with an error logged, since
-retrying cannot help.
+credentials), ``export`` logs one clear error, keeps the documents in memory and returns
+``FAILURE``; the next ``export``, ``force_flush()``, ``shutdown()`` or the interpreter's
+exit sends them first. The bound is ``max_pending_spans`` documents (default 10 000):
+beyond it the oldest are dropped, with one error the first time in an outage (later
+drops are counted, not logged again). One line ends the outage: a warning when the
+server is back, with how many kept documents it stored and how many were dropped in
+all, or an error at ``shutdown()`` or exit with how many are lost. An outage the bound
+outlasts thus loses nothing and logs one error and one warning.
+
+Documents the server rejects (an attribute name it does not accept; a value it cannot
+hold) are dropped with an error logged, since retrying cannot help; the batch's other
+documents are stored. A server may answer one such document with an error for the whole
+insert, or by closing the connection, rather than with an error for that document: then
+the batch is sent again one document at a time to find it (a document is refused when
+its insert fails so, twice for a closed connection, while the server answers a ping), and
+if the server refuses every one of them the fault is taken to be the server's and they
+are all kept for retry. FerretDB 1.24 (SQLite), which the tests run against, is such a
+server: it closes the connection on a NaN, fails the insert for an infinity inside an
+array, refuses other infinities per document (MongoDB stores all of these), and stores
+``-0.0`` as ``0.0``.
 
 Each attempt while the server is down blocks for ``server_selection_timeout_ms`` (the
 client's own server selection timeout when ``client`` is given), and no attempt lasts
@@ -87,6 +101,8 @@ LEAF_KEY = "_value"
 
 # MongoDB's duplicate-key error: the document is already stored.
 _DUPLICATE_KEY = 11000
+# Unauthorized, AuthenticationFailed: the server refuses the client, not the documents.
+_CLIENT_REFUSED = frozenset({13, 18})
 # Driver messages (a whole topology description) can run to kilobytes; the log keeps the start.
 _MAX_ERROR_TEXT = 400
 
@@ -154,6 +170,37 @@ def _write_errors(exc: BaseException) -> list[Mapping[str, Any]] | None:
     if isinstance(details, Mapping) and isinstance(details.get("writeErrors"), list):
         return list(details["writeErrors"])
     return None
+
+
+def _rejection(error: Mapping[str, Any], documents: list[dict[str, Any]]) -> str:
+    """Why the server rejected one document of a bulk insert, naming the document."""
+    index = error.get("index")
+    where = f" (_id {documents[index]['_id']!r})" if isinstance(index, int) and 0 <= index < len(documents) else ""
+    return f"{error.get('errmsg', error)}{where}"
+
+
+def _command_error(exc: BaseException) -> bool:
+    """True when the server answered the insert with a command error about the request itself.
+
+    Not when the attempt ran out of time, nor when the server refuses the client
+    (credentials, permissions): retrying those later can succeed.
+    """
+    try:
+        from pymongo.errors import OperationFailure
+    except ImportError:
+        return False
+    if not isinstance(exc, OperationFailure) or getattr(exc, "timeout", False):
+        return False
+    return getattr(exc, "code", None) not in _CLIENT_REFUSED
+
+
+def _connection_dropped(exc: BaseException) -> bool:
+    """True when the connection was closed under the insert (not a timeout, nor a server not found in time)."""
+    try:
+        from pymongo.errors import AutoReconnect
+    except ImportError:
+        return False
+    return isinstance(exc, AutoReconnect) and not getattr(exc, "timeout", False)
 
 
 def _short(exc: BaseException) -> str:
@@ -254,8 +301,15 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
     def _attempt_bound_s(self) -> float:
         return self._timeout_s
 
-    def _time_bound(self) -> ContextManager[object]:
-        """Bound the whole attempt (finding the server, sending, waiting for the answer).
+    def _deadline(self) -> float:
+        """When the attempt starting now must give up (``time.monotonic()``): one timeout, or what closing has left."""
+        deadline = time.monotonic() + self._timeout_s
+        if self._attempt_deadline is not None:
+            deadline = min(deadline, self._attempt_deadline)
+        return deadline
+
+    def _time_bound(self, deadline: float) -> ContextManager[object]:
+        """Bound one insert (finding the server, sending, waiting for the answer) by ``deadline``.
 
         Server selection alone is bounded by the driver; a server that accepts the
         insert and never answers (or answers slowly) is bounded only by this: pymongo's
@@ -268,29 +322,116 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
         timeout = getattr(pymongo, "timeout", None)  # pymongo >= 4.2 (the extra's lower bound)
         if timeout is None:
             return contextlib.nullcontext()
-        seconds = self._timeout_s
-        if self._attempt_deadline is not None:
-            seconds = min(seconds, max(self._attempt_deadline - time.monotonic(), 0.001))
-        return timeout(seconds)  # type: ignore[no-any-return]
+        return timeout(max(deadline - time.monotonic(), 0.001))  # type: ignore[no-any-return]
+
+    def _insert(self, documents: list[dict[str, Any]], deadline: float) -> tuple[list[str], BaseException | None]:
+        """Insert ``documents``: the server's reasons for those it rejected for good, or the error that stopped it all."""
+        try:
+            with self._time_bound(deadline):
+                self._collection.insert_many(documents, ordered=False)
+        except Exception as exc:  # the driver's errors, whatever client was passed in
+            write_errors = _write_errors(exc)
+            if write_errors is None:
+                return [], exc
+            return [_rejection(error, documents) for error in write_errors if error.get("code") != _DUPLICATE_KEY], None
+        return [], None
 
     def _send_pending(self) -> bool:
         if not self._pending:
             return True
         documents = list(self._pending)
-        try:
-            with self._time_bound():
-                self._collection.insert_many(documents, ordered=False)
-        except Exception as exc:  # the driver's errors, whatever client was passed in
-            write_errors = _write_errors(exc)
-            if write_errors is None:
-                self._keep_for_retry(exc)
-                return False
-            return self._settle_write_errors(write_errors)
-        if self._failing:
-            _LOGGER.warning("%s is reachable again: stored %d span document(s) kept since the failure", self._label, len(documents))
-            self._failing = False
+        deadline = self._deadline()
+        rejected, exc = self._insert(documents, deadline)
+        if exc is not None and len(documents) > 1 and self._refused(exc, deadline):
+            return self._insert_one_by_one(documents, exc, deadline)
+        if exc is not None:
+            self._keep_for_retry(exc)
+            return False
         self._pending.clear()
+        self._stored(len(documents) - len(rejected))
+        return self._drop_rejected(rejected)
+
+    def _answers_ping(self, deadline: float) -> bool:
+        """True when the server answers a ``ping`` before ``deadline``."""
+        try:
+            with self._time_bound(deadline):
+                self._client.admin.command("ping")
+        except Exception:  # the driver's errors, whatever client was passed in
+            return False
         return True
+
+    def _refused(self, exc: BaseException, deadline: float) -> bool:
+        """True when the server refused the insert that raised ``exc`` for what it was sent.
+
+        A command error says so; so does a connection closed under the insert by a server
+        that answers a ping right after (FerretDB closes the connection on a NaN). A
+        server that cannot be reached, or that refuses the client, has not.
+        """
+        return _command_error(exc) or (_connection_dropped(exc) and self._answers_ping(deadline))
+
+    def _insert_one_by_one(self, documents: list[dict[str, Any]], batch_error: BaseException, deadline: float) -> bool:
+        """The server refused a whole batch: find the documents it refuses, store the others.
+
+        A server may answer one unstorable document with an error for the whole insert,
+        or by closing the connection, rather than with one error per document (FerretDB
+        does both): retrying the batch would then fail forever and hold back every span
+        queued behind it. One insert per document tells them apart. When the server
+        refuses every one of them, the fault is taken to be the server's (a broken disk,
+        say): nothing is dropped and the batch is kept for retry, as when it cannot be
+        reached. Time runs out at ``deadline``: the documents not tried yet wait for the
+        next attempt.
+        """
+        rejected: list[str] = []
+        done = refused = 0
+        stopped_by: BaseException | None = None
+        for document in documents:
+            if time.monotonic() >= deadline:
+                break
+            reasons, exc = self._insert([document], deadline)
+            if exc is not None and _connection_dropped(exc) and self._answers_ping(deadline):
+                # Once more: a connection lost by chance is not the document's fault.
+                reasons, exc = self._insert([document], deadline)
+            if exc is None:
+                rejected.extend(reasons)
+            elif self._refused(exc, deadline):
+                refused += 1
+                reason = f"the server closed the connection on it ({_short(exc)})" if _connection_dropped(exc) else _short(exc)
+                rejected.append(f"{reason} (_id {document['_id']!r})")
+            else:  # the server went away, or the attempt ran out of time: the rest wait
+                stopped_by = exc
+                break
+            done += 1
+        if done and refused == done:
+            self._keep_for_retry(batch_error)
+            return False
+        for _ in range(done):
+            self._pending.popleft()
+        if done:
+            self._stored(done - len(rejected))
+        delivered = self._drop_rejected(rejected)
+        if stopped_by is not None:
+            self._keep_for_retry(stopped_by)
+        return delivered and not self._pending
+
+    def _stored(self, count: int) -> None:
+        """``count`` documents are settled (stored, or rejected for good): the server works; end an outage."""
+        if self._failing:
+            dropped = self._mark_recovered()
+            _LOGGER.warning(
+                "%s is reachable again: stored %d span document(s) kept since the failure%s", self._label, count, dropped
+            )
+
+    def _drop_rejected(self, rejected: list[str]) -> bool:
+        """Log the documents the server rejected for good (they are dropped); True when there are none."""
+        if not rejected:
+            return True
+        _LOGGER.error(
+            "%s rejected %d span document(s), which are dropped (retrying cannot help): %s",
+            self._label,
+            len(rejected),
+            rejected[0],
+        )
+        return False
 
     def _keep_for_retry(self, exc: BaseException) -> None:
         if not self._failing:
@@ -307,20 +448,3 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
             _LOGGER.debug("%s still failing (%s); %d pending", self._label, _short(exc), len(self._pending))
         self._mark_failed()
         self._drop_over_limit()
-
-    def _settle_write_errors(self, write_errors: list[Mapping[str, Any]]) -> bool:
-        """The server answered: all documents are stored except those it rejected for good."""
-        rejected = [error for error in write_errors if error.get("code") != _DUPLICATE_KEY]
-        if self._failing:
-            _LOGGER.warning("%s is reachable again", self._label)
-            self._failing = False
-        self._pending.clear()
-        if rejected:
-            _LOGGER.error(
-                "%s rejected %d span document(s), which are dropped (retrying cannot help): %s",
-                self._label,
-                len(rejected),
-                rejected[0].get("errmsg", rejected[0]),
-            )
-            return False
-        return True
