@@ -1,5 +1,6 @@
 """MongoSpanExporter: documents (mongomock), a server that is down then back (real pymongo
-against a closed port, then a wire-protocol server on it), lifecycle, optional real server."""
+against a closed port, then a wire-protocol server on it), lifecycle, a real server (FerretDB,
+or the MongoDB that ``OTEL_JOULES_TEST_MONGO_URI`` names)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
+from pathlib import Path
 from typing import Any, Iterator
 
 import mongomock
@@ -23,6 +25,7 @@ from otel_joules.exporters import MissingExtraError, MongoSpanExporter
 from otel_joules.exporters.mongo_exporter import LEAF_KEY, nest_attributes
 
 from tests.fakes.mongo_wire import FakeMongoServer, closed_port
+from tests.helpers.ferretdb import start_ferretdb
 from tests.helpers.known_spans import (
     CHILD_NAME,
     CHILD_SPAN_ID,
@@ -443,24 +446,39 @@ def test_uri_password_is_not_echoed_in_errors() -> None:
     assert "s3cret" not in str(error.value) and "Port contains non-digit" in str(error.value)
 
 
-# A real server, when one is available ----------------------------------------------------
+# A real server ------------------------------------------------------------------------------
+
+#: A MongoDB of the user's to test against instead of FerretDB (it needs a database it may write).
+MONGO_URI_ENV = "OTEL_JOULES_TEST_MONGO_URI"
 
 
-@pytest.mark.skipif(
-    not os.environ.get("OTEL_JOULES_TEST_MONGO_URI"),
-    reason="OTEL_JOULES_TEST_MONGO_URI is not set (no MongoDB server to test against)",
-)
-def test_against_a_real_server() -> None:
-    uri = os.environ["OTEL_JOULES_TEST_MONGO_URI"]
+@pytest.fixture
+def real_server_uri(tmp_path: Path) -> Iterator[str]:
+    """``$OTEL_JOULES_TEST_MONGO_URI`` when set, else a FerretDB started for the test (tests.helpers.ferretdb)."""
+    uri = os.environ.get(MONGO_URI_ENV)
+    if uri:
+        yield uri
+        return
+    server = start_ferretdb(tmp_path)
+    try:
+        yield server.uri
+    finally:
+        server.stop()
+
+
+def test_against_a_real_server(real_server_uri: str) -> None:
     collection = f"spans_{uuid.uuid4().hex}"
-    exporter = MongoSpanExporter(uri=uri, database="otel_joules_test", collection=collection)
-    check: pymongo.MongoClient = pymongo.MongoClient(uri, serverSelectionTimeoutMS=5000)
+    exporter = MongoSpanExporter(uri=real_server_uri, database="otel_joules_test", collection=collection)
+    check: pymongo.MongoClient = pymongo.MongoClient(real_server_uri, serverSelectionTimeoutMS=10_000)
     try:
         provider = make_provider(BatchSpanProcessor(exporter))
         emit_train_and_epoch(provider)
         provider.shutdown()
         stored = list(check["otel_joules_test"][collection].find().sort("start_time_unix_nano", 1))
         assert stored == [ROOT_DOCUMENT, CHILD_DOCUMENT]
+        # The documented query paths, answered by the server itself.
+        hot = check["otel_joules_test"][collection].find({"attributes.energy.joules": {"$gt": 1}})
+        assert [document["name"] for document in hot] == ["train"]
     finally:
         check["otel_joules_test"].drop_collection(collection)
         check.close()
