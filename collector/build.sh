@@ -79,8 +79,36 @@ build_tool() {
     mark_built "$name" "$module/go.mod" "$module/go.sum"
 }
 
+# build_ferretdb: FerretDB's build/version package panics at start-up unless
+# build/version/version.txt (made from git in FerretDB's own repository, absent from the module
+# zip) names the version. So it is built from a copy of the module that has that file, through a
+# go.mod that replaces the module by the copy (the same go.sum: nothing else changes or is fetched),
+# and the binary must start (--version) before it replaces the old one.
+ferretdb_marker="build/version/version.txt added"
+build_ferretdb() {
+    local module="$here/tools/ferretdb" work="$out/ferretdb-build" version src
+    if up_to_date ferretdb "$module/go.mod" "$module/go.sum" <(echo "$ferretdb_marker"); then
+        echo "build.sh: ferretdb is up to date ($out/ferretdb)"; return
+    fi
+    version=$(go -C "$module" list -m -f '{{.Version}}' github.com/FerretDB/FerretDB)
+    src=$(go -C "$module" list -m -f '{{.Dir}}' github.com/FerretDB/FerretDB)
+    echo "build.sh: building ferretdb ($version)"
+    rm -rf "$work"
+    mkdir -p "$work"
+    cp -R "$src" "$work/FerretDB"
+    chmod -R u+w "$work/FerretDB"
+    echo "$version" > "$work/FerretDB/build/version/version.txt"
+    cp "$module/go.mod" "$module/go.sum" "$work/"
+    go -C "$work" mod edit -replace github.com/FerretDB/FerretDB=./FerretDB
+    GOFLAGS="$GOFLAGS -mod=mod" go -C "$work" build "${build_flags[@]}" -o "$out/ferretdb.new" github.com/FerretDB/FerretDB/cmd/ferretdb
+    "$out/ferretdb.new" --version >/dev/null
+    mv "$out/ferretdb.new" "$out/ferretdb"
+    rm -rf "$work"
+    mark_built ferretdb "$module/go.mod" "$module/go.sum" <(echo "$ferretdb_marker")
+}
+
 timed build_collector
 timed build_tool jaeger github.com/jaegertracing/jaeger/cmd/jaeger
 timed build_tool prometheus github.com/prometheus/prometheus/cmd/prometheus
-timed build_tool ferretdb github.com/FerretDB/FerretDB/cmd/ferretdb
+timed build_ferretdb
 echo "build.sh: all built in $out"

@@ -28,13 +28,8 @@ import pymongo
 import pymongo.errors
 import pytest
 
-from tests.helpers.processes import REPO
-from tests.helpers.prometheus import free_port
+from tests.helpers.stack import free_port, stack_binary
 
-#: Where ``collector/build.sh`` leaves the binaries unless told ``--out``.
-DEFAULT_STACK_DIR = REPO / "collector" / "_build"
-#: Names another build folder (``collector/build.sh --out DIR``).
-STACK_DIR_ENV = "OTEL_JOULES_STACK_DIR"
 #: How long FerretDB may take to answer a ping after starting, on a loaded 2-core box.
 READY_TIMEOUT_S = 60.0
 #: How long a SIGTERM may take before the server is killed.
@@ -45,17 +40,6 @@ _FLAG_ENV_PREFIX = "FERRETDB_"
 _PING_TIMEOUT_MS = 500
 # Ports tried when another process takes the free one before FerretDB binds it.
 _PORT_ATTEMPTS = 3
-
-
-def ferretdb_binary() -> Path:
-    """The built ``ferretdb``; skip the test when it is missing (fail it in CI)."""
-    path = Path(os.environ.get(STACK_DIR_ENV) or DEFAULT_STACK_DIR) / "ferretdb"
-    if path.is_file() and os.access(path, os.X_OK):
-        return path
-    message = f"{path} is not built: run collector/build.sh (it builds FerretDB from Go modules)"
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(message + "; in CI .ci/run builds it before the tests")
-    pytest.skip(message)
 
 
 @dataclass
@@ -173,7 +157,7 @@ def start_ferretdb(tmp_path: Path, timeout_s: float = READY_TIMEOUT_S) -> Ferret
     The port is free when chosen but may be taken before the server binds it; then the
     start is tried again on another port (a few times).
     """
-    binary = ferretdb_binary()
+    binary = stack_binary("ferretdb")
     folder = tmp_path / "ferretdb"
     folder.mkdir(exist_ok=True)
     for _ in range(_PORT_ATTEMPTS - 1):
