@@ -20,6 +20,11 @@ from typing import Iterator
 
 # The range real Intel CPUs report (32-bit counter x 61.035 uJ units).
 INTEL_RANGE_UJ = 262143328850
+#: The zones' default power bound (``constraint_0_max_power_uw``): 1 MW. Tests advance counters
+#: instantly by up to kJ between two reads, which the meter takes as energy only within the bound's
+#: slack (10 ms at full power: 10 kJ here); a realistic bound would rightly reject such moves as
+#: counter jumps. Tests of the bound itself give a realistic one (``max_power_uw=``).
+DEFAULT_MAX_POWER_UW = 1_000_000_000_000
 
 
 @dataclass
@@ -77,7 +82,7 @@ class FakePowercap:
         *,
         range_uj: int = INTEL_RANGE_UJ,
         start_uj: int = 0,
-        max_power_uw: int | None = 100_000_000,
+        max_power_uw: int | None = DEFAULT_MAX_POWER_UW,
         interface: str = "intel-rapl",
         mode: int = 0o444,
     ) -> FakeZone:
