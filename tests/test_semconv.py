@@ -31,7 +31,13 @@ VOCABULARY_TABLES = {"attribute", "span or event", "domain", "metric", "metric a
 _NOT_NAMES = re.compile(r"^(.*_NAMESPACE|EXPORTED_ATTRIBUTE_PREFIXES|SOURCE_.*|KIND_.*|ATTRIBUTION_.*|ATTRIBUTED_KIND_KEYS)$")
 #: Resource attributes: the README names them in prose (where it explains grouping), not in a table.
 _RESOURCE_ATTRIBUTES = {semconv.HOST_NAME, semconv.SERVICE_NAME, semconv.SERVICE_INSTANCE_ID}
-_DOMAIN_KEYS = (semconv.domain_joules_key, semconv.domain_method_key, semconv.domain_stale_key)
+_DOMAIN_KEYS = (
+    semconv.domain_joules_key,
+    semconv.domain_method_key,
+    semconv.domain_stale_key,
+    semconv.domain_missing_key,
+    semconv.domain_rejected_jump_key,
+)
 #: A backticked token that looks like an attribute or metric name: lowercase dotted words
 #: (``<domain>`` placeholders allowed).
 _DOTTED = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_<>]+)+$")
@@ -207,7 +213,9 @@ def test_no_module_aliases_a_semconv_name() -> None:
     assert not found, "import semconv names under their own names:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("name", ["domain_joules_key", "domain_method_key", "domain_stale_key"])
+@pytest.mark.parametrize(
+    "name", ["domain_joules_key", "domain_method_key", "domain_stale_key", "domain_missing_key", "domain_rejected_jump_key"]
+)
 def test_domain_keys_are_energy_names(name: str) -> None:
     key = getattr(semconv, name)("package_0")
     assert key.startswith(semconv.ENERGY_NAMESPACE) and key.startswith(semconv.EXPORTED_ATTRIBUTE_PREFIXES)

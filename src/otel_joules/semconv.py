@@ -46,7 +46,7 @@ EXPORTED_ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (ENERGY_NAMESPACE, CARBON_
 ENERGY_JOULES: Final = "energy.joules"
 #: Average power over the span (double).
 ENERGY_WATTS: Final = "energy.watts"
-#: ``measured``, ``estimate`` or ``mixed`` (:data:`SOURCE_MEASURED`, ...), on spans and metric points.
+#: ``measured``, ``estimate``, ``mixed`` or ``partial`` (:data:`SOURCE_MEASURED`, ...), on spans and metric points.
 ENERGY_SOURCE: Final = "energy.source"
 #: True when the span is shorter than a counter's update period (the value is quantised).
 ENERGY_BELOW_RESOLUTION: Final = "energy.below_resolution"
@@ -71,6 +71,19 @@ def domain_method_key(domain_id: str) -> str:
 def domain_stale_key(domain_id: str) -> str:
     """``energy.<domain>.stale``: true when a device (NVML) did not answer in time at the span's start or end."""
     return f"energy.{domain_id}.stale"
+
+
+def domain_missing_key(domain_id: str) -> str:
+    """``energy.<domain>.missing``: true when the domain's counter failed a read at the span's start or end and
+    was being retried: the span's figures leave that domain out (``energy.source`` is ``partial`` when it adds
+    to ``energy.joules``)."""
+    return f"energy.{domain_id}.missing"
+
+
+def domain_rejected_jump_key(domain_id: str) -> str:
+    """``energy.<domain>.rejected_jump``: true when the domain's counter moved during the span by more than its
+    power bound allows in the time between two reads: that move was not counted as energy."""
+    return f"energy.{domain_id}.rejected_jump"
 
 
 # --- Span attributes: the span's share (what adds up; otel_joules.attribution) --------------
@@ -158,6 +171,10 @@ SOURCE_MEASURED: Final = "measured"
 SOURCE_ESTIMATE: Final = "estimate"
 #: ``energy.source``: some domains measured, some estimated.
 SOURCE_MIXED: Final = "mixed"
+#: ``energy.source``: a domain that adds to ``energy.joules`` could not be read at the span's start or end
+#: (``energy.<domain>.missing``): the total leaves it out and is low. Takes precedence over the three above;
+#: the domains present say how they were obtained (``energy.<domain>.method``).
+SOURCE_PARTIAL: Final = "partial"
 
 #: ``hw.type`` values of the attribution kinds, each with an ``energy.attributed.<kind>.joules``.
 KIND_CPU: Final = "cpu"
@@ -173,5 +190,5 @@ ATTRIBUTED_KIND_KEYS: Final = {
 #: Every name above, the conventions' own (``PROCESS_*``, ``HOST_NAME``, ``SERVICE_*``) included.
 __all__ = sorted(
     [name for name, value in globals().items() if name.isupper() and not name.startswith("_")]
-    + ["domain_joules_key", "domain_method_key", "domain_stale_key"]
+    + ["domain_joules_key", "domain_method_key", "domain_missing_key", "domain_rejected_jump_key", "domain_stale_key"]
 )

@@ -143,8 +143,9 @@ def test_transient_read_failure_is_retried_and_the_gap_is_counted_once(tmp_path:
         end = meter.snapshot()
     assert failing.joules[meter.domain_index("package_0")] is None  # left out, not guessed
     assert meter.measure(start, end).joules_by_domain["package_0"] == 4.0
-    (message,) = _warnings(caplog, "package_0")
-    assert "reads again" in message and "is empty" in message
+    retrying, back = _warnings(caplog, "package_0")  # when it starts, and when it is over
+    assert "is empty" in retrying and "energy.package_0.missing" in retrying
+    assert "reads again" in back and "is empty" in back
 
 
 class _FlakyChannel(Channel):
@@ -177,11 +178,12 @@ def test_a_counter_failing_its_very_first_read_is_retried_not_dropped(caplog) ->
         end = meter.snapshot()
     assert before.joules == (None,) and start.joules == (0.0,)
     assert meter.measure(start, end).joules_by_domain["nvidia_gpu_0"] == 0.5
-    (message,) = _warnings(caplog, "nvidia_gpu_0")
-    assert "reads again" in message and "resetting" in message
+    retrying, back = _warnings(caplog, "nvidia_gpu_0")
+    assert "resetting" in retrying and "retrying" in retrying
+    assert "reads again" in back and "resetting" in back
 
 
-def test_persistent_read_failure_is_dropped_after_repeated_tries_with_one_message(
+def test_persistent_read_failure_is_dropped_after_repeated_tries_said_when_it_starts_and_when_dropped(
     tmp_path: Path, caplog, monkeypatch
 ) -> None:
     monkeypatch.setattr(channels, "READ_RETRY_FIRST_DELAY_S", 0.0005)  # the policy, minus the waiting
@@ -199,7 +201,8 @@ def test_persistent_read_failure_is_dropped_after_repeated_tries_with_one_messag
     assert meter._states[0].failures == channels.READ_FAILURES_BEFORE_DROP
     assert "package_0" not in meter.measure(start, end).joules_by_domain
     assert meter.measure(start, end).joules_by_domain["core_0"] == 0.0  # the others go on
-    (message,) = _warnings(caplog, "package_0")
+    retrying, message = _warnings(caplog, "package_0")
+    assert "retrying" in retrying
     assert f"stopped measuring package_0 after {channels.READ_FAILURES_BEFORE_DROP} failed reads" in message
 
 

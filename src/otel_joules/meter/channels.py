@@ -1,11 +1,11 @@
-"""Each channel's read policy: wrap or restart, failure and back-off, reads off the span path.
+"""Each channel's read policy: wrap, restart or jump, failure and back-off, reads off the span path.
 
 :class:`_ChannelState` is the per-channel bookkeeping the meter's snapshot reads under its
 lock (the snapshot's hot loop touches its fields directly): a counter lower than before
-either wrapped or restarted, told apart by the zone's power bound; a failing read is retried
-with back-off before the domain is dropped. Channels that may block (NVML) are read by a
-:class:`_DeviceReader` in their own thread with a deadline, so a stalled device makes a
-span's value stale, never the span slow.
+either wrapped or restarted, told apart by the zone's power bound, and a move that bound rules
+out either way is a jump, not energy; a failing read is retried with back-off before the domain
+is dropped. Channels that may block (NVML) are read by a :class:`_DeviceReader` in their own
+thread with a deadline, so a stalled device makes a span's value stale, never the span slow.
 """
 
 from __future__ import annotations
@@ -16,6 +16,13 @@ import time
 from typing import Callable
 
 from otel_joules.errors import DeviceLostError
+from otel_joules.semconv import (
+    ENERGY_JOULES,
+    ENERGY_SOURCE,
+    SOURCE_PARTIAL,
+    domain_missing_key,
+    domain_rejected_jump_key,
+)
 from otel_joules.sensors.base import Channel
 
 _log = logging.getLogger("otel_joules")
@@ -39,8 +46,25 @@ READ_FAILURES_BEFORE_DROP = 8
 #: A wrap must fit the zone's power bound x the time between the reads, within this factor
 #: (RAPL's PL2 bursts exceed the long-term limit) ...
 RESET_POWER_TOLERANCE = 2.0
-#: ... plus this much time at full power (counter update period and read jitter).
+#: ... plus this much time at full power (counter update period and read jitter). The same bound
+#: judges a forward move: one larger than it is a jump (a counter fault), not energy.
 RESET_SLACK_S = 0.01
+#: Spans see suspend as elapsed time (their wall clock runs on) but the monotonic clock stops, and a
+#: counter may count on meanwhile (RAPL's package does in s2idle): a forward move is judged over the
+#: time since the last read on CLOCK_BOOTTIME, which includes suspend, where the kernel has it.
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def _suspended_ns() -> int:
+    """Nanoseconds the machine has spent suspended since boot (CLOCK_BOOTTIME - CLOCK_MONOTONIC; 0 without it)."""
+    if _BOOTTIME is None:
+        return 0
+    return time.clock_gettime_ns(_BOOTTIME) - time.monotonic_ns()
+
+
+def read_retry_window_s() -> float:
+    """Seconds from a counter's first failed read to the last retry before it is dropped (~6.4 s)."""
+    return READ_RETRY_FIRST_DELAY_S * (2 ** (READ_FAILURES_BEFORE_DROP - 1) - 1)
 
 
 class _DeviceReader:
@@ -160,11 +184,18 @@ class _ChannelState:
       + after) or restarted from 0 (driver reload, suspend/resume). A wrap that implies more
       energy than the zone's power bound allows in the time between the reads, when the new
       value itself fits that bound, was a restart: count from the new origin, say so once.
-    * Failures: a failed read is retried with back-off (the domain is left out of spans
-      meanwhile); the domain is dropped only after :data:`READ_FAILURES_BEFORE_DROP`
-      consecutive failures or a lost device. Each fault is said once, when its outcome is
-      known: dropped, or back (with the error and how long). The counter is cumulative, so
-      the first good read covers the gap: no energy is invented or lost.
+    * Jumps: a move the bound rules out (forward by more than it allows, or backward where
+      neither a wrap nor a restart fits) is a counter fault: it counts as no energy, the counter
+      is counted on from its new value, :attr:`jumps` grows (spans across it are flagged
+      ``energy.<domain>.rejected_jump``), and the first is said once. Here, under the meter's
+      lock, so every consumer of the meter (spans, metrics, the pyJoules and carbontracker
+      layers) gets the same answer.
+    * Failures: a failed read is retried with back-off; meanwhile the domain is left out of
+      spans, which the snapshot marks (``energy.<domain>.missing``). The first failure is said
+      at once (what spans carry meanwhile), and the outcome when known: dropped (after
+      :data:`READ_FAILURES_BEFORE_DROP` consecutive failures or a lost device), or back (with
+      how long). The counter is cumulative, so the first good read covers the gap: no energy
+      is invented or lost.
     * Channels that may block are read through a :class:`_DeviceReader`; :attr:`stale` says
       the last :meth:`read_joules` returned the last known value instead of a fresh one.
     """
@@ -172,9 +203,16 @@ class _ChannelState:
     __slots__ = (
         "channel", "read_uj", "wrap_uj", "max_power_watts", "last_raw_uj", "last_ns", "total_uj", "failed",
         "failures", "retry_at_ns", "first_failure_ns", "first_error", "resets", "reader", "stale", "fd",
+        "jump_free_uj", "jumps", "jump_events", "suspended_ns",
     )
 
-    def __init__(self, channel: Channel, first_raw_uj: int | None, first_ns: int | None = None) -> None:
+    def __init__(
+        self,
+        channel: Channel,
+        first_raw_uj: int | None,
+        first_ns: int | None = None,
+        jump_events: list[int] | None = None,
+    ) -> None:
         self.channel = channel
         self.read_uj = channel.read_uj  # bound once: this runs twice per span per domain
         #: Read inline by the snapshot when the channel is a plain counter file (Channel.pread_fd).
@@ -192,6 +230,19 @@ class _ChannelState:
         self.resets = 0
         self.reader = _DeviceReader(channel.read_uj, channel.domain.id) if channel.may_block else None
         self.stale = False
+        #: A forward move up to this many microjoules fits the power bound whatever the time between
+        #: the reads (its slack alone allows it): the snapshot takes it without reading a clock.
+        #: Without a bound nothing is a jump.
+        self.jump_free_uj: float = (
+            float("inf") if self.max_power_watts is None else self.max_power_watts * RESET_SLACK_S * 1e6
+        )
+        #: Moves rejected as jumps so far (the meter's snapshots carry these counts: a span whose
+        #: ends differ is flagged).
+        self.jumps = 0
+        #: Shared by the meter's channels: bumped at every rejected jump, so one comparison per
+        #: snapshot tells the meter its counts changed.
+        self.jump_events = [0] if jump_events is None else jump_events
+        self.suspended_ns = _suspended_ns() if self.max_power_watts is not None else 0
 
     def read_joules(self, now_ns: int | None = None) -> float | None:
         """Read the channel; return wrap-corrected joules since the meter started, None while failing."""
@@ -233,25 +284,40 @@ class _ChannelState:
                 return
         delta = raw - self.last_raw_uj  # type: ignore[operator]
         if delta < 0:
-            if self.wrap_uj is None or self._restarted(raw, delta + self.wrap_uj, now_ns):
-                # A counter that cannot wrap went backwards, or a wrap the hardware could not
-                # have produced in the time: the counter restarted. Count from the new origin.
-                delta = raw
+            if self.wrap_uj is None:
+                delta = raw  # a counter that cannot wrap went backwards: it restarted
             else:
-                delta += self.wrap_uj
+                delta = self._backward(raw, delta + self.wrap_uj)
+        elif delta > self.jump_free_uj:
+            delta = self._forward(raw, delta)
         self.last_raw_uj = raw
         self.last_ns = now_ns
         self.total_uj += delta
 
-    def _restarted(self, raw_uj: int, wrapped_uj: int, now_ns: int) -> bool:
+    def _allowed_uj(self, elapsed_ns: int) -> float:
+        """The most energy the zone's power bound allows in ``elapsed_ns`` (tolerance and slack included)."""
+        return self.max_power_watts * (elapsed_ns / 1e9 * RESET_POWER_TOLERANCE + RESET_SLACK_S) * 1e6  # type: ignore[operator]
+
+    def _elapsed_ns(self) -> int:
+        """Nanoseconds from the previous read to now, read after this read.
+
+        The snapshot's timestamp is taken before its reads: a read delayed after it (the thread
+        preempted, the GIL elsewhere) holds energy of more time than the timestamps say, which
+        the clock read here includes. The previous read's timestamp is at most its start.
+        """
+        return max(0, time.monotonic_ns() - self.last_ns)
+
+    def _backward(self, raw_uj: int, wrapped_uj: int) -> int:
+        """The energy of a move to a lower value: a wrap, a restart (counted from the new value), or a jump (none)."""
         if self.max_power_watts is None:
-            return False
-        elapsed_s = max(0, now_ns - self.last_ns) / 1e9
-        allowed_uj = self.max_power_watts * (elapsed_s * RESET_POWER_TOLERANCE + RESET_SLACK_S) * 1e6
-        # Both must hold: the wrap is impossible and the restart is possible. Where neither
-        # is (a stalled clock), a wrap is assumed as before.
-        if wrapped_uj <= allowed_uj or raw_uj > allowed_uj:
-            return False
+            return wrapped_uj
+        elapsed_ns = self._elapsed_ns()
+        allowed_uj = self._allowed_uj(elapsed_ns)
+        if wrapped_uj <= allowed_uj:
+            return wrapped_uj
+        if raw_uj > allowed_uj:
+            # Neither a wrap nor a restart from 0 fits the bound: the counter jumped.
+            return self._rejected(raw_uj, raw_uj - self.last_raw_uj, elapsed_ns, allowed_uj)  # type: ignore[operator]
         self.resets += 1
         if self.resets == 1:
             _log.warning(
@@ -260,20 +326,56 @@ class _ChannelState:
                 self.channel.domain.id,
                 self.last_raw_uj,
                 raw_uj,
-                elapsed_s,
+                elapsed_ns / 1e9,
                 wrapped_uj / 1e6,
                 self.max_power_watts,
             )
-        return True
+        return raw_uj
+
+    def _forward(self, raw_uj: int, delta_uj: int) -> int:
+        """The energy of a move up by more than the bound's slack: the move, unless the bound rules it out."""
+        elapsed_ns = self._elapsed_ns()
+        # Time suspended since the last check counts as elapsed (judged on CLOCK_BOOTTIME).
+        suspended_ns = _suspended_ns()
+        elapsed_ns += max(0, suspended_ns - self.suspended_ns)
+        self.suspended_ns = suspended_ns
+        allowed_uj = self._allowed_uj(elapsed_ns)
+        if delta_uj <= allowed_uj:
+            return delta_uj
+        return self._rejected(raw_uj, delta_uj, elapsed_ns, allowed_uj)
+
+    def _rejected(self, raw_uj: int, delta_uj: int, elapsed_ns: int, allowed_uj: float) -> int:
+        """Count a move the power bound rules out as no energy (the counter goes on from ``raw_uj``); say the first."""
+        self.jumps += 1
+        self.jump_events[0] += 1
+        if self.jumps == 1:
+            domain_id = self.channel.domain.id
+            _log.warning(
+                "otel-joules: the %s counter jumped by %+.1f J (%d uJ -> %d uJ) in %.3f s, more than its %.0f W bound "
+                "allows (%.1f J): not counted as energy, and counted on from the new value. Spans across such a jump "
+                "carry %s = true (a counter fault; later ones are not said again).",
+                domain_id,
+                delta_uj / 1e6,
+                self.last_raw_uj,
+                raw_uj,
+                elapsed_ns / 1e9,
+                self.max_power_watts,
+                allowed_uj / 1e6,
+                domain_rejected_jump_key(domain_id),
+            )
+        return 0
 
     def _failed_read(self, exc: BaseException, now_ns: int) -> None:
-        # One message per fault, when its outcome is known: dropped (here) or back (_recovered).
+        # Said when it starts (what spans carry meanwhile) and when its outcome is known: dropped
+        # (here) or back (_recovered). A lost device is dropped at once: one message.
         self.failures += 1
         if self.failures == 1:
             self.first_failure_ns = now_ns
             self.first_error = str(exc)
         if not (isinstance(exc, DeviceLostError) or self.failures >= READ_FAILURES_BEFORE_DROP):
             self.retry_at_ns = now_ns + round(READ_RETRY_FIRST_DELAY_S * 2 ** (self.failures - 1) * 1e9)
+            if self.failures == 1:
+                self._retrying(exc)
             return
         self.failed = True
         if self.reader is not None:
@@ -281,21 +383,36 @@ class _ChannelState:
         domain_id = self.channel.domain.id
         _log.warning(
             "otel-joules: stopped measuring %s%s: %s. Other domains are still measured; "
-            "spans and metrics leave %s out from now on.",
+            "spans and metrics leave %s out from now on (without %s: it is no longer measured here).",
             domain_id,
             "" if self.failures == 1 else f" after {self.failures} failed reads over {(now_ns - self.first_failure_ns) / 1e9:.1f} s",
             exc,
             domain_id,
+            domain_missing_key(domain_id),
+        )
+
+    def _retrying(self, exc: BaseException) -> None:
+        domain = self.channel.domain
+        _log.warning(
+            "otel-joules: %s could not be read (%s): retrying with back-off, for up to %.1f s before it is dropped. "
+            "Until it reads again, spans leave it out and carry %s = true%s.",
+            domain.id,
+            exc,
+            read_retry_window_s(),
+            domain_missing_key(domain.id),
+            f" and {ENERGY_SOURCE} = {SOURCE_PARTIAL!r} (their {ENERGY_JOULES} is low)" if domain.in_total else "",
         )
 
     def _recovered(self, now_ns: int) -> None:
         _log.warning(
-            "otel-joules: %s could not be read %d time(s) over %.1f s (%s) and reads again: spans that ended "
-            "meanwhile left it out; it is measured again (its counter is cumulative, so nothing spent in the gap is lost).",
+            "otel-joules: %s reads again after %d failed read(s) over %.1f s (%s): spans that started or ended "
+            "meanwhile left it out (flagged %s); it is measured again (its counter is cumulative, so nothing spent "
+            "in the gap is lost).",
             self.channel.domain.id,
             self.failures,
             (now_ns - self.first_failure_ns) / 1e9,
             self.first_error,
+            domain_missing_key(self.channel.domain.id),
         )
         self.failures = 0
 

@@ -8,10 +8,12 @@ that no counter can wrap twice between two reads (see
 times its counters wrapped inside it.
 
 The read policy of each channel (:class:`_ChannelState`) keeps the host program safe and
-the energy honest: a counter restart is told from a wrap by the zone's power bound, a
-failing read is retried with back-off before the domain is dropped, and channels that may
-block (NVML) are read in their own thread with a deadline, so a stalled device makes a
-span's value stale (``energy.<domain>.stale``), never the span slow.
+the energy honest: a counter restart is told from a wrap by the zone's power bound, a move
+that bound rules out is a jump, not energy (``energy.<domain>.rejected_jump``), a failing
+read is retried with back-off before the domain is dropped (spans meanwhile say it is
+``energy.<domain>.missing``), and channels that may block (NVML) are read in their own
+thread with a deadline, so a stalled device makes a span's value stale
+(``energy.<domain>.stale``), never the span slow.
 
 This module holds the meter and its values; the per-channel read policy is in
 :mod:`otel_joules.meter.channels`, the background sampler in :mod:`otel_joules.meter.sampler`.
@@ -35,7 +37,7 @@ from otel_joules.meter.channels import (  # noqa: F401 - the deadlines, also imp
 )
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import estimator, rapl
-from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
+from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, SOURCE_PARTIAL
 from otel_joules.sensors.base import Channel, Domain, Method, Unavailable
 
 _new_tuple = tuple.__new__
@@ -54,11 +56,18 @@ class EnergySnapshot(NamedTuple):
             None for a domain that has failed (it is then left out of measurements).
         stale: Positions in :attr:`joules` holding a device's last known value because its
             read did not finish within :data:`DEVICE_READ_DEADLINE_S` (a stalled NVML).
+        missing: Positions in :attr:`joules` that are None because the counter failed a read and
+            is being retried (not yet dropped): measurements leave them out and say so.
+        jumps: Per position, how many counter moves the power bound ruled out so far (not counted
+            as energy); empty while there has been none. Two snapshots whose counts differ have a
+            rejected jump between them.
     """
 
     monotonic_ns: int
     joules: tuple[float | None, ...]
     stale: tuple[int, ...] = ()
+    missing: tuple[int, ...] = ()
+    jumps: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -71,13 +80,18 @@ class EnergyMeasurement:
         total_joules: Sum over the domains that do not overlap (packages, dram, GPUs,
             estimates; psys only where no package exists; never core or uncore).
         watts: ``total_joules / duration_s`` (0.0 for a zero-length interval).
-        source: ``measured``, ``estimate`` or ``mixed``.
+        source: ``measured``, ``estimate`` or ``mixed``; ``partial`` when a domain that adds to
+            the total is in :attr:`missing_domains` (the total leaves it out).
         below_resolution: True when the interval is shorter than the update period of
             a counter it includes: the values are then quantised, not wrong.
         methods_by_domain: How each domain was obtained (counter, integrated power, estimate).
         stale_domains: Domains whose value at either end is a device's last known value, not a
             fresh read (the device did not answer within :data:`DEVICE_READ_DEADLINE_S`): the
             span's figure for them is late, not lost; the energy shows up in later spans.
+        missing_domains: Domains left out because their counter failed a read at either end and
+            was being retried (absent from :attr:`joules_by_domain`).
+        rejected_jump_domains: Domains whose counter jumped in between by more than its power
+            bound allows: the jump is not in their joules.
 
     Not frozen: one is built for every span, and a frozen dataclass's ``__init__`` costs
     several times more. Treat it as read-only.
@@ -91,6 +105,8 @@ class EnergyMeasurement:
     below_resolution: bool
     methods_by_domain: Mapping[str, Method] = field(default_factory=dict)
     stale_domains: tuple[str, ...] = ()
+    missing_domains: tuple[str, ...] = ()
+    rejected_jump_domains: tuple[str, ...] = ()
 
 
 class EnergyMeter:
@@ -154,6 +170,11 @@ class EnergyMeter:
         self.unavailable: tuple[Unavailable, ...] = tuple(unavailable)
         self._lock = threading.Lock()
         self._states: list[_ChannelState] = []
+        #: Bumped by a channel at every rejected jump (shared with the states): the snapshot then
+        #: renews :attr:`_jump_counts`.
+        self._jump_events = [0]
+        self._jumps_seen = 0
+        self._jump_counts: tuple[int, ...] = ()
         for channel in found:
             try:
                 first: int | None = _first_read_uj(channel, first_reads_uj)
@@ -165,7 +186,7 @@ class EnergyMeter:
             except Exception as exc:  # noqa: BLE001 - a sensor must never break the user's program
                 # Maybe transient: retried like any failed read; its first good read is the origin.
                 first, failure = None, exc
-            state = _ChannelState(channel, first, time.monotonic_ns())
+            state = _ChannelState(channel, first, time.monotonic_ns(), self._jump_events)
             if failure is not None:
                 state._failed_read(failure, state.last_ns)
             self._states.append(state)
@@ -175,6 +196,7 @@ class EnergyMeter:
         self._plan = tuple(
             (d.id, d.method, d.in_total, d.method.is_measurement, d.update_period_s) for d in self.domains
         )
+        self._in_total = {d.id: d.in_total for d in self.domains}
         self._max_snapshot_age_ns = round(self.settings.max_snapshot_age_s * 1e9)
         self._last_snapshot: EnergySnapshot | None = None
         self._sample = sample
@@ -193,8 +215,9 @@ class EnergyMeter:
         With ``max_snapshot_age_s`` > 0, a snapshot younger than that is returned again
         instead of reading the counters (see the class docstring).
 
-        Never raises for a sensor failure: a failing domain is reported once (logging
-        ``WARNING`` on the ``otel_joules`` logger) and is None from then on.
+        Never raises for a sensor failure: a failing domain is None (in :attr:`EnergySnapshot.missing`
+        while it is retried) and said on the ``otel_joules`` logger (``WARNING``) when it starts
+        failing and when it reads again or is dropped.
         """
         if self._sampler is None and self._sample and not self._closed:
             self._start_sampler()
@@ -203,23 +226,28 @@ class EnergyMeter:
             if self._closed:
                 # Spans ended by other exit hooks after the meter closed: leave them
                 # without energy rather than read closed descriptors and warn per domain.
-                return _new_tuple(EnergySnapshot, (now_ns, (None,) * len(self._states), ()))
+                return _new_tuple(EnergySnapshot, (now_ns, (None,) * len(self._states), (), (), self._jump_counts))
             cached = self._last_snapshot
             if cached is not None and now_ns - cached[0] < self._max_snapshot_age_ns:
                 return cached
             values: list[float | None] = []
             append = values.append
+            failing = False
             for state in self._states:
                 # The common case inlined (this runs for every domain, twice per span): a healthy
-                # counter read in this thread that did not go backwards. Anything else (backing
-                # off, failed, read off the span path, a wrap or restart) takes read_joules.
+                # counter read in this thread that moved forward within its power bound's slack.
+                # Anything else (backing off, failed, read off the span path, a wrap, restart or
+                # larger move) takes read_joules or _advance.
                 reader = state.reader
                 if reader is not None and now_ns < reader.fresh_until_ns and not state.failures:
                     # A device read under DEVICE_FRESH_S old, already handed over: its value stands.
                     append(state.total_uj / 1e6)
                     continue
                 if state.failures or reader is not None:
-                    append(state.read_joules(now_ns))
+                    value = state.read_joules(now_ns)
+                    append(value)
+                    if value is None:
+                        failing = True
                     continue
                 fd = state.fd
                 try:
@@ -237,10 +265,11 @@ class EnergyMeter:
                     except Exception as exc:  # noqa: BLE001 - never raise into the user's span
                         state._failed_read(exc, now_ns)
                         append(None)
+                        failing = True
                         continue
-                last_uj = state.last_raw_uj
-                if raw >= last_uj:  # type: ignore[operator]
-                    state.total_uj += raw - last_uj  # type: ignore[operator]
+                delta = raw - state.last_raw_uj  # type: ignore[operator]
+                if 0 <= delta <= state.jump_free_uj:
+                    state.total_uj += delta
                     state.last_raw_uj = raw
                     state.last_ns = now_ns
                 else:
@@ -252,7 +281,14 @@ class EnergyMeter:
             for i, off_path in self._off_path_states:
                 if off_path.stale and joules[i] is not None:
                     stale += (i,)
-            snapshot = _new_tuple(EnergySnapshot, (now_ns, joules, stale))
+            missing: tuple[int, ...] = ()
+            if failing:
+                # Retried, not dropped: a dropped domain is no longer one this meter measures.
+                missing = tuple(i for i, s in enumerate(self._states) if s.failures and not s.failed)
+            if self._jump_events[0] != self._jumps_seen:
+                self._jumps_seen = self._jump_events[0]
+                self._jump_counts = tuple(s.jumps for s in self._states)
+            snapshot = _new_tuple(EnergySnapshot, (now_ns, joules, stale, missing, self._jump_counts))
             self._last_snapshot = snapshot
             return snapshot
 
@@ -309,15 +345,30 @@ class EnergyMeter:
         if start.stale or end.stale:
             ids = [self.domains[i].id for i in {*start.stale, *end.stale}]
             stale_domains = tuple(sorted(d for d in ids if d in by_domain))
+        source = SOURCE_MIXED if measured and estimated else SOURCE_ESTIMATE if estimated else SOURCE_MEASURED
+        missing_domains: tuple[str, ...] = ()
+        if start.missing or end.missing:
+            ids = [self.domains[i].id for i in {*start.missing, *end.missing}]
+            missing_domains = tuple(sorted(d for d in ids if domains is None or d in domains))
+            if any(self._in_total[d] for d in missing_domains):
+                source = SOURCE_PARTIAL
+        jumped: tuple[str, ...] = ()
+        if start.jumps != end.jumps:
+            before = start.jumps or (0,) * len(self.domains)
+            after = end.jumps or (0,) * len(self.domains)
+            ids = [d.id for d, a, b in zip(self.domains, before, after) if a != b]
+            jumped = tuple(sorted(d for d in ids if domains is None or d in domains))
         return EnergyMeasurement(
             duration_s,
             by_domain,
             total,
             total / duration_s if duration_s > 0 else 0.0,
-            SOURCE_MIXED if measured and estimated else SOURCE_ESTIMATE if estimated else SOURCE_MEASURED,
+            source,
             duration_s < slowest_update_s,
             methods,
             stale_domains,
+            missing_domains,
+            jumped,
         )
 
     def _selected_rows(

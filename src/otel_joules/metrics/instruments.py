@@ -15,7 +15,9 @@ and in no process's share.
 
 Every data point also carries ``energy.source`` (``measured`` or ``estimate``), so an
 estimate is never mistaken for a measurement in a dashboard; per-domain points add
-``energy.method`` (``counter``, ``power_integration`` or ``estimate``).
+``energy.method`` (``counter``, ``power_integration`` or ``estimate``). ``hw.host.power`` over
+an interval in which a domain was being retried after a failed read says ``partial``: that
+power leaves the domain out (``hw.host.energy`` keeps its last known joules instead).
 """
 
 from __future__ import annotations

@@ -283,5 +283,14 @@ def _with_user_domains(core: EnergyMeasurement, user: Dict[str, Tuple[float, boo
         source = SOURCE_MIXED
     duration_s = core.duration_s
     return EnergyMeasurement(
-        duration_s, by_domain, total, total / duration_s if duration_s > 0 else 0.0, source, core.below_resolution, methods
+        duration_s,
+        by_domain,
+        total,
+        total / duration_s if duration_s > 0 else 0.0,
+        source,
+        core.below_resolution,
+        methods,
+        core.stale_domains,
+        core.missing_domains,
+        core.rejected_jump_domains,
     )

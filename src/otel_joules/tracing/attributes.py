@@ -30,8 +30,11 @@ from otel_joules.semconv import (
     SOURCE_ESTIMATE,
     SOURCE_MEASURED,
     SOURCE_MIXED,
+    SOURCE_PARTIAL,
     domain_joules_key,
     domain_method_key,
+    domain_missing_key,
+    domain_rejected_jump_key,
     domain_stale_key,
 )
 from otel_joules.sensors.base import Method
@@ -74,6 +77,10 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         attributes[ENERGY_BELOW_RESOLUTION] = True
     for domain_id in measurement.stale_domains:
         attributes[domain_stale_key(domain_id)] = True
+    for domain_id in measurement.missing_domains:
+        attributes[domain_missing_key(domain_id)] = True
+    for domain_id in measurement.rejected_jump_domains:
+        attributes[domain_rejected_jump_key(domain_id)] = True
     return attributes
 
 
@@ -109,7 +116,7 @@ class MeterAttributes:
         kinds: The attribution kinds the meter measures (``Attributor.kinds``).
     """
 
-    __slots__ = ("_rows", "_stale_keys", "_kind_positions")
+    __slots__ = ("_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions")
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
         self._rows = tuple(
@@ -122,8 +129,12 @@ class MeterAttributes:
             )
             for d in meter.domains
         )
-        # Sorted by domain id, as EnergyMeasurement.stale_domains is.
-        self._stale_keys = {i: domain_stale_key(d.id) for i, d in sorted(enumerate(meter.domains), key=lambda x: x[1].id)}
+        # Sorted by domain id, as EnergyMeasurement.stale_domains (and missing, rejected jumps) are.
+        by_id = sorted(enumerate(meter.domains), key=lambda x: x[1].id)
+        self._stale_keys = {i: domain_stale_key(d.id) for i, d in by_id}
+        #: (key, adds to the total) of each domain's missing flag.
+        self._missing_keys = {i: (domain_missing_key(d.id), d.in_total) for i, d in by_id}
+        self._jump_keys = {i: domain_rejected_jump_key(d.id) for i, d in by_id}
         #: (attribute key, position in SpanAttribution) for each kind measured, in attribution_attributes' order.
         self._kind_positions = tuple(
             (ATTRIBUTED_KIND_KEYS[kind], position)
@@ -132,7 +143,8 @@ class MeterAttributes:
         )
 
     def attributes(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
-        """The span attributes for the interval between two of the meter's snapshots; None when no domain has a value."""
+        """The span attributes for the interval between two of the meter's snapshots; None when no domain has a
+        value and none is missing."""
         duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
         # The three totals first, as measurement_attributes orders them; their values are set below.
         attributes: dict[str, Any] = {ENERGY_JOULES: 0.0, ENERGY_WATTS: 0.0, ENERGY_SOURCE: SOURCE_MEASURED}
@@ -155,7 +167,7 @@ class MeterAttributes:
                     estimated = True
             if update_period_s > slowest_update_s:
                 slowest_update_s = update_period_s
-        if not present:
+        if not present and not (start.missing or end.missing):
             return None
         attributes[ENERGY_JOULES] = total
         attributes[ENERGY_WATTS] = total / duration_s if duration_s > 0 else 0.0
@@ -168,6 +180,18 @@ class MeterAttributes:
             a_joules, b_joules = start.joules, end.joules
             for i, key in self._stale_keys.items():
                 if i in stale and a_joules[i] is not None and b_joules[i] is not None:
+                    attributes[key] = True
+        if start.missing or end.missing:
+            missing = {*start.missing, *end.missing}
+            for i, (key, in_total) in self._missing_keys.items():
+                if i in missing:
+                    attributes[key] = True
+                    if in_total:
+                        attributes[ENERGY_SOURCE] = SOURCE_PARTIAL
+        if start.jumps != end.jumps:
+            before, after = start.jumps, end.jumps
+            for i, key in self._jump_keys.items():
+                if (before[i] if before else 0) != (after[i] if after else 0):
                     attributes[key] = True
         return attributes
 

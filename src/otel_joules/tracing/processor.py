@@ -161,8 +161,9 @@ class EnergySpanProcessor(SpanProcessor):
                     measurement, reason = _stated_interval(span, meter, attributor, start, end, end_time)  # type: ignore[arg-type]
                 else:
                     measurement = meter.measure(start, end)  # type: ignore[arg-type]
-            if measurement is not None and measurement.joules_by_domain:
-                attributes = measurement_attributes(measurement)
+            measured = measurement is not None and _has_energy(measurement)
+            if measured:
+                attributes = measurement_attributes(measurement)  # type: ignore[arg-type]
             else:
                 attributes = {} if reason is None else {ENERGY_UNAVAILABLE_REASON: reason}
             if attribution is not None and attributor is not None:
@@ -170,8 +171,8 @@ class EnergySpanProcessor(SpanProcessor):
             if not attributes:
                 return
             _set_attributes(span, attributes)
-            if self._on_measurement is not None and measurement is not None and measurement.joules_by_domain:
-                self._on_measurement(span, measurement)
+            if self._on_measurement is not None and measured:
+                self._on_measurement(span, measurement)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
             self._report_failure(exc)
 
@@ -193,6 +194,11 @@ class EnergySpanProcessor(SpanProcessor):
 
 
 _NO_DICT: dict[str, Any] = {}
+
+
+def _has_energy(measurement: EnergyMeasurement) -> bool:
+    """Whether the measurement has energy attributes to set: a domain's joules, or a domain it says is missing."""
+    return bool(measurement.joules_by_domain or measurement.missing_domains)
 
 
 def _set_attributes(span: Span, attributes: dict[str, Any]) -> None:
@@ -308,7 +314,7 @@ class _MeasuringEnd:
             attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
             if enabled:
                 processor._finish(span, self._start, end, measurement, attribution, end_time)  # type: ignore[union-attr]
-            elif measurement is not None and measurement.joules_by_domain:
+            elif measurement is not None and _has_energy(measurement):
                 # The caller's own measurement is its to report, whether or not this processor still measures.
                 span.set_attributes(measurement_attributes(measurement))
             if final_attributes:
@@ -343,7 +349,7 @@ def end_span_with_measurement(
         end._end(end_time, measurement, attributes)
         return
     if span.is_recording():
-        if measurement.joules_by_domain:
+        if _has_energy(measurement):
             span.set_attributes(measurement_attributes(measurement))
         if attributes:
             span.set_attributes(attributes)

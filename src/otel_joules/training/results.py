@@ -31,7 +31,8 @@ class EpochResult:
             sum over its devices; None when the epoch had no duration.
         co2eq_grams: ``energy_joules / 3.6e6 x pue x intensity_gco2eq_per_kwh``.
         intensity_gco2eq_per_kwh: The carbon intensity applied to this epoch.
-        source: ``measured``, ``estimate`` or ``mixed`` (as ``energy.source``).
+        source: ``measured``, ``estimate``, ``mixed`` or ``partial`` (as ``energy.source``: ``partial`` when a
+            counter was being retried at the epoch's start or end, so its energy leaves that domain out).
         below_resolution: The epoch was shorter than a counter's update period.
         interrupted: The epoch was still running when the run was stopped.
     """
