@@ -47,7 +47,9 @@ say how often.
 **Labels.** Every run says whether its energy was measured or estimated
 (:attr:`RunSummary.energy_source`: the spans' ``energy.source``, or the log's ``ESTIMATE``
 line and device names), per kind too (:attr:`RunSummary.parts`: CPU, memory, GPU), and
-whether a span or epoch was below a counter's resolution.
+whether a span or epoch was below a counter's resolution. A run with a ``partial`` counted
+span (a domain that could not be read at its start or end) is labelled ``partial``, whatever
+its other spans say, and its notes name the domains left out: its joules are low.
 
 **kWh and CO2eq.** Per run, ``kWh = joules x PUE / 3.6e6`` and ``grams = kWh x intensity``:
 

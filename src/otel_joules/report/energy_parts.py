@@ -1,7 +1,9 @@
 """A span's or epoch's energy split by kind (CPU, memory, GPU, other), each labelled measured or estimate.
 
 Kinds come from the per-domain attributes (``energy.<domain>.joules``) or, for an
-attributed share, the per-kind shares; what no kind covers is ``other``.
+attributed share, the per-kind shares; what no kind covers is ``other``. A ``partial`` span
+(a domain missing at its start or end) labels the domains it has by their methods, as a
+``mixed`` one does; its ``partial`` label goes to the run (:func:`merge_sources`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from otel_joules.semconv import (
     SOURCE_ESTIMATE,
     SOURCE_MEASURED,
     SOURCE_MIXED,
+    SOURCE_PARTIAL,
     domain_joules_key,
     domain_method_key,
+    domain_missing_key,
 )
 from otel_joules.sensors.base import Method
 
@@ -29,6 +33,9 @@ from otel_joules.sensors.base import Method
 # per-kind and self shares (energy.attributed.joules itself matches as "attributed", a name
 # _domain_kind does not know, so it adds to no kind).
 _DOMAIN_JOULES_RE = re.compile(r"^energy\.([A-Za-z0-9_\-]+)\.joules$")
+# ``energy.<domain>.missing``, from semconv's pattern.
+_MISSING_PREFIX, _MISSING_SUFFIX = domain_missing_key("\0").split("\0")
+_DOMAIN_MISSING_RE = re.compile(f"^{re.escape(_MISSING_PREFIX)}([A-Za-z0-9_\\-]+){re.escape(_MISSING_SUFFIX)}$")
 
 
 def _domain_kind(domain_id: str, has_package: bool) -> str | None:
@@ -47,10 +54,13 @@ def _domain_kind(domain_id: str, has_package: bool) -> str | None:
 
 
 def merge_sources(sources: Iterable[str | None]) -> str | None:
-    """One label for several: the one they share, ``mixed`` if they differ, None if none is known."""
+    """One label for several: ``partial`` if one is (the sum is low whatever the others are), else the one they
+    share, ``mixed`` if they differ, None if none is known."""
     known = {source for source in sources if source is not None}
     if not known:
         return None
+    if SOURCE_PARTIAL in known:
+        return SOURCE_PARTIAL
     return known.pop() if len(known) == 1 else SOURCE_MIXED
 
 
@@ -58,7 +68,7 @@ def _domain_source(span: SpanRow, domain_id: str) -> str | None:
     source = span.attributes.get(ENERGY_SOURCE)
     if source in (SOURCE_MEASURED, SOURCE_ESTIMATE):
         return str(source)
-    if source == SOURCE_MIXED:
+    if source in (SOURCE_MIXED, SOURCE_PARTIAL):
         method = span.attributes.get(domain_method_key(domain_id))
         return SOURCE_ESTIMATE if method == Method.ESTIMATE.value else SOURCE_MEASURED
     return None
@@ -68,6 +78,11 @@ def span_source(span: SpanRow) -> str | None:
     """The span's ``energy.source``, or None."""
     source = span.attributes.get(ENERGY_SOURCE)
     return str(source) if isinstance(source, str) and source else None
+
+
+def missing_domains(span: SpanRow) -> list[str]:
+    """The domains a span says it leaves out (``energy.<domain>.missing``), sorted."""
+    return sorted(m.group(1) for key in span.attributes if (m := _DOMAIN_MISSING_RE.match(key)) and span.attributes[key] is True)
 
 
 def span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tuple[float, str | None]]:

@@ -160,7 +160,8 @@ class RunSummary:
         intensity_source: Where it came from: ``recorded``, ``recorded co2eq`` (the
             spans' own ``energy.co2eq.grams``), or a :data:`otel_joules.carbon.SOURCES` name.
         epochs: Per-epoch energy, where the input has epochs.
-        energy_source: ``measured``, ``estimate`` or ``mixed`` when the input says.
+        energy_source: ``measured``, ``estimate`` or ``mixed`` when the input says; ``partial`` when a
+            counted span left out a domain that could not be read (its notes name it): the joules are low.
         spans_counted: Spans whose energy makes up ``joules`` (0 for logs).
         notes: Corrections and caveats for this run.
         energy_basis: What ``joules`` is: :data:`BASIS_ATTRIBUTED` (the spans' attributed

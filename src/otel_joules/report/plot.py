@@ -27,7 +27,15 @@ from typing import Any
 
 from otel_joules.report.model import BASIS_ATTRIBUTED, PART_KINDS, EnergyPart, Report, ReportError, RunSummary
 from otel_joules.report.render import source_label
-from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED
+from otel_joules.semconv import (
+    KIND_CPU,
+    KIND_GPU,
+    KIND_MEMORY,
+    SOURCE_ESTIMATE,
+    SOURCE_MEASURED,
+    SOURCE_MIXED,
+    SOURCE_PARTIAL,
+)
 
 #: Colour per kind (colour-blind safe Okabe-Ito hues).
 KIND_COLOURS = {
@@ -45,11 +53,12 @@ KIND_NAMES = {
     "other": "other / not split",
 }
 #: Hatching per source: an estimate never looks like a measurement.
-SOURCE_HATCHES = {SOURCE_MEASURED: "", SOURCE_ESTIMATE: "//", SOURCE_MIXED: "..", None: "xx"}
+SOURCE_HATCHES = {SOURCE_MEASURED: "", SOURCE_ESTIMATE: "//", SOURCE_MIXED: "..", SOURCE_PARTIAL: "--", None: "xx"}
 SOURCE_NAMES = {
     SOURCE_MEASURED: "measured",
     SOURCE_ESTIMATE: "estimate (not measured)",
     SOURCE_MIXED: "measured + estimated",
+    SOURCE_PARTIAL: "partial (a domain missing: low)",
     None: "source not stated",
 }
 

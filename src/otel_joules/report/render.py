@@ -34,7 +34,8 @@ BASIS_LABELS = {
 
 
 def source_label(run: RunSummary) -> str:
-    """``measured``, ``estimate``, ``mixed`` or ``not stated``; ``(below resolution)`` when quantised."""
+    """``measured``, ``estimate``, ``mixed``, ``partial`` (a domain left out: low) or ``not stated``;
+    ``(below resolution)`` when quantised."""
     label = run.energy_source or "not stated"
     return f"{label} (below resolution)" if run.below_resolution else label
 

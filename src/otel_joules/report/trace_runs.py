@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from otel_joules.report.energy_parts import merge_sources, span_parts, span_source, sum_parts
+from otel_joules.report.energy_parts import merge_sources, missing_domains, span_parts, span_source, sum_parts
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
     BASIS_INTERVAL,
@@ -30,8 +30,10 @@ from otel_joules.semconv import (
     ENERGY_BELOW_RESOLUTION,
     ENERGY_CO2EQ_GRAMS,
     ENERGY_JOULES,
+    SOURCE_PARTIAL,
     SPAN_EPOCH,
     TRAINING_EPOCH,
+    domain_missing_key,
 )
 
 
@@ -169,6 +171,14 @@ def _trace_run(
     below = any(span.attributes.get(ENERGY_BELOW_RESOLUTION) is True for span in counted + interval_counted)
     if below:
         notes.append("a span was shorter than a counter's update period: its energy is quantised (below resolution)")
+    partial = [span for span in counted if span_source(span) == SOURCE_PARTIAL]
+    if partial:
+        left_out = sorted({domain for span in partial for domain in missing_domains(span)})
+        notes.append(
+            f"{len(partial)} of the {len(counted)} counted span(s) left out a domain that could not be read at their "
+            f"start or end ({', '.join(domain_missing_key(d) for d in left_out) or 'energy.source = partial'}): "
+            "the joules are low"
+        )
     if basis.joules_key == ENERGY_ATTRIBUTED_SELF_JOULES:
         # Self shares have no split by kind.
         per_span = [{"other": (span.number(basis.joules_key) or 0.0, span_source(span))} for span in counted]
