@@ -1,7 +1,9 @@
 """Test helper: a procfs tree written in a temp dir (``OTEL_JOULES_PROCFS_ROOT`` / ``procfs_root=``).
 
 Holds exactly the files the attribution model reads, in the kernel's format and clock ticks:
-``stat`` (the host's aggregate ``cpu`` line), ``<pid>/stat`` and ``<pid>/task/<tid>/stat``.
+``stat`` (the host's aggregate ``cpu`` line, then one line per CPU), ``<pid>/stat`` and
+``<pid>/task/<tid>/stat``. Each file is replaced whole, as the kernel's are read whole: a
+sampler thread reading meanwhile never sees half a file.
 """
 
 from __future__ import annotations
@@ -11,6 +13,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+#: CPUs the fake host has by default. Tests add seconds of CPU time between two samples taken
+#: microseconds apart, which the attributor accepts only from a host with the CPUs to spend them
+#: (elapsed time x CPUs, plus two ticks per CPU): 1024 CPUs cover ~20 CPU seconds at once. A
+#: realistic host (``cpus=4``) rightly rejects such counts as implausible.
+DEFAULT_CPUS = 1024
+
+
+def _replace(path: Path, text: str) -> None:
+    """Write ``path`` whole, in one rename (a reader sees the old file or the new one)."""
+    partial = path.with_name(path.name + ".new")
+    partial.write_text(text)
+    os.replace(partial, path)
 
 
 def task_stat_line(pid: int, utime_ticks: int, stime_ticks: int = 0) -> str:
@@ -26,6 +40,7 @@ class FakeProcfs:
     busy_ticks: int = 1000
     idle_ticks: int = 5000
     process_ticks: dict[int, int] = field(default_factory=dict)
+    cpus: int = DEFAULT_CPUS
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -37,12 +52,20 @@ class FakeProcfs:
         return str(self.root)
 
     def write_host(self) -> None:
-        # user nice system idle iowait irq softirq steal guest guest_nice: busy split over user and system.
-        user = self.busy_ticks - self.busy_ticks // 4
-        system = self.busy_ticks // 4
-        (self.root / "stat").write_text(
-            f"cpu  {user} 0 {system} {self.idle_ticks} 0 0 0 0 0 0\ncpu0 {user} 0 {system} {self.idle_ticks} 0 0 0 0 0 0\n"
-        )
+        # user nice system idle iowait irq softirq steal guest guest_nice: busy split over user and system,
+        # and over the CPUs (the first takes the remainders), so the per-CPU busy and idle ticks add up.
+        def line(name: str, busy: int, idle: int) -> str:
+            return f"{name} {busy - busy // 4} 0 {busy // 4} {idle} 0 0 0 0 0 0\n"
+
+        busy, idle, n = self.busy_ticks, self.idle_ticks, self.cpus
+        lines = [line("cpu ", busy, idle), line("cpu0", busy - busy // n * (n - 1), idle - idle // n * (n - 1))]
+        lines += [line(f"cpu{i}", busy // n, idle // n) for i in range(1, n)]
+        _replace(self.root / "stat", "".join(lines) + "intr 0\nctxt 0\nbtime 0\n")
+
+    def set_host_ticks(self, busy_ticks: int, idle_ticks: int) -> None:
+        """Make ``stat`` say these totals, whatever they were (a faulty or reset /proc/stat)."""
+        self.busy_ticks, self.idle_ticks = busy_ticks, idle_ticks
+        self.write_host()
 
     def add_host(self, busy_s: float, idle_s: float = 0.0) -> None:
         """The host spent ``busy_s`` more busy CPU seconds and ``idle_s`` more idle ones."""
@@ -55,7 +78,7 @@ class FakeProcfs:
         self.process_ticks[pid] = self.process_ticks.get(pid, 0) + round(cpu_s * TICKS_PER_S)
         folder = self.root / str(pid)
         folder.mkdir(exist_ok=True)
-        (folder / "stat").write_text(task_stat_line(pid, self.process_ticks[pid]))
+        _replace(folder / "stat", task_stat_line(pid, self.process_ticks[pid]))
 
     def add_thread(self, pid: int, tid: int, cpu_s: float) -> None:
         """Thread ``tid`` of ``pid`` used ``cpu_s`` more CPU seconds (the process's total moves with it)."""
@@ -65,5 +88,5 @@ class FakeProcfs:
         ticks = round(cpu_s * TICKS_PER_S)
         if path.exists():
             ticks += int(path.read_text().rsplit(")", 1)[1].split()[11])
-        path.write_text(task_stat_line(tid, ticks))
+        _replace(path, task_stat_line(tid, ticks))
         self.add_process(pid, cpu_s)
