@@ -31,6 +31,8 @@ from opentelemetry.semconv.attributes.service_attributes import SERVICE_NAME
 
 #: ``energy.joules``, ``energy.<domain>.joules``, ``energy.attributed.*``, ...
 ENERGY_NAMESPACE: Final = "energy."
+#: ``energy.attributed.joules``, ``energy.attributed.self.joules``, ...: the span's share.
+ENERGY_ATTRIBUTED_NAMESPACE: Final = "energy.attributed."
 #: ``carbon.intensity.gco2eq_per_kwh``, ``carbon.pue``, ...
 CARBON_NAMESPACE: Final = "carbon."
 #: ``training.epoch``, ``training.epochs.planned``, ... (training runs)

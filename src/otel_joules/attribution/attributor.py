@@ -109,6 +109,10 @@ class Attributor(_SpanPath):
         self._sampler: PeriodicThread | None = None
         self._closed = False
         self._failure_reported = False
+        self._implausible_reported = False
+        self.stat_fault = False
+        self._stat_read_ns = 0
+        self._stat_cpus = 0
 
     def _after_fork_in_child(self) -> None:
         # Ledgers, locks and the sampler thread belong to the parent: start those afresh, and
@@ -129,6 +133,7 @@ class Attributor(_SpanPath):
                 self.clocks.process_cpu_s() if self.clocks.native else last.process_cpu_s,
                 last.idle_s,
                 (0.0, 0.0, 0.0),
+                last.priced,
             )
 
 

@@ -92,8 +92,11 @@ class _History(_Sampling):
         return cpu / weight, memory / weight
 
     def _period_rates(self, k: int) -> tuple[float, float]:
-        """The prices of the sampler period from sample ``k`` to ``k + 1``: its own energy over its own busy time."""
+        """The prices of the sampler period from sample ``k`` to ``k + 1``: its own energy over its own busy time
+        (none where its CPU times are unknown: its energy is nobody's)."""
         a, b = self._history[k], self._history[k + 1]
+        if not b.priced:
+            return 0.0, 0.0
         return self._rates_between(
             a.snapshot, b.snapshot, b.busy_s - a.busy_s, b.idle_s - a.idle_s, b.process_cpu_s - a.process_cpu_s
         )

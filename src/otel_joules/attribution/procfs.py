@@ -3,7 +3,8 @@
 Read from procfs under a configurable root (``OTEL_JOULES_PROCFS_ROOT`` / ``procfs_root=``),
 so tests can write every file themselves and assert shares exactly:
 
-``<root>/stat``                       first line ``cpu  user nice system idle iowait irq softirq steal guest guest_nice``
+``<root>/stat``                       first line ``cpu  user nice system idle iowait irq softirq steal guest guest_nice``,
+                                      then one ``cpuN`` line per CPU online
 ``<root>/<pid>/stat``                 ``utime`` and ``stime`` (fields 14 and 15) of a process
 ``<root>/<pid>/task/<tid>/stat``      the same for one thread (``tid`` = ``threading.get_native_id()``)
 
@@ -41,14 +42,17 @@ class HostCpuTimes:
         busy_s: Seconds not idle: user + nice + system + irq + softirq + steal (guest time is
             already inside user and nice, so it is not added again).
         idle_s: Seconds idle or waiting for I/O (idle + iowait): nobody's work.
+        cpus: CPUs online (the file's ``cpuN`` lines): how much CPU time can pass per second;
+            0 when the file lists none.
     """
 
     busy_s: float
     idle_s: float
+    cpus: int = 0
 
 
 def read_host_cpu_times(procfs_root: str = DEFAULT_PROCFS_ROOT) -> HostCpuTimes:
-    """Parse the aggregate ``cpu`` line of ``<procfs_root>/stat``.
+    """Parse the aggregate ``cpu`` line of ``<procfs_root>/stat`` and count its per-CPU lines.
 
     Raises:
         ProcfsReadError: the file is missing or its first line is not the ``cpu`` line.
@@ -56,9 +60,12 @@ def read_host_cpu_times(procfs_root: str = DEFAULT_PROCFS_ROOT) -> HostCpuTimes:
     path = os.path.join(procfs_root, "stat")
     try:
         with open(path, "rb") as f:
-            line = f.readline()
+            # Whole: the kernel writes the file in one go when it is opened, and the per-CPU lines
+            # after the first say how many CPUs' time it counts.
+            data = f.read()
     except OSError as exc:
         raise ProcfsReadError(f"cannot read {path}: {exc.strerror or exc}") from None
+    line = data.split(b"\n", 1)[0]
     fields = line.split()
     if len(fields) < 5 or fields[0] != b"cpu":
         raise ProcfsReadError(f"{path} does not start with the aggregate 'cpu' line")
@@ -70,6 +77,7 @@ def read_host_cpu_times(procfs_root: str = DEFAULT_PROCFS_ROOT) -> HostCpuTimes:
     return HostCpuTimes(
         busy_s=(user + nice + system + irq + softirq + steal) / CLOCK_TICKS_PER_S,
         idle_s=(idle + iowait) / CLOCK_TICKS_PER_S,
+        cpus=data.count(b"\ncpu"),
     )
 
 

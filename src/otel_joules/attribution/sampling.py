@@ -8,20 +8,28 @@ to its running totals, and forecasts the price of CPU time after the sample
 (:data:`RATE_WINDOW`). :class:`_Sampling` is that layer of
 :class:`~otel_joules.attribution.attributor.Attributor`; the rules are in
 :mod:`otel_joules.attribution.model`'s docstring.
+
+``/proc/stat`` is judged before it prices anything: tick counts that go backwards, or more busy +
+idle time than the CPUs online can count in the time between two reads, are a fault (one message).
+Such a read is taken as the counts' new base: the period ending at it prices no CPU time (its
+energy is nobody's) and counting goes on from it. While ``/proc/stat`` is unreadable or
+implausible, spans that end carry no share (:attr:`_Sampling.stat_fault`): the last forecast
+would price them, ever staler.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
-from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, ProcfsReadError
+from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, HostCpuTimes, ProcfsReadError
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.meter.sampler import PeriodicThread
-from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
+from otel_joules.semconv import ENERGY_ATTRIBUTED_NAMESPACE, ENERGY_JOULES, KIND_CPU, KIND_GPU, KIND_MEMORY
 
 if TYPE_CHECKING:
     from otel_joules.attribution.gpu import NvmlProcessShares
@@ -42,6 +50,12 @@ MIN_RATE_WINDOW_S = 0.05
 MIN_BUSY_S = 0.02
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
+#: /proc/stat's busy + idle ticks between two reads may exceed the time between them x the CPUs
+#: online x USER_HZ by this factor ...
+STAT_TICKS_TOLERANCE = 1.1
+#: ... plus this many ticks per CPU: each CPU's time is counted in ticks, so its count may be a tick
+#: or two ahead of the clock (and under NO_HZ idle and iowait may step back by as much).
+STAT_SLACK_TICKS_PER_CPU = 2
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,9 @@ class HistorySample:
         idle_s: The host's idle CPU seconds since boot.
         process_cpu_s: This process's CPU seconds.
         process_joules: This process's attributed joules since the attributor started, per kind.
+        priced: False when ``/proc/stat`` read implausibly here: the CPU times of the period ending
+            at this sample are unknown, so it prices no CPU time (its GPU shares stand); the
+            counts are a new base for the next period.
     """
 
     monotonic_ns: int
@@ -65,6 +82,7 @@ class HistorySample:
     process_cpu_s: float
     idle_s: float
     process_joules: tuple[float, float, float]
+    priced: bool = True
 
 
 class _Rates(NamedTuple):
@@ -125,6 +143,12 @@ class _Sampling:
     _sampler: "PeriodicThread | None"
     _closed: bool
     _failure_reported: bool
+    _implausible_reported: bool
+    #: True while /proc/stat's latest read failed or was implausible: spans that end get no share.
+    stat_fault: bool
+    #: When the latest /proc/stat read that became a sample started, and how many CPUs it listed.
+    _stat_read_ns: int
+    _stat_cpus: int
     # The span side's: the GPU energy at the old price is credited before the price changes.
     _credit_gpu: Callable[[int], None]
 
@@ -137,30 +161,74 @@ class _Sampling:
         with self._reading_lock:
             try:
                 snapshot = self.meter.snapshot()
+                read_ns = time.monotonic_ns()
                 host = self.clocks.host()
                 process_cpu_s = self.clocks.process_cpu_s()
                 # Not for the first sample (nothing to split yet): it is taken in instrument(),
                 # where a stalled NVML's process lists must not hold the program up.
                 fractions = self.gpu_shares.fractions() if self.gpu_shares is not None and self._history else []
             except (ProcfsReadError, OSError) as exc:
+                self.stat_fault = True
                 self._report(exc)
                 return None
             if snapshot.joules and all(j is None for j in snapshot.joules):
                 self._closed = True  # the meter was closed: nothing more to sample
                 return None
+            problem = self._implausible(host, time.monotonic_ns())
             with self._sample_lock:
-                return self._append(snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions)
+                sample = self._append(snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions, problem is None)
+            self._stat_read_ns, self._stat_cpus = read_ns, host.cpus
+            self.stat_fault = problem is not None
+            if problem is not None:
+                self._report_implausible(problem)
+            return sample
+
+    def _implausible(self, host: HostCpuTimes, read_end_ns: int) -> str | None:
+        """What is wrong with ``/proc/stat``'s counts against the latest sample's, or None when they are plausible."""
+        if not self._history:
+            return None
+        previous = self._history[-1]
+        # The most time that can have passed between the two reads: from the start of the last to
+        # the end of this one (a read delayed by the scheduler only widens it).
+        elapsed_s = max(0, read_end_ns - self._stat_read_ns) / 1e9
+        cpus = max(host.cpus, self._stat_cpus)  # a CPU taken offline meanwhile counted until then
+        slack_s = cpus * STAT_SLACK_TICKS_PER_CPU / CLOCK_TICKS_PER_S
+        d_busy_s, d_idle_s = host.busy_s - previous.busy_s, host.idle_s - previous.idle_s
+        if d_busy_s < -slack_s or d_idle_s < -slack_s:
+            return (
+                f"its CPU times went backwards (busy {previous.busy_s:.2f} s -> {host.busy_s:.2f} s, "
+                f"idle {previous.idle_s:.2f} s -> {host.idle_s:.2f} s)"
+            )
+        capacity_s = cpus * elapsed_s * STAT_TICKS_TOLERANCE + slack_s
+        if cpus and d_busy_s + d_idle_s > capacity_s:
+            return (
+                f"it counts {d_busy_s + d_idle_s:.2f} CPU seconds in {elapsed_s:.3f} s, more than its {cpus} CPUs "
+                f"can ({capacity_s:.2f} s)"
+            )
+        return None
 
     def _append(
-        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float, fractions: list[float]
+        self,
+        snapshot: EnergySnapshot,
+        busy_s: float,
+        idle_s: float,
+        process_cpu_s: float,
+        fractions: list[float],
+        priced: bool = True,
     ) -> HistorySample:
-        """Extend the history with one sample's reads and update the prices (``_sample_lock`` held)."""
+        """Extend the history with one sample's reads and update the prices (``_sample_lock`` held).
+
+        ``priced`` False: the host's CPU times since the previous sample are unknown (an implausible
+        /proc/stat): the period prices nothing, and its counts are the next period's base.
+        """
         now_ns = snapshot.monotonic_ns
         previous = self._history[-1] if self._history else None
         process_joules = (0.0, 0.0, 0.0)
         if previous is not None:
-            process_joules = self._advance_rates(previous, snapshot, busy_s, idle_s, process_cpu_s, fractions)
-        sample = HistorySample(now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules)
+            process_joules = self._advance_rates(previous, snapshot, busy_s, idle_s, process_cpu_s, fractions, priced)
+        sample = HistorySample(
+            now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules, priced
+        )
         # time.time_ns() - time.monotonic_ns() at the latest sample, for explicit span times.
         self.wall_offset_ns = sample.wall_offset_ns
         self._history.append(sample)
@@ -179,6 +247,7 @@ class _Sampling:
         idle_s: float,
         process_cpu_s: float,
         fractions: list[float],
+        priced: bool = True,
     ) -> tuple[float, float, float]:
         dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
         d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
@@ -189,11 +258,14 @@ class _Sampling:
         # this period's price (it is priced at max(busy, own CPU)) nor the next one's.
         host_busy_s = busy_s - previous.busy_s - self._late_ticks_s
         host_idle_s = idle_s - previous.idle_s
-        own_cpu, own_memory = self._rates_between(previous.snapshot, snapshot, host_busy_s, host_idle_s, d_process)
-        # At most a tick per CPU can be late; more means /proc/stat does not see this process's work.
-        cpus = (busy_s - previous.busy_s + host_idle_s) / dt_s if dt_s > 0 else 0.0
-        self._late_ticks_s = min(max(0.0, d_process - max(host_busy_s, 0.0)), max(cpus, 0.0) / CLOCK_TICKS_PER_S)
-        r_cpu, r_memory = self._forward_rates(snapshot, busy_s, idle_s, process_cpu_s)
+        if priced:
+            own_cpu, own_memory = self._rates_between(previous.snapshot, snapshot, host_busy_s, host_idle_s, d_process)
+            # At most a tick per CPU can be late; more means /proc/stat does not see this process's work.
+            cpus = (busy_s - previous.busy_s + host_idle_s) / dt_s if dt_s > 0 else 0.0
+            self._late_ticks_s = min(max(0.0, d_process - max(host_busy_s, 0.0)), max(cpus, 0.0) / CLOCK_TICKS_PER_S)
+        else:
+            own_cpu = own_memory = self._late_ticks_s = 0.0  # unknown CPU times: the period's energy is nobody's
+        r_cpu, r_memory = self._forward_rates(snapshot, busy_s, idle_s, process_cpu_s, priced)
         gpu_joules = 0.0
         for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
             a, b = previous.snapshot.joules[i], snapshot.joules[i]
@@ -208,20 +280,23 @@ class _Sampling:
         return tuple(p + m for p, m in zip(previous.process_joules, mine))  # type: ignore[return-value]
 
     def _forward_rates(
-        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
+        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float, priced: bool = True
     ) -> tuple[float, float]:
         """The prices for CPU time after the new sample, until the next (``_sample_lock`` held).
 
         Only a forecast: spans' CPU time after the latest sample is priced at it (and capped at what
         the host spent during the span); the process's share never is. Over the busy periods among
         the last :data:`RATE_WINDOW` (with the new one): a period's busy time is off by up to a tick per
-        CPU, which a window shrinks; idle periods price nothing, so they are left out. Kept as they
-        were when the window is too short or has no busy period.
+        CPU, which a window shrinks; idle periods price nothing, so they are left out, and so are
+        periods whose CPU times are unknown (not priced). Kept as they were when the window is too
+        short or has no busy period.
         """
-        ends = [(s.snapshot, s.busy_s, s.idle_s, s.process_cpu_s) for s in self._history[-RATE_WINDOW:]]
-        ends.append((snapshot, busy_s, idle_s, process_cpu_s))
+        ends = [(s.snapshot, s.busy_s, s.idle_s, s.process_cpu_s, s.priced) for s in self._history[-RATE_WINDOW:]]
+        ends.append((snapshot, busy_s, idle_s, process_cpu_s, priced))
         cpu_j = memory_j = busy = capacity = 0.0
-        for (a, busy_a, idle_a, process_a), (b, busy_b, idle_b, process_b) in zip(ends, ends[1:]):
+        for (a, busy_a, idle_a, process_a, _), (b, busy_b, idle_b, process_b, known) in zip(ends, ends[1:]):
+            if not known:
+                continue
             period_busy, period_capacity = _busy_and_capacity(busy_b - busy_a, idle_b - idle_a, process_b - process_a)
             if period_busy < MIN_BUSY_S:
                 continue
@@ -249,9 +324,25 @@ class _Sampling:
         if not self._failure_reported:
             self._failure_reported = True
             _log.warning(
-                "otel-joules: cannot attribute energy to this process and its spans (%s); spans keep energy.joules "
-                "but carry no energy.attributed.*. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
+                "otel-joules: cannot attribute energy to this process and its spans (%s): spans that end while "
+                "/proc/stat cannot be read keep %s but carry no %s*; shares resume, the gap priced, once it reads "
+                "again. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
                 exc,
+                ENERGY_JOULES,
+                ENERGY_ATTRIBUTED_NAMESPACE,
+            )
+
+    def _report_implausible(self, problem: str) -> None:
+        if not self._implausible_reported:
+            self._implausible_reported = True
+            _log.warning(
+                "otel-joules: %s is implausible: %s. Not used: the sampler period ending there prices no CPU time "
+                "(its energy is nobody's) and counting goes on from the new counts; spans that end while /proc/stat "
+                "reads implausibly keep %s but carry no %s* (said once).",
+                os.path.join(self.clocks.procfs_root, "stat"),
+                problem,
+                ENERGY_JOULES,
+                ENERGY_ATTRIBUTED_NAMESPACE,
             )
 
     def ensure_sampling(self) -> None:
@@ -294,4 +385,6 @@ __all__ = [
     "MIN_BUSY_S",
     "MIN_RATE_WINDOW_S",
     "RATE_WINDOW",
+    "STAT_SLACK_TICKS_PER_CPU",
+    "STAT_TICKS_TOLERANCE",
 ]

@@ -92,6 +92,7 @@ class _SpanPath(_History):
     _gpu_acc_j: float
     _gpu_t_ns: int
     _gpu_leaves: int
+    stat_fault: bool
 
     def _advance(self, ledger: _Ledger, now_ns: int) -> None:
         """Credit the thread's CPU time since its last event to its leaf spans (ledger lock held)."""
@@ -179,6 +180,10 @@ class _SpanPath(_History):
         share exceeds what the host spent of that kind during the span: prices lag the load by up
         to a sampler period, and a span right after a quiet period must still not be given more
         than the host spent.
+
+        None too while ``/proc/stat`` cannot be read or reads implausibly (:attr:`stat_fault`): the
+        share would be priced at a forecast the sampler can no longer renew. The bookkeeping is
+        done all the same, so the span's parent and siblings are unaffected.
         """
         ledger = share.ledger
         if share.ended or ledger.generation != self._generation:
@@ -236,6 +241,8 @@ class _SpanPath(_History):
                     parent.child_cpu += cpu
                     parent.child_memory += memory
                     parent.child_gpu += gpu
+        if self.stat_fault:
+            return None
         return _new_tuple(SpanAttribution, (cpu, memory, gpu, own))
 
     def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:
