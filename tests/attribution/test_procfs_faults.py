@@ -105,8 +105,8 @@ def test_ticks_that_go_backwards_or_that_the_cpus_cannot_have_spent_are_rejected
     host: _Host, caplog
 ) -> None:
     # Backwards: busy 1 s lower than the last read (the old code priced the period at the span's own CPU
-    # time: 2.39 J, 4.35x). Absurd: 0.6 busy + 0.2 idle CPU s in 0.1 s on 4 CPUs, 2x what they can (the
-    # old code priced it at 2 J / 0.6 s: 0.19 J, 0.35x).
+    # time: 2.39 J, 4.35x). Absurd: 2 busy CPU s in 0.1 s on 4 CPUs, 5x what they can (the old code priced
+    # it at 2 J / 2 s: 0.059 J, 0.11x).
     with caplog.at_level(logging.WARNING, logger="otel_joules"):
         host.work()
         busy, idle = host.proc.busy_ticks, host.proc.idle_ticks
@@ -114,7 +114,7 @@ def test_ticks_that_go_backwards_or_that_the_cpus_cannot_have_spent_are_rejected
         for _ in range(2):
             host.work()  # counted on from the new, lower counts
         busy, idle = host.proc.busy_ticks, host.proc.idle_ticks
-        host.work(ticks=(busy + 60, idle + 20))
+        host.work(ticks=(busy + 2 * TICKS_PER_S, idle + 20))
         for _ in range(2):
             host.work()
     healthy, backwards, after_backwards, after_backwards_2, absurd, after_absurd, after_absurd_2 = host.shares()
@@ -134,11 +134,24 @@ def test_ticks_that_go_backwards_or_that_the_cpus_cannot_have_spent_are_rejected
 def test_absurd_counts_alone_are_said_and_name_the_cpus(host: _Host, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="otel_joules"):
         busy, idle = host.proc.busy_ticks, host.proc.idle_ticks
-        host.work(ticks=(busy + 60, idle + 20))
+        host.work(ticks=(busy + 20, idle + 3 * TICKS_PER_S))  # idle time no 4 CPUs have in 0.1 s
         host.work()
-    assert host.shares()[0] is None
+    first, second = host.shares()
+    assert first is None and second == pytest.approx(HEALTHY_SHARE_J, rel=1e-3)
     (message,) = _warnings(caplog)
-    assert "0.80 CPU seconds" in message and "its 4 CPUs" in message
+    assert "0.20 busy and 3.00 idle CPU seconds" in message and "its 4 CPUs" in message
+
+
+def test_busy_and_idle_together_may_reach_twice_the_time(host: _Host, caplog) -> None:
+    # 0.35 busy + 0.35 idle CPU s in 0.1 s on 4 CPUs (0.7 of 0.4): each within what they can count, and a
+    # kernel counting busy time by the tick and idle time exactly can count a tick in both.
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        busy, idle = host.proc.busy_ticks, host.proc.idle_ticks
+        host.work(ticks=(busy + 35, idle + 35))
+    (share,) = host.shares()
+    # Priced by the period (the few microseconds after its sample at the forecast of the healthy ones).
+    assert share == pytest.approx(SPAN_CPU_S * (2.0 / 0.35 + 0.4 / 0.7), rel=1e-2)
+    assert not _warnings(caplog)
 
 
 def test_an_unreadable_proc_stat_gives_the_spans_meanwhile_no_share_as_its_message_says(host: _Host, caplog) -> None:

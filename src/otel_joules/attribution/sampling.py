@@ -9,7 +9,7 @@ to its running totals, and forecasts the price of CPU time after the sample
 :class:`~otel_joules.attribution.attributor.Attributor`; the rules are in
 :mod:`otel_joules.attribution.model`'s docstring.
 
-``/proc/stat`` is judged before it prices anything: tick counts that go backwards, or more busy +
+``/proc/stat`` is judged before it prices anything: tick counts that go backwards, or more busy or
 idle time than the CPUs online can count in the time between two reads, are a fault (one message).
 Such a read is taken as the counts' new base: the period ending at it prices no CPU time (its
 energy is nobody's) and counting goes on from it. While ``/proc/stat`` is unreadable or
@@ -50,8 +50,10 @@ MIN_RATE_WINDOW_S = 0.05
 MIN_BUSY_S = 0.02
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
-#: /proc/stat's busy + idle ticks between two reads may exceed the time between them x the CPUs
-#: online x USER_HZ by this factor ...
+#: /proc/stat's busy ticks between two reads, and apart from them its idle ticks, may exceed the time
+#: between the reads x the CPUs online x USER_HZ by this factor ... Judged apart because the kernel
+#: counts busy time by the tick and idle time exactly (NO_HZ): a tick partly idle is in both, so
+#: their sum may reach twice the time, each of them not.
 STAT_TICKS_TOLERANCE = 1.1
 #: ... plus this many ticks per CPU: each CPU's time is counted in ticks, so its count may be a tick
 #: or two ahead of the clock (and under NO_HZ idle and iowait may step back by as much).
@@ -199,11 +201,11 @@ class _Sampling:
                 f"its CPU times went backwards (busy {previous.busy_s:.2f} s -> {host.busy_s:.2f} s, "
                 f"idle {previous.idle_s:.2f} s -> {host.idle_s:.2f} s)"
             )
-        capacity_s = cpus * elapsed_s * STAT_TICKS_TOLERANCE + slack_s
-        if cpus and d_busy_s + d_idle_s > capacity_s:
+        limit_s = cpus * elapsed_s * STAT_TICKS_TOLERANCE + slack_s
+        if cpus and (d_busy_s > limit_s or d_idle_s > limit_s):
             return (
-                f"it counts {d_busy_s + d_idle_s:.2f} CPU seconds in {elapsed_s:.3f} s, more than its {cpus} CPUs "
-                f"can ({capacity_s:.2f} s)"
+                f"it counts {d_busy_s:.2f} busy and {d_idle_s:.2f} idle CPU seconds in {elapsed_s:.3f} s, where its "
+                f"{cpus} CPUs can count at most {limit_s:.2f} s of each"
             )
         return None
 
