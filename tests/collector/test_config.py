@@ -1,13 +1,18 @@
 """Structure of the observability stack in ``collector/``.
 
-No container runtime exists where these tests run, so the stack is never started
-here. What can be checked without one is checked: every file parses; the Collector's
+The real programs run in ``tests/e2e/``: otelcol-joules with ``otelcol-config.yaml``
+unchanged, Jaeger and Prometheus; every PromQL expression shipped returns labelled series
+there (``tests/e2e/test_dashboards.py``), so nothing here re-implements the Collector.
+What those tests cannot run is checked here for structure: compose (no container runtime),
+Tempo and Grafana (AGPL: neither built nor run). Every file parses; the Collector's
 pipelines only name components that are defined, and use every component defined;
-connectors sit between two pipelines of types they support; the compose services
-mount files that exist at the paths their commands read; hosts and ports agree
-across files; the dashboard only queries metric and label names the Collector
-produces from otel-joules' telemetry (translated the way the prometheus exporter
-translates them).
+connectors sit between two pipelines of types they support; the sum connector sums what
+otel-joules sets, the way that adds up; with its ``${env:OTELCOL_*:-default}`` variables at
+the defaults (which compose runs), the Collector reaches the compose services on the ports
+they listen on; compose pins the versions the end-to-end tests run and mounts files that
+exist at the paths their commands read; Grafana's data sources point at services and name
+no service map nothing produces; the dashboard's panels say which path they need and its
+TraceQL reads attributes otel-joules sets.
 
 Each checker returns a list of problems. The tests run it on the real files (no
 problem expected) and on broken copies (the specific problem expected), so every
@@ -20,10 +25,9 @@ import copy
 import json
 import re
 import shutil
-import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 import yaml
@@ -51,92 +55,23 @@ LIBRARY_DOMAIN_ATTRIBUTE = re.compile(r"^energy\.[a-z0-9_]+\.joules$")
 LIBRARY_RESOURCE_ATTRIBUTES = frozenset({"service.name", "host.name"})
 
 
-@dataclass(frozen=True)
-class InstrumentSpec:
-    """One metric the library exports (hardware semantic conventions)."""
-
-    name: str
-    unit: str
-    is_counter: bool
-    attributes: tuple[str, ...]
-
-
-_DEVICE_ATTRIBUTES = ("energy.method", "energy.source", "hw.id", "hw.name", "hw.parent", "hw.type")
-_HOST_ATTRIBUTES = ("energy.source", "hw.id", "hw.name")
-#: Checked against what otel_joules.metrics really exports (test_library_metrics_match_the_contract).
-LIBRARY_METRICS = (
-    InstrumentSpec("hw.energy", "J", True, _DEVICE_ATTRIBUTES),
-    InstrumentSpec("hw.power", "W", False, _DEVICE_ATTRIBUTES),
-    InstrumentSpec("hw.host.energy", "J", True, _HOST_ATTRIBUTES),
-    InstrumentSpec("hw.host.power", "W", False, _HOST_ATTRIBUTES),
-    # This process's share per hw.type (issue 9): what adds up across processes and hosts.
-    InstrumentSpec("process.energy", "J", True, ("energy.source", "hw.type")),
-    InstrumentSpec("process.power", "W", False, ("energy.source", "hw.type")),
-)
-#: Issue 9's per-process metrics (names fixed for this round); the dashboard has panels on them.
-ISSUE_9_METRICS = (
-    InstrumentSpec("process.energy", "J", True, ("energy.source", "hw.type")),
-    InstrumentSpec("process.power", "W", False, ("energy.source", "hw.type")),
-)
 #: Every panel's description starts with the path it needs (see collector/README.md).
 PANEL_PATHS = ("Path: the Collector only", "Path: the Collector or a direct Prometheus scrape", "Path: Tempo")
 
 #: Component types of the contrib distribution this configuration may use.
 KNOWN_COMPONENT_TYPES = {
-    "receivers": {"otlp"},
+    "receivers": {"otlp", "otlpjsonfile"},
     "processors": {"batch", "transform", "deltatocumulative", "memory_limiter"},
     "exporters": {"otlp", "otlphttp", "prometheus", "prometheusremotewrite", "debug"},
-    "connectors": {"sum", "forward"},
+    "connectors": {"sum", "forward", "servicegraph"},
 }
 #: (exporter pipeline type, receiver pipeline type) pairs each connector supports.
 CONNECTOR_PIPELINE_PAIRS = {
     "sum": {("traces", "metrics"), ("metrics", "metrics"), ("logs", "metrics")},
     "forward": {("traces", "traces"), ("metrics", "metrics"), ("logs", "logs")},
+    "servicegraph": {("traces", "metrics")},
 }
 PIPELINE_TYPES = {"traces", "metrics", "logs"}
-
-# --- Prometheus translation (mirrors the prometheus exporter's normalizeName) --------
-
-_UNIT_WORDS = {
-    "d": "days", "h": "hours", "min": "minutes", "s": "seconds", "ms": "milliseconds",
-    "us": "microseconds", "ns": "nanoseconds", "By": "bytes", "m": "meters", "V": "volts",
-    "A": "amperes", "J": "joules", "W": "watts", "g": "grams", "Cel": "celsius",
-    "Hz": "hertz", "1": "", "%": "percent",
-}
-_PER_UNIT_WORDS = {"s": "second", "m": "minute", "h": "hour", "d": "day", "w": "week", "mo": "month", "y": "year"}
-
-
-def _tokens(text: str) -> list[str]:
-    return [t for t in re.split(r"[^A-Za-z0-9]+", text) if t]
-
-
-def prometheus_metric_name(name: str, unit: str, *, is_counter: bool, is_gauge: bool = False) -> str:
-    """Name the Collector's prometheus exporter gives an OTel metric (default translation)."""
-    tokens = _tokens(name)
-    main, _, per = unit.partition("/")
-    main = main.strip()
-    if main and "{" not in main:
-        word = "_".join(_tokens(_UNIT_WORDS.get(main, main)))
-        if word and word not in tokens:
-            tokens.append(word)
-    per = per.strip()
-    if per and "{" not in per:
-        word = "_".join(_tokens(_PER_UNIT_WORDS.get(per, per)))
-        if word and word not in tokens:
-            tokens += ["per", word]
-    if is_counter:
-        tokens = [t for t in tokens if t != "total"] + ["total"]
-    if unit == "1" and is_gauge:
-        tokens = [t for t in tokens if t != "ratio"] + ["ratio"]
-    result = "_".join(tokens)
-    return "_" + result if result[:1].isdigit() else result
-
-
-def prometheus_label_name(key: str) -> str:
-    """Label name the exporter gives an attribute key (invalid characters become ``_``)."""
-    label = re.sub(r"[^A-Za-z0-9_]", "_", key)
-    return "key_" + label if label[:1].isdigit() else label
-
 
 # --- PromQL / TraceQL scanning ------------------------------------------------------
 
@@ -163,15 +98,10 @@ def promql_metric_names(expr: str) -> list[str]:
     return names
 
 
-def promql_label_names(expr: str) -> set[str]:
-    """Label names a PromQL expression groups, joins or filters by."""
-    labels: set[str] = set()
-    text = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'', '""', expr)
-    for group in _GROUPING.findall(re.sub(r"\{[^{}]*\}", " ", text)):
-        labels.update(part.strip() for part in group.split(",") if part.strip())
-    for block in re.findall(r"\{([^{}]*)\}", text):
-        labels.update(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)", block))
-    return labels
+def grouping_labels(expr: str) -> set[str] | None:
+    """Labels the outermost aggregation keeps (``sum by (a, b) (...)``, ``sort_desc(sum by ...)``); None without one."""
+    match = re.match(r"^\s*(?:sort_desc\(|sort\(|topk\(\s*\d+\s*,\s*)?\s*\w+\s+by\s*\(([^)]*)\)", expr)
+    return {label.strip() for label in match.group(1).split(",")} if match else None
 
 
 def traceql_attributes(query: str) -> list[tuple[str, str]]:
@@ -192,13 +122,20 @@ class Stack:
     """Every file of the stack, parsed; ``base_dir`` is where compose paths resolve."""
 
     base_dir: Path
+    #: otelcol-config.yaml with every ``${env:NAME:-default}`` at what compose gives the collector (its defaults).
     collector: dict[str, Any]
+    #: otelcol-config.yaml as written.
+    collector_text: str
     compose: dict[str, Any]
     prometheus: dict[str, Any]
     tempo: dict[str, Any]
     datasources: dict[str, Any]
     dashboard_providers: dict[str, Any]
     dashboards: dict[str, dict[str, Any]]
+    #: builder-config.yaml: the otelcol-joules the end-to-end tests run.
+    builder: dict[str, Any]
+    #: ``name -> go.mod`` of tools/*/ (Jaeger, Prometheus, ... as the end-to-end tests run them).
+    tool_modules: dict[str, str]
 
 
 def load_yaml(path: Path) -> Any:
@@ -207,12 +144,33 @@ def load_yaml(path: Path) -> Any:
         return yaml.safe_load(handle)
 
 
+#: ``${env:NAME}`` or ``${env:NAME:-default}`` in the Collector's configuration.
+ENV_REFERENCE = re.compile(r"\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def _environment(service: dict[str, Any]) -> dict[str, str]:
+    """A compose service's ``environment:`` (list or mapping form)."""
+    environment = service.get("environment") or {}
+    if isinstance(environment, list):
+        return dict(str(item).split("=", 1) for item in environment if "=" in str(item))
+    return {str(k): str(v) for k, v in environment.items()}
+
+
+def resolve_env(text: str, environment: dict[str, str]) -> Any:
+    """The Collector config with each variable set as ``environment`` sets it, or at its default."""
+    return yaml.safe_load(ENV_REFERENCE.sub(lambda m: environment.get(m.group(1), m.group(2) or ""), text))
+
+
 def load_stack(base_dir: Path = COLLECTOR_DIR) -> Stack:
     """Read the stack's files from ``base_dir``."""
+    compose = load_yaml(base_dir / "compose.yaml")
+    collector_text = (base_dir / "otelcol-config.yaml").read_text(encoding="utf-8")
+    collector_service = _service_by_image(compose, "otel/opentelemetry-collector-contrib:")
     return Stack(
         base_dir=base_dir,
-        collector=load_yaml(base_dir / "otelcol-config.yaml"),
-        compose=load_yaml(base_dir / "compose.yaml"),
+        collector=resolve_env(collector_text, _environment(collector_service[1]) if collector_service else {}),
+        collector_text=collector_text,
+        compose=compose,
         prometheus=load_yaml(base_dir / "prometheus.yml"),
         tempo=load_yaml(base_dir / "tempo.yaml"),
         datasources=load_yaml(base_dir / "grafana/provisioning/datasources/datasources.yaml"),
@@ -221,6 +179,8 @@ def load_stack(base_dir: Path = COLLECTOR_DIR) -> Stack:
             path.name: json.loads(path.read_text(encoding="utf-8"))
             for path in sorted((base_dir / "grafana/dashboards").glob("*.json"))
         },
+        builder=load_yaml(base_dir / "builder-config.yaml"),
+        tool_modules={path.parent.name: path.read_text(encoding="utf-8") for path in sorted(base_dir.glob("tools/*/go.mod"))},
     )
 
 
@@ -385,35 +345,6 @@ def check_trace_destinations(cfg: dict[str, Any], compose: dict[str, Any], tempo
     return problems
 
 
-def produced_prometheus_metrics(cfg: dict[str, Any]) -> dict[str, set[str]]:
-    """Prometheus metric names the Collector exposes from otel-joules' telemetry, with their labels."""
-    pipelines = (cfg.get("service") or {}).get("pipelines") or {}
-    exporters = cfg.get("exporters") or {}
-    processors = cfg.get("processors") or {}
-    connectors = cfg.get("connectors") or {}
-    produced: dict[str, set[str]] = {}
-    for pid, pipeline in pipelines.items():
-        pipeline = pipeline or {}
-        if _kind(pid) != "metrics" or not any(_kind(e) == "prometheus" and e in exporters for e in pipeline.get("exporters") or []):
-            continue
-        labels = {"job", "instance"}
-        for proc in pipeline.get("processors") or []:
-            if _kind(proc) == "transform" and proc in processors:
-                labels |= {prometheus_label_name(k) for k in _set_attribute_keys(processors[proc].get("metric_statements"), "datapoint")}
-        for receiver in pipeline.get("receivers") or []:
-            if _kind(receiver) == "otlp" and receiver in (cfg.get("receivers") or {}):
-                # Resource attributes other than service.name / service.instance.id.
-                produced["target_info"] = labels | {prometheus_label_name(k) for k in LIBRARY_RESOURCE_ATTRIBUTES - {"service.name"}}
-                for spec in LIBRARY_METRICS + ISSUE_9_METRICS:
-                    name = prometheus_metric_name(spec.name, spec.unit, is_counter=spec.is_counter, is_gauge=not spec.is_counter)
-                    produced[name] = labels | {prometheus_label_name(a) for a in spec.attributes}
-            elif _kind(receiver) == "sum" and receiver in connectors:
-                for metric, info in ((connectors[receiver] or {}).get("spans") or {}).items():
-                    keys = {prometheus_label_name(a["key"]) for a in (info or {}).get("attributes") or []}
-                    produced[prometheus_metric_name(metric, "", is_counter=True)] = labels | keys
-    return produced
-
-
 # --- checks: dashboard, compose, cross-file -----------------------------------------
 
 
@@ -426,9 +357,12 @@ def _panels(panels: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def check_dashboards(stack: Stack) -> list[str]:
-    """Dashboard queries use provisioned data sources, produced metrics and labels, library attributes."""
+    """Panels say their path and use provisioned data sources; TraceQL reads attributes otel-joules sets.
+
+    Whether each PromQL expression returns labelled series is what tests/e2e/test_dashboards.py
+    runs on the real Collector and Prometheus.
+    """
     problems: list[str] = []
-    produced = produced_prometheus_metrics(stack.collector)
     datasource_types = {d["uid"]: d["type"] for d in stack.datasources.get("datasources") or []}
     if not stack.dashboards:
         problems.append("no dashboard JSON under grafana/dashboards")
@@ -448,17 +382,13 @@ def check_dashboards(stack: Stack) -> list[str]:
                     problems.append(f"{where} uses data source {uid!r}, which is not provisioned")
                 elif dstype == "prometheus":
                     expr = target.get("expr") or ""
-                    names = promql_metric_names(expr)
-                    if not names:
+                    if not promql_metric_names(expr):
                         problems.append(f"{where}: query {expr!r} selects no metric")
-                    labels: set[str] = set()
-                    for name in names:
-                        if name not in produced:
-                            problems.append(f"{where}: metric {name!r} is not produced by the collector")
-                        labels |= produced.get(name, set())
-                    used = promql_label_names(expr) | set(re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", target.get("legendFormat") or ""))
-                    for label in sorted(used - labels):
-                        problems.append(f"{where}: label {label!r} is not on {names}")
+                    # A legend label must be one the query keeps (Grafana shows it empty otherwise).
+                    kept = grouping_labels(expr)
+                    for label in re.findall(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}", target.get("legendFormat") or ""):
+                        if kept is not None and label not in kept:
+                            problems.append(f"{where}: legend label {label!r} is not one the query groups by {sorted(kept)}")
                 elif dstype == "tempo":
                     for scope, key in traceql_attributes(target.get("query") or ""):
                         if scope == "span" and not is_library_span_attribute(key):
@@ -620,6 +550,117 @@ def check_cross_references(stack: Stack) -> list[str]:
     return problems
 
 
+#: The feature Prometheus must run with (otelcol-config.yaml, transform/start_time, says why).
+PROMETHEUS_FEATURE = "created-timestamp-zero-ingestion"
+
+
+def _module_version(go_mod: str, module: str) -> str | None:
+    match = re.search(r"^\s*(?:require\s+)?" + re.escape(module) + r"\s+(v\S+)", go_mod, flags=re.M)
+    return match.group(1) if match else None
+
+
+def images_the_tests_run(stack: Stack) -> dict[str, str]:
+    """``image -> tag`` of the releases the end-to-end tests run, from the modules build.sh builds them from.
+
+    Jaeger v2.N is Go module v1.(N+63) (v2.0.0 = v1.63.0); Prometheus A.B.C is module v0.(100A+B).C.
+    """
+    tags = {"otel/opentelemetry-collector-contrib": str((stack.builder.get("dist") or {}).get("version", ""))}
+    jaeger = _module_version(stack.tool_modules.get("jaeger", ""), "github.com/jaegertracing/jaeger")
+    if jaeger and (match := re.fullmatch(r"v1\.(\d+)\.(\d+)", jaeger)):
+        tags["jaegertracing/jaeger"] = f"2.{int(match.group(1)) - 63}.{match.group(2)}"
+    prometheus = _module_version(stack.tool_modules.get("prometheus", ""), "github.com/prometheus/prometheus")
+    if prometheus and (match := re.fullmatch(r"v0\.(\d+)\.(\d+)", prometheus)):
+        tags["prom/prometheus"] = f"v{int(match.group(1)) // 100}.{int(match.group(1)) % 100}.{match.group(2)}"
+    return tags
+
+
+def check_tested_versions(stack: Stack) -> list[str]:
+    """Compose runs the releases the end-to-end tests ran, and Prometheus with the feature the config needs."""
+    problems: list[str] = []
+    for image, tag in images_the_tests_run(stack).items():
+        found = _service_by_image(stack.compose, image + ":")
+        if found is None:
+            continue
+        name, service = found
+        pinned = str(service.get("image")).split(":", 1)[1]
+        if pinned != tag:
+            problems.append(f"service {name!r} runs {image}:{pinned}, but the end-to-end tests run {tag}")
+    for role in ("jaegertracing/jaeger", "prom/prometheus"):
+        if role not in images_the_tests_run(stack):
+            problems.append(f"no tools module says which {role} the end-to-end tests run")
+    prometheus = _service_by_image(stack.compose, "prom/prometheus:")
+    if prometheus:
+        features = {f for value in [_flag(prometheus[1], "--enable-feature")] if value for f in value.split(",")}
+        if PROMETHEUS_FEATURE not in features:
+            problems.append(f"service {prometheus[0]!r} runs without --enable-feature={PROMETHEUS_FEATURE}: "
+                            "increase() would never count a span counter's first sample")
+    return problems
+
+
+def _keys(value: Any) -> Iterator[tuple[str, Any]]:
+    """Every (key, value) inside parsed YAML."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield str(key), item
+            yield from _keys(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _keys(item)
+
+
+def service_graph_producers(stack: Stack) -> list[str]:
+    """What makes ``traces_service_graph_*`` metrics: a servicegraph connector feeding the prometheus
+    exporter, or Tempo's service-graphs processor writing to a Prometheus."""
+    producers = []
+    pipelines = (stack.collector.get("service") or {}).get("pipelines") or {}
+    for connector in (stack.collector.get("connectors") or {}):
+        if _kind(connector) != "servicegraph":
+            continue
+        if any(connector in (p or {}).get("receivers", []) and any(_kind(e) == "prometheus" for e in (p or {}).get("exporters", []))
+               for p in pipelines.values()):
+            producers.append(f"collector connector {connector}")
+    generator = stack.tempo.get("metrics_generator") or {}
+    processors = ((stack.tempo.get("overrides") or {}).get("defaults") or {}).get("metrics_generator", {}).get("processors") or []
+    if "service-graphs" in processors and (generator.get("storage") or {}).get("remote_write"):
+        producers.append("tempo service-graphs processor")
+    return producers
+
+
+def check_service_map(stack: Stack) -> list[str]:
+    """No data source shows a service map unless something produces the metrics it reads."""
+    problems: list[str] = []
+    if service_graph_producers(stack):
+        return problems
+    for datasource in stack.datasources.get("datasources") or []:
+        for key, _value in _keys(datasource):
+            if key.lower().replace("_", "") in {"servicemap", "servicegraph"}:
+                problems.append(f"data source {datasource.get('name')!r} sets {key}, but nothing produces "
+                                "traces_service_graph_* metrics (no servicegraph connector, no Tempo service-graphs processor)")
+    return problems
+
+
+def env_variable_problems(collector_text: str, readme: str) -> list[str]:
+    """Every ``${env:OTELCOL_*}`` has a default, listed in the config's header and collector/README.md's table."""
+    problems = []
+    header = "\n".join(line for line in collector_text.splitlines() if line.startswith("#"))
+    table = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([A-Z_]+)`[^|]*\|[^|]*\| `([^`]*)`", readme, flags=re.M)}
+    for name, default in sorted(set(ENV_REFERENCE.findall(collector_text))):
+        if not default:
+            problems.append(f"${{env:{name}}} has no default: the config would not run unchanged without it")
+        spellings = {name, name.replace("_HOST", "_HOST/PORT"), name.replace("_PORT", "_HOST/PORT")}
+        if not any(re.search(r"\b" + re.escape(spelling) + r"(?![\w/])", header) for spelling in spellings):
+            problems.append(f"{name} is not listed in otelcol-config.yaml's header")
+        documented = table.get(name)
+        if documented is None and name.startswith("OTELCOL_TELEMETRY_"):
+            row = re.search(r"^\| `OTELCOL_TELEMETRY_HOST`, `OTELCOL_TELEMETRY_PORT` \|[^|]*\| `([^`]*)`, `([^`]*)`", readme, flags=re.M)
+            documented = row and row.group(1 if name.endswith("HOST") else 2)
+        if documented is None:
+            problems.append(f"{name} is not in collector/README.md's table of variables")
+        elif documented != default:
+            problems.append(f"collector/README.md says {name} defaults to {documented!r}, the config to {default!r}")
+    return problems
+
+
 def check_stack(stack: Stack) -> list[str]:
     """Every check, on every file."""
     return (
@@ -630,6 +671,8 @@ def check_stack(stack: Stack) -> list[str]:
         + check_dashboards(stack)
         + check_compose(stack)
         + check_cross_references(stack)
+        + check_tested_versions(stack)
+        + check_service_map(stack)
     )
 
 
@@ -650,43 +693,6 @@ def test_every_yaml_and_json_file_under_collector_parses() -> None:
 
 def test_the_real_stack_has_no_problem() -> None:
     assert check_stack(load_stack()) == []
-
-
-def test_library_metrics_match_the_contract(powercap: Any) -> None:
-    """The names, units, kinds and attribute keys the dashboard relies on are what the library exports."""
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import Gauge, InMemoryMetricReader, Sum
-
-    from otel_joules import EnergyMeter
-    from otel_joules.metrics.instruments import EnergyMetrics
-
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    EnergyMetrics(EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False), provider)
-    powercap.zones["package_0"].advance_joules(3.0)
-    time.sleep(0.6)  # power needs two snapshots further apart than the instruments' reuse window
-    exported = set()
-    for resource_metrics in reader.get_metrics_data().resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                is_counter = isinstance(metric.data, Sum) and metric.data.is_monotonic
-                assert is_counter or isinstance(metric.data, Gauge), metric.name
-                keys = sorted({k for point in metric.data.data_points for k in point.attributes})
-                exported.add(InstrumentSpec(metric.name, metric.unit, is_counter, tuple(keys)))
-    provider.shutdown()
-    # Issue 9's process.* metrics may already be there; nothing else.
-    assert set(LIBRARY_METRICS) <= exported <= set(LIBRARY_METRICS) | set(ISSUE_9_METRICS), exported
-
-
-def test_the_collector_produces_the_metric_names_the_dashboard_needs() -> None:
-    produced = produced_prometheus_metrics(load_stack().collector)
-    assert produced["hw_power_watts"] >= {"hw_id", "hw_type", "hw_name", "hw_parent", "energy_source", "job", "instance"}
-    assert produced["hw_energy_joules_total"] >= {"hw_id", "hw_type", "hw_name"}
-    assert "hw_host_energy_joules_total" in produced and "hw_host_power_watts" in produced
-    assert produced["process_energy_joules_total"] >= {"hw_type", "energy_source", "job", "instance"}
-    assert produced["target_info"] >= {"job", "instance", "host_name"}
-    assert produced["span_energy_attributed_self_joules_total"] >= {"job", "span_name"}
-    assert produced["span_energy_attributed_self_co2eq_grams_total"] >= {"job", "span_name"}
 
 
 def test_library_sets_the_attributes_the_collector_sums(powercap: Any) -> None:
@@ -711,17 +717,9 @@ def test_library_sets_the_attributes_the_collector_sums(powercap: Any) -> None:
     assert set(SUMMED_SPAN_ATTRIBUTES) <= set(finished.attributes)
 
 
-def readme_query_problems(readme: str, produced: dict[str, set[str]]) -> list[str]:
-    """PromQL in the README's ``promql`` blocks and TraceQL in backticks use produced names only."""
+def readme_traceql_problems(readme: str) -> list[str]:
+    """TraceQL in the README's backticks reads span attributes otel-joules sets (Tempo is not run here)."""
     problems = []
-    for block in re.findall(r"```promql\n(.*?)```", readme, flags=re.S):
-        for line in block.splitlines():
-            if not line.strip() or line.lstrip().startswith("#"):
-                continue
-            names = promql_metric_names(line)
-            labels = set().union(*(produced.get(n, set()) for n in names)) if names else set()
-            problems += [f"README query {line!r}: metric {n!r} is not produced" for n in names if n not in produced]
-            problems += [f"README query {line!r}: label {label!r} is not on {names}" for label in sorted(promql_label_names(line) - labels)]
     for query in re.findall(r"`(\{[^`]*\}[^`]*)`", readme):
         for scope, key in traceql_attributes(query):
             if scope == "span" and not is_library_span_attribute(key):
@@ -729,55 +727,68 @@ def readme_query_problems(readme: str, produced: dict[str, set[str]]) -> list[st
     return problems
 
 
-def test_readme_queries_use_names_the_stack_produces() -> None:
+def test_readme_traceql_reads_attributes_otel_joules_sets() -> None:
     readme = (COLLECTOR_DIR / "README.md").read_text(encoding="utf-8")
-    produced = produced_prometheus_metrics(load_stack().collector)
-    assert "```promql" in readme and "{ span.energy.joules > 100 }" in readme
-    assert readme_query_problems(readme, produced) == []
-    broken = readme.replace("hw_power_watts{energy_source", "hw_power_total{energy_source").replace("span.energy.watts >", "span.energy.power >")
-    problems = readme_query_problems(broken, produced)
-    assert any("metric 'hw_power_total' is not produced" in p for p in problems), problems
+    assert "{ span.energy.joules > 100.0 }" in readme
+    assert readme_traceql_problems(readme) == []
+    problems = readme_traceql_problems(readme.replace("span.energy.watts >", "span.energy.power >"))
     assert any("reads span.energy.power" in p for p in problems), problems
 
 
-def test_readme_says_the_stack_was_not_started_here() -> None:
+def test_the_collector_variables_have_defaults_and_are_documented() -> None:
     readme = (COLLECTOR_DIR / "README.md").read_text(encoding="utf-8")
-    assert "No container runtime exists" in readme and "never started" in readme
+    text = load_stack().collector_text
+    assert len(ENV_REFERENCE.findall(text)) >= 9
+    assert env_variable_problems(text, readme) == []
+    problems = env_variable_problems(text.replace("${env:OTELCOL_JAEGER_ENDPOINT:-jaeger:4317}", "${env:OTELCOL_JAEGER_ENDPOINT}")
+                                     + "\nx: ${env:OTELCOL_NEW:-1}\n", readme.replace("| `0.0.0.0:8889` |", "| `0.0.0.0:9999` |"))
+    assert any("OTELCOL_JAEGER_ENDPOINT} has no default" in p for p in problems), problems
+    assert any("OTELCOL_NEW is not listed in otelcol-config.yaml's header" in p for p in problems), problems
+    assert any("OTELCOL_NEW is not in collector/README.md's table" in p for p in problems), problems
+    assert any("OTELCOL_PROMETHEUS_ENDPOINT defaults to '0.0.0.0:9999'" in p for p in problems), problems
+
+
+def test_compose_sets_no_collector_variable_its_default_suits() -> None:
+    """The defaults were chosen for compose: setting one there to its own default only hides a change."""
+    stack = load_stack()
+    defaults = dict(ENV_REFERENCE.findall(stack.collector_text))
+    collector = _service_by_image(stack.compose, "otel/opentelemetry-collector-contrib:")
+    assert collector is not None
+    for name, value in _environment(collector[1]).items():
+        assert defaults.get(name) != value, f"compose sets {name} to its default {value!r}"
+
+
+def test_readme_and_compose_say_what_was_tested_and_what_not() -> None:
+    readme = (COLLECTOR_DIR / "README.md").read_text(encoding="utf-8")
+    compose = (COLLECTOR_DIR / "compose.yaml").read_text(encoding="utf-8")
+    tags = images_the_tests_run(load_stack())
+    for text in (readme, compose):
+        assert f"otelcol-joules {tags['otel/opentelemetry-collector-contrib']}" in text
+        assert f"Jaeger v{tags['jaegertracing/jaeger']}" in text
+        assert f"Prometheus {tags['prom/prometheus'].lstrip('v')}" in text
+        assert "AGPL" in text and "Tempo" in text and "Grafana" in text
+        assert "no container runtime" in text.lower()
+    assert "never started" not in readme and "No container runtime exists" not in readme
+
+
+def test_tested_images_follow_the_modules() -> None:
+    assert images_the_tests_run(load_stack()) == {"otel/opentelemetry-collector-contrib": "0.139.0",
+                                           "jaegertracing/jaeger": "2.12.0", "prom/prometheus": "v3.5.0"}
 
 
 @pytest.mark.parametrize(
-    ("name", "unit", "is_counter", "is_gauge", "expected"),
-    [
-        # Known truths of the exporter's translation (its normalize_name tests follow these rules).
-        ("hw.power", "W", False, True, "hw_power_watts"),
-        ("hw.energy", "J", True, False, "hw_energy_joules_total"),
-        ("hw.host.energy", "J", True, False, "hw_host_energy_joules_total"),
-        ("span.energy.joules", "", True, False, "span_energy_joules_total"),
-        ("energy.joules", "J", True, False, "energy_joules_total"),  # unit already in the name
-        ("system.cpu.utilization", "1", False, True, "system_cpu_utilization_ratio"),
-        ("requests.total", "", True, False, "requests_total"),
-        ("network.io", "By/s", True, False, "network_io_bytes_per_second_total"),
-        ("queue.size", "{items}", False, True, "queue_size"),
-        ("2xx.responses", "", True, False, "_2xx_responses_total"),
-    ],
-)
-def test_prometheus_metric_name_follows_the_exporter(name: str, unit: str, is_counter: bool, is_gauge: bool, expected: str) -> None:
-    assert prometheus_metric_name(name, unit, is_counter=is_counter, is_gauge=is_gauge) == expected
-
-
-@pytest.mark.parametrize(
-    ("expr", "metrics", "labels"),
+    ("expr", "metrics", "kept"),
     [
         ("sum by (job) (rate(span_root_energy_joules_total[$__rate_interval]))", ["span_root_energy_joules_total"], {"job"}),
         ('hw_power_watts{hw_type="gpu", host_name=~"a.*"} / on(host_name) group_left hw_host_power_watts',
-         ["hw_power_watts", "hw_host_power_watts"], {"hw_type", "host_name"}),
-        ("sum(increase(hw_host_energy_joules_total[1h] offset 5m)) / 3.6e6", ["hw_host_energy_joules_total"], set()),
-        ('sort_desc(sum without (instance) (x_total{a="by (b)"})) > bool 1', ["x_total"], {"instance", "a"}),
+         ["hw_power_watts", "hw_host_power_watts"], None),
+        ("sum(increase(hw_host_energy_joules_total[1h] offset 5m)) / 3.6e6", ["hw_host_energy_joules_total"], None),
+        ('sort_desc(sum by (job, hw_type) (x_total{a="by (b)"})) > bool 1', ["x_total"], {"job", "hw_type"}),
     ],
 )
-def test_promql_scanner(expr: str, metrics: list[str], labels: set[str]) -> None:
+def test_promql_scanner(expr: str, metrics: list[str], kept: set[str] | None) -> None:
     assert promql_metric_names(expr) == metrics
-    assert promql_label_names(expr) == labels
+    assert grouping_labels(expr) == kept
 
 
 def test_traceql_scanner() -> None:
@@ -803,6 +814,15 @@ def _field(attr: str, change: Callable[[dict[str, Any]], None]) -> Mutation:
         data = copy.deepcopy(getattr(stack, attr))
         change(data)
         return replace(stack, **{attr: data})
+    return mutate
+
+
+def _collector_env(environment: dict[str, str]) -> Mutation:
+    """Compose gives the collector these variables: the config is resolved with them."""
+    def mutate(stack: Stack) -> Stack:
+        compose = copy.deepcopy(stack.compose)
+        compose["services"]["collector"]["environment"] = [f"{k}={v}" for k, v in environment.items()]
+        return replace(stack, compose=compose, collector=resolve_env(stack.collector_text, environment))
     return mutate
 
 
@@ -858,12 +878,11 @@ MUTATIONS: list[tuple[str, Mutation, str]] = [
                                           or c["exporters"].pop("otlp/tempo")), "no traces pipeline exports to tempo"),
     ("tempo on the wrong port", _collector(lambda c: c["exporters"]["otlp/tempo"].update({"endpoint": "tempo:4318"})),
      "sends to port 4318, but tempo listens for OTLP gRPC on 4317"),
-    ("dashboard metric not produced", _field("dashboards", lambda d: _first_panel_target(d).update(
-        {"expr": "sum(hw_power_total)"})), "metric 'hw_power_total' is not produced by the collector"),
-    ("dashboard label not produced", _field("dashboards", lambda d: _first_panel_target(d).update(
-        {"expr": "sum by (gpu_uuid) (hw_power_watts)"})), "label 'gpu_uuid' is not on ['hw_power_watts']"),
-    ("dashboard legend label not produced", _field("dashboards", lambda d: _first_panel_target(d).update(
-        {"expr": "hw_host_power_watts", "legendFormat": "{{hw_type}}"})), "label 'hw_type' is not on ['hw_host_power_watts']"),
+    ("dashboard query selects no metric", _field("dashboards", lambda d: _first_panel_target(d).update(
+        {"expr": "vector(1)"})), "query 'vector(1)' selects no metric"),
+    ("dashboard legend label dropped by the query", _field("dashboards", lambda d: _first_panel_target(d).update(
+        {"expr": "sum by (hw_id) (hw_host_power_watts)", "legendFormat": "{{hw_type}}"})),
+     "legend label 'hw_type' is not one the query groups by ['hw_id']"),
     ("dashboard without hw.power", _field("dashboards", lambda d: [t.update({"expr": "hw_host_power_watts"})
                                                                     for p in _panels(next(iter(d.values()))["panels"])
                                                                     for t in p.get("targets", []) if "hw_power_watts" in t.get("expr", "")]),
@@ -872,8 +891,6 @@ MUTATIONS: list[tuple[str, Mutation, str]] = [
         {"datasource": {"type": "prometheus", "uid": "mimir"}})), "uses data source 'mimir', which is not provisioned"),
     ("TraceQL foreign attribute", _field("dashboards", lambda d: _tempo_target(d).update(
         {"query": "{ span.energy.kwh > 1 }"})), "TraceQL reads span.energy.kwh"),
-    ("host label taken from the metric instead of target_info", _field("dashboards", lambda d: _first_panel_target(d).update(
-        {"expr": "sum by (host_name) (hw_power_watts)"})), "label 'host_name' is not on ['hw_power_watts']"),
     ("panel without its path", _field("dashboards", lambda d: next(p for p in _panels(next(iter(d.values()))["panels"])
                                                                    if p.get("targets")).update({"description": "Power."})),
      "does not say which path it needs"),
@@ -896,7 +913,48 @@ MUTATIONS: list[tuple[str, Mutation, str]] = [
      "points at 'victoria', which is not a compose service"),
     ("no jaeger data source", _field("datasources", lambda d: d.update(
         {"datasources": [x for x in d["datasources"] if x["type"] != "jaeger"]})), "no jaeger data source is provisioned"),
+    ("service map nothing feeds", _field("datasources", lambda d: _datasource(d, "tempo").setdefault("jsonData", {}).update(
+        {"serviceMap": {"datasourceUid": "prometheus"}})), "sets serviceMap, but nothing produces traces_service_graph_*"),
+    ("collector image not the tested release", _field("compose", lambda c: c["services"]["collector"].update(
+        {"image": "otel/opentelemetry-collector-contrib:0.140.0"})), "runs otel/opentelemetry-collector-contrib:0.140.0, but the end-to-end tests run 0.139.0"),
+    ("jaeger image not the tested release", _field("compose", lambda c: c["services"]["jaeger"].update(
+        {"image": "jaegertracing/jaeger:2.14.0"})), "runs jaegertracing/jaeger:2.14.0, but the end-to-end tests run 2.12.0"),
+    ("prometheus image not the tested release", _field("compose", lambda c: c["services"]["prometheus"].update(
+        {"image": "prom/prometheus:v3.7.0"})), "runs prom/prometheus:v3.7.0, but the end-to-end tests run v3.5.0"),
+    ("jaeger module unknown", _field("tool_modules", lambda m: m.pop("jaeger")), "no tools module says which jaegertracing/jaeger"),
+    ("prometheus without created timestamps", _field("compose", lambda c: c["services"]["prometheus"].update(
+        {"command": [a for a in c["services"]["prometheus"]["command"] if not a.startswith("--enable-feature")]})),
+     "runs without --enable-feature=created-timestamp-zero-ingestion"),
+    ("collector pointed elsewhere by compose", _collector_env({"OTELCOL_JAEGER_ENDPOINT": "zipkin:9411"}),
+     "exporter 'otlp/jaeger' sends to 'zipkin', which is not a compose service"),
 ]
+
+
+def _datasource(datasources: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(d for d in datasources["datasources"] if d["type"] == kind)
+
+
+def test_a_service_map_is_fine_once_something_produces_its_metrics() -> None:
+    stack = load_stack()
+    datasources = copy.deepcopy(stack.datasources)
+    _datasource(datasources, "tempo")["jsonData"]["serviceMap"] = {"datasourceUid": "prometheus"}
+    collector = copy.deepcopy(stack.collector)
+    collector["connectors"]["servicegraph"] = {}
+    collector["service"]["pipelines"]["traces"]["exporters"].append("servicegraph")
+    collector["service"]["pipelines"]["metrics"]["receivers"].append("servicegraph")
+    with_producer = replace(stack, datasources=datasources, collector=collector)
+    assert service_graph_producers(with_producer) == ["collector connector servicegraph"]
+    assert check_stack(with_producer) == []
+    assert check_service_map(replace(stack, datasources=datasources)) != []
+
+
+def test_the_provisioning_names_no_service_map() -> None:
+    """Defect 5: nothing produces traces_service_graph_*, so no data source may point a service map anywhere."""
+    stack = load_stack()
+    assert service_graph_producers(stack) == []
+    text = (COLLECTOR_DIR / "grafana/provisioning/datasources/datasources.yaml").read_text(encoding="utf-8")
+    assert not any(key.lower() in {"servicemap", "service_map", "servicegraph"} for d in stack.datasources["datasources"]
+                   for key, _ in _keys(d)), text
 
 
 @pytest.mark.parametrize(("mutation", "expected"), [(m, e) for _, m, e in MUTATIONS], ids=[n for n, _, _ in MUTATIONS])
@@ -908,7 +966,7 @@ def test_checker_reports_a_broken_copy(mutation: Mutation, expected: str) -> Non
 @pytest.mark.parametrize("relative", ["tempo.yaml", "grafana/provisioning/datasources/datasources.yaml"])
 def test_checker_reports_a_mounted_file_that_is_missing(tmp_path: Path, relative: str) -> None:
     copy_dir = tmp_path / "collector"
-    shutil.copytree(COLLECTOR_DIR, copy_dir)
+    shutil.copytree(COLLECTOR_DIR, copy_dir, ignore=shutil.ignore_patterns("_build"))
     stack = load_stack(copy_dir)
     assert check_stack(stack) == []
     (copy_dir / relative).unlink()
