@@ -241,3 +241,97 @@ def test_moderately_large_file_totals_exact(tmp_path: Path) -> None:
     report = build_report([path])
     assert report.total_joules == made["expected_joules"]
     assert len(report.runs) == made["traces"] and not report.skipped
+
+
+def _csv_with(path: Path, rows: list[tuple[str, object]]) -> list[str]:
+    """A CSV export written by our real exporter, one root span per ``(name, joules)``; its lines."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(CsvSpanExporter(path)))
+    tracer = provider.get_tracer("faults")
+    for index, (name, joules) in enumerate(rows):
+        span = tracer.start_span(name, context=trace.set_span_in_context(trace.INVALID_SPAN), start_time=T0 + index,
+                                 attributes={"energy.joules": joules})
+        span.end(end_time=T0 + index + 10)
+    provider.shutdown()
+    return path.read_text().splitlines(keepends=True)
+
+
+def test_runs_whose_co2eq_sum_overflows_keep_the_report(tmp_path: Path) -> None:
+    # Two finite values (1e308 g each: 1 kWh at 1e308 g/kWh) summed to inf, and the report
+    # exited with an error, losing every run. The run that would overflow is left out with its
+    # reason; the others are reported and the totals stay numbers.
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join([_record(0, 3.6e6), _record(1, 3.6e6), _record(2, 2.5)]) + "\n")
+    args = [sys.executable, "-m", "otel_joules.cli.main", "report", str(path), "--json", "--intensity", "1e308"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert [run["name"] for run in report["runs"]] == ["r0", "r2"]
+    assert report["totals"]["energy_joules"] == 3.6e6 + 2.5
+    (message,) = [line for line in done.stderr.splitlines() if line.startswith("skipped ")]
+    assert message.startswith(f"skipped {path}: trace {2:032x} left out: ")
+    assert "would make the report's total overflow to infinity" in message
+
+
+def test_logged_co2eq_beyond_plausible_is_ignored_and_every_run_kept(tmp_path: Path) -> None:
+    # Two carbontracker logs each stating a finite 1e308 g: their sum was inf and the report
+    # exited with an error. Each logged figure is ignored with its reason, the run kept.
+    for run_id, grams in ((1, 1e308), (2, 1e308), (3, 5.0)):
+        writer = CarbonTrackerLogWriter(tmp_path, clock=lambda: 1_700_000_000.0, run_id=run_id)
+        writer.write_header({"cpu": ["cpu:0"]})
+        writer.write_epoch(1, duration_seconds=2.0, power_watts={"cpu": 150.0})
+        writer.write_consumption("actual", epochs=1, duration_seconds=2.0, co2eq_grams=grams, energy_joules=300.0)
+    report, skipped = _report(tmp_path)
+    # Each run's energy is its logged kWh (the same for all three), its CO2eq recomputed from it.
+    joules = [run["energy_joules"] for run in report["runs"]]
+    assert len(joules) == 3 and joules[0] > 0 and joules == [joules[0]] * 3
+    assert report["totals"]["co2eq_grams"] < 1e6
+    assert len(skipped) == 2
+    assert all("logged actual CO2eq 1e+308 g ignored" in line and "beyond any plausible" in line for line in skipped)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -4.0])
+def test_bad_csv_row_costs_only_itself(tmp_path: Path, bad: float) -> None:
+    path = tmp_path / "spans.csv"
+    _csv_with(path, [("s0", 1.0), ("s1", 2.0), ("bad", bad), ("s3", 8.0), ("s4", 16.0)])
+    report, skipped = _report(path)
+    assert sorted(run["name"] for run in report["runs"]) == ["s0", "s1", "s3", "s4"]
+    assert report["totals"]["energy_joules"] == 27.0
+    (message,) = skipped
+    assert message.startswith(f"skipped {path}:4: energy.joules = ")
+
+
+def test_ten_megabyte_cell_over_many_lines_costs_its_row_and_one_message(tmp_path: Path) -> None:
+    # A 10 MB span name with line breaks, as our exporter writes it (quoted): the csv module
+    # gave up at its field limit mid-cell and every later line of the cell was read as a row,
+    # each a message (and a line of the name that looked like a row would have been counted).
+    path = tmp_path / "spans.csv"
+    _csv_with(path, [("s0", 1.0), ("s1", 2.0), (("y" * 999 + "\n") * 10_000, 4.0), ("s3", 8.0), ("s4", 16.0)])
+    report, skipped = _report(path)
+    assert sorted(run["name"] for run in report["runs"]) == ["s0", "s1", "s3", "s4"]
+    assert report["totals"]["energy_joules"] == 27.0
+    assert skipped == [f"skipped {path}:4: CSV error: field larger than field limit (131072); row skipped"]
+
+
+@pytest.mark.parametrize("cut", [-40, 1, 2, 5, 16, 20])
+def test_torn_csv_row_costs_only_itself(tmp_path: Path, cut: int) -> None:
+    # A row cut off (a writer stopped mid-row), mostly inside its quoted attributes cell: the
+    # csv module read the next row as the rest of that cell, and that good record was lost.
+    path = tmp_path / "spans.csv"
+    lines = _csv_with(path, [("s0", 1.0), ("s1", 2.0), ("torn", 4.0), ("s3", 8.0), ("s4", 16.0)])
+    torn = lines[3][: lines[3].index('"{') + cut]
+    assert len(torn) < len(lines[3]) - 2
+    path.write_text("".join(lines[:3]) + torn + "\n" + "".join(lines[4:]))
+    report, skipped = _report(path)
+    assert sorted(run["name"] for run in report["runs"]) == ["s0", "s1", "s3", "s4"]
+    assert report["totals"]["energy_joules"] == 27.0
+    (message,) = skipped
+    assert message.startswith(f"skipped {path}:4: ")
+
+
+def test_csv_span_names_with_line_breaks_are_read_whole(tmp_path: Path) -> None:
+    path = tmp_path / "spans.csv"
+    _csv_with(path, [("a\nb", 1.0), ('two\n"lines", quoted', 2.0), ("s2", 4.0)])
+    report, skipped = _report(path)
+    assert sorted(run["name"] for run in report["runs"]) == ["a\nb", "s2", 'two\n"lines", quoted']
+    assert report["totals"]["energy_joules"] == 7.0 and not skipped

@@ -3,11 +3,14 @@
 :func:`build_report` reads the inputs (:mod:`otel_joules.report.readers`), groups spans
 into runs (:mod:`otel_joules.report.trace_runs`), summarises log pairs
 (:mod:`otel_joules.report.carbontracker_runs`), counts a training exported both ways once,
-and adds up the totals.
+and adds up the totals. A run whose figures are not finite, or whose figures would make a
+total overflow to infinity, is left out with its reason (the totals stay numbers and every
+other run is kept); totals are exactly rounded sums (``math.fsum``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Iterable
 
@@ -15,7 +18,7 @@ from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.units import validate_pue
 from otel_joules.errors import ConfigurationError
 from otel_joules.report.carbontracker_runs import carbontracker_summary
-from otel_joules.report.model import Report, Skipped
+from otel_joules.report.model import Report, RunSummary, Skipped
 from otel_joules.report.readers import read_inputs
 from otel_joules.report.run_carbon import CarbonOptions, Intensities
 from otel_joules.report.trace_runs import runs_from_spans
@@ -52,10 +55,10 @@ def build_report(
             )
             continue
         runs.append(carbontracker_summary(log, intensities))
-    runs += span_runs
-    total_joules = sum(r.joules for r in runs)
-    total_kwh = sum(r.energy_kwh for r in runs)
-    total_co2 = sum(r.co2eq_grams for r in runs)
+    runs = _within_totals(runs + span_runs, skipped)
+    total_joules = math.fsum(r.joules for r in runs)
+    total_kwh = math.fsum(r.energy_kwh for r in runs)
+    total_co2 = math.fsum(r.co2eq_grams for r in runs)
     return Report(
         runs=tuple(runs),
         skipped=tuple(skipped),
@@ -65,8 +68,51 @@ def build_report(
         equivalents=equivalents(max(total_co2, 0.0)),
         files_read=tuple(dict.fromkeys(inputs.files_read)),
         host_interval_joules=(
-            sum(r.host_interval_joules for r in runs if r.host_interval_joules is not None)
+            math.fsum(r.host_interval_joules for r in runs if r.host_interval_joules is not None)
             if any(r.host_interval_joules is not None for r in runs)
             else None
         ),
     )
+
+
+# The figures of a run that enter a report total, with how a skip reason names them.
+_TOTALLED = (
+    ("joules", "J"),
+    ("energy_kwh", "kWh"),
+    ("co2eq_grams", "g CO2eq"),
+    ("host_interval_joules", "J of host interval energy"),
+)
+
+
+def _within_totals(runs: list[RunSummary], skipped: list[Skipped]) -> list[RunSummary]:
+    """The runs whose figures are finite and keep every total finite; each other one skipped with its reason.
+
+    Every figure is checked on its own when read, but products (kWh x an intensity) and sums
+    of finite values can still overflow; the run that would make a total infinite is left
+    out, not the report.
+    """
+    kept: list[RunSummary] = []
+    totals = dict.fromkeys((name for name, _ in _TOTALLED), 0.0)
+    for run in runs:
+        problem = None
+        after = dict(totals)
+        for name, unit in _TOTALLED:
+            value = getattr(run, name)
+            if value is None:
+                continue
+            if not math.isfinite(value):
+                problem = f"its {value!r} {unit} is not a finite number"
+                break
+            after[name] = totals[name] + value
+            if not math.isfinite(after[name]):
+                problem = f"its {value!r} {unit} would make the report's total overflow to infinity"
+                break
+        if problem is not None:
+            what = "trace" if run.kind == "trace" else "carbontracker run"
+            skipped.append(
+                Skipped(run.sources[0] if run.sources else run.run_id, f"{what} {run.run_id} left out: {problem}")
+            )
+            continue
+        totals = after
+        kept.append(run)
+    return kept

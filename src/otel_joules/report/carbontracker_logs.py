@@ -6,7 +6,8 @@ names, line prefixes) is :mod:`otel_joules.training.logformat`; the logs are par
 :mod:`otel_joules.training.logread` and paired by :mod:`otel_joules.training.logfiles`.
 This module turns each pair into a :class:`~otel_joules.report.model.CarbonTrackerRun`,
 skipping, each with its reason, a run that cannot be read, an epoch a half-written log cut
-off, and an epoch whose power or duration must not enter a total.
+off, an epoch whose power or duration must not enter a total, and a logged total (kWh or
+CO2eq) that must not.
 """
 
 from __future__ import annotations
@@ -113,6 +114,15 @@ def read_carbontracker_dir(directory: Path, stems: set[str] | None, inputs: Inpu
                 Skipped(pair.output_log, f"logged actual consumption {logged_kwh!r} kWh ignored: {number_problem(logged_kwh)}")
             )
             logged_kwh = logged_grams = None
+        if logged_grams is not None and number_problem(logged_grams) is not None:
+            inputs.skipped.append(
+                Skipped(
+                    pair.output_log,
+                    f"logged actual CO2eq {logged_grams!r} g ignored: {number_problem(logged_grams)}; "
+                    "the run's CO2eq is computed from its energy instead",
+                )
+            )
+            logged_grams = None
         pue = std.pue if std.pue is not None and number_problem(std.pue) is None else None
         intensity = std.average_intensity_g_per_kwh
         if intensity is not None and number_problem(intensity) is not None:

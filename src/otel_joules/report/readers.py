@@ -42,8 +42,9 @@ whole report lost):
 - NUL bytes (a region a power loss left while a writer appended) are a damaged region:
   the partial line before them is skipped, the line after them is read, and so is the
   rest of the file.
-- A CSV row with a cell over the csv module's field limit (128 KiB) is skipped, not the
-  rest of the file.
+- A CSV row with a cell over the csv module's field limit (128 KiB), and a torn row (a
+  quoted cell that never closes), is skipped alone: rows are framed before the csv module
+  parses each one, so a bad row never swallows the next.
 - A record is skipped with its reason when JSON nests too deeply, a time is outside the
   64-bit nanosecond range or ends before it starts, or an ``energy.*``/``carbon.*``
   number is not finite, negative or beyond
@@ -158,7 +159,7 @@ def _read_file(file: Path, inputs: Inputs) -> None:
         header = csv_cells(text)
         if header and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
             lines.release_held(errors.add)
-            read_csv(path, header, stream, lines, inputs, errors)
+            read_csv(path, header, stream, inputs, errors)
         else:
             # JSON lines or OTLP: the first line that looks like JSON tells. Lines before it
             # (a damaged start) are reported once the format is known.

@@ -19,7 +19,7 @@ import sys
 from typing import Any, Iterator
 
 from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
-from otel_joules.report.filestream import FileLines
+from otel_joules.report import filestream
 from otel_joules.report.inputs import Inputs, LineErrors
 from otel_joules.report.model import SpanRow
 from otel_joules.report.record_checks import checked_attributes, checked_times, loads_json
@@ -45,34 +45,135 @@ def read_jsonl_line(item: dict[str, Any], path: str, number: int, inputs: Inputs
 
 
 def read_csv(
-    path: str, header: list[str], stream: Iterator[tuple[int, str]], lines: FileLines, inputs: Inputs, errors: LineErrors
+    path: str, header: list[str], stream: Iterator[tuple[int, str]], inputs: Inputs, errors: LineErrors
 ) -> None:
-    """The spans of a CSV export's rows after its ``header``; a bad row is skipped with its reason."""
-    texts = (text for _, text in stream)
-    while True:
-        # A csv.Error (a cell over the field limit, ...) ends a reader; a new one goes on
-        # with the next line, so one bad row does not lose the rest of the file.
-        reader = csv.reader(texts)
-        try:
-            for cells in reader:
-                if not cells:
-                    continue
-                if len(cells) != len(header):
-                    errors.add(lines.number, "has a different number of cells than the header")
-                    continue
-                row = dict(zip(header, cells))
-                attributes, problem = loads_json(row[ATTRIBUTES_COLUMN] or "{}")
-                if problem is not None:
-                    errors.add(lines.number, "its attributes cell is not JSON" + ("" if "valid" in problem else f" ({problem})"))
-                    continue
-                try:
-                    inputs.spans.append(_span_from_record(row, attributes, path))
-                except (ValueError, RecursionError) as exc:
-                    errors.add(lines.number, str(exc) if isinstance(exc, ValueError) else "nested too deeply to read")
-        except csv.Error as exc:
-            errors.add(lines.number, f"CSV error: {exc}; row skipped")
+    """The spans of a CSV export's rows after its ``header``; a bad row is skipped with its reason.
+
+    Rows are framed here, not by the csv module: a row is its physical lines up to the one
+    that ends outside a quoted cell, and each row is parsed on its own, so whatever is wrong
+    with one row (a cell over the csv module's field limit, a torn quote) costs that row
+    alone, with one message at its first line.
+    """
+    for number, row_lines, problem in _csv_rows(header, stream):
+        if problem is not None:
+            errors.add(number, problem)
             continue
-        return
+        try:
+            parsed = list(csv.reader(row_lines))
+        except csv.Error as exc:
+            errors.add(number, f"CSV error: {exc}; row skipped")
+            continue
+        for cells in parsed:
+            if not cells:
+                continue
+            if len(cells) != len(header):
+                errors.add(number, "has a different number of cells than the header")
+                continue
+            row = dict(zip(header, cells))
+            attributes, problem = loads_json(row[ATTRIBUTES_COLUMN] or "{}")
+            if problem is not None:
+                errors.add(number, "its attributes cell is not JSON" + ("" if "valid" in problem else f" ({problem})"))
+                continue
+            try:
+                inputs.spans.append(_span_from_record(row, attributes, path))
+            except (ValueError, RecursionError) as exc:
+                errors.add(number, str(exc) if isinstance(exc, ValueError) else "nested too deeply to read")
+
+
+def _csv_rows(header: list[str], stream: Iterator[tuple[int, str]]) -> Iterator[tuple[int, list[str], str | None]]:
+    """``(first line number, the row's lines, None)`` per row, or ``(number, [], reason)`` for a row that is skipped.
+
+    A row goes on while a quoted cell is open (a span name with a line break). It was torn
+    (a writer stopped mid-row) when a line comes that does not complete it into a row of
+    this file but is a whole row by itself (cell count, trace and span id): the torn row is
+    skipped and that line starts the next one, so a torn row costs only itself. A row over
+    :data:`~otel_joules.report.filestream.MAX_LINE_BYTES` is skipped unread.
+    """
+    pending: list[str] = []
+    start = size = 0
+    for number, text in stream:
+        if pending:
+            size += len(text)
+            if size <= filestream.MAX_LINE_BYTES:
+                pending.append(text)
+            if not _ends_in_quotes(text, in_quotes=True):
+                if size > filestream.MAX_LINE_BYTES:
+                    yield start, [], f"a row of {size} characters, over the {filestream.MAX_LINE_BYTES}-byte limit of a line, skipped"
+                    pending = []
+                    continue
+                if _row_of(pending, header) or not _whole_row_alone(text, header):
+                    yield start, pending, None
+                    pending = []
+                    continue
+            elif not _whole_row_alone(text, header):
+                continue
+            yield start, [], _TORN_ROW
+            pending = []
+        if _ends_in_quotes(text, in_quotes=False):
+            start, pending, size = number, [text], len(text)
+        else:
+            yield number, [text], None
+    if pending:
+        yield start, [], _TORN_ROW
+
+
+def _row_of(row_lines: list[str], header: list[str]) -> bool:
+    """Whether ``row_lines`` make one record of this file (cells, ids, a JSON attributes cell), or one the csv
+    module refuses for its size (a bad cell)."""
+    try:
+        rows = [cells for cells in csv.reader(row_lines) if cells]
+    except csv.Error as exc:
+        return "field larger than field limit" in str(exc)
+    if len(rows) != 1 or len(rows[0]) != len(header):
+        return False
+    row = dict(zip(header, rows[0]))
+    if not (_HEX_TRACE.match(row.get("trace_id", "").lower()) and _HEX_SPAN.match(row.get("span_id", "").lower())):
+        return False
+    # The attributes cell is JSON, which holds no raw line break: a torn row joined with the
+    # next one has one there.
+    attributes, problem = loads_json(row.get(ATTRIBUTES_COLUMN) or "{}")
+    return problem is None and isinstance(attributes, dict)
+
+
+_TORN_ROW = "a row whose quoted cell never closes (a torn or damaged row) skipped"
+
+
+def _ends_in_quotes(text: str, *, in_quotes: bool) -> bool:
+    """Whether a CSV line ends inside a quoted cell (its row goes on on the next line).
+
+    As the csv module reads: a quote opens a quoted cell only at a cell's start, ``""``
+    inside one is a quote, and a quote elsewhere is an ordinary character.
+    """
+    position, at_cell_start = 0, True
+    while True:
+        if in_quotes:
+            close = text.find('"', position)
+            if close < 0:
+                return True
+            if text.startswith('"', close + 1):
+                position = close + 2
+                continue
+            in_quotes, position, at_cell_start = False, close + 1, False
+            continue
+        quote = text.find('"', position)
+        if quote < 0:
+            return False
+        opens = text[quote - 1] == "," if quote > position else at_cell_start
+        in_quotes, position, at_cell_start = opens, quote + 1, False
+
+
+def _whole_row_alone(text: str, header: list[str]) -> bool:
+    """Whether ``text`` is by itself a complete row of this file (cell count, ids): the start of a new row."""
+    if _ends_in_quotes(text, in_quotes=False):
+        return False
+    try:
+        cells = next(csv.reader([text]), [])
+    except csv.Error:
+        return False
+    if len(cells) != len(header):
+        return False
+    row = dict(zip(header, cells))
+    return bool(_HEX_TRACE.match(row.get("trace_id", "").lower()) and _HEX_SPAN.match(row.get("span_id", "").lower()))
 
 
 def _span_from_record(record: dict[str, Any], attributes: object, path: str) -> SpanRow:
