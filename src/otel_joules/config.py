@@ -37,6 +37,9 @@ Environment variable                     Meaning                                
 ``OTEL_JOULES_PROMETHEUS_WAIT_S``        How long ``otel-joules run`` keeps its           ``15``
                                          Prometheus endpoint up after the command, for
                                          the scrape that holds the last values (0: none)
+``OTEL_JOULES_AGENT_SOCKET``             The ``otel-joules agent``'s Unix socket, read    ``/run/otel-joules/agent.sock``
+                                         through when ``energy_uj`` is not readable
+                                         (an absolute path)
 =======================================  ===============================================  ===============
 
 The estimator's defaults are CodeCarbon's published fallbacks: 85 W TDP when the
@@ -97,6 +100,11 @@ OTEL_JOULES_FULL_COMMAND_LINE = "OTEL_JOULES_FULL_COMMAND_LINE"
 OTEL_JOULES_PROMETHEUS_WAIT_S = "OTEL_JOULES_PROMETHEUS_WAIT_S"
 """Seconds ``otel-joules run`` waits, after the command, for one more Prometheus scrape. Default 15; 0 does not wait."""
 
+OTEL_JOULES_AGENT_SOCKET = "OTEL_JOULES_AGENT_SOCKET"
+"""The ``otel-joules agent``'s Unix socket (an absolute path): where RAPL's ``energy_uj`` is not readable by this
+user (root-only since CVE-2020-8694), the library reads the counters through it. In a container, mount the host's
+socket and point this at it. Default ``/run/otel-joules/agent.sock``."""
+
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 """The OpenTelemetry SDK's own switch: ``true`` (any case) turns telemetry off, and otel-joules measures nothing
 for spans (``instrument()`` returns an inactive handle; ``otel-joules run`` still prints its summary)."""
@@ -143,6 +151,7 @@ ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_DK_PRICE_AREA,
     OTEL_JOULES_FULL_COMMAND_LINE,
     OTEL_JOULES_PROMETHEUS_WAIT_S,
+    OTEL_JOULES_AGENT_SOCKET,
 )
 
 # -- defaults and bounds ----------------------------------------------------------------------
@@ -154,6 +163,8 @@ DEFAULT_MEMORY_WATTS_PER_GB = 0.375
 DEFAULT_MAX_POWER_WATTS = 1000.0
 DEFAULT_MAX_SNAPSHOT_AGE_S = 0.0
 DEFAULT_PROMETHEUS_WAIT_S = 15.0
+#: Where ``otel-joules agent`` listens by default (systemd's runtime directory for it).
+DEFAULT_AGENT_SOCKET = "/run/otel-joules/agent.sock"
 #: Known live carbon-intensity providers (``OTEL_JOULES_CARBON_PROVIDERS``).
 CARBON_PROVIDER_NAMES = ("electricitymaps", "uk_carbon_intensity", "energidataservice")
 DK_PRICE_AREAS = ("DK1", "DK2")
@@ -247,6 +258,17 @@ def _text(env: Mapping[str, str], name: str) -> str | None:
     return raw.strip() if raw is not None and raw.strip() else None
 
 
+def _absolute_path(env: Mapping[str, str], name: str, default: str) -> str:
+    raw = env.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = raw.strip()
+    if not os.path.isabs(value) or "\x00" in value:
+        report_bad_value(name, raw, "is not an absolute path", f"the default {default}")
+        return default
+    return value
+
+
 def _choice(
     env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str | None, *, upper: bool = False, meaning: str = ""
 ) -> str | None:
@@ -307,6 +329,7 @@ class Settings:
         dk_price_area: ``DK1``/``DK2``, or None for both.
         full_command_line: Export ``process.command_line`` unredacted.
         prometheus_wait_s: How long ``otel-joules run`` waits for a last Prometheus scrape.
+        agent_socket: The ``otel-joules agent``'s socket, read through when ``energy_uj`` is not readable.
     """
 
     sysfs_root: str = DEFAULT_SYSFS_ROOT
@@ -322,6 +345,7 @@ class Settings:
     dk_price_area: str | None = None
     full_command_line: bool = False
     prometheus_wait_s: float = DEFAULT_PROMETHEUS_WAIT_S
+    agent_socket: str = DEFAULT_AGENT_SOCKET
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "Settings":
@@ -353,6 +377,7 @@ class Settings:
             "prometheus_wait_s": _number(
                 env, OTEL_JOULES_PROMETHEUS_WAIT_S, "prometheus_wait_s", DEFAULT_PROMETHEUS_WAIT_S
             ),
+            "agent_socket": _absolute_path(env, OTEL_JOULES_AGENT_SOCKET, DEFAULT_AGENT_SOCKET),
         }
         for key, value in overrides.items():
             if value is None:

@@ -58,6 +58,9 @@ ENERGY_UNAVAILABLE_REASON: Final = "energy.unavailable_reason"
 ENERGY_METHOD: Final = "energy.method"
 #: kWh, where a layer reports facility energy in kWh (training-run prediction events).
 ENERGY_KWH: Final = "energy.kwh"
+#: The domains of the span read through the ``otel-joules agent`` (string array, sorted), because this user
+#: cannot read ``energy_uj``: still measured (``energy.source = measured``); absent when none was.
+ENERGY_AGENT_DOMAINS: Final = "energy.agent.domains"
 
 
 def domain_joules_key(domain_id: str) -> str:

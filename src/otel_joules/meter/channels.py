@@ -259,6 +259,8 @@ class _ChannelState:
         except Exception as exc:  # noqa: BLE001 - never raise into the user's span
             self._failed_read(exc, now_ns)
             return None
+        if raw is None:
+            return None  # its source is away for now (Channel.may_be_away): not a failure
         self._advance(raw, now_ns)
         return self.total_uj / 1e6
 

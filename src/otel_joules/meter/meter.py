@@ -29,14 +29,14 @@ from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from otel_joules.config import Settings
-from otel_joules.errors import ConfigurationError, DeviceLostError
+from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
 from otel_joules.meter.channels import (  # noqa: F401 - the deadlines, also importable from here as before the split
     DEVICE_FRESH_S,
     DEVICE_READ_DEADLINE_S,
     _ChannelState,
 )
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
-from otel_joules.sensors import estimator, rapl
+from otel_joules.sensors import agent, estimator, rapl
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, SOURCE_PARTIAL
 from otel_joules.sensors.base import Channel, Domain, Method, Unavailable
 
@@ -92,6 +92,7 @@ class EnergyMeasurement:
             was being retried (absent from :attr:`joules_by_domain`).
         rejected_jump_domains: Domains whose counter jumped in between by more than its power
             bound allows: the jump is not in their joules.
+        agent_domains: Domains in :attr:`joules_by_domain` read through ``otel-joules agent``.
 
     Not frozen: one is built for every span, and a frozen dataclass's ``__init__`` costs
     several times more. Treat it as read-only.
@@ -107,6 +108,7 @@ class EnergyMeasurement:
     stale_domains: tuple[str, ...] = ()
     missing_domains: tuple[str, ...] = ()
     rejected_jump_domains: tuple[str, ...] = ()
+    agent_domains: tuple[str, ...] = ()
 
 
 class EnergyMeter:
@@ -159,10 +161,14 @@ class EnergyMeter:
         # GPU channels' first reads, made within discovery's deadline (a stalled NVML must not
         # hold up the program here either).
         first_reads_uj: dict[str, int | Exception] = {}
+        #: Estimates that stand in for the agent's domains while it is away (read only then).
+        standby: list[Channel] = []
         if channels is None:
-            found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable, first_reads_uj)
+            found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable, first_reads_uj, standby)
         else:
             found = list(channels)
+        primary_count = len(found)
+        found += standby
         ids = [c.domain.id for c in found]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
@@ -186,11 +192,23 @@ class EnergyMeter:
             except Exception as exc:  # noqa: BLE001 - a sensor must never break the user's program
                 # Maybe transient: retried like any failed read; its first good read is the origin.
                 first, failure = None, exc
+            if first is None and failure is None:
+                # A source away at the very start (the agent): retried like a failed first read.
+                failure = SensorReadError(f"{channel.domain.id}: its source is away")
             state = _ChannelState(channel, first, time.monotonic_ns(), self._jump_events)
             if failure is not None:
                 state._failed_read(failure, state.last_ns)
             self._states.append(state)
+        #: The states read by every snapshot, and the standby estimates read only while a source is away
+        #: (their positions None otherwise). Standby states come last, so positions match ``domains``.
+        self._primary_states = self._states if not standby else self._states[:primary_count]
+        self._standby_states = tuple(self._states[primary_count:])
+        self._standby_none = (None,) * len(self._standby_states)
+        #: Domains of the standby estimates (counted only while the agent is away).
+        self.standby_domain_ids: tuple[str, ...] = tuple(s.channel.domain.id for s in self._standby_states)
         self.domains: tuple[Domain, ...] = tuple(s.channel.domain for s in self._states)
+        #: Domains read through the agent, sorted (``energy.agent.domains``).
+        self.agent_domain_ids: tuple[str, ...] = tuple(sorted(d.id for d in self.domains if d.via_agent))
         self._index = {d.id: i for i, d in enumerate(self.domains)}
         # What measure() needs per domain, unpacked once instead of per span.
         self._plan = tuple(
@@ -232,8 +250,8 @@ class EnergyMeter:
                 return cached
             values: list[float | None] = []
             append = values.append
-            failing = False
-            for state in self._states:
+            failing = away = False
+            for state in self._primary_states:
                 # The common case inlined (this runs for every domain, twice per span): a healthy
                 # counter read in this thread that moved forward within its power bound's slack.
                 # Anything else (backing off, failed, read off the span path, a wrap, restart or
@@ -253,6 +271,11 @@ class EnergyMeter:
                 try:
                     if fd is None:
                         raw = state.read_uj()
+                        if raw is None:
+                            # Its source is away for now (Channel.may_be_away): no value, not a failure.
+                            append(None)
+                            away = True
+                            continue
                     else:
                         # Channel.pread_fd: the channel's read_uj without the call. Anything odd is
                         # read again by read_uj below, which names the problem.
@@ -275,6 +298,15 @@ class EnergyMeter:
                 else:
                     state._advance(raw, now_ns)
                 append(state.total_uj / 1e6)
+            if self._standby_states:
+                if away:
+                    for state in self._standby_states:
+                        value = state.read_joules(now_ns)
+                        append(value)
+                        if value is None:
+                            failing = True
+                else:
+                    values += self._standby_none
             # tuple.__new__ skips the named tuple's Python-level __new__: this runs twice per span.
             joules = tuple(values)
             stale: tuple[int, ...] = ()
@@ -358,6 +390,7 @@ class EnergyMeter:
             after = end.jumps or (0,) * len(self.domains)
             ids = [d.id for d, a, b in zip(self.domains, before, after) if a != b]
             jumped = tuple(sorted(d for d in ids if domains is None or d in domains))
+        through_agent = tuple(d for d in self.agent_domain_ids if d in by_domain) if self.agent_domain_ids else ()
         return EnergyMeasurement(
             duration_s,
             by_domain,
@@ -369,6 +402,7 @@ class EnergyMeter:
             stale_domains,
             missing_domains,
             jumped,
+            through_agent,
         )
 
     def _selected_rows(
@@ -454,12 +488,27 @@ def _discover(
     host: bool,
     unavailable: list[Unavailable],
     first_reads_uj: dict[str, int | Exception],
+    standby: list[Channel],
 ) -> list[Channel]:
     channels: list[Channel] = []
     if host:
         found = rapl.discover(settings)
         channels += found.channels
-        unavailable += found.unavailable
+        rapl_unavailable = found.unavailable
+        if not found.channels:
+            # Counters this user may not read (or a container without powercap): the agent may read them.
+            through = agent.discover(settings)
+            if through.channels:
+                channels += through.channels
+                # Read after all, through the agent: their permission entries are no longer news.
+                rapl_unavailable = [u for u in rapl_unavailable if u.remedy != rapl.PERMISSION_REMEDY]
+                if estimate is None:
+                    estimated = estimator.discover(settings)
+                    standby += estimated.channels
+                    unavailable += estimated.unavailable
+            unavailable += through.unavailable
+            found = through if through.channels else found
+        unavailable += rapl_unavailable
         if estimate or (estimate is None and not found.channels):
             estimated = estimator.discover(settings)
             channels += estimated.channels

@@ -67,6 +67,8 @@ class Domain:
             one step stays under 10% (ten ticks), not the step itself.
         hw_parent: ``hw.parent``: the ``hw_id`` of the domain this one sits inside (a core
             zone's package zone), if any.
+        via_agent: Read through ``otel-joules agent`` (``energy.agent.domains`` on spans), because this
+            user may not read the counter itself.
     """
 
     id: str
@@ -77,6 +79,7 @@ class Domain:
     in_total: bool = True
     update_period_s: float = 0.001
     hw_parent: str | None = None
+    via_agent: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,15 @@ class Channel(abc.ABC):
 
         The meter then reads the channel off the span path with a deadline
         (:data:`otel_joules.meter.channels.DEVICE_READ_DEADLINE_S`) instead of inline.
+        """
+        return False
+
+    @property
+    def may_be_away(self) -> bool:
+        """True when the channel's source can go away and come back (the agent): :meth:`read_uj` then returns None.
+
+        None is not a failure: the meter leaves the domain out, lets its standby estimates stand in
+        (labelled ``estimate``) and measures the domain again as soon as a read returns a value.
         """
         return False
 

@@ -19,6 +19,7 @@ from otel_joules.semconv import (
     ENERGY_ATTRIBUTED_JOULES,
     ENERGY_ATTRIBUTED_MEMORY_JOULES,
     ENERGY_ATTRIBUTED_SELF_JOULES,
+    ENERGY_AGENT_DOMAINS,
     ENERGY_ATTRIBUTION,
     ENERGY_BELOW_RESOLUTION,
     ENERGY_JOULES,
@@ -81,6 +82,8 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         attributes[domain_missing_key(domain_id)] = True
     for domain_id in measurement.rejected_jump_domains:
         attributes[domain_rejected_jump_key(domain_id)] = True
+    if measurement.agent_domains:
+        attributes[ENERGY_AGENT_DOMAINS] = measurement.agent_domains
     return attributes
 
 
@@ -116,7 +119,7 @@ class MeterAttributes:
         kinds: The attribution kinds the meter measures (``Attributor.kinds``).
     """
 
-    __slots__ = ("_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions")
+    __slots__ = ("_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions")
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
         self._rows = tuple(
@@ -135,6 +138,8 @@ class MeterAttributes:
         #: (key, adds to the total) of each domain's missing flag.
         self._missing_keys = {i: (domain_missing_key(d.id), d.in_total) for i, d in by_id}
         self._jump_keys = {i: domain_rejected_jump_key(d.id) for i, d in by_id}
+        #: (position, id) of the domains read through the agent, by id (``energy.agent.domains``).
+        self._agent_positions = tuple((i, d.id) for i, d in by_id if d.via_agent)
         #: (attribute key, position in SpanAttribution) for each kind measured, in attribution_attributes' order.
         self._kind_positions = tuple(
             (ATTRIBUTED_KIND_KEYS[kind], position)
@@ -193,6 +198,13 @@ class MeterAttributes:
             for i, key in self._jump_keys.items():
                 if (before[i] if before else 0) != (after[i] if after else 0):
                     attributes[key] = True
+        if self._agent_positions:
+            a_joules, b_joules = start.joules, end.joules
+            through_agent = tuple(
+                domain_id for i, domain_id in self._agent_positions if a_joules[i] is not None and b_joules[i] is not None
+            )
+            if through_agent:
+                attributes[ENERGY_AGENT_DOMAINS] = through_agent
         return attributes
 
     def add_attribution(self, attribution: SpanAttribution, into: dict[str, Any]) -> dict[str, Any]:

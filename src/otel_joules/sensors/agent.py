@@ -1,0 +1,447 @@
+"""RAPL counters read through ``otel-joules agent``, for users who may not read ``energy_uj`` themselves.
+
+Since Linux 5.10 ``energy_uj`` is root-only (CVE-2020-8694). The agent, run as root, serves the
+counters on a Unix socket to members of one group (:mod:`otel_joules.agent`). Here, the library side:
+one :class:`AgentLink` per process and socket subscribes once, and a daemon thread keeps the latest
+reading the agent pushes (every ``interval_ms``). An :class:`AgentChannel` returns that reading: no
+span ever makes a socket round trip.
+
+If the agent goes away, the link says so once and :meth:`AgentChannel.read_uj` returns None: the meter
+then gives spans its standby estimates, labelled ``energy.source = estimate``, and no read fails or
+waits. The thread reconnects every :data:`RECONNECT_S`; once the agent answers again with the same
+zones, spans are measured again in the same process (the counters are cumulative, so a span across
+the outage still gets its whole energy).
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+from otel_joules.config import Settings
+from otel_joules.errors import SensorReadError
+from otel_joules.sensors.agent_protocol import (
+    MAX_REPLY_BYTES,
+    OP_SUBSCRIBE,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    decode_frames,
+    encode,
+)
+from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.rapl import RAPL_UPDATE_PERIOD_S
+
+_log = logging.getLogger("otel_joules")
+
+#: How long discovery waits for the agent's answer and first reading (it pushes every interval_ms).
+CONNECT_TIMEOUT_S = 2.0
+#: How often a lost agent is tried again.
+RECONNECT_S = 0.5
+#: Silence from the agent for this many of its intervals (at least :data:`SILENCE_MIN_S`) means it hangs.
+SILENT_INTERVALS = 50
+SILENCE_MIN_S = 2.0
+#: Read a counter at least this many times per wrap period (as the direct RAPL reader does).
+_READS_PER_WRAP = 4
+#: What the unavailable entries and messages call this sensor.
+WHAT = "RAPL through the otel-joules agent"
+
+
+class AgentUnavailable(Exception):
+    """The agent cannot be used: ``reason`` says why, ``remedy`` what to do."""
+
+    def __init__(self, reason: str, remedy: str = "") -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.remedy = remedy
+
+
+def _group_of(path: str) -> str | None:
+    """The name (or gid) of the group owning ``path``, if this process may stat it."""
+    try:
+        gid = os.stat(path).st_gid
+    except OSError:
+        return None
+    try:
+        import grp
+
+        return grp.getgrgid(gid).gr_name
+    except (ImportError, KeyError):
+        return str(gid)
+
+
+def join_group_remedy(group: str | None) -> str:
+    """How a user gets access to the agent: join its group."""
+    who = group or "the agent's group (otel-joules agent --group)"
+    return (
+        f"ask an administrator to add you to {who} (`sudo usermod -aG {group or 'GROUP'} $USER`), then log in again "
+        "(or run `newgrp`); the counters themselves stay root-only"
+    )
+
+
+def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.socket, dict[str, Any], list[dict[str, Any]]]:
+    """Connect to the agent at ``path`` and subscribe: the socket, the agent's answer and any readings already sent.
+
+    Raises:
+        AgentUnavailable: no agent there, access refused (by the socket's mode or by the agent), or a broken answer.
+    """
+    deadline = time.monotonic() + timeout_s
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | getattr(socket, "SOCK_CLOEXEC", 0))
+    try:
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(path)
+        except FileNotFoundError:
+            raise AgentUnavailable(f"no agent socket at {path}") from None
+        except PermissionError:
+            group = _group_of(path)
+            raise AgentUnavailable(
+                f"the agent's socket {path} refuses uid {os.getuid()}: only members of "
+                f"{'group ' + group if group else 'its group'} may connect",
+                join_group_remedy(group),
+            ) from None
+        except ConnectionRefusedError:
+            raise AgentUnavailable(f"nothing listens on the agent socket {path} (the agent is not running)") from None
+        except OSError as exc:
+            raise AgentUnavailable(f"cannot connect to the agent socket {path}: {exc.strerror or exc}") from None
+        sock.sendall(encode({"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION}))
+        buffer = bytearray()
+        messages: list[dict[str, Any]] = []
+        while not messages or (messages[0].get("ok") is True and len(messages) < 2):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AgentUnavailable(f"the agent at {path} did not answer within {timeout_s:g} s")
+            sock.settimeout(remaining)
+            chunk = sock.recv(MAX_REPLY_BYTES)
+            if not chunk:
+                if messages:
+                    break
+                raise AgentUnavailable(f"the agent at {path} closed the connection without answering")
+            buffer += chunk
+            messages += decode_frames(buffer, MAX_REPLY_BYTES)
+        answer, readings = messages[0], messages[1:]
+        if answer.get("ok") is not True:
+            error = str(answer.get("error") or "no reason given")[:300]
+            group = _group_of(path)
+            raise AgentUnavailable(f"the agent at {path} refused this process: {error}", join_group_remedy(group))
+        if answer.get("version") != PROTOCOL_VERSION or not isinstance(answer.get("zones"), list) or not readings:
+            raise AgentUnavailable(f"the agent at {path} speaks another protocol version ({answer.get('version')!r})")
+        sock.setblocking(True)
+        sock.settimeout(None)
+        return sock, answer, readings
+    except socket.timeout:
+        sock.close()
+        raise AgentUnavailable(f"the agent at {path} did not answer within {timeout_s:g} s") from None
+    except (ProtocolError, OSError) as exc:
+        sock.close()
+        if isinstance(exc, OSError) and exc.errno == errno.ECONNRESET:
+            raise AgentUnavailable(f"the agent at {path} closed the connection without answering") from None
+        raise AgentUnavailable(f"the agent at {path} sent a broken answer: {exc}") from None
+    except AgentUnavailable:
+        sock.close()
+        raise
+
+
+def _values_of(reading: dict[str, Any], count: int) -> tuple[int | None, ...] | None:
+    values = reading.get("uj")
+    if not isinstance(values, list) or len(values) != count:
+        return None
+    return tuple(v if isinstance(v, int) and not isinstance(v, bool) else None for v in values)
+
+
+class AgentLink:
+    """This process's subscription to the agent at one socket; its thread keeps :attr:`values` current.
+
+    Args:
+        path: The agent's socket.
+        sock: A subscribed socket (from :func:`subscribe`).
+        answer: The agent's answer (its zones).
+        readings: Readings received with the answer (the newest is the current value).
+    """
+
+    def __init__(self, path: str, sock: socket.socket, answer: dict[str, Any], readings: list[dict[str, Any]]) -> None:
+        self.path = path
+        self.zones: list[dict[str, Any]] = list(answer["zones"])
+        self.zone_ids = [str(z.get("id")) for z in self.zones]
+        self.interval_s = max(0.001, float(answer.get("interval_ms", 1)) / 1e3)
+        #: The newest raw counter values by zone, or None while the agent is away.
+        self.values: tuple[int | None, ...] | None = None
+        for reading in readings:
+            self.values = _values_of(reading, len(self.zones)) or self.values
+        self._sock: socket.socket | None = sock
+        self._lock = threading.Lock()
+        self._closed = False
+        self._users = 0
+        self._said_other_zones = False
+        self._pid = os.getpid()
+        self._thread = self._start_thread()
+
+    def _start_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name="otel-joules-agent", daemon=True)
+        thread.start()
+        return thread
+
+    def acquire(self) -> None:
+        """One more channel uses this link."""
+        with self._lock:
+            self._users += 1
+
+    def release(self) -> None:
+        """A channel is done with this link; the last one closes it."""
+        with self._lock:
+            self._users -= 1
+            last = self._users <= 0
+        if last:
+            self.close()
+
+    def _run(self) -> None:
+        silence_s = max(SILENCE_MIN_S, SILENT_INTERVALS * self.interval_s)
+        while not self._closed:
+            sock = self._sock
+            if sock is None:
+                if not self._reconnect():
+                    time.sleep(RECONNECT_S)
+                continue
+            reason = self._receive(sock, silence_s)
+            if self._closed:
+                return
+            self._lost(sock, reason)
+
+    def _receive(self, sock: socket.socket, silence_s: float) -> str:
+        """Keep :attr:`values` current from ``sock`` until it fails; why it did."""
+        buffer = bytearray()
+        count = len(self.zones)
+        sock.settimeout(silence_s)
+        while not self._closed:
+            try:
+                chunk = sock.recv(MAX_REPLY_BYTES)
+            except socket.timeout:
+                return f"no reading for {silence_s:g} s"
+            except OSError as exc:
+                return exc.strerror or str(exc)
+            if not chunk:
+                return "it closed the connection"
+            buffer += chunk
+            try:
+                messages = decode_frames(buffer, MAX_REPLY_BYTES)
+            except ProtocolError as exc:
+                return f"broken reading: {exc}"
+            for message in messages:
+                values = _values_of(message, count)
+                if values is None:
+                    return "broken reading"
+                self.values = values
+        return "closed"
+
+    def _lost(self, sock: socket.socket, reason: str) -> None:
+        self.values = None
+        self._sock = None
+        try:
+            sock.close()
+        except OSError:
+            pass
+        _log.warning(
+            "otel-joules: lost the otel-joules agent at %s (%s): spans and metrics carry ESTIMATES "
+            "(energy.source = estimate: CPU time x TDP, memory size x W/GB) until it is back; trying again every %g s.",
+            self.path,
+            reason,
+            RECONNECT_S,
+        )
+
+    def _reconnect(self) -> bool:
+        try:
+            sock, answer, readings = subscribe(self.path)
+        except AgentUnavailable:
+            return False
+        zone_ids = [str(z.get("id")) for z in answer["zones"]]
+        if zone_ids != self.zone_ids:
+            sock.close()
+            if not self._said_other_zones:
+                self._said_other_zones = True
+                _log.warning(
+                    "otel-joules: the otel-joules agent at %s is back but serves other zones (%s, was %s): spans stay "
+                    "estimates in this process.",
+                    self.path,
+                    zone_ids,
+                    self.zone_ids,
+                )
+            return False
+        if self._closed:
+            sock.close()
+            return True
+        self.interval_s = max(0.001, float(answer.get("interval_ms", 1)) / 1e3)
+        values = None
+        for reading in readings:
+            values = _values_of(reading, len(self.zones)) or values
+        self._sock = sock
+        self.values = values
+        _log.info("otel-joules: the otel-joules agent at %s is back: spans are measured again.", self.path)
+        return True
+
+    def close(self) -> None:
+        """Stop the thread and close the connection."""
+        self._closed = True
+        self.values = None
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+        if _links.get(self.path) is self:
+            del _links[self.path]
+
+    def after_fork_in_child(self) -> None:
+        """The parent's thread does not exist here and its socket is shared: subscribe afresh (once per fork)."""
+        if self._pid == os.getpid():
+            return
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()  # the child's copy only: the parent's connection goes on
+        if not self._closed:
+            # The last values stand (a reading at most one interval old) until the new subscription's first.
+            self._thread = self._start_thread()
+
+
+#: The link per socket path of this process, shared by every meter's channels.
+_links: dict[str, AgentLink] = {}
+_links_lock = threading.Lock()
+
+
+def link_to(path: str) -> AgentLink:
+    """This process's link to the agent at ``path``, subscribing if there is none yet.
+
+    Raises:
+        AgentUnavailable: the agent cannot be used (why, and what to do).
+    """
+    with _links_lock:
+        link = _links.get(path)
+        if link is not None and not link._closed and link.values is not None:
+            return link
+        sock, answer, readings = subscribe(path)
+        link = _links[path] = AgentLink(path, sock, answer, readings)
+        if link.values is None:
+            link.close()
+            raise AgentUnavailable(f"the agent at {path} sent no usable reading")
+        return link
+
+
+class AgentChannel(Channel):
+    """One RAPL zone's ``energy_uj`` as the agent last pushed it; None while the agent is away."""
+
+    def __init__(self, domain: Domain, link: AgentLink, index: int, wrap_uj: int, max_power_watts: float) -> None:
+        super().__init__(domain)
+        self._link = link
+        self._index = index
+        self._wrap_uj = wrap_uj
+        self._max_power_watts = max_power_watts
+        self._max_read_interval_s = (wrap_uj / 1e6) / max_power_watts / _READS_PER_WRAP
+        link.acquire()
+        self._released = False
+
+    @property
+    def wrap_uj(self) -> int:
+        """The zone's ``max_energy_range_uj``, as the agent reported it."""
+        return self._wrap_uj
+
+    @property
+    def max_power_watts(self) -> float:
+        """The zone's power bound, as the agent reported it."""
+        return self._max_power_watts
+
+    @property
+    def max_read_interval_s(self) -> float:
+        """A quarter of the time the counter needs to wrap at the zone's power bound."""
+        return self._max_read_interval_s
+
+    @property
+    def may_be_away(self) -> bool:
+        """The agent may go away: :meth:`read_uj` then returns None and standby estimates stand in."""
+        return True
+
+    def read_uj(self) -> int | None:  # type: ignore[override]
+        """The zone's counter in the agent's newest reading; None while the agent is away.
+
+        Raises:
+            SensorReadError: the agent could not read this zone, or sent a value outside its range.
+        """
+        values = self._link.values
+        if values is None:
+            return None
+        value = values[self._index]
+        if value is None or value < 0 or value > self._wrap_uj:
+            raise SensorReadError(f"the otel-joules agent could not read {self.domain.hw_id} ({value!r})")
+        return value
+
+    def reset_after_fork(self) -> None:
+        """Subscribe afresh in a forked child."""
+        self._link.after_fork_in_child()
+
+    def close(self) -> None:
+        """Release the link (the last channel closes it)."""
+        if not self._released:
+            self._released = True
+            self._link.release()
+
+
+_HW_TYPES = {t.value: t for t in HardwareType}
+
+
+def discover(settings: Settings) -> Discovery:
+    """The agent's zones as channels, or an :class:`Unavailable` saying why the agent cannot be used.
+
+    Never raises. With no socket at ``settings.agent_socket`` the discovery is empty (nothing to say:
+    the caller decides whether an agent would have helped).
+    """
+    found = Discovery()
+    path = settings.agent_socket
+    if not os.path.lexists(path) and not _parent_hidden(path):
+        return found
+    try:
+        link = link_to(path)
+    except AgentUnavailable as exc:
+        if exc.reason.startswith("no agent socket"):
+            return found
+        found.unavailable.append(Unavailable(WHAT, exc.reason, exc.remedy))
+        return found
+    try:
+        for index, zone in enumerate(link.zones):
+            parent = zone.get("hw_parent")
+            domain = Domain(
+                id=str(zone["id"]),
+                hw_type=_HW_TYPES.get(str(zone.get("hw_type")), HardwareType.CPU),
+                hw_name=str(zone.get("hw_name", zone["id"])),
+                hw_id=str(zone.get("hw_id", zone["id"])),
+                method=Method.COUNTER,
+                in_total=bool(zone.get("in_total", True)),
+                # The agent reports only every interval: a span shorter than that is quantised.
+                update_period_s=max(RAPL_UPDATE_PERIOD_S, link.interval_s),
+                hw_parent=str(parent) if parent else None,
+                via_agent=True,
+            )
+            wrap_uj = int(zone["wrap_uj"])
+            max_power_watts = float(zone["max_power_watts"])
+            if wrap_uj <= 0 or not max_power_watts > 0:
+                raise ValueError(f"zone {zone['id']!r} has no valid range or power bound")
+            found.channels.append(AgentChannel(domain, link, index, wrap_uj, max_power_watts))
+    except (KeyError, TypeError, ValueError) as exc:
+        for channel in found.channels:
+            channel.close()
+        link.close()
+        found.channels = []
+        found.unavailable.append(Unavailable(WHAT, f"the agent at {path} described its zones badly: {exc}", ""))
+    return found
+
+
+def _parent_hidden(path: str) -> bool:
+    """True when the socket's directory exists but this user may not look inside (a 0750 runtime directory)."""
+    parent = os.path.dirname(path) or "."
+    return os.path.isdir(parent) and not os.access(parent, os.X_OK)
+
