@@ -12,7 +12,13 @@ from otel_joules._version import __version__
 from otel_joules.errors import OtelJoulesError
 
 #: Modules providing ``register(subparsers)``; each subcommand lives in its own module.
-SUBCOMMAND_MODULES = ("otel_joules.cli.devices", "otel_joules.cli.run", "otel_joules.cli.report")
+SUBCOMMAND_MODULES = (
+    "otel_joules.cli.devices",
+    "otel_joules.cli.run",
+    "otel_joules.cli.report",
+    "otel_joules.cli.agent",
+    "otel_joules.cli.access",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -108,7 +108,10 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
             raise AgentUnavailable(f"nothing listens on the agent socket {path} (the agent is not running)") from None
         except OSError as exc:
             raise AgentUnavailable(f"cannot connect to the agent socket {path}: {exc.strerror or exc}") from None
-        sock.sendall(encode({"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION}))
+        try:
+            sock.sendall(encode({"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION}))
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the agent refused at once and closed: its answer, saying why, is still there to read
         buffer = bytearray()
         messages: list[dict[str, Any]] = []
         while not messages or (messages[0].get("ok") is True and len(messages) < 2):

@@ -1,0 +1,51 @@
+"""``otel-joules agent``: serve RAPL counters to one group over a Unix socket (see :mod:`otel_joules.agent`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from otel_joules.agent import AgentSetupError, serve, systemd_unit
+from otel_joules.agent.server import DEFAULT_MIN_INTERVAL_MS
+from otel_joules.config import DEFAULT_AGENT_SOCKET
+from otel_joules.errors import ConfigurationError
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``agent`` subcommand."""
+    parser = subparsers.add_parser(
+        "agent",
+        help="run as root: serve the root-only RAPL counters to the members of one group",
+        description=(
+            "Open the RAPL counters as root, drop every privilege, and push readings (no finer than "
+            "--min-interval-ms) on a Unix socket (mode 0660) to members of --group only. The library reads "
+            "through it by itself when energy_uj is not readable."
+        ),
+    )
+    parser.add_argument("--socket", default=DEFAULT_AGENT_SOCKET, help=f"the socket's path (default {DEFAULT_AGENT_SOCKET})")
+    parser.add_argument("--group", default="otel-joules", help="the group (a name or a gid) whose members may read (default otel-joules)")
+    parser.add_argument(
+        "--min-interval-ms",
+        type=float,
+        default=DEFAULT_MIN_INTERVAL_MS,
+        help=f"time between readings, the finest any client gets (default {DEFAULT_MIN_INTERVAL_MS} ms; README says why)",
+    )
+    parser.add_argument("--user", help="switch to this user (a name or a uid) once the counters and the socket are open")
+    parser.add_argument("--sysfs-root", help="where sysfs is mounted (default: $OTEL_JOULES_SYSFS_ROOT or /sys)")
+    parser.add_argument("--print-systemd-unit", action="store_true", help="print a systemd unit running the agent, and exit")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the unit, or serve until SIGTERM."""
+    if args.print_systemd_unit:
+        sys.stdout.write(systemd_unit(args.group, args.socket, args.min_interval_ms))
+        return 0
+    from otel_joules.config import Settings
+
+    try:
+        settings = Settings.from_env(sysfs_root=args.sysfs_root)
+        return serve(args.socket, args.group, args.min_interval_ms, args.user, settings)
+    except AgentSetupError as exc:
+        raise ConfigurationError(f"agent: {exc}") from None
