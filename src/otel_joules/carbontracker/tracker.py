@@ -102,6 +102,7 @@ from otel_joules.carbontracker.results import (
     TrainingCancelledError,
 )
 from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
+from otel_joules.meter.notice import announce_estimates
 from otel_joules.training.devices import DeviceSelection
 from otel_joules.training.results import Consumption, EpochResult
 from otel_joules.training.run import TrainingRun, default_tracer_provider
@@ -291,12 +292,14 @@ class CarbonTracker(TrackerReadout):
     def _build_meter(self, sysfs_root: str | None, gpus: Sequence[int | str] | None) -> EnergyMeter:
         simulated = {sim.component for sim in self._sims}
         measured = [name for name in self._component_names if name not in simulated]
-        return EnergyMeter(
+        meter = EnergyMeter(
             sysfs_root=sysfs_root,
             gpus=gpus if "gpu" in measured else [],
             devices_by_pid=self.devices_by_pid,
             host="cpu" in measured,
         )
+        announce_estimates(meter)
+        return meter
 
     def _new_lock(self) -> None:
         self._lock = threading.RLock()

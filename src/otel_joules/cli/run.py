@@ -85,6 +85,7 @@ from otel_joules.delivery.setup import (
 )
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
+from otel_joules.meter.notice import announce_estimates
 from otel_joules.metrics.instruments import EnergyMetrics
 from otel_joules.semconv import (
     ENERGY_CO2EQ_GRAMS,
@@ -183,6 +184,7 @@ def run(args: argparse.Namespace) -> int:
 
     report = DeliveryReport()
     meter = EnergyMeter(sysfs_root=args.sysfs_root, procfs_root=args.procfs_root)
+    announce_estimates(meter)
     telemetry: Telemetry | None = None
     try:
         with contextlib.nullcontext() if args.verbose else capture_sdk_logs(report):

@@ -25,6 +25,7 @@ from otel_joules.carbon.spans import span_carbon_from_settings
 from otel_joules.config import sdk_disabled
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
+from otel_joules.meter.notice import announce_estimates
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.metrics.instruments import EnergyMetrics
 from otel_joules.tracing.processor import EnergySpanProcessor
@@ -192,6 +193,7 @@ def instrument(
 
     def attach(handle: Instrumentation, sdk_provider: Any) -> Instrumentation:
         meter = energy_meter or get_energy_meter(**options)
+        announce_estimates(meter)
         processor = EnergySpanProcessor(meter, on_measurement=span_carbon, attribution=attribution)
         processor.attributor  # noqa: B018 - read /proc/stat now rather than on the first span
         sdk_provider.add_span_processor(processor)

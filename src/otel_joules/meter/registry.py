@@ -10,6 +10,7 @@ from typing import Any
 
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
+from otel_joules.meter.notice import announce_estimates
 
 
 class MeterRegistry:
@@ -37,6 +38,8 @@ class MeterRegistry:
             if self._meter is None:
                 self._meter = EnergyMeter(**options)
                 self._options = dict(options)
+                # Every front door on the shared meter (instrument(), zero-code, pyJoules) says it here.
+                announce_estimates(self._meter)
                 if not self._atexit_registered:
                     atexit.register(self.close)
                     self._atexit_registered = True

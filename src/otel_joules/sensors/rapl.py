@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from otel_joules.config import Settings
+from otel_joules.config import DEFAULT_AGENT_SOCKET, OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_SYSFS_ROOT, Settings
 from otel_joules.errors import SensorReadError
 from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
 
@@ -37,11 +37,17 @@ RAPL_UPDATE_PERIOD_S = 0.001
 #: tick still cannot let it wrap twice between two reads.
 _READS_PER_WRAP = 4
 
+#: Said with every remedy: why the counters are never opened to everyone.
+WORLD_READABLE_RISK = (
+    "Never make energy_uj world-readable: that reopens CVE-2020-8694 (PLATYPUS), letting any local process infer "
+    "secrets such as cryptographic keys from the energy a computation draws."
+)
+#: The two safe routes to measured energy without running as root.
 PERMISSION_REMEDY = (
-    "energy_uj is readable only by root since the fix for CVE-2020-8694. Either run as root, or grant read "
-    "access, e.g. `sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj "
-    "/sys/class/powercap/intel-rapl:*/intel-rapl:*/energy_uj` (until reboot) or a udev rule such as "
-    'SUBSYSTEM=="powercap", ACTION=="add", RUN+="/bin/chmod o+r /sys%p/energy_uj"'
+    "energy_uj is readable only by root since the fix for CVE-2020-8694. Run the agent as root "
+    "(`sudo otel-joules agent --group otel-joules`, or the unit from `otel-joules agent --print-systemd-unit`) and "
+    "join its group: the library then reads the counters through its socket by itself; or, on a single-user machine, "
+    "give the counters to a group (`sudo otel-joules setup-access --group otel-joules --install`). " + WORLD_READABLE_RISK
 )
 
 
@@ -164,8 +170,9 @@ def discover(settings: Settings) -> Discovery:
             Unavailable(
                 "RAPL",
                 f"{powercap} does not exist (no powercap driver, not Linux, or a VM/container without it)",
-                "on bare-metal Linux load the driver (`modprobe intel_rapl_msr`); in a container mount the host's /sys "
-                "and set OTEL_JOULES_SYSFS_ROOT to where it is mounted",
+                "on bare-metal Linux load the driver (`modprobe intel_rapl_msr`); in a container mount the host's "
+                f"otel-joules agent socket ({DEFAULT_AGENT_SOCKET}, or where {OTEL_JOULES_AGENT_SOCKET} says), or the "
+                f"host's /sys with {OTEL_JOULES_SYSFS_ROOT} set to where it is mounted",
             )
         )
         return found
