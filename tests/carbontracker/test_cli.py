@@ -125,3 +125,18 @@ def test_simulated_cpu_as_in_carbontracker(tmp_path: Path, powercap: FakePowerca
     (run,) = our_parser.parse_all_logs(logs)
     assert run["components"]["cpu"]["devices"] == ["Intel Xeon (simulated)"]
     assert run["components"]["cpu"]["avg_power_usages (W)"].tolist() == [[pytest.approx(60.0)]]  # 150 W x 0.4
+
+
+def test_report_to_a_link_is_refused_in_one_line(tmp_path: Path) -> None:
+    from tests.carbontracker.test_report import _logged_run
+
+    std = _logged_run(tmp_path / "logs")
+    target = tmp_path / "bashrc"
+    target.write_bytes(b"# never touched\n")
+    link = tmp_path / "report.pdf"
+    link.symlink_to(target)
+    reported = _cli(tmp_path, None, "--report", str(std), "--output", str(link))
+    assert reported.returncode == 1
+    (line,) = reported.stderr.splitlines()
+    assert "is a symbolic link" in line and "remove the link" in line
+    assert target.read_bytes() == b"# never touched\n"

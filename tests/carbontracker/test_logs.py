@@ -436,3 +436,40 @@ def test_bad_components_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(InvalidLogValueError, match="pue must be positive"):
         writer.write_header({"gpu": ["A100"]}, pue=0)
     assert writer.std_log_path.read_text() == ""
+
+
+# Planted links (issue 24, item 6) ---------------------------------------------------------
+
+
+def test_log_replaced_by_a_link_is_refused_and_its_target_unchanged(tmp_path: Path) -> None:
+    from otel_joules.carbontracker.logs import CarbonTrackerLogWriter, LogWriteError
+
+    target = tmp_path / "bashrc"
+    target.write_bytes(b"# never touched\n")
+    writer = CarbonTrackerLogWriter(tmp_path / "logs", clock=lambda: 1_700_000_000.0, run_id=7)
+    for path in (writer.std_log_path, writer.output_log_path):
+        path.unlink()
+        path.symlink_to(target)
+    writer.err_log_path.symlink_to(target)  # created on the first error: planted ahead of it
+    for write in (lambda: writer.write_info("hello"), lambda: writer.write_output("hello"),
+                  lambda: writer.write_error("boom")):
+        with pytest.raises(LogWriteError) as caught:
+            write()
+        assert "is a symbolic link" in str(caught.value) and "\n" not in str(caught.value)
+    assert target.read_bytes() == b"# never touched\n"
+
+
+def test_new_logs_are_never_world_writable(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from otel_joules.carbontracker.logs import CarbonTrackerLogWriter
+
+    old = os.umask(0)
+    try:
+        writer = CarbonTrackerLogWriter(tmp_path, clock=lambda: 1_700_000_000.0, run_id=7)
+        writer.write_error("boom")
+    finally:
+        os.umask(old)
+    for path in (writer.std_log_path, writer.output_log_path, writer.err_log_path):
+        assert stat.S_IMODE(path.stat().st_mode) & 0o002 == 0, path

@@ -120,3 +120,29 @@ def test_unfinished_or_missing_logs_say_why(tmp_path: Path) -> None:
     with pytest.raises(LogFormatError, match="names no carbon intensity"):
         generate_report_from_log(started, tmp_path / "r.pdf")
     assert not (tmp_path / "r.pdf").exists()
+
+
+def _logged_run(folder: Path) -> Path:
+    from otel_joules.carbontracker.logs import CarbonTrackerLogWriter
+
+    writer = CarbonTrackerLogWriter(folder, clock=lambda: 1_700_000_000.0, run_id=7)
+    writer.write_header({"cpu": ["cpu:0"]})
+    writer.write_epoch(1, duration_seconds=2.0, power_watts={"cpu": 150.0})
+    writer.write_consumption("actual", epochs=1, duration_seconds=2.0, co2eq_grams=0.5, energy_joules=300.0)
+    return writer.std_log_path
+
+
+def test_pdf_is_not_written_through_a_link(tmp_path: Path) -> None:
+    # Issue 24, item 6: matplotlib opened the path itself and overwrote the link's target.
+    from otel_joules.exporters.safe_open import SymlinkRefusedError
+
+    std = _logged_run(tmp_path / "logs")
+    target = tmp_path / "bashrc"
+    target.write_bytes(b"# never touched\n")
+    link = tmp_path / "report.pdf"
+    link.symlink_to(target)
+    with pytest.raises(SymlinkRefusedError, match="is a symbolic link"):
+        generate_report_from_log(std, link)
+    assert target.read_bytes() == b"# never touched\n"
+    generate_report_from_log(std, tmp_path / "real.pdf")  # the same run, to a plain path
+    assert _pages(tmp_path / "real.pdf") == 1

@@ -346,3 +346,37 @@ def test_csv_header_with_other_domains_is_refused_before_writing(tmp_path: Path)
         handler.save_data()
     assert path.read_text() == original
     assert len(handler.traces) == 1  # kept: nothing measured is lost
+
+
+# Planted links (issue 24, item 6) ---------------------------------------------------------
+
+SECRET = b"# a file the handler must never touch\n"
+
+
+def test_csv_link_at_the_path_is_refused_when_the_handler_is_created(tmp_path: Path) -> None:
+    target = tmp_path / "bashrc"
+    target.write_bytes(SECRET)
+    link = tmp_path / "result.csv"
+    link.symlink_to(target)
+    with pytest.raises(CSVPathError) as caught:
+        CSVHandler(link)
+    assert "\n" not in str(caught.value)
+    assert "is a symbolic link" in str(caught.value) and "remove the link" in str(caught.value)
+    assert target.read_bytes() == SECRET
+
+
+def test_csv_link_planted_before_saving_is_refused_and_the_traces_kept(tmp_path: Path) -> None:
+    target = tmp_path / "bashrc"
+    target.write_bytes(SECRET)
+    path = tmp_path / "result.csv"
+    handler = CSVHandler(path)
+    handler.process(make_trace())
+    path.symlink_to(target)
+    with pytest.raises(CSVPathError, match="is a symbolic link.*the traces are kept"):
+        handler.save_data()
+    assert target.read_bytes() == SECRET
+    assert len(handler.traces) == 1
+    path.unlink()
+    handler.save_data()
+    assert path.read_bytes() == (HEADER + ROWS).encode()
+    assert os.stat(path).st_mode & 0o002 == 0

@@ -75,3 +75,15 @@ def test_cli_writes_the_png(runs: Path, capsys: pytest.CaptureFixture[str]) -> N
     pixels = image.imread(str(target))
     assert pixels.shape[0] > 600 and pixels.shape[1] > 1200
     assert "plot written to" in capsys.readouterr().err
+
+
+def test_plot_is_not_written_through_a_link(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 24, item 6: matplotlib opened --plot's path itself and overwrote the link's target.
+    target = runs / "bashrc"
+    target.write_bytes(b"# never touched\n")
+    link = runs / "energy.png"
+    link.symlink_to(target)
+    assert main(["report", str(runs / "logs"), "--plot", str(link)]) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if "plot" in line]
+    assert "is a symbolic link" in line and "remove the link" in line
+    assert target.read_bytes() == b"# never touched\n"

@@ -197,7 +197,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if known.report:
             from otel_joules.carbontracker.report import generate_report_from_log
 
-            generate_report_from_log(known.report, known.output)
+            try:
+                generate_report_from_log(known.report, known.output)
+            except OtelJoulesError:
+                raise
+            except OSError as exc:  # the PDF cannot be written (a link at its path is refused)
+                print(f"{PROG}: cannot write the report {known.output!r}: {exc.strerror or exc}", file=sys.stderr)
+                return 1
             print(f"Report generated: {known.output}")
             return 0
         command = list(known.command)

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from otel_joules._fork import register_fork_hook
+from otel_joules.exporters.safe_open import SymlinkRefusedError, create_new, open_append
 from otel_joules.training.results import ConsumptionKind
 from otel_joules.training.logformat import (  # noqa: F401 - the format, re-exported for this module's users
     BELOW_RESOLUTION_LOG_PREFIX,
@@ -144,16 +145,14 @@ class CarbonTrackerLogWriter:
         std = self.log_dir / f"{stem}{STD_LOG_SUFFIX}"
         output = self.log_dir / f"{stem}{OUTPUT_LOG_SUFFIX}"
         try:
-            # "x": never append to another run's log.
-            with open(std, "x", encoding="utf-8"):
-                pass
+            # O_EXCL: never append to another run's log, nor write through a link.
+            os.close(create_new(std))
         except FileExistsError:
             return False
         except OSError as exc:
             raise LogWriteError(f"cannot create the log file {str(std)!r}: {exc}") from exc
         try:
-            with open(output, "x", encoding="utf-8"):
-                pass
+            os.close(create_new(output))
         except FileExistsError:
             std.unlink()
             return False
@@ -184,8 +183,12 @@ class CarbonTrackerLogWriter:
     def _append(self, path: Path, text: str) -> None:
         with self._lock:
             try:
-                with open(path, "a", encoding="utf-8") as handle:
+                # A link planted at a log's path (the error log is created on its first
+                # message) is refused, never appended through.
+                with os.fdopen(open_append(path), "a", encoding="utf-8") as handle:
                     handle.write(text)
+            except SymlinkRefusedError as exc:
+                raise LogWriteError(f"cannot append to the log file: {exc.strerror}; this message is not logged") from exc
             except OSError as exc:
                 raise LogWriteError(f"cannot append to the log file {str(path)!r}: {exc}") from exc
 

@@ -40,6 +40,7 @@ from otel_joules.training.logformat import OUTPUT_LOG_SUFFIX, SOFTWARE_NAME, STD
 from otel_joules.training.logfiles import read_log_text
 from otel_joules.training.logread import get_consumption, parse_standard_log
 from otel_joules.errors import ConfigurationError
+from otel_joules.exporters.safe_open import open_replace
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED
 
 __all__ = ["EpochPower", "RunReport", "generate_report_from_log", "read_run_report"]
@@ -292,7 +293,8 @@ def generate_report_from_log(log_file_path: str | os.PathLike[str], output_path:
     Raises:
         ConfigurationError: matplotlib is not installed.
         LogFilesNotFoundError, LogFormatError: see :func:`read_run_report`.
-        OSError: the PDF cannot be written.
+        OSError: the PDF cannot be written (:class:`~otel_joules.exporters.safe_open.SymlinkRefusedError`
+            when ``output_path`` is a symbolic link).
     """
     try:
         from matplotlib.backends.backend_pdf import FigureCanvasPdf, PdfPages
@@ -306,8 +308,10 @@ def generate_report_from_log(log_file_path: str | os.PathLike[str], output_path:
     figure = Figure(figsize=(8.5, 11))
     FigureCanvasPdf(figure)
     _draw(figure, report)
-    with PdfPages(os.fspath(output_path), metadata={"Title": "Carbon Emissions Report", "Creator": "otel-joules"}) as pdf:
-        pdf.savefig(figure)
+    # Opened here, not by matplotlib: a link planted at the path is refused, not overwritten through.
+    with os.fdopen(open_replace(output_path), "wb") as handle:
+        with PdfPages(handle, metadata={"Title": "Carbon Emissions Report", "Creator": "otel-joules"}) as pdf:
+            pdf.savefig(figure)
 
 
 def _draw(figure: Any, report: RunReport) -> None:

@@ -5,10 +5,12 @@ whose destination is a file (records it could not write are kept and written lat
 
 File writing model, documented here once for the CSV and JSON-lines formats:
 
-- The file is opened at construction (``O_APPEND``, created with mode 0666 minus the
-  umask if missing), so a path that cannot be written fails there, with
+- The file is opened at construction (``O_APPEND``, created with ``O_EXCL`` and mode 0664
+  minus the umask if missing: :mod:`otel_joules.exporters.safe_open`), so a path that
+  cannot be written fails there, with
   :class:`~otel_joules.exporters.errors.ExporterPathError`, before any span is measured.
-  Its folder must exist: the exporter creates no folders.
+  Its folder must exist: the exporter creates no folders. A symbolic link at the path is
+  refused (a link planted there would make it append to another file).
 - Each ``export`` call encodes its spans and appends them with one ``write`` system call
   (looping only on short writes), then ``fdatasync``; nothing is held in a Python buffer
   after ``export`` returns, so a crash loses nothing already exported, and a power loss
@@ -24,7 +26,9 @@ File writing model, documented here once for the CSV and JSON-lines formats:
   how many are kept.
 - The file deleted or moved away while the process runs (log rotation): before each write
   the exporter compares the path with the file it has open and, when they differ, opens
-  the path anew (a new file, with the CSV header), with one warning saying so.
+  the path anew (a new file, with the CSV header), with one warning saying so. A symbolic
+  link found there instead is refused with one error: the records are kept in memory
+  (bounded as below) and written once the link is removed.
 - After ``os.fork()`` the child gets a fresh lock (a parent thread may have held it across
   a write at the moment of the fork) and forgets the records the parent still had pending:
   the parent writes those, so nothing is written twice.
@@ -46,6 +50,7 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS, RetryingSpanExporter, register_exit_hook
 from otel_joules.exporters.errors import ExporterPathError
 from otel_joules.exporters.records import SpanRecord
+from otel_joules.exporters.safe_open import SymlinkRefusedError, open_append, refuse_symlink
 
 _LOGGER = logging.getLogger("otel_joules.exporters")
 
@@ -67,7 +72,11 @@ class ExistingFile:
 
 
 def inspect_existing(path: str) -> ExistingFile:
-    """Look at ``path`` before appending; raise :class:`ExporterPathError` if it is unusable."""
+    """Look at ``path`` before appending; raise :class:`ExporterPathError` if it is unusable (a link included)."""
+    try:
+        refuse_symlink(path)
+    except SymlinkRefusedError as exc:
+        raise ExporterPathError(f"cannot write span records to {path!r}: {exc.strerror}") from None
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -140,7 +149,9 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
             )
             preamble = b"\n" + preamble
         try:
-            fd = os.open(self._path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = open_append(self._path)
+        except SymlinkRefusedError as exc:
+            raise ExporterPathError(f"cannot write span records to {self._path!r}: {exc.strerror}") from None
         except OSError as exc:
             raise ExporterPathError(
                 f"cannot write span records to {self._path!r}: {exc.strerror}; "
@@ -171,7 +182,7 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
         if not stat.S_ISREG(current.st_mode):
             return  # a pipe or device: nothing can be rotated
         try:
-            on_disk = os.stat(self._path)
+            on_disk = os.lstat(self._path)
             moved = (on_disk.st_dev, on_disk.st_ino) != (current.st_dev, current.st_ino)
         except FileNotFoundError:
             moved = True
@@ -179,6 +190,8 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
             return
         if not moved:
             return
+        # A link where the file was (planted after it moved): never followed, said once by the caller.
+        refuse_symlink(self._path)
         old_fd, old_close = self._fd, self._close_fd
         try:
             self._open()
@@ -212,7 +225,16 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
                 dropped = self._mark_recovered()
                 _LOGGER.warning("%s is writable again: wrote %d record(s) kept since the failure%s", self._path, count, dropped)
             return True
-        if not self._failing:
+        if not self._failing and isinstance(error, SymlinkRefusedError):
+            _LOGGER.error(
+                "cannot write %d span record(s) to %s: %s. They are kept in memory (at most %d) and written to a new "
+                "file at that path on the first export, force_flush() or shutdown() after the link is removed",
+                count,
+                self._path,
+                error.strerror,
+                self._max_pending_spans,
+            )
+        elif not self._failing:
             _LOGGER.error(
                 "cannot write %d of %d span record(s) to %s: %s; the %d whole record(s) that fitted are written, "
                 "the rest are kept in memory (at most %d) and written on the next export, force_flush() or "

@@ -25,6 +25,7 @@ import datetime as _dt
 import os
 from typing import Any
 
+from otel_joules.exporters.safe_open import open_replace
 from otel_joules.report.model import BASIS_ATTRIBUTED, PART_KINDS, EnergyPart, Report, ReportError, RunSummary
 from otel_joules.report.render import source_label
 from otel_joules.semconv import (
@@ -107,7 +108,9 @@ def plot_report(report: Report, path: str | os.PathLike[str]) -> None:
     """
     figure = report_figure(report)
     try:
-        figure.savefig(os.fspath(path), format="png", dpi=150)
+        # Opened here, not by matplotlib: a link planted at the path is refused, not overwritten through.
+        with os.fdopen(open_replace(path), "wb") as handle:
+            figure.savefig(handle, format="png", dpi=150)
     except OSError as exc:
         raise ReportError(f"cannot write the plot to {os.fspath(path)!r}: {exc.strerror or exc}") from exc
 

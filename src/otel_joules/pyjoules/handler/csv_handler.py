@@ -20,9 +20,11 @@ Fixed pyJoules bugs:
   :class:`CSVHeaderMismatchError` before anything is written (pyJoules appended rows
   under the wrong header). The same domains in another order are fine: rows follow the
   file's order.
-- A path that cannot be written (missing folder, a folder, a read-only place) raises
-  :class:`CSVPathError` when the handler is created, not after the measurement.
-  Checking creates no file.
+- A path that cannot be written (missing folder, a folder, a read-only place, a symbolic
+  link) raises :class:`CSVPathError` when the handler is created, not after the
+  measurement. Checking creates no file. A link planted at the path later is refused by
+  ``save_data()`` (the traces are kept): the file is never written through a link
+  (:mod:`otel_joules.exporters.safe_open`), and a new one is never world-writable.
 - Traces not yet saved are saved at interpreter exit. A failed save keeps them, so a
   later ``save_data()`` (or the exit) can write them; a failed write leaves the file as
   it was (it is truncated back).
@@ -37,6 +39,7 @@ import stat
 from typing import Dict, List, Sequence
 
 from otel_joules.errors import ConfigurationError
+from otel_joules.exporters.safe_open import SymlinkRefusedError, create_new, open_append, refuse_symlink
 from otel_joules.pyjoules.energy_trace import EnergySample
 from otel_joules.pyjoules.exception import PyJoulesException
 from otel_joules.pyjoules.handler.handler import EnergyHandler
@@ -85,20 +88,23 @@ def format_rows(samples: Sequence[EnergySample], domains: Sequence[str]) -> str:
 
 
 def check_writable(path: str) -> None:
-    """Raise :class:`CSVPathError` unless ``path`` can be appended to (creating nothing)."""
+    """Raise :class:`CSVPathError` unless ``path`` can be appended to (creating nothing; a link is refused)."""
     try:
+        refuse_symlink(path)
         info = os.stat(path)
     except FileNotFoundError:
         info = None
+    except SymlinkRefusedError as exc:
+        raise CSVPathError(f"cannot use the CSV file: {exc.strerror}") from None
     except OSError as exc:
         raise CSVPathError(f"cannot use {path!r} for the CSV file: {exc.strerror}; choose a path you can write") from None
     if info is not None and stat.S_ISDIR(info.st_mode):
         raise CSVPathError(f"{path!r} is a folder; give a file path such as {os.path.join(path, 'result.csv')!r}")
     try:
         if info is not None:
-            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC))
+            os.close(open_append(path))
         else:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666))
+            os.close(create_new(path))
             os.unlink(path)
     except FileExistsError:
         return  # created by someone else meanwhile: it exists, save_data() checks it
@@ -153,7 +159,9 @@ class CSVHandler(EnergyHandler):
     def _append(self, samples: List[EnergySample]) -> None:
         domains = domain_columns(samples)
         try:
-            fd = os.open(self._filename, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o666)
+            fd = open_append(self._filename, read=True)
+        except SymlinkRefusedError as exc:
+            raise CSVPathError(f"cannot open the CSV file: {exc.strerror}; the traces are kept") from None
         except OSError as exc:
             raise CSVPathError(f"cannot open the CSV file {self._filename!r}: {exc.strerror}; the traces are kept") from None
         try:
