@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_joules.errors import ConfigurationError
+from otel_joules.exporters.safe_open import create_new
 from otel_joules.sensors.rapl import WORLD_READABLE_RISK
 
 #: Where the two files go, relative to the root (``--root``, default ``/``).
@@ -95,8 +96,15 @@ def run(args: argparse.Namespace) -> int:
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(target.name + ".tmp")
-            tmp.write_text(text)
-            os.chmod(tmp, 0o644)
+            # Written as root: a link planted at the temporary name (or a stale file) is removed,
+            # never written through; os.replace then swaps the target itself, not what a link there points to.
+            try:
+                os.unlink(tmp)
+            except FileNotFoundError:
+                pass
+            with os.fdopen(create_new(tmp), "w", encoding="utf-8") as handle:
+                os.fchmod(handle.fileno(), 0o644)
+                handle.write(text)
             os.replace(tmp, target)
         except OSError as exc:
             raise ConfigurationError(f"setup-access: cannot write {target}: {exc.strerror} (run it as root)") from None

@@ -1,7 +1,8 @@
 """Opening the files otel-joules writes, never through a symbolic link planted at the path.
 
 Every file the package writes goes through this module: the span exporters' files, the
-pyJoules CSV, the carbontracker logs, the report's plot and the PDF report. A symbolic
+pyJoules CSV, the carbontracker logs, the report's plot, the PDF report and the rule files
+of ``otel-joules setup-access --install``. A symbolic
 link at the path is refused (``O_NOFOLLOW``), so a link planted where an output is
 expected (``spans.jsonl -> ~/.bashrc``) cannot make a process append to, or overwrite, the
 file it points to; the error names the link and says what to do. A file created here is
