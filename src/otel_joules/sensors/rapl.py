@@ -171,8 +171,8 @@ def discover(settings: Settings) -> Discovery:
                 "RAPL",
                 f"{powercap} does not exist (no powercap driver, not Linux, or a VM/container without it)",
                 "on bare-metal Linux load the driver (`modprobe intel_rapl_msr`); in a container mount the host's "
-                f"otel-joules agent socket ({DEFAULT_AGENT_SOCKET}, or where {OTEL_JOULES_AGENT_SOCKET} says), or the "
-                f"host's /sys with {OTEL_JOULES_SYSFS_ROOT} set to where it is mounted",
+                f"otel-joules agent socket ({DEFAULT_AGENT_SOCKET}, or where {OTEL_JOULES_AGENT_SOCKET} says), or mount "
+                f"the host's /sys and set {OTEL_JOULES_SYSFS_ROOT} to where it is mounted",
             )
         )
         return found

@@ -1,0 +1,94 @@
+"""The group route (``otel-joules setup-access``), the agent's systemd unit, and that no remedy anywhere opens the counters to everyone."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from otel_joules.sensors.rapl import PERMISSION_REMEDY, WORLD_READABLE_RISK
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "otel_joules.cli.main", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_setup_access_prints_a_udev_rule_and_a_tmpfiles_alternative_giving_the_counters_to_the_group() -> None:
+    result = cli("setup-access", "--group", "energy")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    rule = next(line for line in out.splitlines() if line.startswith('SUBSYSTEM=="powercap"'))
+    assert 'KERNEL=="intel-rapl*:*"' in rule and 'ACTION=="add|change"' in rule
+    assert 'RUN+="/bin/chown root:energy /sys%p/energy_uj"' in rule and 'RUN+="/bin/chmod 0440 /sys%p/energy_uj"' in rule
+    tmpfiles = [line for line in out.splitlines() if line.startswith("z ")]
+    assert tmpfiles[:2] == [
+        "z /sys/class/powercap/intel-rapl:*/energy_uj 0440 root energy -",
+        "z /sys/class/powercap/intel-rapl:*/intel-rapl:*/energy_uj 0440 root energy -",
+    ]
+    assert "sudo usermod -aG energy USER" in out and "sudo groupadd --system energy" in out
+    assert WORLD_READABLE_RISK in out
+
+
+def test_setup_access_install_writes_both_files_readable_by_all_writable_by_root_only(tmp_path: Path) -> None:
+    result = cli("setup-access", "--group", "energy", "--install", "--root", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    rule = tmp_path / "etc/udev/rules.d/60-otel-joules-powercap.rules"
+    conf = tmp_path / "etc/tmpfiles.d/otel-joules-powercap.conf"
+    assert 'RUN+="/bin/chmod 0440 /sys%p/energy_uj"' in rule.read_text()
+    assert "0440 root energy" in conf.read_text()
+    for path in (rule, conf):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert "usermod -aG energy USER" in result.stdout
+    assert sorted(p.name for p in tmp_path.rglob("*") if p.is_file()) == ["60-otel-joules-powercap.rules", "otel-joules-powercap.conf"]
+
+
+def test_setup_access_refuses_a_group_name_that_could_change_the_rule() -> None:
+    result = cli("setup-access", "--group", 'x", RUN+="/bin/sh')
+    assert result.returncode == 2
+    assert result.stderr.startswith("otel-joules: setup-access: ") and len(result.stderr.splitlines()) == 1
+    assert result.stdout == ""
+
+
+def test_the_agent_prints_a_systemd_unit_with_only_what_it_needs() -> None:
+    result = cli("agent", "--group", "energy", "--print-systemd-unit")
+    assert result.returncode == 0, result.stderr
+    unit = result.stdout
+    assert "ExecStart=otel-joules agent --socket /run/otel-joules/agent.sock --group energy --min-interval-ms 10" in unit
+    for line in ("CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER", "NoNewPrivileges=yes",
+                 "ProtectSystem=strict", "PrivateNetwork=yes", "RestrictAddressFamilies=AF_UNIX",
+                 "RuntimeDirectory=otel-joules", "WantedBy=multi-user.target"):
+        assert line in unit.splitlines(), line
+
+
+def test_the_rapl_remedy_offers_the_agent_and_the_group_and_says_why_not_open_counters() -> None:
+    assert "otel-joules agent --group" in PERMISSION_REMEDY
+    assert "otel-joules setup-access --group" in PERMISSION_REMEDY
+    assert PERMISSION_REMEDY.endswith(WORLD_READABLE_RISK)
+    assert "CVE-2020-8694 (PLATYPUS)" in WORLD_READABLE_RISK
+
+
+#: Advice that makes counters readable by everyone: chmod o+r / a+r / ugo+r / +r, or mode 444.
+_WORLD_READABLE = re.compile(r"\b[ugoa]*[oa][ugoa]*\+[rwx]*r|chmod\s+\+r|\b0?o?444\b|\b0o444\b")
+
+
+def test_no_remedy_anywhere_makes_the_counters_world_readable() -> None:
+    tracked = subprocess.run(["git", "ls-files", "src", "docs", "README.md", "collector", "*.md"], cwd=REPO,
+                             capture_output=True, text=True, check=True).stdout.split()
+    offenders = []
+    for name in tracked:
+        path = REPO / name
+        if not path.is_file() or path.suffix in (".png", ".csv"):
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if _WORLD_READABLE.search(line):
+                offenders.append(f"{name}:{number}: {line.strip()}")
+    assert offenders == []
+    assert _WORLD_READABLE.search("sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj")  # the pattern works
+    assert _WORLD_READABLE.search("chmod a+r x") and _WORLD_READABLE.search("mode 0444")
+    assert not _WORLD_READABLE.search("0440 root:energy")

@@ -1,0 +1,480 @@
+"""``otel-joules agent`` and the library reading through it, with real processes only.
+
+The agent runs as root on a fake powercap tree whose ``energy_uj`` files are root-only (0400, as
+since CVE-2020-8694); clients run as numeric uids through ``setpriv``. The tree, the socket and
+every file live under tmp_path (made walkable); the container case runs its client in a private
+mount namespace that sees the socket and nothing else of the host's.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import stat
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_joules.sensors.agent_protocol import MAX_REPLY_BYTES, decode_frames, encode
+from tests.agent._support import (
+    FLOODER_UID,
+    GROUP_GID,
+    MEMBER_UID,
+    OUTSIDER_GID,
+    OUTSIDER_UID,
+    TOTAL_WATTS,
+    DRAM_WATTS,
+    PACKAGE_WATTS,
+    as_uid,
+    child_env,
+    root_only_tree,
+    span_child,
+    spans,
+    start_agent,
+    stop,
+    wait_for,
+    walkable,
+)
+from tests.fakes.powercap import ConstantPower
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+
+
+def _runtime(tmp_path: Path) -> Path:
+    walkable(tmp_path)
+    return tmp_path / "run" / "agent.sock"
+
+
+def _finish(child: subprocess.Popen[str], timeout_s: float = 60) -> str:
+    try:
+        _, err = child.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        _, err = child.communicate(timeout=10)
+        raise AssertionError(f"the instrumented child did not finish: {err}")
+    assert child.returncode == 0, err
+    return err
+
+
+def _within(span: dict, tolerance: float) -> bool:
+    truth_j = TOTAL_WATTS * span["duration_s"]
+    return abs(span["joules"] - truth_j) <= tolerance * truth_j
+
+
+def test_a_group_member_gets_measured_spans_within_3_percent_through_the_agent(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        try:
+            info = os.lstat(sock)
+            assert stat.S_ISSOCK(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o660 and info.st_gid == GROUP_GID
+            status = Path(f"/proc/{agent.pid}/status").read_text()
+            assert "CapEff:\t0000000000000000" in status  # no capability left once set up
+            out = tmp_path / "spans.jsonl"
+            child = span_child(tmp_path, out, sock, tree, as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID]),
+                               "--spans", "3", "--span-s", "1.5")
+            err = _finish(child)
+        finally:
+            stop(agent)
+    got = spans(out)
+    assert len(got) == 3
+    for span in got:
+        assert span["source"] == "measured", span
+        assert span["agent_domains"] == ["core_0", "dram_0", "package_0", "uncore_0"]
+        assert "energy.cpu_estimate.joules" not in span["domains"]
+        assert _within(span, 0.03), (span, TOTAL_WATTS * span["duration_s"])
+    assert err == "", err  # measured: nothing to say
+    assert not sock.exists()  # removed at SIGTERM
+
+
+def test_the_agent_user_may_read_with_only_its_primary_group_too(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    agent = start_agent(tmp_path, tree, sock)
+    try:
+        out = tmp_path / "spans.jsonl"
+        child = span_child(tmp_path, out, sock, tree, as_uid(MEMBER_UID, GROUP_GID), "--spans", "1", "--span-s", "0.1")
+        _finish(child)
+    finally:
+        stop(agent)
+    assert [s["source"] for s in spans(out)] == ["measured"]
+
+
+@pytest.mark.parametrize("opened_socket", [False, True], ids=["socket_mode", "peer_credentials"])
+def test_a_uid_outside_the_group_is_refused_gets_labelled_estimates_and_is_told_why(tmp_path: Path, opened_socket: bool) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    agent = start_agent(tmp_path, tree, sock)
+    try:
+        if opened_socket:
+            # Someone loosened the socket (and its directory): the agent's own SO_PEERCRED check still refuses.
+            os.chmod(sock.parent, 0o755)
+            os.chmod(sock, 0o666)
+        out = tmp_path / "spans.jsonl"
+        child = span_child(tmp_path, out, sock, tree, as_uid(OUTSIDER_UID, OUTSIDER_GID), "--spans", "2", "--span-s", "0.2")
+        err = _finish(child)
+    finally:
+        stop(agent)
+    assert [s["source"] for s in spans(out)] == ["estimate", "estimate"]
+    assert all(s["agent_domains"] == [] for s in spans(out))
+    lines = [line for line in err.splitlines() if line]
+    assert len(lines) == 1, err  # one message, no traceback
+    (message,) = lines
+    assert message.startswith("otel-joules: spans and metrics carry ESTIMATES")
+    assert "cpu_estimate, memory_estimate" in message
+    why = f"uid {OUTSIDER_UID} is not in group" if opened_socket else f"refuses uid {OUTSIDER_UID}"
+    assert why in message and "usermod -aG" in message, message
+    if opened_socket:
+        assert f"refused a client: uid {OUTSIDER_UID} is not in group" in (tmp_path / "agent.err").read_text()
+
+
+def test_an_agent_restart_mid_run_gives_labelled_estimates_once_then_measured_again(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    out = tmp_path / "spans.jsonl"
+    until = tmp_path / "stop-now"
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        child = span_child(tmp_path, out, sock, tree, as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID]),
+                           "--spans", "1000", "--span-s", "0.1", "--until", str(until))
+        try:
+            wait_for(lambda: sum(s["source"] == "measured" for s in spans(out)) >= 3, 30, "measured spans")
+            stop(agent)
+            gone = len(spans(out))
+            wait_for(lambda: sum(s["source"] == "estimate" for s in spans(out)[gone:]) >= 3, 30, "estimates")
+            agent = start_agent(tmp_path, tree, sock, stderr_name="agent2.err")
+            back = len(spans(out))
+            wait_for(lambda: sum(s["source"] == "measured" for s in spans(out)[back:]) >= 3, 30, "measured spans again")
+            until.touch()
+            err = _finish(child)
+        finally:
+            until.touch()
+            stop(child)
+            stop(agent)
+    got = spans(out)
+    sources = [s["source"] for s in got]
+    # measured, then estimates while the agent is away, then measured again; the spans open across a
+    # change of source have no value at either end from one source, so they carry no energy at all.
+    assert set(sources) <= {"measured", "estimate", None}
+    first_estimate = sources.index("estimate")
+    last_estimate = len(sources) - 1 - sources[::-1].index("estimate")
+    assert all(s == "measured" for s in sources[:first_estimate] if s is not None)
+    assert all(s == "estimate" for s in sources[first_estimate:last_estimate + 1] if s is not None)
+    assert all(s == "measured" for s in sources[last_estimate + 1:] if s is not None)
+    assert sources.count(None) <= 2
+    assert all(s["agent_domains"] == ["core_0", "dram_0", "package_0", "uncore_0"] for s in got if s["source"] == "measured")
+    # No stall: every span lasted its 0.1 s plus scheduling, never a wait on the socket.
+    assert max(s["duration_s"] for s in got) < 1.0
+    lines = [line for line in err.splitlines() if line]
+    assert "Traceback" not in err
+    assert len(lines) == 1 and lines[0].startswith("otel-joules: lost the otel-joules agent at "), err
+    assert "ESTIMATES" in lines[0]
+
+
+def test_a_process_in_another_mount_namespace_that_sees_only_the_socket_is_measured(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    container = tmp_path / "container"
+    container.mkdir()
+    walkable(container)
+    mounted = container / "agent.sock"
+    out = tmp_path / "spans.jsonl"
+    # The "container": its own mount namespace, where only the socket is bind-mounted in (as
+    # `docker run -v /run/otel-joules/agent.sock:...`), then the host's runtime directory and sysfs
+    # tree are covered by empty tmpfs: the child sees the socket and nothing else of them.
+    script = (
+        f"mount -t tmpfs -o mode=0755 none {container} && touch {mounted} && mount --bind {sock} {mounted} "
+        f"&& mount -t tmpfs -o mode=0755 none {sock.parent} && mount -t tmpfs -o mode=0755 none {tree.root} "
+        f"&& test -z \"$(ls -A {tree.root})\" && test -z \"$(ls -A {sock.parent})\" && exec \"$@\""
+    )
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        try:
+            prefix = ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script, "sh",
+                      *as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID])]
+            child = span_child(tmp_path, out, mounted, tree, prefix, "--spans", "2", "--span-s", "1.5")
+            err = _finish(child)
+        finally:
+            stop(agent)
+    got = spans(out)
+    assert len(got) == 2, err
+    for span in got:
+        assert span["source"] == "measured" and span["agent_domains"] == ["core_0", "dram_0", "package_0", "uncore_0"]
+        assert _within(span, 0.03), span
+    assert err == ""
+
+
+# -- the socket path ----------------------------------------------------------------------------------
+
+
+def _refused_start(tmp_path: Path, tree, sock: Path) -> str:
+    agent = start_agent(tmp_path, tree, sock, wait=False)
+    try:
+        agent.wait(30)
+    finally:
+        stop(agent)
+    err = (tmp_path / "agent.err").read_text()
+    assert agent.returncode == 2, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    return err
+
+
+def test_a_regular_file_at_the_socket_path_is_refused_and_left_alone(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    sock.parent.mkdir(mode=0o755)
+    sock.write_text("precious")
+    err = _refused_start(tmp_path, tree, sock)
+    assert f"{sock} already exists and is not a socket" in err
+    assert sock.read_text() == "precious"
+
+
+def test_a_symlink_at_the_socket_path_is_refused_and_never_followed(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    sock.parent.mkdir(mode=0o755)
+    target = tmp_path / "elsewhere.sock"
+    sock.symlink_to(target)
+    err = _refused_start(tmp_path, tree, sock)
+    assert f"{sock} is a symlink" in err
+    assert not target.exists() and sock.is_symlink()
+
+
+def test_a_runtime_directory_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    sock.parent.mkdir(mode=0o755)
+    os.chown(sock.parent, MEMBER_UID, GROUP_GID)
+    err = _refused_start(tmp_path, tree, sock)
+    assert f"the runtime directory {sock.parent} belongs to uid {MEMBER_UID}" in err
+    assert list(sock.parent.iterdir()) == []
+
+
+def test_a_runtime_directory_others_may_write_is_refused(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    sock.parent.mkdir()
+    os.chmod(sock.parent, 0o777)
+    err = _refused_start(tmp_path, tree, sock)
+    assert "is writable by group or others (mode 0777)" in err
+
+
+def test_a_symlinked_runtime_directory_is_refused(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    real = tmp_path / "real-run"
+    real.mkdir(mode=0o755)
+    sock.parent.symlink_to(real)
+    err = _refused_start(tmp_path, tree, sock)
+    assert f"the runtime directory {sock.parent} is a symlink" in err
+    assert list(real.iterdir()) == []
+
+
+def test_a_live_agent_is_not_displaced_and_a_dead_ones_socket_is_replaced(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    first = start_agent(tmp_path, tree, sock, stderr_name="first.err")
+    try:
+        err = _refused_start(tmp_path, tree, sock)
+        assert f"another agent already serves {sock}" in err
+        first.kill()  # no clean-up: its socket stays
+        first.wait(10)
+        assert sock.exists()
+        second = start_agent(tmp_path, tree, sock, stderr_name="second.err")
+        stop(second)
+        assert f"removed the socket a stopped agent left at {sock}" in (tmp_path / "second.err").read_text()
+    finally:
+        stop(first)
+
+
+def test_the_agent_writes_nothing_outside_its_runtime_directory(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    agent = start_agent(tmp_path, tree, sock)
+    try:
+        client = _subscribe(sock)
+        _readings(client, 3)
+        client.close()
+    finally:
+        stop(agent)
+    after = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    # New: the runtime directory (its socket is gone again), the agent's stderr file and the empty cwd the test gave it.
+    assert set(after) - set(before) == {sock.parent, tmp_path / "agent.err", tmp_path / "agent-cwd", tmp_path / "home"}
+    assert list((tmp_path / "agent-cwd").iterdir()) == [] and list(sock.parent.iterdir()) == []
+    assert all(after[p] == before[p] for p in before if p in after and p.is_file())
+
+
+# -- requests -----------------------------------------------------------------------------------------
+
+
+def _subscribe(path: Path) -> socket.socket:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.settimeout(5)
+    client.connect(str(path))
+    client.sendall(encode({"op": "subscribe", "version": 1}))
+    return client
+
+
+def _readings(client: socket.socket, count: int, buffer: bytearray | None = None) -> list[dict]:
+    buffer = bytearray() if buffer is None else buffer
+    messages: list[dict] = []
+    while len(messages) < count:
+        chunk = client.recv(MAX_REPLY_BYTES)
+        assert chunk, "the agent closed a good client's connection"
+        buffer += chunk
+        messages += decode_frames(buffer, MAX_REPLY_BYTES)
+    return messages
+
+
+def _closed_by_agent(client: socket.socket, timeout_s: float = 5.0) -> bool:
+    client.settimeout(timeout_s)
+    try:
+        while True:
+            chunk = client.recv(65536)
+            if not chunk:
+                return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+
+
+BAD_REQUESTS = {
+    "not_json": struct.pack(">I", 5) + b"hello",
+    "json_array": struct.pack(">I", 6) + b"[1, 2]",
+    "unknown_op": encode({"op": "read_now"}),
+    "oversized_announced": struct.pack(">I", 2**31) + b"x" * 100,
+    "oversized_sent": struct.pack(">I", 4000) + b"{" + b" " * 3998 + b"}",
+    "second_request": encode({"op": "subscribe", "version": 1}) * 2,
+    "bad_utf8": struct.pack(">I", 4) + b"\xff\xfe\xfd\xfc",
+}
+
+
+def test_malformed_and_oversized_requests_close_only_that_connection(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    agent = start_agent(tmp_path, tree, sock, "--min-interval-ms", "20")
+    try:
+        good = _subscribe(sock)
+        buffer = bytearray()
+        answer, *_ = _readings(good, 2, buffer)
+        assert answer["ok"] is True and [z["id"] for z in answer["zones"]] == ["package_0", "core_0", "uncore_0", "dram_0"]
+        for name, request in BAD_REQUESTS.items():
+            bad = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            bad.connect(str(sock))
+            bad.sendall(request)
+            assert _closed_by_agent(bad), name
+            bad.close()
+        late = _subscribe(sock)
+        late.sendall(b"more")  # anything after the one request
+        assert _closed_by_agent(late)
+        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        silent.connect(str(sock))  # never subscribes: dropped after the deadline
+        assert _closed_by_agent(silent, timeout_s=10)
+        assert len(_readings(good, 20, buffer)) >= 20  # the good client kept its readings throughout
+        assert agent.poll() is None
+    finally:
+        stop(agent)
+    assert agent.returncode == 0
+
+
+FLOOD = r"""
+import socket, struct, sys, time
+path, seconds, count_path = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+end = time.monotonic() + seconds
+held, attempts = [], 0
+while time.monotonic() < end:
+    attempts += 1
+    if attempts % 200 == 0:
+        with open(count_path, "w") as f:
+            f.write(str(attempts))
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect(path)
+        s.send(struct.pack(">I", 40) + b"x" * 40 if attempts % 2 else b"\x00\x00\x00\x10{\"op\":\"subscribe\"")
+        if len(held) < 200:
+            held.append(s)  # half-sent or garbage, never read
+        else:
+            s.close()
+    except OSError:
+        s.close()
+"""
+
+
+def flood_connections(tmp_path: Path) -> int:
+    return int((tmp_path / "flood.count").read_text() or 0)
+
+
+def test_a_flooding_client_does_not_slow_the_others(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    interval_s = 0.02
+    agent = start_agent(tmp_path, tree, sock, "--min-interval-ms", str(interval_s * 1e3))
+
+    def subscribe_retrying(deadline_s: float) -> socket.socket:
+        # A connect may find the listen queue full while a flood is on: a client retries, as the library does.
+        end = time.monotonic() + deadline_s
+        while True:
+            try:
+                return _subscribe(sock)
+            except (BlockingIOError, ConnectionRefusedError):
+                if time.monotonic() > end:
+                    raise
+                time.sleep(0.05)
+
+    def gaps(client: socket.socket, buffer: bytearray, seconds: float) -> list[float]:
+        times = []
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            _readings(client, 1, buffer)
+            times.append(time.monotonic())
+        return [b - a for a, b in zip(times, times[1:])]
+
+    try:
+        client = _subscribe(sock)
+        buffer = bytearray()
+        _readings(client, 2, buffer)
+        calm = gaps(client, buffer, 2.0)
+        flood_script = tmp_path / "flood.py"
+        flood_script.write_text(FLOOD)
+        os.chmod(flood_script, 0o644)
+        (tmp_path / "flood.count").write_text("0")
+        os.chmod(tmp_path / "flood.count", 0o666)
+        # Niced: on two cores a flooder at equal priority takes the agent's CPU time, which is the scheduler's
+        # doing; what is tested is that the agent's own loop keeps serving the others however hard it is pushed.
+        flooders = [
+            subprocess.Popen(["nice", "-n", "19", *as_uid(FLOODER_UID, GROUP_GID), sys.executable, str(flood_script),
+                              str(sock), "4", str(tmp_path / "flood.count")], env=child_env(tmp_path), stderr=subprocess.DEVNULL)
+        ]
+        try:
+            time.sleep(0.5)
+            flooded = gaps(client, buffer, 2.5)
+            # A newcomer still gets in and is served during the flood.
+            newcomer = subscribe_retrying(10)
+            assert len(_readings(newcomer, 3)) == 3
+            newcomer.close()
+        finally:
+            for flooder in flooders:
+                stop(flooder)
+        client.close()
+        assert agent.poll() is None
+    finally:
+        stop(agent)
+    calm.sort()
+    flooded.sort()
+    # Readings keep arriving every interval: the median gap stays the interval, and no reading is held
+    # back long (generous bounds: two cores shared with the flooders and the test itself).
+    assert abs(flooded[len(flooded) // 2] - interval_s) < interval_s * 0.5, (calm[len(calm) // 2], flooded[len(flooded) // 2])
+    assert len(flooded) >= 0.6 * 2.5 / interval_s, len(flooded)
+    assert flood_connections(tmp_path) > 1000  # it did flood
+    print(f"flood: {flood_connections(tmp_path)} connection attempts; median gap calm {calm[len(calm) // 2] * 1e3:.1f} ms, "
+          f"flooded {flooded[len(flooded) // 2] * 1e3:.1f} ms, p99 {flooded[int(len(flooded) * 0.99)] * 1e3:.1f} ms")
+    assert flooded[int(len(flooded) * 0.99)] < 0.25, flooded[-5:]
