@@ -91,7 +91,12 @@ build_ferretdb() {
         echo "build.sh: ferretdb is up to date ($out/ferretdb)"; return
     fi
     version=$(go -C "$module" list -m -f '{{.Version}}' github.com/FerretDB/FerretDB)
+    # list -m names no Dir until the module is in the module cache (a fresh machine's is empty).
+    go -C "$module" mod download github.com/FerretDB/FerretDB
     src=$(go -C "$module" list -m -f '{{.Dir}}' github.com/FerretDB/FerretDB)
+    if [ -z "$src" ] || [ ! -d "$src" ]; then
+        echo "build.sh: FerretDB's module source not found after go mod download" >&2; exit 1
+    fi
     echo "build.sh: building ferretdb ($version)"
     rm -rf "$work"
     mkdir -p "$work"
