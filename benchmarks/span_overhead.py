@@ -8,7 +8,14 @@ read off the span path in the meter's device thread exactly as NVML is (``--no-g
 leaves it out); the GPU's counter is a clock-driven stand-in, so the NVML call itself
 (off the span path either way) is not in the figures.
 
-    python -m benchmarks.span_overhead [--spans N] [--no-gpu] [--json]   # from the repository root (it imports tests.fakes)
+    python -m benchmarks.span_overhead [--spans N] [--no-gpu] [--source direct|agent] [--coarsening] [--json]
+    # from the repository root (it imports tests.fakes)
+
+``--source agent`` reads the same fake tree through a real ``otel-joules agent`` process (its socket in the
+temp dir) instead of the files: the library's agent channels return the readings the agent pushed, so a span
+is to cost no more than with direct reads. ``--coarsening`` measures what the agent's ``--min-interval-ms``
+costs spans in accuracy: spans of 50 ms, 200 ms and 1 s against a counter whose readings arrive only every
+interval, at a random phase (as the agent's pushes do).
 
 Targets (issue 10): the exact mode at most 1.8x a bare span, the cached mode at most 1.4x,
 with attribution on (the default); issue 9 asked that attribution keep the exact mode at or
@@ -296,18 +303,117 @@ def measure_floors(tree: Any, spans: int, attributes_count: int) -> dict[str, di
     return floors
 
 
+class CoarsenedClockChannel(ClockCounterChannel):
+    """The clock-driven RAPL stand-in as seen through the agent: the value of its last push, every ``interval_s``."""
+
+    def __init__(self, watts: float, interval_s: float, phase_s: float) -> None:
+        super().__init__(watts)
+        self.domain = Domain("package_0", HardwareType.CPU, "coarsened stand-in", "clock", update_period_s=interval_s)
+        self._interval_ns = round(interval_s * 1e9)
+        self._phase_ns = round(phase_s * 1e9)
+
+    def read_uj(self) -> int:
+        elapsed_ns = time.monotonic_ns() - self._origin_ns - self._phase_ns
+        pushed_ns = elapsed_ns // self._interval_ns * self._interval_ns + self._phase_ns
+        return max(0, pushed_ns) // self._period_ns * self._step_uj
+
+
+def measure_coarsening(interval_s: float, span_s: float, spans: int, watts: float = 50.0) -> dict[str, float]:
+    """Per-span and summed relative error of spans of ``span_s`` against readings every ``interval_s``."""
+    import random
+
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    meter = EnergyMeter(channels=[CoarsenedClockChannel(watts, interval_s, random.uniform(0, interval_s))], sample=False)
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    provider.add_span_processor(EnergySpanProcessor(meter, attribution=False))
+    tracer = provider.get_tracer("coarsening")
+    for _ in range(spans):
+        time.sleep(random.uniform(0, interval_s))  # spans start at any phase of the pushes
+        with tracer.start_as_current_span("timed"):
+            time.sleep(span_s)
+    errors, measured_j, truth_j = [], 0.0, 0.0
+    for span in exporter.get_finished_spans():
+        truth = watts * (span.end_time - span.start_time) / 1e9
+        value = span.attributes["energy.package_0.joules"]
+        errors.append(abs(value - truth) / truth)
+        measured_j += value
+        truth_j += truth
+    meter.close()
+    return {
+        "mean_rel_error": statistics.mean(errors),
+        "max_rel_error": max(errors),
+        "sum_rel_error": measured_j / truth_j - 1,
+        "bound_rel": interval_s / span_s,
+    }
+
+
+#: (span seconds, spans) for the coarsening runs: ~30 s per interval.
+COARSENING_SPANS = ((0.05, 200), (0.2, 50), (1.0, 10))
+COARSENING_INTERVALS_MS = (1, 10, 50, 100)
+
+
+def _agent_channels(tree: Any, tmp: str) -> tuple[list[Channel], Any]:
+    """The tree's zones through a real agent process (stopped by the caller)."""
+    import subprocess
+
+    from otel_joules.sensors import agent
+
+    runtime = Path(tmp) / "run"
+    socket_path = str(runtime / "agent.sock")
+    env = {**os.environ, "OTEL_JOULES_SYSFS_ROOT": tree.sysfs_root}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_joules.cli.main", "agent", "--socket", socket_path, "--group", str(os.getgid())],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 20
+    while not os.path.exists(socket_path):
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            raise SystemExit("the agent did not start")
+        time.sleep(0.05)
+    found = agent.discover(Settings(sysfs_root=tree.sysfs_root, agent_socket=socket_path))
+    if not found.channels:
+        process.kill()
+        raise SystemExit(f"no agent channels: {found.unavailable}")
+    return found.channels, process
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=100_000, help="spans per kind for the timing")
     parser.add_argument("--memory-spans", type=int, default=100_000)
     parser.add_argument("--no-accuracy", action="store_true", help="skip the accuracy runs")
     parser.add_argument("--no-gpu", action="store_true", help="RAPL domains only")
+    parser.add_argument("--source", choices=("direct", "agent"), default="direct", help="read RAPL files, or through a real agent")
+    parser.add_argument("--coarsening", action="store_true", help="only measure the accuracy cost of the agent's intervals")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.coarsening:
+        coarsening = {
+            f"{interval_ms}ms": {
+                f"{span_s:g}s": measure_coarsening(interval_ms / 1e3, span_s, spans) for span_s, spans in COARSENING_SPANS
+            }
+            for interval_ms in COARSENING_INTERVALS_MS
+        }
+        if args.json:
+            print(json.dumps(coarsening, indent=2))
+            return 0
+        for interval, by_span in coarsening.items():
+            for span, acc in by_span.items():
+                print(
+                    f"readings every {interval}, spans of {span}: mean error {acc['mean_rel_error']:.2%}, worst "
+                    f"{acc['max_rel_error']:.2%} (bound {acc['bound_rel']:.1%}), sum over spans {acc['sum_rel_error']:+.2%}"
+                )
+        return 0
     result: dict = {
         "domains": "4 RAPL" if args.no_gpu else "4 RAPL + 1 GPU",
         "target_ratios": TARGET_RATIOS,
         "cached_window_s": CACHED_WINDOW_S,
+        "source": args.source,
     }
     with tempfile.TemporaryDirectory() as tmp:
         tree = make_powercap(Path(tmp) / "sys", "four_domains")
@@ -316,7 +422,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("exact_no_attribution", 0.0, False),
             ("cached", CACHED_WINDOW_S, True),
         ):
-            channels = rapl.discover(Settings(sysfs_root=tree.sysfs_root)).channels
+            agent_process = None
+            if args.source == "agent":
+                channels, agent_process = _agent_channels(tree, tmp)
+            else:
+                channels = rapl.discover(Settings(sysfs_root=tree.sysfs_root)).channels
             if not args.no_gpu:
                 channels.append(ClockGpuChannel())
             meter = EnergyMeter(channels=channels, max_snapshot_age_s=max_age_s)
@@ -334,6 +444,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 result["memory"] = measure_memory(tracer, args.memory_spans)
                 result["pieces"] = measure_pieces(meter)
             meter.close()
+            if agent_process is not None:
+                agent_process.terminate()
+                agent_process.wait(10)
         if not args.no_accuracy:
             for mode, max_age_s in (("exact", 0.0), ("cached", CACHED_WINDOW_S)):
                 result[mode]["accuracy"] = measure_accuracy(max_age_s)
@@ -346,6 +459,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "exact_no_attribution": "the same without energy.attributed.*",
         "cached": f"snapshots reused for {CACHED_WINDOW_S * 1e3:g} ms, shares attributed",
     }
+    print(f"RAPL read {'through a real otel-joules agent' if args.source == 'agent' else 'from the files'}")
     for mode in ("exact", "exact_no_attribution", "cached"):
         timing = result[mode]
         label = labels[mode]

@@ -76,3 +76,27 @@ def test_a_short_run_reports_every_mode_beside_its_floor(capsys: pytest.CaptureF
     # The floors set as many attributes as the exact mode does: 4 RAPL domains and a GPU, with shares.
     assert result["pieces"]["attributes_count"] == 15
     assert result["domains"] == "4 RAPL + 1 GPU"
+
+
+def test_a_short_run_through_a_real_agent_reads_the_agent_and_names_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert span_overhead.main(["--spans", "420", "--memory-spans", "200", "--no-accuracy", "--no-gpu", "--source", "agent",
+                               "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["source"] == "agent"
+    # One attribute more than direct reads (4 RAPL domains and the shares): energy.agent.domains.
+    assert result["pieces"]["attributes_count"] == 14
+
+
+def test_the_coarsened_counter_reports_the_value_of_its_last_push() -> None:
+    import time
+
+    channel = span_overhead.CoarsenedClockChannel(watts=50.0, interval_s=0.05, phase_s=0.0)
+    push_uj = 50.0 * 0.05 * 1e6
+    values = []
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        values.append(channel.read_uj())
+    steps = sorted({b - a for a, b in zip(values, values[1:])} - {0})
+    # Only whole pushes of the interval's energy (several at once if this loop was descheduled), every 50 ms.
+    assert steps and all(step % push_uj == 0 for step in steps), steps
+    assert (values[-1] - values[0]) / push_uj <= 5
