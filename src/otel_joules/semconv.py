@@ -54,6 +54,9 @@ ENERGY_SOURCE: Final = "energy.source"
 ENERGY_BELOW_RESOLUTION: Final = "energy.below_resolution"
 #: Why a span with explicit start/end times has no ``energy.joules``.
 ENERGY_UNAVAILABLE_REASON: Final = "energy.unavailable_reason"
+#: Seconds the wall clock stepped during the span (``date -s``, an NTP step, a VM resume), when more than 2 ms
+#: either way: its start and end times are off by it; its measured duration is ``end - start - this``.
+ENERGY_CLOCK_STEP_S: Final = "energy.clock_step_s"
 #: How a domain's joules were obtained, on metric points (``counter``, ``power_integration``, ``estimate``).
 ENERGY_METHOD: Final = "energy.method"
 #: kWh, where a layer reports facility energy in kWh (training-run prediction events).

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
 from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, HostCpuTimes, ProcfsReadError
+from otel_joules.meter.clock import wall_offset_ns as _wall_offset_ns
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.meter.sampler import PeriodicThread
 from otel_joules.semconv import ENERGY_ATTRIBUTED_NAMESPACE, ENERGY_JOULES, KIND_CPU, KIND_GPU, KIND_MEMORY
@@ -94,21 +95,6 @@ class _Rates(NamedTuple):
     cpu_j_per_cpu_s: float
     memory_j_per_cpu_s: float
     gpu_watts: float
-
-
-def _wall_offset_ns() -> int:
-    """``time.time_ns() - time.monotonic_ns()``, from the tightest of three tries (a preemption
-    between the two reads would shift every explicit span time converted with it)."""
-    best_gap, best_offset = None, 0
-    for _ in range(3):
-        before = time.monotonic_ns()
-        wall = time.time_ns()
-        after = time.monotonic_ns()
-        if best_gap is None or after - before < best_gap:
-            best_gap, best_offset = after - before, wall - (before + after) // 2
-        if best_gap < 20_000:
-            break
-    return best_offset
 
 
 def _busy_and_capacity(busy_s: float, idle_s: float, process_cpu_s: float) -> tuple[float, float]:

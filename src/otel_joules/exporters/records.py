@@ -16,7 +16,10 @@ Fields (the same names in every format):
 ``start_time_unix_nano``  integer nanoseconds since the Unix epoch (what the SDK recorded;
                           the exact value, the ISO form is the same instant for humans)
 ``end_time_unix_nano``    the same, for the end
-``duration_s``            ``(end_time_unix_nano - start_time_unix_nano) / 1e9``, a float
+``duration_s``            the span's measured duration in seconds, a float, never negative:
+                          ``(end_time_unix_nano - start_time_unix_nano) / 1e9``, less
+                          ``energy.clock_step_s`` on a span the wall clock stepped during
+                          (its times are then off by the step; the duration is not)
 ``service_name``          the ``service.name`` resource attribute, or absent (None)
 ``attributes``            every span attribute whose key starts with ``energy.``,
                           ``carbon.`` or ``training.``
@@ -49,7 +52,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 # Which attributes every format keeps is said once, in the vocabulary (``str.startswith``
 # takes the tuple as it is).
-from otel_joules.semconv import EXPORTED_ATTRIBUTE_PREFIXES, SERVICE_NAME
+from otel_joules.semconv import ENERGY_CLOCK_STEP_S, EXPORTED_ATTRIBUTE_PREFIXES, SERVICE_NAME
 
 #: The fixed fields of a record, in the order every format writes them (the
 #: ``attributes`` field comes after these).
@@ -126,10 +129,18 @@ class SpanRecord:
 
     @property
     def duration_s(self) -> float | None:
-        """Seconds between start and end, or None when either is missing."""
+        """The measured seconds from start to end (never negative), or None when either time is missing.
+
+        The span's wall-clock times less ``energy.clock_step_s`` where the wall clock stepped
+        during the span (:data:`otel_joules.semconv.ENERGY_CLOCK_STEP_S`).
+        """
         if self.start_time_unix_nano is None or self.end_time_unix_nano is None:
             return None
-        return (self.end_time_unix_nano - self.start_time_unix_nano) / _NANOS_PER_SECOND
+        wall_s = (self.end_time_unix_nano - self.start_time_unix_nano) / _NANOS_PER_SECOND
+        step_s = self.attributes.get(ENERGY_CLOCK_STEP_S)
+        if isinstance(step_s, (int, float)) and not isinstance(step_s, bool) and math.isfinite(step_s):
+            wall_s -= step_s
+        return max(wall_s, 0.0)
 
     def core_fields(self) -> dict[str, str | int | float | None]:
         """The :data:`CORE_FIELDS` of this record, in that order, as plain values."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 import weakref
 from typing import Any, Callable, Mapping
 
@@ -16,17 +17,21 @@ from otel_joules.attribution.registry import attributor_for
 from otel_joules.attribution.sampling import HISTORY_S
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.attribution.spans import SpanShare
+from otel_joules.meter.clock import STEP_TOLERANCE_NS, WALL_CLOCK
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
-from otel_joules.semconv import ENERGY_UNAVAILABLE_REASON
+from otel_joules.semconv import ENERGY_CLOCK_STEP_S, ENERGY_UNAVAILABLE_REASON
 
 _log = logging.getLogger("otel_joules")
 
-#: A span start time further than this from when ``start()`` ran was stated explicitly (an
-#: explicit end time is always known as such): its energy comes from the meter's history.
-EXPLICIT_TIME_TOLERANCE_NS = 2_000_000
+#: A span start time further than this from the wall clock when ``start()`` ran was stated
+#: explicitly (an explicit end time is always known as such): its energy comes from the meter's
+#: history. The same bound tells a wall-clock step during a span (``energy.clock_step_s``).
+EXPLICIT_TIME_TOLERANCE_NS = STEP_TOLERANCE_NS
 _UNSET = object()
+_monotonic_ns = time.monotonic_ns
+_time_ns = time.time_ns
 
 
 class EnergySpanProcessor(SpanProcessor):
@@ -48,6 +53,12 @@ class EnergySpanProcessor(SpanProcessor):
 
     A span started or ended with an explicit time gets the energy of its stated interval from
     the attributor's history, or no ``energy.joules`` and ``energy.unavailable_reason``.
+
+    Every interval is on the monotonic clock. The wall clock (the SDK's span times) is read
+    beside it at a span's start and end: an explicit time is one that differs from the wall
+    clock then, and is converted to the monotonic clock with the offset measured then. A
+    wall-clock step (``date -s``, NTP, a VM resume) therefore changes no span's energy; a span
+    open across one carries ``energy.clock_step_s``, by how much its wall times are off.
 
     The energy and attribution attributes are set on the live span before
     ``on_measurement`` runs, so a hook can read them from ``span.attributes``.
@@ -96,6 +107,21 @@ class EnergySpanProcessor(SpanProcessor):
         """Take the opening snapshot, open the span's share, and arrange for the closing one before the span freezes."""
         if not self.enabled:
             return
+        # The two clocks first, as close as possible to the SDK's own wall-clock read of the start.
+        mono_ns = _monotonic_ns()
+        wall_ns = _time_ns()
+        offset_ns = previous_ns = WALL_CLOCK.offset_ns
+        if not -EXPLICIT_TIME_TOLERANCE_NS <= wall_ns - mono_ns - previous_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+            offset_ns = WALL_CLOCK.settle()
+        stated_ns = span.start_time
+        stated_start_ns = None
+        if stated_ns is not None and not -EXPLICIT_TIME_TOLERANCE_NS <= stated_ns - wall_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+            if -EXPLICIT_TIME_TOLERANCE_NS <= stated_ns - previous_ns - mono_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+                # The SDK read the start just before a step (it matches the offset before it): not
+                # explicit, and stamped on the clock as it was then.
+                offset_ns = previous_ns
+            else:
+                stated_start_ns = stated_ns - offset_ns
         try:
             meter = self._meter or self.meter
             start = meter.snapshot()
@@ -109,7 +135,9 @@ class EnergySpanProcessor(SpanProcessor):
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
             self._report_failure(exc)
             return
-        span.end = _MeasuringEnd(span, self._self_ref, start, attributor, share)  # type: ignore[method-assign]
+        span.end = _MeasuringEnd(  # type: ignore[method-assign]
+            span, self._self_ref, start, attributor, share, offset_ns, stated_start_ns
+        )
 
     def _planned(self, meter: EnergyMeter, attributor: Attributor | None) -> MeterAttributes:
         plan = self._plan
@@ -125,7 +153,14 @@ class EnergySpanProcessor(SpanProcessor):
         measurement: EnergyMeasurement | None,
         attribution: SpanAttribution | None,
         end_time: int | None,
+        stated_start_ns: int | None = None,
+        end_offset_ns: int = 0,
+        clock_step_ns: int = 0,
     ) -> None:
+        """Set the span's attributes. ``stated_start_ns``: its explicit start on the monotonic clock (None:
+        the start snapshot's); ``end_offset_ns``: the wall clock's offset when it ended, for an explicit
+        ``end_time``; ``clock_step_ns``: how far the wall clock stepped while it was open (0: not beyond
+        the tolerance)."""
         try:
             # Both resolved by on_start before the span could end.
             meter: EnergyMeter = self._meter  # type: ignore[assignment]
@@ -136,11 +171,7 @@ class EnergySpanProcessor(SpanProcessor):
                 self._on_measurement is None
                 and measurement is None
                 and end_time is None
-                and (
-                    attributor is None
-                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns)  # type: ignore[operator]
-                    <= EXPLICIT_TIME_TOLERANCE_NS
-                )
+                and (attributor is None or stated_start_ns is None)
             ):
                 # The common case: no hook wants the measurement and the span's interval is the
                 # snapshots' (no explicit times): one dict straight from the snapshots.
@@ -148,17 +179,19 @@ class EnergySpanProcessor(SpanProcessor):
                 attributes = plan.attributes(start, end)  # type: ignore[arg-type]
                 if attribution is not None:
                     attributes = plan.add_attribution(attribution, {} if attributes is None else attributes)
+                if clock_step_ns:
+                    attributes = {} if attributes is None else attributes
+                    attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
                 if attributes:
                     _set_attributes(span, attributes)
                 return
             reason = None
             if measurement is None:
-                if attributor is not None and (
-                    end_time is not None
-                    or abs(span.start_time - attributor.wall_offset_ns - start.monotonic_ns)  # type: ignore[operator]
-                    > EXPLICIT_TIME_TOLERANCE_NS
-                ):
-                    measurement, reason = _stated_interval(span, meter, attributor, start, end, end_time)  # type: ignore[arg-type]
+                if attributor is not None and (end_time is not None or stated_start_ns is not None):
+                    stated_end_ns = None if end_time is None else end_time - end_offset_ns
+                    measurement, reason = _stated_interval(
+                        meter, attributor, start, end, stated_start_ns, stated_end_ns  # type: ignore[arg-type]
+                    )
                 else:
                     measurement = meter.measure(start, end)  # type: ignore[arg-type]
             measured = measurement is not None and _has_energy(measurement)
@@ -168,6 +201,8 @@ class EnergySpanProcessor(SpanProcessor):
                 attributes = {} if reason is None else {ENERGY_UNAVAILABLE_REASON: reason}
             if attribution is not None and attributor is not None:
                 attribution_attributes(attribution, attributor.kinds, attributes)
+            if clock_step_ns:
+                attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
             if not attributes:
                 return
             _set_attributes(span, attributes)
@@ -230,28 +265,26 @@ def _set_attributes(span: Span, attributes: dict[str, Any]) -> None:
 
 
 def _stated_interval(
-    span: Span,
     meter: EnergyMeter,
     attributor: Attributor,
     start: EnergySnapshot,
     end: EnergySnapshot,
-    end_time: int | None,
+    stated_start_ns: int | None,
+    stated_end_ns: int | None,
 ) -> tuple[EnergyMeasurement | None, str | None]:
     """The measurement of the span's stated interval, or None and the reason it is not known.
 
-    Spans without explicit times (the usual case) get the snapshots taken at ``start()`` and
-    ``end()``; explicit times are looked up in the attributor's history.
+    ``stated_start_ns`` and ``stated_end_ns`` are the explicit times on the monotonic clock (None
+    where not stated: the snapshot taken at ``start()`` or ``end()`` stands); explicit times are
+    looked up in the attributor's history.
     """
-    t0 = attributor.wall_to_monotonic_ns(span.start_time or 0)
-    explicit_start = abs(t0 - start.monotonic_ns) > EXPLICIT_TIME_TOLERANCE_NS
-    t1 = end.monotonic_ns
-    explicit_end = False
-    if end_time is not None:
-        # Stated by the caller: honoured even when close to now (the history interpolates).
-        t1 = attributor.wall_to_monotonic_ns(end_time)
-        explicit_end = True
+    explicit_start = stated_start_ns is not None
+    explicit_end = stated_end_ns is not None
     if not explicit_start and not explicit_end:
         return meter.measure(start, end), None
+    t0 = start.monotonic_ns if stated_start_ns is None else stated_start_ns
+    # An end stated by the caller is honoured even when close to now (the history interpolates).
+    t1 = end.monotonic_ns if stated_end_ns is None else stated_end_ns
     if t1 < t0:
         return None, "end_time is before start_time"
     if t1 > end.monotonic_ns + EXPLICIT_TIME_TOLERANCE_NS:
@@ -275,21 +308,27 @@ class _MeasuringEnd:
     The meter is the processor's (resolved before the first span starts).
     """
 
-    __slots__ = ("_span_ref", "_processor_ref", "_start", "_attributor", "_share")
+    __slots__ = ("_span_ref", "_processor_ref", "_start", "_attributor", "_share", "_offset_ns", "_stated_start_ns")
 
     def __init__(
         self,
         span: Span,
         processor_ref: "weakref.ReferenceType[EnergySpanProcessor]",
         start: EnergySnapshot,
-        attributor: Attributor | None = None,
-        share: SpanShare | None = None,
+        attributor: Attributor | None,
+        share: SpanShare | None,
+        offset_ns: int,
+        stated_start_ns: int | None,
     ) -> None:
         self._span_ref = weakref.ref(span) if share is None else weakref.ref(span, share.abandon)
         self._processor_ref = processor_ref
         self._start = start
         self._attributor = attributor
         self._share = share
+        #: The wall clock's offset from the monotonic clock when the span started.
+        self._offset_ns = offset_ns
+        #: The span's explicit start on the monotonic clock; None when it started at ``start()``.
+        self._stated_start_ns = stated_start_ns
 
     def _end(
         self,
@@ -300,6 +339,7 @@ class _MeasuringEnd:
         span = self._span_ref()
         if span is None:
             return
+        sdk_end_time = end_time
         if span.end_time is None:
             processor = self._processor_ref()
             enabled = processor is not None and processor.enabled
@@ -309,17 +349,34 @@ class _MeasuringEnd:
                     end = processor._meter.snapshot()  # type: ignore[union-attr]
                 except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
                     processor._report_failure(exc)  # type: ignore[union-attr]
+            # The two clocks side by side: the wall clock read here is the SDK's end time, so the
+            # step measured between the span's two offsets is exactly how far its wall times are off.
+            mono_ns = _monotonic_ns()
+            wall_ns = _time_ns()
+            offset_ns = WALL_CLOCK.offset_ns
+            if not -EXPLICIT_TIME_TOLERANCE_NS <= wall_ns - mono_ns - offset_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+                offset_ns = WALL_CLOCK.settle()
+            if end_time is None:
+                sdk_end_time = wall_ns
+            step_ns = offset_ns - self._offset_ns
+            if -EXPLICIT_TIME_TOLERANCE_NS <= step_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+                step_ns = 0
             # Closed even when the processor is off: an open share would dilute the thread's others.
             share = self._share
             attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
             if enabled:
-                processor._finish(span, self._start, end, measurement, attribution, end_time)  # type: ignore[union-attr]
-            elif measurement is not None and _has_energy(measurement):
-                # The caller's own measurement is its to report, whether or not this processor still measures.
-                span.set_attributes(measurement_attributes(measurement))
+                processor._finish(  # type: ignore[union-attr]
+                    span, self._start, end, measurement, attribution, end_time, self._stated_start_ns, offset_ns, step_ns
+                )
+            else:
+                if measurement is not None and _has_energy(measurement):
+                    # The caller's own measurement is its to report, whether or not this processor still measures.
+                    span.set_attributes(measurement_attributes(measurement))
+                if step_ns:
+                    span.set_attribute(ENERGY_CLOCK_STEP_S, step_ns / 1e9)
             if final_attributes:
                 span.set_attributes(final_attributes)
-        type(span).end(span, end_time)
+        type(span).end(span, sdk_end_time)
 
     # ``span.end(end_time)`` lands here directly: one Python frame fewer on every span.
     __call__ = _end
