@@ -478,3 +478,27 @@ def test_a_flooding_client_does_not_slow_the_others(tmp_path: Path) -> None:
     print(f"flood: {flood_connections(tmp_path)} connection attempts; median gap calm {calm[len(calm) // 2] * 1e3:.1f} ms, "
           f"flooded {flooded[len(flooded) // 2] * 1e3:.1f} ms, p99 {flooded[int(len(flooded) * 0.99)] * 1e3:.1f} ms")
     assert flooded[int(len(flooded) * 0.99)] < 0.25, flooded[-5:]
+
+
+def test_devices_says_which_domains_are_read_through_the_agent(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    agent = start_agent(tmp_path, tree, sock)
+    try:
+        result = subprocess.run(
+            [*as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID]), sys.executable, "-m", "otel_joules.cli.main", "devices", "--json"],
+            env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock), LD_LIBRARY_PATH=""),
+            cwd=tmp_path / "home", capture_output=True, text=True, timeout=60,
+        )
+    finally:
+        stop(agent)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    report = json.loads(result.stdout)
+    rows = [(d["id"], d["source"], d["via_agent"]) for d in report["domains"]]
+    assert rows[:4] == [("package_0", "measured", True), ("core_0", "measured", True), ("uncore_0", "measured", True),
+                        ("dram_0", "measured", True)]
+    # The standby estimates are listed (they stand in while the agent is away); the permission entries are not news.
+    assert [r[0] for r in rows[4:]] == ["cpu_estimate", "memory_estimate"]
+    assert not any("not readable by this user" in u["reason"] for u in report["unavailable"])

@@ -34,6 +34,7 @@ def describe(meter: EnergyMeter) -> dict[str, Any]:
                 "method": d.method.value,
                 "source": "measured" if d.method.is_measurement else "estimate",
                 "in_total": d.in_total,
+                "via_agent": d.via_agent,
             }
             for d in meter.domains
         ],
@@ -63,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
             print(heading)
             for d in domains:
                 total = "adds to energy.joules" if d["in_total"] else "reported, inside another domain"
+                if d["via_agent"]:
+                    total += "; read through the otel-joules agent"
                 print(f"  {d['id']:<{width}}  {d['hw_type']:<9} {d['method']:<17} {d['hw_name']}  ({total})")
     if report["unavailable"]:
         print()
