@@ -502,3 +502,24 @@ def test_devices_says_which_domains_are_read_through_the_agent(tmp_path: Path) -
     # The standby estimates are listed (they stand in while the agent is away); the permission entries are not news.
     assert [r[0] for r in rows[4:]] == ["cpu_estimate", "memory_estimate"]
     assert not any("not readable by this user" in u["reason"] for u in report["unavailable"])
+
+
+def test_with_user_the_agent_switches_to_it_after_opening_the_counters_and_still_serves(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    agent = start_agent(tmp_path, tree, sock, "--user", "23005")
+    try:
+        status = Path(f"/proc/{agent.pid}/status").read_text().splitlines()
+        uids = next(line for line in status if line.startswith("Uid:")).split()[1:]
+        groups = next(line for line in status if line.startswith("Groups:")).split()[1:]
+        assert uids == ["23005"] * 4 and groups == []
+        client = _subscribe(sock)
+        answer, reading, *_ = _readings(client, 2)
+        assert answer["ok"] is True and len(reading["uj"]) == 4 and all(isinstance(v, int) for v in reading["uj"])
+        client.close()
+    finally:
+        stop(agent)
+    # It may not remove its socket from root's directory any more; the next agent replaces it, and says so.
+    again = start_agent(tmp_path, tree, sock, stderr_name="again.err")
+    stop(again)
+    assert "removed the socket a stopped agent left" in (tmp_path / "again.err").read_text()
