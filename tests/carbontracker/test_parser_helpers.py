@@ -95,6 +95,23 @@ def test_helpers_agree_with_carbontracker_on_its_own_logs(tmp_path: Path) -> Non
     assert parser.get_devices(text) == ct_parser.get_devices(text) == {"gpu": ["Tesla T4"], "cpu": ["cpu:0"]}
 
 
+def test_get_devices_reads_the_output_logs_components_line_as_carbontracker(tmp_path: Path) -> None:
+    # carbontracker writes the components line to the output log too, after "CarbonTracker: ".
+    _, output = _carbontracker_run(tmp_path, "8", [(1.0, {"cpu": [40.0]})], {"gpu": ["Tesla T4"], "cpu": ["cpu:0"]})
+    text = output.read_text()
+    assert "CarbonTracker: The following components were found: GPU with device(s) Tesla T4." in text
+    assert parser.get_devices(text) == ct_parser.get_devices(text) == {"gpu": ["Tesla T4"], "cpu": ["cpu:0"]}
+
+
+def test_get_devices_reads_our_trackers_output_log(tmp_path: Path) -> None:
+    out = _ours_writer(tmp_path, 1)
+    out.write_header({"gpu": ["NVIDIA A100.1"], "cpu": ["cpu:0"]}, version="0.1.0")
+    text = out.output_log_path.read_text()
+    assert parser.get_devices(text) == {"gpu": ["NVIDIA A100.1"], "cpu": ["cpu:0"]}
+    # carbontracker reads the same line, cutting the dotted name as in its standard log.
+    assert ct_parser.get_devices(text) == {"gpu": ["NVIDIA A100"], "cpu": ["cpu:0"]}
+
+
 # ------------------------------------------------------------------- file helpers
 
 

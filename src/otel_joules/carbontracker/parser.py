@@ -49,6 +49,7 @@ from otel_joules.training.logfiles import (
 from otel_joules.training.logread import (
     EpochRecord,
     StandardLog,
+    components_line_devices,
     consumption_blocks,
     get_consumption,
     get_early_stop,
@@ -405,14 +406,15 @@ def get_all_logs(log_dir: str | os.PathLike[str]) -> Tuple[List[str], List[str]]
 
 
 def get_devices(std_log_data: str) -> Dict[str, List[str]]:
-    """Component -> device names of a standard log's text, as carbontracker's ``get_devices``.
+    """Component -> device names of a standard or output log's text, as carbontracker's ``get_devices``.
 
     Returns:
-        ``{"gpu": ["NVIDIA A100.1", "T4"], "cpu": ["cpu:0", "dram:0"]}``; ``{}`` when the
-        text has no components line. Unlike carbontracker, a dot inside a device name does
-        not end the list and names carry no leading space.
+        ``{"gpu": ["NVIDIA A100.1", "T4"], "cpu": ["cpu:0", "dram:0"]}`` from the first
+        components line (the output log's, after its ``CarbonTracker: `` prefix, too);
+        ``{}`` when the text has none. Unlike carbontracker, a dot inside a device name
+        does not end the list and names carry no leading space.
     """
-    return dict(parse_standard_log(std_log_data).devices)
+    return components_line_devices(std_log_data)
 
 
 def get_epoch_durations(std_log_data: str) -> List[float]:

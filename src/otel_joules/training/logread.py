@@ -23,12 +23,14 @@ from otel_joules.training.logformat import (
     ESTIMATE_DEVICE_MARKS,
     ESTIMATE_LOG_PREFIX,
     SOFTWARE_NAME,
+    MESSAGE_PREFIX,
     LogFormatError,
 )
 
 __all__ = [
     "EpochRecord",
     "StandardLog",
+    "components_line_devices",
     "consumption_blocks",
     "get_consumption",
     "get_early_stop",
@@ -188,6 +190,21 @@ def _parse_devices(text: str) -> Dict[str, List[str]]:
             segment = segment[:-1]
         devices[match.group(1).lower()] = [name.strip() for name in segment.split(",") if name.strip()]
     return devices
+
+
+def components_line_devices(text: str) -> Dict[str, List[str]]:
+    """Component -> device names from the first components line of a standard *or output* log's text.
+
+    The output log writes the same line after carbontracker's ``CarbonTracker: `` message
+    prefix; carbontracker's ``get_devices`` finds it in either log. ``{}`` when no line is
+    found. Never raises: only that one line is read.
+    """
+    for _, message in _messages(text):
+        if message.startswith(MESSAGE_PREFIX):
+            message = message[len(MESSAGE_PREFIX):]
+        if match := _COMPONENTS_RE.match(message):
+            return _parse_devices(match.group(1))
+    return {}
 
 
 def parse_standard_log(text: str, *, source: str = "<text>") -> StandardLog:
