@@ -523,3 +523,50 @@ def test_with_user_the_agent_switches_to_it_after_opening_the_counters_and_still
     again = start_agent(tmp_path, tree, sock, stderr_name="again.err")
     stop(again)
     assert "removed the socket a stopped agent left" in (tmp_path / "again.err").read_text()
+
+
+FORKING = r"""
+import json, os, sys, time
+from otel_joules import EnergyMeter
+meter = EnergyMeter()
+meter.snapshot()
+pid = os.fork()
+# Each process its own subscription: the parent's connection is not shared with the child.
+time.sleep(0.3)
+a = meter.snapshot(); time.sleep(1.0); b = meter.snapshot()
+m = meter.measure(a, b)
+print(json.dumps({"who": "child" if pid == 0 else "parent", "source": m.source, "joules": m.total_joules,
+                  "duration_s": m.duration_s, "agent": list(m.agent_domains)}), flush=True)
+if pid:
+    os.waitpid(pid, 0)
+else:
+    os._exit(0)
+"""
+
+
+def test_a_forked_child_reads_through_the_agent_too(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    script = tmp_path / "forking.py"
+    script.write_text(FORKING)
+    os.chmod(script, 0o644)
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        try:
+            result = subprocess.run(
+                [*as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID]), sys.executable, str(script)],
+                env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock),
+                              LD_LIBRARY_PATH=""),
+                cwd=tmp_path / "home", capture_output=True, text=True, timeout=60,
+            )
+        finally:
+            stop(agent)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    rows = {row["who"]: row for row in map(json.loads, result.stdout.splitlines())}
+    assert set(rows) == {"parent", "child"}, result.stdout
+    for row in rows.values():
+        assert row["source"] == "measured" and row["agent"] == ["core_0", "dram_0", "package_0", "uncore_0"], row
+        assert abs(row["joules"] - TOTAL_WATTS * row["duration_s"]) <= 0.05 * TOTAL_WATTS * row["duration_s"], row
+    assert result.stderr == ""
