@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_joules.exporters import CORE_FIELDS, SpanRecord, span_record
 from otel_joules.exporters.records import iso_utc_from_unix_nano, json_value
+from otel_joules.semconv import ENERGY_CLOCK_STEP_S
 
 from tests.helpers.known_spans import (
     CHILD_NAME,
@@ -127,3 +128,15 @@ def test_carbon_attributes_are_kept_with_the_energy_ones_and_nothing_else() -> N
     }
     assert list(run.attributes) == sorted(run.attributes)  # process.* gone, carbon.* sorted first
     assert dict(lookalike.attributes) == {}
+
+
+def test_duration_is_the_measured_one_and_never_negative() -> None:
+    """A wall-clock step during a span puts its times off by the step (energy.clock_step_s says by how much):
+    ``duration_s`` is the measured duration; a record of an older writer never has a negative one."""
+    start = 1_700_000_000_000_000_000
+    stepped_back = SpanRecord("s", TRACE_ID, ROOT_SPAN_ID, None, start, start - 29_400_000_000, None, {ENERGY_CLOCK_STEP_S: -30.0})
+    assert stepped_back.duration_s == pytest.approx(0.6, abs=1e-9)
+    stepped_on = SpanRecord("s", TRACE_ID, ROOT_SPAN_ID, None, start, start + 3_600_600_000_000, None, {ENERGY_CLOCK_STEP_S: 3600.0})
+    assert stepped_on.duration_s == pytest.approx(0.6, abs=1e-6)
+    unflagged = SpanRecord("s", TRACE_ID, ROOT_SPAN_ID, None, start, start - 29_400_000_000, None, {})
+    assert unflagged.duration_s == 0.0

@@ -21,7 +21,7 @@ import pytest
 from otel_joules.semconv import ENERGY_CLOCK_STEP_S, ENERGY_JOULES, ENERGY_UNAVAILABLE_REASON
 from tests.fakes.powercap import make_powercap
 from tests.fakes.wall_clock import SteppedWallClock, build_shim
-from tests.helpers.processes import clean_env
+from tests.helpers.processes import clean_env, otel_joules_command
 
 CHILD = Path(__file__).with_name("clock_step_child.py")
 #: The child's spans that start and end on one side of a step: their wall times are right.
@@ -118,3 +118,20 @@ def test_a_wall_clock_step_changes_no_spans_energy_and_no_duration_is_negative(
     assert all(record["duration_s"] >= 0 for record in records.values()), detail
     # Four steps, said once.
     assert stderr.count("wall clock stepped") == 1, stderr
+
+    # otel-joules report reads every span back (one trace each), with its measured duration.
+    report = subprocess.run(
+        otel_joules_command("report", "--json", str(tmp_path / "spans.jsonl")),
+        env=clean_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert report.returncode == 0, report.stderr
+    result = json.loads(report.stdout)
+    assert result["skipped"] == [], result["skipped"]
+    runs = {run["name"]: run for run in result["runs"]}
+    assert runs.keys() == records.keys()
+    for name, record in records.items():
+        assert runs[name]["duration_s"] == pytest.approx(record["duration_s"], abs=1e-6), (name, runs[name])
+        assert runs[name]["host_interval_joules"] == pytest.approx(record["attributes"][ENERGY_JOULES], rel=1e-9)

@@ -7,7 +7,7 @@ order, with these columns:
   ``name``, ``trace_id``, ``span_id``, ``parent_span_id`` (None for a root span),
   ``start_time`` and ``end_time`` (``datetime64[ns, UTC]``, exact to the nanosecond),
   ``start_time_unix_nano`` and ``end_time_unix_nano`` (integers), ``duration_s``
-  (float seconds), ``service_name``;
+  (float seconds, measured: see :mod:`otel_joules.exporters.records`), ``service_name``;
 - then one column per ``energy.*``, ``carbon.*`` or ``training.*`` attribute seen on any
   collected span, named by the attribute (``carbon.pue``, ``energy.joules``,
   ``energy.package_0.joules``, ...), sorted by name (so ``carbon.*`` columns come first); a span without that

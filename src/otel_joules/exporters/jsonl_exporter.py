@@ -24,7 +24,8 @@ Format (what :class:`JsonLinesSpanExporter` writes and what a reader may rely on
   the ``service.name`` resource attribute or ``null``. Times: ISO 8601 UTC with nine
   fraction digits, and the exact integer nanoseconds since the epoch (JSON integers;
   they exceed 2**53, so a JavaScript reader must parse them as big integers).
-  ``duration_s``: ``(end - start) / 1e9`` as a JSON number.
+  ``duration_s``: the measured seconds, ``(end - start) / 1e9`` less any ``energy.clock_step_s``
+  (see :mod:`otel_joules.exporters.records`), as a JSON number.
 - ``attributes``: every ``energy.*``, ``carbon.*`` and ``training.*`` attribute of the
   span (:data:`~otel_joules.semconv.EXPORTED_ATTRIBUTE_PREFIXES`), keys sorted.
   Numbers as JSON numbers (floats always with a ``.`` or exponent, so ``10.0`` stays a float), booleans

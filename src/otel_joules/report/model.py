@@ -7,7 +7,7 @@ from typing import Mapping
 
 from otel_joules.carbon.equivalents import Equivalent
 from otel_joules.errors import OtelJoulesError
-from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
+from otel_joules.semconv import ENERGY_CLOCK_STEP_S, KIND_CPU, KIND_GPU, KIND_MEMORY
 
 #: Attribute values as read back from any export format.
 AttributeValue = object
@@ -53,6 +53,14 @@ class SpanRow:
     service_name: str | None
     attributes: Mapping[str, AttributeValue]
     source: str
+
+    @property
+    def duration_s(self) -> float | None:
+        """Its measured duration in seconds: end - start, less ``energy.clock_step_s`` where the wall clock stepped
+        during the span (its times are off by the step), never negative; None when a time is unknown."""
+        if self.start_unix_nano is None or self.end_unix_nano is None:
+            return None
+        return max(0.0, (self.end_unix_nano - self.start_unix_nano) / 1e9 - (self.number(ENERGY_CLOCK_STEP_S) or 0.0))
 
     def number(self, key: str) -> float | None:
         """The attribute ``key`` as a finite float, or None when absent or not a finite number."""

@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 from otel_joules.report.inputs import Inputs, LineErrors
 from otel_joules.report.model import SpanRow
-from otel_joules.report.record_checks import checked_attributes, checked_times
+from otel_joules.report.record_checks import checked_attributes, checked_times, clock_step_number
 from otel_joules.semconv import SERVICE_NAME
 
 
@@ -65,7 +65,14 @@ def _otlp_span(entry: tuple[object, str | None], path: str) -> SpanRow:
     span, service_name = entry
     if not isinstance(span, dict):
         raise ValueError("a span is not an object")
-    start_ns, end_ns = checked_times(span.get("startTimeUnixNano"), span.get("endTimeUnixNano"), "startTimeUnixNano", "endTimeUnixNano")
+    attributes = checked_attributes(_otlp_attributes(span.get("attributes")))
+    start_ns, end_ns = checked_times(
+        span.get("startTimeUnixNano"),
+        span.get("endTimeUnixNano"),
+        "startTimeUnixNano",
+        "endTimeUnixNano",
+        clock_step_number(attributes),
+    )
     return SpanRow(
         trace_id=sys.intern(_otlp_id(span.get("traceId"), 16, "traceId")),
         span_id=_otlp_id(span.get("spanId"), 8, "spanId"),
@@ -74,7 +81,7 @@ def _otlp_span(entry: tuple[object, str | None], path: str) -> SpanRow:
         start_unix_nano=start_ns,
         end_unix_nano=end_ns,
         service_name=service_name,
-        attributes=checked_attributes(_otlp_attributes(span.get("attributes"))),
+        attributes=attributes,
         source=sys.intern(path),
     )
 

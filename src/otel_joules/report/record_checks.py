@@ -15,13 +15,16 @@ import math
 import sys
 from typing import Any
 
-from otel_joules.semconv import CARBON_NAMESPACE, ENERGY_NAMESPACE, TRAINING_NAMESPACE
+from otel_joules.semconv import CARBON_NAMESPACE, ENERGY_CLOCK_STEP_S, ENERGY_NAMESPACE, TRAINING_NAMESPACE
 
 #: An ``energy.*`` or ``carbon.*`` number beyond this (1e15 J is about 280 GWh) is not a
 #: measurement; its record is skipped, so such a value never enters a total.
 MAX_PLAUSIBLE_VALUE = 1e15
 #: Span times are int64 nanoseconds (OTLP's fixed64, our exporters' integers).
 MAX_UNIX_NANO = 2**63 - 1
+#: How far a span's measured duration (``end - start - energy.clock_step_s``) may come out below 0 s: the step
+#: is read to microseconds.
+CLOCK_STEP_SLACK_S = 0.001
 #: Attributes kept per span: what a report uses. Others (an OTLP file's http.*, ...) are
 #: dropped at read time, so memory per span stays small however many a file holds.
 REPORT_ATTRIBUTE_PREFIXES = (
@@ -76,16 +79,27 @@ def _optional_int(value: object, what: str) -> int | None:
     return number
 
 
-def checked_times(start: object, end: object, start_what: str, end_what: str) -> tuple[int | None, int | None]:
+def checked_times(
+    start: object, end: object, start_what: str, end_what: str, clock_step_s: float | None = None
+) -> tuple[int | None, int | None]:
     """A span's start and end in nanoseconds (None where absent).
 
+    ``clock_step_s``: the span's ``energy.clock_step_s``. A wall-clock step back during a span
+    puts its end before its start; its measured duration, ``end - start - clock_step_s``, is
+    what must not be negative then.
+
     Raises:
-        ValueError: not an integer, outside the 64-bit range, or an end before the start.
+        ValueError: not an integer, outside the 64-bit range, or an end before the start that no
+            clock step explains.
     """
     start_ns = _optional_int(start, start_what)
     end_ns = _optional_int(end, end_what)
     if start_ns is not None and end_ns is not None and end_ns < start_ns:
-        raise ValueError(f"{end_what} {end_ns} is before {start_what} {start_ns}")
+        if clock_step_s is None or (end_ns - start_ns) / 1e9 - clock_step_s < -CLOCK_STEP_SLACK_S:
+            raise ValueError(
+                f"{end_what} {end_ns} is before {start_what} {start_ns}"
+                + ("" if clock_step_s is None else f", by more than its {ENERGY_CLOCK_STEP_S} {clock_step_s!r}")
+            )
     return start_ns, end_ns
 
 
@@ -116,6 +130,14 @@ def checked_attributes(attributes: dict[str, object]) -> dict[str, object]:
         # Short texts (energy.source, carbon.intensity.source) repeat on every span: share them.
         kept[sys.intern(key)] = sys.intern(value) if isinstance(value, str) and len(value) <= 64 else value
     return kept
+
+
+def clock_step_number(attributes: dict[str, object]) -> float | None:
+    """A span's ``energy.clock_step_s`` as a finite float; None when absent or not a finite number."""
+    value = attributes.get(ENERGY_CLOCK_STEP_S)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
 
 
 def _json_number(value: object) -> object:

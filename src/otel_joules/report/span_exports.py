@@ -22,7 +22,7 @@ from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
 from otel_joules.report import filestream
 from otel_joules.report.inputs import Inputs, LineErrors
 from otel_joules.report.model import SpanRow
-from otel_joules.report.record_checks import checked_attributes, checked_times, loads_json
+from otel_joules.report.record_checks import checked_attributes, checked_times, clock_step_number, loads_json
 
 _HEX_TRACE = re.compile(r"^[0-9a-f]{32}$")
 _HEX_SPAN = re.compile(r"^[0-9a-f]{16}$")
@@ -189,8 +189,13 @@ def _span_from_record(record: dict[str, Any], attributes: object, path: str) -> 
         raise ValueError(f"parent_span_id {str(record.get('parent_span_id'))[:80]!r} is not 16 hex digits")
     if not isinstance(attributes, dict):
         raise ValueError("attributes is not a JSON object")
+    kept = checked_attributes(attributes)
     start_ns, end_ns = checked_times(
-        record.get("start_time_unix_nano"), record.get("end_time_unix_nano"), "start_time_unix_nano", "end_time_unix_nano"
+        record.get("start_time_unix_nano"),
+        record.get("end_time_unix_nano"),
+        "start_time_unix_nano",
+        "end_time_unix_nano",
+        clock_step_number(kept),
     )
     service = record.get("service_name")
     return SpanRow(
@@ -201,6 +206,6 @@ def _span_from_record(record: dict[str, Any], attributes: object, path: str) -> 
         start_unix_nano=start_ns,
         end_unix_nano=end_ns,
         service_name=sys.intern(str(service)) if service not in (None, "") else None,
-        attributes=checked_attributes(attributes),
+        attributes=kept,
         source=sys.intern(path),
     )

@@ -28,6 +28,7 @@ from otel_joules.semconv import (
     ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS,
     ENERGY_ATTRIBUTED_SELF_JOULES,
     ENERGY_BELOW_RESOLUTION,
+    ENERGY_CLOCK_STEP_S,
     ENERGY_CO2EQ_GRAMS,
     ENERGY_JOULES,
     SOURCE_PARTIAL,
@@ -101,11 +102,7 @@ def _trace_epochs(spans: list[SpanRow]) -> tuple[EpochSummary, ...]:
         # for CSV/JSON-lines files written before the exporters kept training.* attributes.
         number = span.attributes.get(TRAINING_EPOCH)
         epoch = number if isinstance(number, int) and not isinstance(number, bool) else position
-        duration = (
-            (span.end_unix_nano - span.start_unix_nano) / 1e9
-            if span.start_unix_nano is not None and span.end_unix_nano is not None
-            else None
-        )
+        duration = span.duration_s
         joules = span.number(key) or 0.0
         result.append(
             EpochSummary(
@@ -135,7 +132,12 @@ def _trace_run(
     name = (roots[0] if roots else counted[0]).name
     starts = [s.start_unix_nano for s in spans if s.start_unix_nano is not None]
     ends = [s.end_unix_nano for s in spans if s.end_unix_nano is not None]
-    duration = (max(ends) - min(starts)) / 1e9 if starts and ends else None
+    duration = max(0.0, (max(ends) - min(starts)) / 1e9) if starts and ends else None
+    stepped = [span for span in spans if span.number(ENERGY_CLOCK_STEP_S) is not None]
+    if stepped:
+        # The spans' wall times are off by the step from one side of it to the other: the trace
+        # lasted at least its longest span, whose duration is measured.
+        duration = max((d for d in (span.duration_s for span in spans) if d is not None), default=duration)
     pues = {span.number(CARBON_PUE) for span in counted}
     recorded_pue = pues.pop() if len(pues) == 1 else None
     weights = [
@@ -168,6 +170,11 @@ def _trace_run(
             notes.append(f"{len(counted)} top-level spans with energy summed (their intervals may overlap)")
     if not attributed:
         notes.append("no energy.attributed.* attributes (an older export): summed the spans' interval energy")
+    if stepped:
+        notes.append(
+            f"the wall clock stepped during {len(stepped)} span(s) ({ENERGY_CLOCK_STEP_S}): their energy is right, "
+            "their times are off by the step; the duration is the longest span's measured one"
+        )
     below = any(span.attributes.get(ENERGY_BELOW_RESOLUTION) is True for span in counted + interval_counted)
     if below:
         notes.append("a span was shorter than a counter's update period: its energy is quantised (below resolution)")
