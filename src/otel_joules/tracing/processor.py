@@ -110,13 +110,14 @@ class EnergySpanProcessor(SpanProcessor):
         # The two clocks first, as close as possible to the SDK's own wall-clock read of the start.
         mono_ns = _monotonic_ns()
         wall_ns = _time_ns()
+        tolerance_ns = EXPLICIT_TIME_TOLERANCE_NS
         offset_ns = previous_ns = WALL_CLOCK.offset_ns
-        if not -EXPLICIT_TIME_TOLERANCE_NS <= wall_ns - mono_ns - previous_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+        if not -tolerance_ns <= wall_ns - mono_ns - previous_ns <= tolerance_ns:
             offset_ns = WALL_CLOCK.settle()
         stated_ns = span.start_time
         stated_start_ns = None
-        if stated_ns is not None and not -EXPLICIT_TIME_TOLERANCE_NS <= stated_ns - wall_ns <= EXPLICIT_TIME_TOLERANCE_NS:
-            if -EXPLICIT_TIME_TOLERANCE_NS <= stated_ns - previous_ns - mono_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+        if stated_ns is not None and not -tolerance_ns <= stated_ns - wall_ns <= tolerance_ns:
+            if -tolerance_ns <= stated_ns - previous_ns - mono_ns <= tolerance_ns:
                 # The SDK read the start just before a step (it matches the offset before it): not
                 # explicit, and stamped on the clock as it was then.
                 offset_ns = previous_ns
@@ -366,7 +367,8 @@ class _MeasuringEnd:
             attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
             if enabled:
                 processor._finish(  # type: ignore[union-attr]
-                    span, self._start, end, measurement, attribution, end_time, self._stated_start_ns, offset_ns, step_ns
+                    span, self._start, end, measurement, attribution, end_time,
+                    self._stated_start_ns, offset_ns, step_ns,
                 )
             else:
                 if measurement is not None and _has_energy(measurement):
