@@ -103,10 +103,6 @@ class _History(_Sampling):
 
     # -- history for spans with explicit times -----------------------------------------------
 
-    def wall_to_monotonic_ns(self, wall_ns: int) -> int:
-        """A ``time.time_ns()`` instant on the monotonic clock (offset of the latest sample)."""
-        return wall_ns - self.wall_offset_ns
-
     def snapshot_at(self, monotonic_ns: int, latest: EnergySnapshot) -> EnergySnapshot | None:
         """The meter's cumulative joules at a past instant, interpolated in the history.
 
