@@ -18,6 +18,7 @@ from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.attribution.sampling import (
     HISTORY_PERIOD_S,
     HISTORY_S,
+    IDLE_PERIOD_MAX_S,
     HistorySample,
     _Rates,
     _wall_offset_ns,
@@ -82,6 +83,10 @@ class Attributor(_SpanPath):
         self.period_s = period_s
         self.history_s = history_s
         self._max_samples = max(2, int(history_s / period_s) + 1)
+        # Every sample reads every counter: the idle back-off never reads less often than the
+        # meter's wrap-safe interval, so no counter can wrap twice unseen (see _next_period_s).
+        wrap_safe_s = meter.sample_period_s
+        self._idle_period_max_s = IDLE_PERIOD_MAX_S if wrap_safe_s is None else min(IDLE_PERIOD_MAX_S, wrap_safe_s)
         self._sample_enabled = sample
         self._generation = 0
         self._reset_state()
@@ -107,6 +112,15 @@ class Attributor(_SpanPath):
         self._gpu_t_ns = time.monotonic_ns()
         self._gpu_leaves = 0
         self._sampler: PeriodicThread | None = None
+        self._idle_period_s = self.period_s
+        self._idle_since_ns = None
+        self._tick_last = None
+        self._dozing = False
+        self._fractions: list[float] = []
+        self._fractions_changed = False
+        self._ledgers: list = []
+        self._ledgers_alive = 0
+        self._ledgers_lock = threading.Lock()
         self._closed = False
         self._failure_reported = False
         self._implausible_reported = False

@@ -29,7 +29,8 @@ Model ``cpu_time_share`` (what ``energy.attribution`` names):
   joules of its children that ended before it. Summed over all spans, ``self`` counts every
   joule once, whatever the nesting, concurrency or remote parents.
 
-The sampler thread reads ``/proc/stat`` and the counters every :data:`HISTORY_PERIOD_S`
+The sampler thread reads ``/proc/stat`` and the counters every :data:`HISTORY_PERIOD_S` (backing
+off to :data:`~.sampling.IDLE_PERIOD_MAX_S` while the process is idle; the first span wakes it)
 and keeps :data:`HISTORY_S` seconds of history; spans only read their thread's CPU clock.
 
 Where each part lives: :mod:`.shares` (the kinds, :class:`SpanAttribution`, a whole command's

@@ -1,8 +1,9 @@
 """The attributor's sampler: the host's history of energy and busy CPU time, and its prices.
 
-Every :data:`HISTORY_PERIOD_S` the sampler thread (a :class:`~otel_joules.meter.sampler.PeriodicThread`) reads the
-meter's snapshot, ``/proc/stat``'s busy and idle time, this process's CPU time and the GPU
-shares into a :class:`HistorySample`, prices the period just ended (joules per CPU second:
+Every :data:`HISTORY_PERIOD_S` (longer while this process is idle: :data:`IDLE_PERIOD_MAX_S`) the
+sampler thread (a :class:`~otel_joules.meter.sampler.PeriodicThread`) reads the meter's snapshot,
+``/proc/stat``'s busy and idle time, this process's CPU time and the GPU shares into a
+:class:`HistorySample`, prices the period just ended (joules per CPU second:
 CPU-side over the busy seconds, memory over the busy + idle ones), adds this process's share
 to its running totals, and forecasts the price of CPU time after the sample
 (:data:`RATE_WINDOW`). :class:`_Sampling` is that layer of
@@ -23,6 +24,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
@@ -51,6 +53,19 @@ MIN_RATE_WINDOW_S = 0.05
 MIN_BUSY_S = 0.02
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
+#: Once this process has been idle for :data:`IDLE_AFTER_S`, the sampler's period doubles after every
+#: idle period, up to this. Idle: no span open, the process's GPU shares unchanged, and its threads
+#: other than the sampler used at most :data:`IDLE_CPU_FRACTION` of one CPU. Nothing is then spent
+#: that a share could be priced for, so fewer, longer periods price the same; a span opening wakes
+#: the sampler at once, and a period spanning the gap is priced by the gap's own energy and
+#: ``/proc/stat`` ticks, like any other. Two seconds keep an idle process's sampler under 0.05% of
+#: a core and one wake-up a second.
+IDLE_PERIOD_MAX_S = 2.0
+#: The history keeps its :data:`HISTORY_PERIOD_S` samples for this long after the process's last
+#: activity, so a span with explicit times stated within it is still interpolated between 0.1 s samples.
+IDLE_AFTER_S = 1.0
+#: The process's CPU time (threads other than the sampler) that still counts as idle, per second.
+IDLE_CPU_FRACTION = 0.001
 #: /proc/stat's busy ticks between two reads, and apart from them its idle ticks, may exceed the time
 #: between the reads x the CPUs online x USER_HZ by this factor ... Judged apart because the kernel
 #: counts busy time by the tick and idle time exactly (NO_HZ): a tick partly idle is in both, so
@@ -129,6 +144,22 @@ class _Sampling:
     _process_watts: tuple[float, float, float]
     _late_ticks_s: float
     _sampler: "PeriodicThread | None"
+    #: The back-off's bound (:data:`IDLE_PERIOD_MAX_S`, never beyond the meter's wrap-safe read interval).
+    _idle_period_max_s: float
+    #: The back-off's current period, and (sample, sampler thread CPU seconds) at the thread's last tick.
+    _idle_period_s: float
+    #: When the process's idleness began (the sample before the first idle tick), None while it is not idle.
+    _idle_since_ns: int | None
+    _tick_last: "tuple[HistorySample, float] | None"
+    #: True while the sampler waits longer than its period: a span that opens wakes it (_SpanPath.open_span).
+    _dozing: bool
+    #: The GPU fractions of the latest sample, and whether they changed since the sampler's last tick.
+    _fractions: list[float]
+    _fractions_changed: bool
+    #: Weak references to every thread's ledger (spans.py), under their lock: the open spans.
+    _ledgers: list
+    _ledgers_alive: int
+    _ledgers_lock: threading.Lock
     _closed: bool
     _failure_reported: bool
     _implausible_reported: bool
@@ -159,9 +190,13 @@ class _Sampling:
                 self.stat_fault = True
                 self._report(exc)
                 return None
-            if snapshot.joules and all(j is None for j in snapshot.joules):
-                self._closed = True  # the meter was closed: nothing more to sample
+            if self.meter.closed:
+                # Nothing more to sample. Asked, not read from the snapshot: a meter without
+                # domains (a tracker's simulated devices only) reads the same open or closed.
+                self._closed = True
                 return None
+            if fractions != self._fractions:
+                self._fractions, self._fractions_changed = fractions, True
             problem = self._implausible(host, time.monotonic_ns())
             with self._sample_lock:
                 sample = self._append(snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions, problem is None)
@@ -333,6 +368,77 @@ class _Sampling:
                 ENERGY_ATTRIBUTED_NAMESPACE,
             )
 
+    # -- the sampler thread's pace ----------------------------------------------------------
+
+    def _tick(self) -> float:
+        """The sampler thread's tick: one sample, then the seconds until the next (the idle back-off)."""
+        # The sampler's own CPU time is not the process's work: read it to leave it out.
+        own_cpu_s = time.thread_time() if self.clocks.native else 0.0
+        return self._next_period_s(self.sample(), own_cpu_s)
+
+    def _next_period_s(self, sample: HistorySample | None, own_cpu_s: float) -> float:
+        """:attr:`period_s`, or longer while this process is idle (:data:`IDLE_PERIOD_MAX_S`).
+
+        Wrap safety is not at stake: every sample reads every counter, and the back-off stops at
+        the meter's wrap-safe read interval (``EnergyMeter.sample_period_s``: a quarter of the time
+        the fastest counter needs to wrap at its zone's maximum power), so even a meter that does not
+        sample itself is read at least four times per wrap while this process is idle.
+        """
+        last, self._tick_last = self._tick_last, None if sample is None else (sample, own_cpu_s)
+        changed, self._fractions_changed = self._fractions_changed, False
+        if sample is None or last is None or changed or self._idle_period_max_s <= self.period_s:
+            return self._awake()
+        last_sample, last_own_cpu_s = last
+        elapsed_s = (sample.monotonic_ns - last_sample.monotonic_ns) / 1e9
+        others_cpu_s = sample.process_cpu_s - last_sample.process_cpu_s - (own_cpu_s - last_own_cpu_s)
+        if others_cpu_s > IDLE_CPU_FRACTION * elapsed_s:
+            return self._awake()
+        # Said before looking for open spans: a span opening meanwhile either is seen here or sees
+        # this and wakes the thread (the GIL orders the two).
+        self._dozing = True
+        if self._spans_open():
+            return self._awake()
+        if self._idle_since_ns is None:
+            self._idle_since_ns = last_sample.monotonic_ns
+        if sample.monotonic_ns - self._idle_since_ns < IDLE_AFTER_S * 1e9:
+            self._dozing = False  # not yet: the period stays (a span opening meanwhile needs no wake)
+            return self.period_s
+        self._idle_period_s = min(self._idle_period_s * 2, self._idle_period_max_s)
+        return self._idle_period_s
+
+    def _awake(self) -> float:
+        self._dozing = False
+        self._idle_since_ns = None
+        self._idle_period_s = self.period_s
+        return self.period_s
+
+    def _register_ledger(self, ledger: object) -> None:
+        """Keep a new thread's ledger in view of :meth:`_spans_open` (once per thread; threads that ended are pruned)."""
+        with self._ledgers_lock:
+            self._ledgers.append(weakref.ref(ledger))
+            if len(self._ledgers) > 2 * self._ledgers_alive + 16:
+                self._prune_ledgers()
+
+    def _prune_ledgers(self) -> list:
+        """The live ledgers; forget those of threads that ended (``_ledgers_lock`` held)."""
+        ledgers = [ledger for ledger in (ref() for ref in self._ledgers) if ledger is not None]
+        self._ledgers[:] = [weakref.ref(ledger) for ledger in ledgers]
+        self._ledgers_alive = len(ledgers)
+        return ledgers
+
+    def _spans_open(self) -> bool:
+        """Whether a span is open on any thread (a thread with an open span has a leaf on its ledger)."""
+        with self._ledgers_lock:
+            ledgers = self._prune_ledgers()
+        return any(ledger.leaves for ledger in ledgers)
+
+    def _wake_sampler(self) -> None:
+        """A span opened while the sampler dozed: sample now, and at :attr:`period_s` while spans are open."""
+        self._dozing = False
+        sampler = self._sampler
+        if sampler is not None:
+            sampler.wake()
+
     def ensure_sampling(self) -> None:
         """Start the sampler thread unless it runs, sampling is off or the attributor is closed."""
         if self._sampler is None and self._sample_enabled and not self._closed:
@@ -358,18 +464,20 @@ class _Sampling:
         return self._kind_joules(KIND_CPU, a, b) / busy, self._kind_joules(KIND_MEMORY, a, b) / capacity
 
 
-def _sample_attributor(attributor: _Sampling) -> bool:
-    """The attributor's periodic tick (its :class:`PeriodicThread`); ends once the attributor is closed."""
+def _sample_attributor(attributor: _Sampling) -> bool | float:
+    """The attributor's periodic tick (its :class:`PeriodicThread`): seconds to the next; ends once the attributor is closed."""
     if attributor._closed:
         return False
-    attributor.sample()
-    return True
+    return attributor._tick()
 
 
 __all__ = [
     "HISTORY_PERIOD_S",
     "HISTORY_S",
     "HistorySample",
+    "IDLE_AFTER_S",
+    "IDLE_CPU_FRACTION",
+    "IDLE_PERIOD_MAX_S",
     "MIN_BUSY_S",
     "MIN_RATE_WINDOW_S",
     "RATE_WINDOW",

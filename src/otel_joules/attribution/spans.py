@@ -30,7 +30,9 @@ class _Ledger:
     spans are open on the thread.
     """
 
-    __slots__ = ("lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "leaves", "generation", "owner")
+    __slots__ = (
+        "lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "leaves", "generation", "owner", "__weakref__"
+    )
 
     def __init__(self, clock: Callable[[], float], generation: int, owner: "_SpanPath") -> None:
         self.owner = owner
@@ -135,6 +137,7 @@ class _SpanPath(_History):
             ledger = self._local.ledger
         except AttributeError:
             ledger = self._local.ledger = _Ledger(self.clocks.thread_clock(), self._generation, self)
+            self._register_ledger(ledger)
             self.ensure_sampling()
         now_ns = time.monotonic_ns()
         off_parent: SpanShare | None = None  # the parent this span stops being a leaf
@@ -169,6 +172,8 @@ class _SpanPath(_History):
                     else:
                         self._gpu_leaves += 1
                     share.gpu0 = acc_gpu_j
+        if self._dozing:
+            self._wake_sampler()  # after the leaf is counted: the sampler either sees it or was dozing (_next_period_s)
         return share
 
     def close_span(

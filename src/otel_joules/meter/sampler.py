@@ -35,28 +35,46 @@ class PeriodicThread(threading.Thread):
 
     Args:
         owner: Held weakly: an owner nobody uses any more must be collectable though its thread still runs.
-        tick: The periodic work; False ends the thread.
+        tick: The periodic work; False ends the thread, True waits ``period_s`` for the next tick, a
+            number of seconds waits that long instead (the attributor's back-off while idle).
         period_s: Seconds between ticks.
         name: The thread's name.
     """
 
-    def __init__(self, owner: _Owner, tick: Callable[[_Owner], bool], period_s: float, name: str) -> None:
+    def __init__(self, owner: _Owner, tick: Callable[[_Owner], bool | float], period_s: float, name: str) -> None:
         super().__init__(name=name, daemon=True)
         self._owner_ref = weakref.ref(owner)
         self._tick = tick
         self._period_s = period_s
-        self._stop_event = threading.Event()
+        self._stopping = False
+        # Set by stop() and wake(): either ends the wait for the next tick early.
+        self._wake_event = threading.Event()
 
     def run(self) -> None:
-        while not self._stop_event.wait(self._period_s):
-            owner = self._owner_ref()
-            if owner is None or not self._tick(owner):
+        delay_s = self._period_s
+        while True:
+            self._wake_event.wait(delay_s)
+            # Cleared before the tick: a wake() from now on is served by a tick after it.
+            self._wake_event.clear()
+            if self._stopping:
                 return
+            owner = self._owner_ref()
+            if owner is None:
+                return
+            result = self._tick(owner)
             del owner
+            if result is False:
+                return
+            delay_s = self._period_s if result is True else float(result)
+
+    def wake(self) -> None:
+        """Tick now instead of at the end of the current wait (from any thread; cheap)."""
+        self._wake_event.set()
 
     def stop(self) -> None:
         """End the thread after its current tick, waiting up to 5 s for that tick (not from the thread itself)."""
-        self._stop_event.set()
+        self._stopping = True
+        self._wake_event.set()
         if self is not threading.current_thread():
             self.join(timeout=5)
 
