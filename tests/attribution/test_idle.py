@@ -136,3 +136,26 @@ def test_a_span_after_an_idle_gap_wakes_the_sampler_and_is_priced_by_the_periods
     assert in_span_ns, "no sample while the span was open"
     assert (in_span_ns[0] - opened_ns) / 1e9 < 0.5  # woken, not at the end of its doze
     assert len(in_span_ns) >= 3  # 0.1 s periods while the span is open (6 on an unloaded machine)
+
+
+def test_the_back_off_never_reads_a_counter_less_often_than_its_wrap_safe_interval(tmp_path: Path) -> None:
+    """A counter that wraps after 2 s at its zone's 250 W bound must be read every 0.5 s (four reads per
+    wrap): the sampler's ticks, driven here one by one, back off to that and no further, also for a meter
+    that does not sample itself."""
+    powercap = make_powercap(tmp_path / "sys", "amd", max_power_uw=MAX_POWER_UW, range_uj=500_000_000)
+    proc = FakeProcfs(tmp_path / "proc")
+    proc.add_process(PID, 0.0)
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
+    attributor = Attributor(meter, sample=False)
+    try:
+        assert meter.sample_period_s == pytest.approx(0.5)
+        delays_s = []
+        end = time.monotonic() + IDLE_AFTER_S + 0.2
+        while time.monotonic() < end or len(delays_s) < 40:
+            delays_s.append(attributor._tick())
+            time.sleep(0.03)
+    finally:
+        attributor.close()
+        meter.close()
+    assert max(delays_s) == pytest.approx(0.5)
+    assert delays_s[-1] == pytest.approx(0.5)
