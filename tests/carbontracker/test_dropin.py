@@ -199,3 +199,46 @@ def test_equivalent_lines_are_carbontrackers(interpretable: bool, tmp_path: Path
     assert _equivalent_lines(ours) == expected
     # The other equivalents stay available to code.
     assert {e.key for e in tracker.actual.equivalents} >= {"km_by_car", "smartphone_charges"}
+
+
+# ------------------------------------------- threads after stop(), vs carbontracker
+
+THREADS_AFTER_STOP = textwrap.dedent(
+    """
+    import importlib, sys, threading, time
+    CarbonTracker = importlib.import_module(sys.argv[1] + "carbontracker.tracker").CarbonTracker
+    sims = {{"cpu": dict(sim_cpu="Xeon", sim_cpu_tdp=100), "gpu": dict(sim_gpu="A100", sim_gpu_watts=300)}}
+    before = set(threading.enumerate())
+    ours = {{"intensity_gco2eq_per_kwh": 100.0}} if sys.argv[1] else {{}}
+    tracker = CarbonTracker(epochs=3, components={components!r}, update_interval=0.05, verbose=0,
+                            **sims[{components!r}], **ours)
+    tracker.epoch_start()
+    time.sleep(0.3)
+    tracker.epoch_end()
+    started = sorted(t.name for t in threading.enumerate() if t not in before)
+    tracker.stop()  # early: 1 of 3 epochs
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and [t for t in threading.enumerate() if t not in before and t.is_alive()]:
+        time.sleep(0.01)
+    left = sorted(t.name for t in threading.enumerate() if t not in before and t.is_alive())
+    print(started, left, sep="\\n")
+    """
+)
+
+
+@pytest.mark.parametrize("components", ["cpu", "gpu"])
+def test_stop_with_simulated_devices_ends_every_thread_as_carbontracker(components: str, tmp_path: Path) -> None:
+    # carbontracker 2.4.7's stop() ends the threads it started; with sim_cpu/sim_gpu ours left
+    # otel-joules-attribution running until the tracker was dropped.
+    env = {**os.environ, "HOME": str(tmp_path), "no_proxy": "*"}
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+        env[name] = "http://127.0.0.1:9"  # carbontracker's geolocation fails at once, offline
+    script = THREADS_AFTER_STOP.format(components=components)
+    left = {}
+    for prefix in ("", "otel_joules."):
+        run = subprocess.run([sys.executable, "-c", script, prefix], cwd=tmp_path, env=env, capture_output=True,
+                             text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        started, left[prefix] = run.stdout.splitlines()[-2:]
+        assert started != "[]", (prefix, "the tracker started no thread: nothing is tested")
+    assert left == {"": "[]", "otel_joules.": "[]"}

@@ -465,6 +465,9 @@ class CarbonTracker(TrackerReadout):
         self._intensity.stop()
         meter, self._meter = self._meter, None
         if meter is not None and self._owns_meter:
+            # Its attributor's thread ends now, not at its next tick when it finds the meter closed.
+            if self._run is not None:
+                self._run.close_attribution()
             meter.close()
 
     def _fail(self, exc: BaseException, where: str) -> None:

@@ -438,6 +438,11 @@ class EnergyMeter:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (every snapshot from then on reads nothing)."""
+        return self._closed
+
     def _start_sampler(self) -> None:
         with self._lock:
             if self._sampler is None and not self._closed and self.sample_period_s is not None:

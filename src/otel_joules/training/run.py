@@ -314,6 +314,15 @@ class TrainingRun:
             attributes.update(CarbonAccounting(intensity, self.pue).span_attributes(measurement.total_joules))
         self._end_span(span, attributes, measurement, error=error)
 
+    def close_attribution(self) -> None:
+        """Stop the meter's attributor (its ``otel-joules-attribution`` thread) now.
+
+        Only for a caller that owns the meter and is about to close it: the attributor is
+        shared by everything reading that meter. Idempotent.
+        """
+        if self._attributor is not None:
+            self._attributor.close()
+
     # -- spans ------------------------------------------------------------------------------
 
     def _end_span(
