@@ -18,9 +18,11 @@ from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.attribution.sampling import (
     HISTORY_PERIOD_S,
     HISTORY_S,
+    HISTORY_SUMMARY_PERIOD_S,
     IDLE_PERIOD_MAX_S,
     HistorySample,
     _Rates,
+    _SummaryBucket,
     _wall_offset_ns,
 )
 from otel_joules.attribution.shares import KINDS, kind_of, measured_kinds
@@ -83,6 +85,8 @@ class Attributor(_SpanPath):
         self.period_s = period_s
         self.history_s = history_s
         self._max_samples = max(2, int(history_s / period_s) + 1)
+        self._history_ns = round(history_s * 1e9)
+        self._summary_period_ns = max(1, round(max(period_s, min(HISTORY_SUMMARY_PERIOD_S, history_s / 5)) * 1e9))
         # Every sample reads every counter: the idle back-off never reads less often than the
         # meter's wrap-safe interval, so no counter can wrap twice unseen (see _next_period_s).
         wrap_safe_s = meter.sample_period_s
@@ -104,6 +108,7 @@ class Attributor(_SpanPath):
         self._local = threading.local()
         self._history: list[HistorySample] = []
         self._times: list[int] = []
+        self._summary: list[_SummaryBucket] = []
         self._rates = _Rates(0, 0.0, 0.0, 0.0)
         self._process_watts = (0.0, 0.0, 0.0)
         self._late_ticks_s = 0.0
@@ -134,9 +139,9 @@ class Attributor(_SpanPath):
         # The history and prices describe the host, so the child keeps them; its own CPU time
         # restarts, so its process totals restart from the latest sample.
         self._generation += 1
-        history, times, rates = self._history, self._times, self._rates
+        history, times, rates, summary = self._history, self._times, self._rates, self._summary
         self._reset_state()
-        self._history, self._times, self._rates = list(history), list(times), rates
+        self._history, self._times, self._rates, self._summary = list(history), list(times), rates, list(summary)
         if self._history:
             last = self._history[-1]
             self._history[-1] = HistorySample(

@@ -60,7 +60,8 @@ class _History(_Sampling):
         """Joules per CPU second (CPU-side, memory) for CPU time spent between two monotonic instants.
 
         Time-weighted over the sampler periods the interval overlaps, each at its own prices; time
-        after the latest sample is priced at the forecast (:meth:`_forward_rates`).
+        after the latest sample is priced at the forecast (:meth:`_forward_rates`), time before the
+        history at its summary buckets' mean prices (:data:`~.sampling.HISTORY_SUMMARY_PERIOD_S`).
         """
         rates = self._rates
         if t0_ns >= rates.since_ns or t1_ns <= t0_ns:
@@ -69,6 +70,8 @@ class _History(_Sampling):
             history = self._history
             times = self._times
             weight = cpu = memory = 0.0
+            if self._summary and history and t0_ns < times[0]:
+                weight, cpu, memory = self._summary_price(t0_ns, min(t1_ns, times[0]))
             start = max(0, bisect.bisect_right(times, t0_ns) - 1)
             for k in range(start, len(history) - 1):
                 a, b = history[k], history[k + 1]
@@ -91,15 +94,19 @@ class _History(_Sampling):
             return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s
         return cpu / weight, memory / weight
 
-    def _period_rates(self, k: int) -> tuple[float, float]:
-        """The prices of the sampler period from sample ``k`` to ``k + 1``: its own energy over its own busy time
-        (none where its CPU times are unknown: its energy is nobody's)."""
-        a, b = self._history[k], self._history[k + 1]
-        if not b.priced:
-            return 0.0, 0.0
-        return self._rates_between(
-            a.snapshot, b.snapshot, b.busy_s - a.busy_s, b.idle_s - a.idle_s, b.process_cpu_s - a.process_cpu_s
-        )
+    def _summary_price(self, t0_ns: int, t1_ns: int) -> tuple[float, float, float]:
+        """(nanoseconds, CPU-side J/CPU-s x ns, memory J/CPU-s x ns) of the summary between two instants (``_sample_lock`` held)."""
+        weight = cpu = memory = 0.0
+        for bucket in reversed(self._summary):
+            if bucket.hi_ns <= t0_ns:
+                break
+            ns = min(t1_ns, bucket.hi_ns) - max(t0_ns, bucket.lo_ns)
+            if ns > 0:
+                span_ns = bucket.hi_ns - bucket.lo_ns
+                weight += ns
+                cpu += bucket.cpu_j_ns / span_ns * ns
+                memory += bucket.memory_j_ns / span_ns * ns
+        return weight, cpu, memory
 
     # -- history for spans with explicit times -----------------------------------------------
 

@@ -53,6 +53,14 @@ MIN_RATE_WINDOW_S = 0.05
 MIN_BUSY_S = 0.02
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
+#: A span can outlive the history (a leaf span open longer than :data:`HISTORY_S`): the periods that leave
+#: it are summed into buckets of this many seconds (at most a fifth of the history, at least a sampler
+#: period), each keeping the
+#: time-weighted mean of its periods' prices, so the span's CPU time there is priced as in the history ...
+HISTORY_SUMMARY_PERIOD_S = 60.0
+#: ... keeping this many buckets (a day of minutes); beyond that the oldest two are merged, so the
+#: summary stays bounded and a span older than all of it is priced at the mean of everything before.
+HISTORY_SUMMARY_BUCKETS = 1440
 #: Once this process has been idle for :data:`IDLE_AFTER_S`, the sampler's period doubles after every
 #: idle period, up to this. Idle: no span open, the process's GPU shares unchanged, and its threads
 #: other than the sampler used at most :data:`IDLE_CPU_FRACTION` of one CPU. Nothing is then spent
@@ -112,6 +120,27 @@ class _Rates(NamedTuple):
     gpu_watts: float
 
 
+@dataclass(slots=True)
+class _SummaryBucket:
+    """Periods that left the history, summed over one :data:`HISTORY_SUMMARY_PERIOD_S` bucket.
+
+    Attributes:
+        start_ns: The bucket's aligned start (``monotonic_ns`` rounded down to the bucket length).
+        lo_ns: The start of the first period summed into it (later than ``start_ns`` for the first bucket).
+        hi_ns: The end of the latest period summed into it.
+        cpu_j_ns: The sum of each period's CPU-side price (J per CPU second) x its nanoseconds here.
+        memory_j_ns: The same for memory.
+        process_joules: This process's attributed joules per kind at ``lo_ns``.
+    """
+
+    start_ns: int
+    lo_ns: int
+    hi_ns: int
+    cpu_j_ns: float
+    memory_j_ns: float
+    process_joules: tuple[float, float, float]
+
+
 def _busy_and_capacity(busy_s: float, idle_s: float, process_cpu_s: float) -> tuple[float, float]:
     """A period's busy CPU seconds (never under this process's own: ticks may undercount) and its
     CPU capacity (busy + idle seconds), the denominators of the CPU-side and memory prices."""
@@ -140,6 +169,10 @@ class _Sampling:
     _reading_lock: threading.Lock
     _history: list[HistorySample]
     _times: list[int]
+    #: The periods that left the history, oldest first (:data:`HISTORY_SUMMARY_PERIOD_S`).
+    _summary: list[_SummaryBucket]
+    _history_ns: int
+    _summary_period_ns: int
     _rates: _Rates
     _process_watts: tuple[float, float, float]
     _late_ticks_s: float
@@ -256,11 +289,58 @@ class _Sampling:
         self.wall_offset_ns = sample.wall_offset_ns
         self._history.append(sample)
         self._times.append(now_ns)
-        if len(self._history) > self._max_samples:
-            drop = len(self._history) - self._max_samples
-            del self._history[:drop]
-            del self._times[:drop]
+        self._trim(now_ns)
         return sample
+
+    def _trim(self, now_ns: int) -> None:
+        """Move the periods older than the history (or beyond its sample count) into the summary (``_sample_lock`` held).
+
+        The history keeps the latest sample at or before ``now - history_s``, so it reaches back that far.
+        """
+        history, times = self._history, self._times
+        drop = max(0, len(history) - self._max_samples)
+        horizon_ns = now_ns - self._history_ns
+        while drop + 2 < len(history) and times[drop + 1] <= horizon_ns:
+            drop += 1
+        if not drop:
+            return
+        for k in range(drop):
+            self._summarise(history[k], history[k + 1], self._period_rates(k))
+        del history[:drop]
+        del times[:drop]
+
+    def _summarise(self, a: HistorySample, b: HistorySample, rates: tuple[float, float]) -> None:
+        """Add the period from ``a`` to ``b``, at its prices, to the summary buckets it overlaps."""
+        summary, bucket_ns = self._summary, self._summary_period_ns
+        lo = a.monotonic_ns
+        while lo < b.monotonic_ns:
+            start = lo - lo % bucket_ns
+            hi = min(b.monotonic_ns, start + bucket_ns)
+            ns = hi - lo
+            last = summary[-1] if summary else None
+            if last is not None and last.start_ns == start:
+                last.hi_ns = hi
+                last.cpu_j_ns += rates[0] * ns
+                last.memory_j_ns += rates[1] * ns
+            else:
+                summary.append(_SummaryBucket(start, lo, hi, rates[0] * ns, rates[1] * ns, a.process_joules))
+            lo = hi
+        while len(summary) > HISTORY_SUMMARY_BUCKETS:
+            first, second = summary[0], summary[1]
+            second.lo_ns, second.process_joules = first.lo_ns, first.process_joules
+            second.cpu_j_ns += first.cpu_j_ns
+            second.memory_j_ns += first.memory_j_ns
+            del summary[0]
+
+    def _period_rates(self, k: int) -> tuple[float, float]:
+        """The prices of the sampler period from sample ``k`` to ``k + 1``: its own energy over its own busy time
+        (none where its CPU times are unknown: its energy is nobody's)."""
+        a, b = self._history[k], self._history[k + 1]
+        if not b.priced:
+            return 0.0, 0.0
+        return self._rates_between(
+            a.snapshot, b.snapshot, b.busy_s - a.busy_s, b.idle_s - a.idle_s, b.process_cpu_s - a.process_cpu_s
+        )
 
     def _advance_rates(
         self,
@@ -474,6 +554,8 @@ def _sample_attributor(attributor: _Sampling) -> bool | float:
 __all__ = [
     "HISTORY_PERIOD_S",
     "HISTORY_S",
+    "HISTORY_SUMMARY_BUCKETS",
+    "HISTORY_SUMMARY_PERIOD_S",
     "HistorySample",
     "IDLE_AFTER_S",
     "IDLE_CPU_FRACTION",
