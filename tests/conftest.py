@@ -10,6 +10,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_joules.config import forget_reported_values
+from otel_joules.meter.notice import forget_announcement
 from otel_joules.meter.registry import default_registry
 
 from tests.fakes.powercap import FakePowercap, make_powercap
@@ -39,5 +40,6 @@ def _fresh_shared_meter(monkeypatch: pytest.MonkeyPatch):
     """Every test starts without a shared meter and with no GPU library on the path."""
     default_registry().close()
     forget_reported_values()  # each bad setting is said once per process: once per test here
+    forget_announcement()  # so is the fallback to estimates
     yield
     default_registry().close()

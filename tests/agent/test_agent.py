@@ -380,6 +380,8 @@ def test_malformed_and_oversized_requests_close_only_that_connection(tmp_path: P
         assert _closed_by_agent(silent, timeout_s=10)
         assert len(_readings(good, 20, buffer)) >= 20  # the good client kept its readings throughout
         assert agent.poll() is None
+        for client in (good, late, silent):
+            client.close()
     finally:
         stop(agent)
     assert agent.returncode == 0

@@ -61,7 +61,9 @@ def test_no_rapl_estimates_and_the_user_code_returns(tmp_path: Path, tracer_prov
     assert result == "done"
     (span,) = span_exporter.get_finished_spans()
     assert span.attributes["energy.source"] == "estimate"
-    assert not caplog.records  # nothing is wrong: an estimate is labelled, not warned about
+    # Nothing is wrong, but the user asked for energy: the front door says once that it is estimated, and why.
+    (record,) = caplog.records
+    assert record.getMessage().startswith("otel-joules: spans and metrics carry ESTIMATES, not measurements, for cpu_estimate")
 
 
 def test_root_only_rapl_falls_back_to_the_estimate_with_one_message(tmp_path: Path) -> None:
