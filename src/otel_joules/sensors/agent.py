@@ -149,6 +149,14 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
         raise
 
 
+def _interval_s(answer: dict[str, Any]) -> float:
+    """The agent's interval in seconds (1 ms if it sent none that makes sense)."""
+    interval_ms = answer.get("interval_ms")
+    if isinstance(interval_ms, (int, float)) and not isinstance(interval_ms, bool) and 1 <= interval_ms <= 60_000:
+        return interval_ms / 1e3
+    return 0.001
+
+
 def _values_of(reading: dict[str, Any], count: int) -> tuple[int | None, ...] | None:
     values = reading.get("uj")
     if not isinstance(values, list) or len(values) != count:
@@ -169,8 +177,8 @@ class AgentLink:
     def __init__(self, path: str, sock: socket.socket, answer: dict[str, Any], readings: list[dict[str, Any]]) -> None:
         self.path = path
         self.zones: list[dict[str, Any]] = list(answer["zones"])
-        self.zone_ids = [str(z.get("id")) for z in self.zones]
-        self.interval_s = max(0.001, float(answer.get("interval_ms", 1)) / 1e3)
+        self.zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in self.zones]
+        self.interval_s = _interval_s(answer)
         #: The newest raw counter values by zone, or None while the agent is away.
         self.values: tuple[int | None, ...] | None = None
         for reading in readings:
@@ -206,7 +214,11 @@ class AgentLink:
         while not self._closed:
             sock = self._sock
             if sock is None:
-                if not self._reconnect():
+                try:
+                    connected = self._reconnect()
+                except Exception:  # noqa: BLE001 - a broken answer is the agent's fault: try again later
+                    connected = False
+                if not connected:
                     time.sleep(RECONNECT_S)
                 continue
             reason = self._receive(sock, silence_s)
@@ -260,7 +272,7 @@ class AgentLink:
             sock, answer, readings = subscribe(self.path)
         except AgentUnavailable:
             return False
-        zone_ids = [str(z.get("id")) for z in answer["zones"]]
+        zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in answer["zones"]]
         if zone_ids != self.zone_ids:
             sock.close()
             if not self._said_other_zones:
@@ -276,7 +288,7 @@ class AgentLink:
         if self._closed:
             sock.close()
             return True
-        self.interval_s = max(0.001, float(answer.get("interval_ms", 1)) / 1e3)
+        self.interval_s = _interval_s(answer)
         values = None
         for reading in readings:
             values = _values_of(reading, len(self.zones)) or values
@@ -434,7 +446,7 @@ def discover(settings: Settings) -> Discovery:
             if wrap_uj <= 0 or not max_power_watts > 0:
                 raise ValueError(f"zone {zone['id']!r} has no valid range or power bound")
             found.channels.append(AgentChannel(domain, link, index, wrap_uj, max_power_watts))
-    except (KeyError, TypeError, ValueError) as exc:
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         for channel in found.channels:
             channel.close()
         link.close()
