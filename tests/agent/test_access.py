@@ -92,3 +92,19 @@ def test_no_remedy_anywhere_makes_the_counters_world_readable() -> None:
     assert _WORLD_READABLE.search("sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj")  # the pattern works
     assert _WORLD_READABLE.search("chmod a+r x") and _WORLD_READABLE.search("mode 0444")
     assert not _WORLD_READABLE.search("0440 root:energy")
+
+
+def test_the_agent_refuses_bad_settings_with_one_line_and_starts_nothing(tmp_path: Path) -> None:
+    sock = tmp_path / "run" / "agent.sock"
+    cases = {
+        ("--min-interval-ms", "0.1"): "--min-interval-ms 0.1 is outside 1..60000",
+        ("--group", "no-such-group-here"): "group 'no-such-group-here' does not exist: create it",
+        ("--socket", "relative.sock"): "--socket 'relative.sock' is not an absolute path",
+        ("--sysfs-root", str(tmp_path / "nosys")): "no RAPL counter can be read here",
+    }
+    for args, expected in cases.items():
+        argv = ["agent", "--socket", str(sock), "--group", "0", *args]
+        result = cli(*argv)
+        assert result.returncode == 2, (args, result.stderr)
+        assert result.stderr.startswith("otel-joules: agent: ") and expected in result.stderr, (args, result.stderr)
+        assert len(result.stderr.splitlines()) == 1 and not sock.exists()
