@@ -123,3 +123,22 @@ def test_the_summary_stays_bounded_and_still_prices_a_span_older_than_all_of_it(
     assert len(attributor.history) < periods
     assert attributed is not None
     assert attributed.cpu_joules == pytest.approx(periods * 0.01 * 100.0, rel=0.01)
+
+
+def test_the_processs_share_since_an_instant_older_than_the_history_comes_from_the_summary(
+    long_host: LongHost,
+) -> None:
+    """A training run longer than the history asks for the process's share since its start: it counts from
+    the summary bucket holding the start (the process was idle before it, so exactly), where it had none."""
+    for _ in range(5):
+        long_host.period(thread_cpu_s=0.0, busy_s=1.0, idle_s=3.0, package_j=100.0, dram_j=20.0)
+    start_ns = long_host.attributor.history[-1].monotonic_ns
+    before = long_host.attributor.process_joules()
+    for _ in range(10):
+        long_host.period(thread_cpu_s=0.5, busy_s=1.0, idle_s=3.0, package_j=100.0, dram_j=20.0)
+    assert start_ns < long_host.attributor.history[0].monotonic_ns  # the start has left the history
+    since = long_host.attributor.process_joules_since(start_ns)
+    after = long_host.attributor.process_joules()
+    assert since is not None
+    assert since == pytest.approx({kind: after[kind] - before[kind] for kind in after}, rel=1e-9)
+    assert since["cpu"] == pytest.approx(500.0, rel=1e-9)

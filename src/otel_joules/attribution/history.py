@@ -37,19 +37,29 @@ class _History(_Sampling):
     def process_joules_since(self, monotonic_ns: int) -> dict[str, float] | None:
         """This process's attributed joules per kind from an instant to now (a sample is taken now).
 
-        Counts from the sampler period holding the instant (up to one period early). None when
-        the instant is older than the history, or no sample can be taken.
+        Counts from the sampler period holding the instant (up to one period early); for an instant
+        older than the history, from the summary bucket holding it (up to a bucket, a minute, early:
+        a training run longer than the history). None when the instant is older than the summary
+        too, or no sample can be taken.
         """
         latest = self.sample()
         if latest is None:
             return None
         with self._sample_lock:
             history = list(self._history)
-        if not history or monotonic_ns < history[0].monotonic_ns:
+            older = None  # the summary's bases at or before an instant older than the history
+            if history and monotonic_ns < history[0].monotonic_ns:
+                older = [bucket.process_joules for bucket in self._summary if bucket.lo_ns <= monotonic_ns]
+        if not history:
             return None
-        # From the sample at or before the instant: the period holding it counts whole (its share
-        # is not spread evenly over the period, so interpolating could drop work done after the instant).
-        base = history[max(0, bisect.bisect_right([h.monotonic_ns for h in history], monotonic_ns) - 1)].process_joules
+        # From the sample (or bucket) at or before the instant: the period holding it counts whole (its
+        # share is not spread evenly over the period, so interpolating could drop work done after the instant).
+        if older is not None:
+            if not older:
+                return None
+            base = older[-1]
+        else:
+            base = history[max(0, bisect.bisect_right([h.monotonic_ns for h in history], monotonic_ns) - 1)].process_joules
         return {kind: latest.process_joules[KINDS.index(kind)] - base[KINDS.index(kind)] for kind in self.kinds}
 
     def process_watts(self) -> dict[str, float]:
