@@ -146,6 +146,16 @@ TRAINING_EPOCHS_PLANNED: Final = "training.epochs.planned"
 TRAINING_EARLY_STOP: Final = "training.early_stop"
 #: Seconds, on the prediction event.
 TRAINING_DURATION_S: Final = "training.duration_s"
+#: A sampled training step, child of its epoch span (the callbacks' ``step_spans``).
+SPAN_STEP: Final = "step"
+#: The step's number: the trainer's global step, from 1 (on step spans).
+TRAINING_STEP: Final = "training.step"
+#: The process's global rank in a multi-rank job (``RANK``, else ``SLURM_PROCID``), on the callbacks' spans.
+TRAINING_RANK: Final = "training.rank"
+#: The process's rank on its host (``LOCAL_RANK``, else ``SLURM_LOCALID``).
+TRAINING_LOCAL_RANK: Final = "training.local_rank"
+#: The number of ranks of the job (``WORLD_SIZE``, else ``SLURM_NTASKS``).
+TRAINING_WORLD_SIZE: Final = "training.world_size"
 
 # --- Metrics ---------------------------------------------------------------------------------
 

@@ -166,6 +166,9 @@ class CarbonTracker(TrackerReadout):
         sysfs_root: Where sysfs is mounted, for the tracker's own meter.
         gpus: GPUs to measure (NVML indices or UUIDs), for the tracker's own meter.
         stdin: Where ``stop_and_confirm`` reads the answer (default ``sys.stdin``).
+        parent_span_context: No ``training`` span of its own: the epochs are children of
+            this span context (the trainer callbacks' ranks above 0 join rank 0's run).
+        span_attributes: Attributes for every span of the run (the callbacks' rank).
 
     Raises:
         ConfigurationError: an argument is invalid (always raised, whatever ``ignore_errors``).
@@ -205,6 +208,8 @@ class CarbonTracker(TrackerReadout):
         sysfs_root: str | None = None,
         gpus: Sequence[int | str] | None = None,
         stdin: TextIO | None = None,
+        parent_span_context: Any = None,
+        span_attributes: Mapping[str, Any] | None = None,
     ) -> None:
         # -- arguments: programming errors, raised whatever ignore_errors says
         plan = check_epochs(epochs, epochs_before_pred, monitor_epochs)
@@ -256,6 +261,8 @@ class CarbonTracker(TrackerReadout):
         self._owns_meter = energy_meter is None
         self._run: TrainingRun | None = None
         self._tracer_provider = tracer_provider if tracer_provider is not None else default_tracer_provider()
+        self._parent_span_context = parent_span_context
+        self._span_attributes = span_attributes
         self._start(energy_meter, sysfs_root, gpus)
 
     # -- setup --------------------------------------------------------------------------
@@ -274,7 +281,15 @@ class CarbonTracker(TrackerReadout):
                     "Run `otel-joules devices` to see what this machine exposes, or choose other components."
                 )
             self._run = TrainingRun(
-                self._meter, selection, self._intensity, self.pue, self._tracer_provider, self.epochs, INSTRUMENTATION_SCOPE
+                self._meter,
+                selection,
+                self._intensity,
+                self.pue,
+                self._tracer_provider,
+                self.epochs,
+                INSTRUMENTATION_SCOPE,
+                parent=self._parent_span_context,
+                span_attributes=self._span_attributes,
             )
             self._out.header(
                 selection.devices,
@@ -354,6 +369,34 @@ class CarbonTracker(TrackerReadout):
                 except Exception as exc:  # noqa: BLE001 - routed through ignore_errors
                     self._fail(exc, "stop()")
             return self.result
+
+    @property
+    def root_span_context(self) -> Any:
+        """The ``training`` span's context once the first epoch started (None before, or with ``parent_span_context``)."""
+        return None if self._run is None else self._run.root_span_context
+
+    def step_start(self, step: int) -> None:
+        """Start a ``step`` span (``training.step`` = ``step``) inside the open epoch; not in carbontracker.
+
+        For callers that sample steps (the trainer callbacks' ``step_spans``): measured like
+        an epoch, between two snapshots, and never part of the consumption. Nothing happens
+        outside an epoch or once monitoring ended.
+        """
+        with self._lock:
+            if self._state == "running" and self._run is not None:
+                try:
+                    self._run.start_step(step)
+                except Exception as exc:  # noqa: BLE001 - routed through ignore_errors
+                    self._fail(exc, "step_start()")
+
+    def step_end(self) -> None:
+        """Measure and end the span :meth:`step_start` opened (nothing when none is open)."""
+        with self._lock:
+            if self._state == "running" and self._run is not None:
+                try:
+                    self._run.end_step()
+                except Exception as exc:  # noqa: BLE001 - routed through ignore_errors
+                    self._fail(exc, "step_end()")
 
     def set_api_keys(self, api_keys: Mapping[str, str] | None) -> None:
         """Use these carbontracker API keys from now on, as carbontracker's ``set_api_keys``.

@@ -24,6 +24,8 @@ only) plus:
 ``training.epochs.planned``            (``training``) the ``epochs`` argument
 ``training.early_stop``                (``training``) true when the run was stopped early
 ``training.epoch.interrupted``         (``epoch``) true for an epoch still open when the run stopped
+``training.step``                      (``step``) the trainer's global step of a sampled step
+                                       span, child of its epoch (:meth:`TrainingRun.start_step`)
 =====================================  =====================================================
 
 The prediction is the event ``training.prediction`` on the root span (attributes
@@ -65,6 +67,7 @@ from otel_joules.semconv import (
     EVENT_TRAINING_PREDICTION,
     SPAN_EPOCH,
     SOURCE_MEASURED,
+    SPAN_STEP,
     SPAN_TRAINING,
     TRAINING_DURATION_S,
     TRAINING_EARLY_STOP,
@@ -72,6 +75,7 @@ from otel_joules.semconv import (
     TRAINING_EPOCH_INTERRUPTED,
     TRAINING_EPOCHS,
     TRAINING_EPOCHS_PLANNED,
+    TRAINING_STEP,
 )
 from otel_joules.tracing.processor import end_span_with_measurement
 from otel_joules.training.devices import DeviceSelection
@@ -105,6 +109,9 @@ class TrainingRun:
         tracer_provider: Where the spans go.
         planned_epochs: ``training.epochs.planned`` on the root span.
         scope: The instrumentation scope name of the spans.
+        parent: Make no root span: the epochs are children of this span context (another
+            process's ``training`` span: a rank above 0 of a multi-rank job).
+        span_attributes: Put on every span of the run (a rank's ``training.rank``, ...).
     """
 
     def __init__(
@@ -116,8 +123,12 @@ class TrainingRun:
         tracer_provider: Any,
         planned_epochs: int,
         scope: str,
+        parent: Any = None,
+        span_attributes: Mapping[str, Any] | None = None,
     ) -> None:
         self.meter = meter
+        self._parent = parent
+        self._span_attributes = dict(span_attributes or {})
         self.selection = selection
         self.intensity = intensity
         self.pue = validate_pue(pue)
@@ -132,10 +143,19 @@ class TrainingRun:
         self.trace_id: str | None = None
         self.root_start: EnergySnapshot | None = None
         self._root_span: Any = None
+        self._root_context: Any = None
         self._epoch_span: Any = None
         self._epoch_start: EnergySnapshot | None = None
         self._epoch_token: object | None = None
         self._epoch_thread: int | None = None
+        self._step_span: Any = None
+        self._step_start: EnergySnapshot | None = None
+        self._step_token: object | None = None
+
+    @property
+    def root_span_context(self) -> Any:
+        """The ``training`` span's context once the first epoch started (None before, or with ``parent``)."""
+        return None if self._root_span is None else self._root_span.get_span_context()
 
     # -- measuring ----------------------------------------------------------------------------
 
@@ -156,21 +176,24 @@ class TrainingRun:
     def start_epoch(self) -> bool:
         """Start the next epoch's span (and the root span first); True when this started the run."""
         snapshot = self.snapshot()
-        started_run = self._root_span is None
+        started_run = self.root_start is None
         if started_run:
             self.root_start = snapshot
-            self._root_span = self._tracer.start_span(
-                SPAN_TRAINING,
-                # A training run is a trace of its own, whatever span is current.
-                context=otel_context.Context(),
-                attributes={TRAINING_EPOCHS_PLANNED: self.planned_epochs},
-            )
-            self.trace_id = format(self._root_span.get_span_context().trace_id, "032x")
+            if self._parent is None:
+                self._root_span = self._tracer.start_span(
+                    SPAN_TRAINING,
+                    # A training run is a trace of its own, whatever span is current.
+                    context=otel_context.Context(),
+                    attributes={**self._span_attributes, TRAINING_EPOCHS_PLANNED: self.planned_epochs},
+                )
+            root = self._root_span if self._root_span is not None else trace.NonRecordingSpan(self._parent)
+            self._root_context = trace.set_span_in_context(root, otel_context.Context())
+            self.trace_id = format(root.get_span_context().trace_id, "032x")
         self.epoch += 1
         self._epoch_span = self._tracer.start_span(
             SPAN_EPOCH,
-            context=trace.set_span_in_context(self._root_span, otel_context.Context()),
-            attributes={TRAINING_EPOCH: self.epoch},
+            context=self._root_context,
+            attributes={**self._span_attributes, TRAINING_EPOCH: self.epoch},
         )
         # The user's own spans inside the epoch become its children.
         self._epoch_token = otel_context.attach(trace.set_span_in_context(self._epoch_span))
@@ -182,6 +205,7 @@ class TrainingRun:
     def end_epoch(self, *, interrupted: bool = False) -> tuple[EpochResult, EnergySnapshot]:
         """Measure and end the open epoch; its result and the closing snapshot."""
         assert self._epoch_start is not None
+        self.abandon_step()
         end = self.snapshot()
         measurement = self.measure(self._epoch_start, end)
         accounting = self.accounting()
@@ -208,10 +232,45 @@ class TrainingRun:
         self._end_span(span, attributes, measurement)
         return result, end
 
+    # -- steps (the trainer callbacks' sampled step spans) -------------------------------------
+
+    def start_step(self, step: int) -> None:
+        """Start a ``step`` span (``training.step`` = ``step``), child of the open epoch; ends an open one unmeasured first."""
+        if not self.epoch_open:
+            return
+        self.abandon_step()
+        self._step_start = self.snapshot()
+        self._step_span = self._tracer.start_span(
+            SPAN_STEP,
+            context=trace.set_span_in_context(self._epoch_span),
+            attributes={**self._span_attributes, TRAINING_STEP: step},
+        )
+        self._step_token = otel_context.attach(trace.set_span_in_context(self._step_span))
+
+    def end_step(self) -> None:
+        """Measure and end the open step span (nothing when none is open)."""
+        span, self._step_span = self._step_span, None
+        if span is None or self._step_start is None:
+            return
+        measurement = self.measure(self._step_start, self.snapshot())
+        self._detach(self._step_token)
+        self._step_token = None
+        self._end_span(span, self.accounting().span_attributes(measurement.total_joules), measurement, keep=False)
+
+    def abandon_step(self) -> None:
+        """End an open step span unmeasured (its epoch ended first, or the next step started)."""
+        span, self._step_span = self._step_span, None
+        if span is None:
+            return
+        self._detach(self._step_token)
+        self._step_token = None
+        self._end_span(span, {}, None, keep=False)
+
     def abandon_epoch(self, error: str) -> None:
         """End the open epoch's span unmeasured, as interrupted by ``error`` (a failure)."""
         if not self.epoch_open:
             return
+        self.abandon_step()
         span, self._epoch_span = self._epoch_span, None
         self.epoch_open = False
         self._detach_epoch_context()
@@ -332,6 +391,7 @@ class TrainingRun:
         measurement: EnergyMeasurement | None,
         *,
         error: str | None = None,
+        keep: bool = True,
     ) -> None:
         if span is None:
             return
@@ -344,10 +404,14 @@ class TrainingRun:
         end_span_with_measurement(
             span, measurement if measurement is not None else _NOTHING_MEASURED, attributes=dict(attributes)
         )
-        self.spans.append(span)
+        if keep:  # step spans are not kept: a long run has many
+            self.spans.append(span)
 
     def _detach_epoch_context(self) -> None:
         token, self._epoch_token = self._epoch_token, None
+        self._detach(token)
+
+    def _detach(self, token: object | None) -> None:
         # A context token can only be detached in the thread (context) that attached it.
         if token is not None and self._epoch_thread == threading.get_ident():
             try:
