@@ -27,6 +27,7 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.meter.notice import announce_estimates
 from otel_joules.meter.registry import get_energy_meter
+from otel_joules.meter.sync import Synchronize, resolve_synchronizer
 from otel_joules.metrics.instruments import EnergyMetrics
 from otel_joules.tracing.processor import EnergySpanProcessor
 
@@ -135,6 +136,7 @@ def instrument(
     pue: float = 1.0,
     attribution: bool = True,
     metrics_gate: Callable[[], bool] | None = None,
+    synchronize: Synchronize = None,
     **options: Any,
 ) -> Instrumentation:
     """Put energy attributes on every span of ``tracer_provider`` and export energy metrics.
@@ -160,6 +162,10 @@ def instrument(
             instruments report nothing (zero-code passes
             :func:`~otel_joules.delivery.reachability.sdk_metrics_gate`, so a collector that
             is not there is given nothing of ours to retry, at exit least of all).
+        synchronize: Wait for queued GPU work at every span's start and end: ``"torch"``
+            (CUDA or ROCm; skipped on the CPU), ``"jax"``, ``"cupy"`` or a callable (see
+            :mod:`otel_joules.meter.sync`). Off by default: it stalls pipelines that overlap
+            host and device work, at every span boundary.
         **options: :class:`~otel_joules.EnergyMeter` keywords for the shared meter
             (``sysfs_root``, ``procfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
             Every process measures the host whatever else runs on it: spans carry the
@@ -190,11 +196,12 @@ def instrument(
 
     # Resolved before the handle exists, so a bad setting fails instrument() itself.
     span_carbon = span_carbon_from_settings(carbon_intensity, country, pue)
+    resolve_synchronizer(synchronize)
 
     def attach(handle: Instrumentation, sdk_provider: Any) -> Instrumentation:
         meter = energy_meter or get_energy_meter(**options)
         announce_estimates(meter)
-        processor = EnergySpanProcessor(meter, on_measurement=span_carbon, attribution=attribution)
+        processor = EnergySpanProcessor(meter, on_measurement=span_carbon, attribution=attribution, synchronize=synchronize)
         processor.attributor  # noqa: B018 - read /proc/stat now rather than on the first span
         sdk_provider.add_span_processor(processor)
         energy_metrics = None

@@ -20,6 +20,7 @@ from otel_joules.attribution.spans import SpanShare
 from otel_joules.meter.clock import STEP_TOLERANCE_NS, WALL_CLOCK
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.registry import get_energy_meter
+from otel_joules.meter.sync import Synchronize, resolve_synchronizer
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
 from otel_joules.semconv import ENERGY_CLOCK_STEP_S, ENERGY_UNAVAILABLE_REASON
 
@@ -69,6 +70,10 @@ class EnergySpanProcessor(SpanProcessor):
             layers that add attributes of their own (carbon, for instance).
         attribution: Attribute shares to spans: True (default) uses the meter's shared
             :class:`~otel_joules.attribution.Attributor`, False none, or give one.
+        synchronize: Wait for queued accelerator work before every span's opening and closing
+            snapshot: ``"torch"``, ``"jax"``, ``"cupy"``, ``"auto"`` or a callable (see
+            :mod:`otel_joules.meter.sync`). Off by default: it stalls the host at every span
+            boundary, so pipelines that overlap host and device work lose that overlap.
     """
 
     def __init__(
@@ -77,8 +82,10 @@ class EnergySpanProcessor(SpanProcessor):
         *,
         on_measurement: Callable[[Span, EnergyMeasurement], None] | None = None,
         attribution: bool | Attributor = True,
+        synchronize: Synchronize = None,
     ) -> None:
         self._meter = meter
+        self._synchronize = resolve_synchronizer(synchronize)
         self._on_measurement = on_measurement
         self.enabled = True
         self._failure_reported = False
@@ -125,6 +132,8 @@ class EnergySpanProcessor(SpanProcessor):
                 stated_start_ns = stated_ns - offset_ns
         try:
             meter = self._meter or self.meter
+            if self._synchronize is not None:
+                self._synchronize()  # what the device queued before the span is not the span's
             start = meter.snapshot()
             attributor = self._attributor
             if attributor is _UNSET:
@@ -347,21 +356,23 @@ class _MeasuringEnd:
             end = None
             if enabled and measurement is None:
                 try:
+                    if processor._synchronize is not None:  # type: ignore[union-attr]
+                        processor._synchronize()  # type: ignore[union-attr]
                     end = processor._meter.snapshot()  # type: ignore[union-attr]
                 except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
                     processor._report_failure(exc)  # type: ignore[union-attr]
-            # The two clocks side by side: the wall clock read here is the SDK's end time, so the
-            # step measured between the span's two offsets is exactly how far its wall times are off.
-            mono_ns = _monotonic_ns()
+            # The wall clock beside the end snapshot's monotonic time (read microseconds before): what
+            # is read here is the SDK's end time, so the step between the span's two offsets is
+            # exactly how far its wall times are off.
             wall_ns = _time_ns()
+            tolerance_ns = EXPLICIT_TIME_TOLERANCE_NS
             offset_ns = WALL_CLOCK.offset_ns
-            if not -EXPLICIT_TIME_TOLERANCE_NS <= wall_ns - mono_ns - offset_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+            if not -tolerance_ns <= wall_ns - (_monotonic_ns() if end is None else end[0]) - offset_ns <= tolerance_ns:
                 offset_ns = WALL_CLOCK.settle()
             if end_time is None:
                 sdk_end_time = wall_ns
+            # Both offsets are ones the clock confirmed: equal unless a step came between.
             step_ns = offset_ns - self._offset_ns
-            if -EXPLICIT_TIME_TOLERANCE_NS <= step_ns <= EXPLICIT_TIME_TOLERANCE_NS:
-                step_ns = 0
             # Closed even when the processor is off: an open share would dilute the thread's others.
             share = self._share
             attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
