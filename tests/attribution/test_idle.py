@@ -159,3 +159,24 @@ def test_the_back_off_never_reads_a_counter_less_often_than_its_wrap_safe_interv
         meter.close()
     assert max(delays_s) == pytest.approx(0.5)
     assert delays_s[-1] == pytest.approx(0.5)
+
+
+def test_a_process_working_outside_spans_keeps_its_sampler_at_its_period(tmp_path: Path) -> None:
+    """No span open, but the process spends CPU time between the sampler's ticks (a tick of it every 0.1 s,
+    10% of a CPU): its share is priced period by period, so the ticks, driven here one by one, never back off."""
+    powercap = make_powercap(tmp_path / "sys", "one_socket", max_power_uw=MAX_POWER_UW)
+    proc = FakeProcfs(tmp_path / "proc")
+    proc.add_process(PID, 0.0)
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
+    attributor = Attributor(meter, sample=False)
+    try:
+        delays_s = []
+        end = time.monotonic() + IDLE_AFTER_S + 0.5
+        while time.monotonic() < end:
+            proc.add_process(PID, 0.01)
+            delays_s.append(attributor._tick())
+            time.sleep(HISTORY_PERIOD_S)
+    finally:
+        attributor.close()
+        meter.close()
+    assert delays_s == [HISTORY_PERIOD_S] * len(delays_s)

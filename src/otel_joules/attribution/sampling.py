@@ -62,8 +62,8 @@ HISTORY_SUMMARY_PERIOD_S = 60.0
 #: summary stays bounded and a span older than all of it is priced at the mean of everything before.
 HISTORY_SUMMARY_BUCKETS = 1440
 #: Once this process has been idle for :data:`IDLE_AFTER_S`, the sampler's period doubles after every
-#: idle period, up to this. Idle: no span open, the process's GPU shares unchanged, and its threads
-#: other than the sampler used at most :data:`IDLE_CPU_FRACTION` of one CPU. Nothing is then spent
+#: idle period, up to this. Idle: no span open, the process's GPU shares unchanged, and between the
+#: sampler's ticks the process used at most :data:`IDLE_CPU_FRACTION` of one CPU. Nothing is then spent
 #: that a share could be priced for, so fewer, longer periods price the same; a span opening wakes
 #: the sampler at once, and a period spanning the gap is priced by the gap's own energy and
 #: ``/proc/stat`` ticks, like any other. Two seconds keep an idle process's sampler under 0.05% of
@@ -72,8 +72,9 @@ IDLE_PERIOD_MAX_S = 2.0
 #: The history keeps its :data:`HISTORY_PERIOD_S` samples for this long after the process's last
 #: activity, so a span with explicit times stated within it is still interpolated between 0.1 s samples.
 IDLE_AFTER_S = 1.0
-#: The process's CPU time (threads other than the sampler) that still counts as idle, per second.
-IDLE_CPU_FRACTION = 0.001
+#: The process's CPU time between the sampler's ticks (its samples' own cost left out) that still
+#: counts as idle, per second.
+IDLE_CPU_FRACTION = 0.005
 #: /proc/stat's busy ticks between two reads, and apart from them its idle ticks, may exceed the time
 #: between the reads x the CPUs online x USER_HZ by this factor ... Judged apart because the kernel
 #: counts busy time by the tick and idle time exactly (NO_HZ): a tick partly idle is in both, so
@@ -179,11 +180,12 @@ class _Sampling:
     _sampler: "PeriodicThread | None"
     #: The back-off's bound (:data:`IDLE_PERIOD_MAX_S`, never beyond the meter's wrap-safe read interval).
     _idle_period_max_s: float
-    #: The back-off's current period, and (sample, sampler thread CPU seconds) at the thread's last tick.
+    #: The back-off's current period, and (sample, the process's and the sampler thread's CPU seconds just
+    #: after it) at the thread's last tick.
     _idle_period_s: float
     #: When the process's idleness began (the sample before the first idle tick), None while it is not idle.
     _idle_since_ns: int | None
-    _tick_last: "tuple[HistorySample, float] | None"
+    _tick_last: "tuple[HistorySample, float, float] | None"
     #: True while the sampler waits longer than its period: a span that opens wakes it (_SpanPath.open_span).
     _dozing: bool
     #: The GPU fractions of the latest sample, and whether they changed since the sampler's last tick.
@@ -452,25 +454,50 @@ class _Sampling:
 
     def _tick(self) -> float:
         """The sampler thread's tick: one sample, then the seconds until the next (the idle back-off)."""
-        # The sampler's own CPU time is not the process's work: read it to leave it out.
-        own_cpu_s = time.thread_time() if self.clocks.native else 0.0
-        return self._next_period_s(self.sample(), own_cpu_s)
+        # The process's CPU time around the sample: what the sample itself costs (this thread's reads,
+        # and a GPU's reader thread's) is not the process's work, so only the time between ticks
+        # counts, less this thread's own share of it (its wait and wake-up).
+        own_before_s = time.thread_time() if self.clocks.native else 0.0
+        before_s = self._process_cpu_s()
+        sample = self.sample()
+        after_s = self._process_cpu_s()
+        own_after_s = time.thread_time() if self.clocks.native else 0.0
+        others_s = None
+        last = self._tick_last
+        if last is not None and before_s is not None:
+            others_s = (before_s - last[1]) - (own_before_s - last[2])
+        self._tick_last = None if sample is None or after_s is None else (sample, after_s, own_after_s)
+        return self._next_period_s(sample, None if last is None else last[0], others_s)
 
-    def _next_period_s(self, sample: HistorySample | None, own_cpu_s: float) -> float:
+    def _process_cpu_s(self) -> float | None:
+        try:
+            return self.clocks.process_cpu_s()
+        except (ProcfsReadError, OSError):
+            return None
+
+    def _next_period_s(
+        self, sample: HistorySample | None, last_sample: HistorySample | None, others_cpu_s: float | None
+    ) -> float:
         """:attr:`period_s`, or longer while this process is idle (:data:`IDLE_PERIOD_MAX_S`).
+
+        ``last_sample``: the sampler thread's previous sample; ``others_cpu_s``: the process's CPU
+        seconds since, outside the samples and the sampler thread (None: unknown).
 
         Wrap safety is not at stake: every sample reads every counter, and the back-off stops at
         the meter's wrap-safe read interval (``EnergyMeter.sample_period_s``: a quarter of the time
         the fastest counter needs to wrap at its zone's maximum power), so even a meter that does not
         sample itself is read at least four times per wrap while this process is idle.
         """
-        last, self._tick_last = self._tick_last, None if sample is None else (sample, own_cpu_s)
         changed, self._fractions_changed = self._fractions_changed, False
-        if sample is None or last is None or changed or self._idle_period_max_s <= self.period_s:
+        if (
+            sample is None
+            or last_sample is None
+            or others_cpu_s is None
+            or changed
+            or self._idle_period_max_s <= self.period_s
+        ):
             return self._awake()
-        last_sample, last_own_cpu_s = last
         elapsed_s = (sample.monotonic_ns - last_sample.monotonic_ns) / 1e9
-        others_cpu_s = sample.process_cpu_s - last_sample.process_cpu_s - (own_cpu_s - last_own_cpu_s)
         if others_cpu_s > IDLE_CPU_FRACTION * elapsed_s:
             return self._awake()
         # Said before looking for open spans: a span opening meanwhile either is seen here or sees
