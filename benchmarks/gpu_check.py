@@ -14,6 +14,12 @@ span measured by :class:`~otel_joules.EnergySpanProcessor`, and prints per GPU:
 
     python benchmarks/gpu_check.py [--seconds 10] [--gpus 0,1] [--no-torch] [--json]
 
+With torch and CUDA it also checks ``synchronize=`` (``synchronization`` in the report): a span
+that queues about 1 s of matrix multiplies and returns at once, measured once without and once
+with ``synchronize="torch"``. Only the synchronised span waits for the work, so only it gets
+that energy (``synchronized_joules`` near ``average_watts`` x ``queued_s``; ``unsynchronized_joules``
+what the GPU spent during the launches alone). Without torch or CUDA it is skipped (None).
+
 Without a GPU it runs against the stand-in library of the test suite
 (tests/fakes/nvml_stub), which is how tests/benchmarks/test_gpu_check.py checks it.
 """
@@ -64,6 +70,7 @@ class Report:
     seconds: float
     power_step_s: float
     gpus: list[GpuFigures]
+    synchronization: dict | None = None
 
 
 def read_cost_us(read: Callable[[], int], reads: int) -> float:
@@ -131,6 +138,51 @@ def torch_workload(seconds: float) -> str | None:
             torch.cuda.synchronize(d)
         iterations += 10
     return f"torch fp16 matmul {size}x{size} on {len(devices)} GPU(s), {iterations} rounds"
+
+
+def sync_check(gpu_uuids: Sequence[str], queued_s: float = 1.0) -> dict | None:
+    """A span that queues ``queued_s`` of GPU work and returns at once, without and with ``synchronize="torch"``.
+
+    None when torch with CUDA is not available.
+    """
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    size = 16384  # ~10 ms per multiply on current GPUs: a second of work fits CUDA's launch queue
+    a = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    b = torch.randn(size, size, device="cuda", dtype=torch.float16)
+    torch.matmul(a, b)
+    torch.cuda.synchronize()
+    started = time.monotonic()
+    for _ in range(5):
+        torch.matmul(a, b)
+    torch.cuda.synchronize()
+    per_op_s = (time.monotonic() - started) / 5
+    launches = max(1, round(queued_s / per_op_s))
+    result: dict = {"queued_s": launches * per_op_s, "launches": launches}
+    for label, option in (("unsynchronized", None), ("synchronized", "torch")):
+        meter = EnergyMeter(gpus=list(gpu_uuids), host=False)
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(EnergySpanProcessor(meter, attribution=False, synchronize=option))
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        time.sleep(0.3)  # the counters settle on idle before the span
+        with provider.get_tracer("gpu_check").start_as_current_span("gpu_check.queued"):
+            for _ in range(launches):
+                torch.matmul(a, b)
+        torch.cuda.synchronize()  # the work ends after the span either way
+        time.sleep(0.3)
+        meter.close()
+        span = exporter.get_finished_spans()[0]
+        gpu_j = sum(
+            float(v) for k, v in (span.attributes or {}).items() if k.startswith("energy.nvidia_gpu_") and k.endswith(".joules")
+        )
+        result[f"{label}_joules"] = gpu_j
+        result[f"{label}_span_s"] = (span.end_time - span.start_time) / 1e9
+    return result
 
 
 def cpu_workload(seconds: float) -> str:
@@ -206,7 +258,8 @@ def run(seconds: float, gpus: Sequence[int | str] | None, power_step_s: float, p
                 power_read_us=power_costs[domain],
             )
         )
-    return Report(workload=workload, seconds=elapsed, power_step_s=power_step_s, gpus=figures)
+    synchronization = sync_check([c.gpu.uuid for c in found.channels]) if use_torch else None  # type: ignore[attr-defined]
+    return Report(workload=workload, seconds=elapsed, power_step_s=power_step_s, gpus=figures, synchronization=synchronization)
 
 
 def _fmt(value: float | None, spec: str) -> str:
@@ -236,6 +289,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"  integrated power   {gpu.integrated_joules:.3f} J  ({_fmt(gpu.integrated_vs_counter_percent, '+.2f')} % vs counter)")
         print(f"  counter updates every {_fmt(gpu.counter_update_period_ms, '.1f')} ms")
         print(f"  one read costs     energy {_fmt(gpu.energy_read_us, '.1f')} us, power {gpu.power_read_us:.1f} us")
+    sync = report.synchronization
+    if sync is None:
+        print("synchronize=: skipped (needs torch with CUDA)")
+    else:
+        print(f"synchronize=: a span queueing {sync['queued_s']:.2f} s of GPU work ({sync['launches']} multiplies) and returning")
+        print(f"  without: {sync['unsynchronized_joules']:.3f} J over {sync['unsynchronized_span_s']:.3f} s")
+        print(f"  with synchronize='torch': {sync['synchronized_joules']:.3f} J over {sync['synchronized_span_s']:.3f} s")
     return 0
 
 

@@ -8,8 +8,15 @@ read off the span path in the meter's device thread exactly as NVML is (``--no-g
 leaves it out); the GPU's counter is a clock-driven stand-in, so the NVML call itself
 (off the span path either way) is not in the figures.
 
-    python -m benchmarks.span_overhead [--spans N] [--no-gpu] [--source direct|agent] [--coarsening] [--json]
+    python -m benchmarks.span_overhead [--spans N] [--no-gpu] [--source direct|agent] [--coarsening]
+                                       [--synchronize torch|jax|cupy|auto] [--json]
     # from the repository root (it imports tests.fakes)
+
+``--synchronize NAME`` times only the exact mode with and without ``synchronize=NAME`` (4 RAPL
+domains, no GPU stand-in): what waiting for the device at both span boundaries costs a span that
+queued nothing. On a machine without the device (torch on the CPU) it is the cost of finding
+that there is nothing to wait for; on a GPU, of a synchronisation of an idle device. A device
+with work queued stalls for as long as that work takes: the reason it is off for plain spans.
 
 ``--source agent`` reads the same fake tree through a real ``otel-joules agent`` process (its socket in the
 temp dir) instead of the files: the library's agent channels return the readings the agent pushed, so a span
@@ -382,6 +389,49 @@ def _agent_channels(tree: Any, tmp: str) -> tuple[list[Channel], Any]:
     return found.channels, process
 
 
+def _call_seconds(call: Callable[[], Any], calls: int) -> float:
+    started = time.perf_counter()
+    for _ in range(calls):
+        call()
+    return time.perf_counter() - started
+
+
+def measure_synchronize(name: str, spans: int, batches: int = 21) -> dict[str, Any]:
+    """Per-span seconds of the exact mode without and with ``synchronize=name``, in interleaved batches.
+
+    One processor whose synchronizer is swapped between batches, so machine noise hits both alike.
+    """
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = make_powercap(Path(tmp) / "sys", "four_domains")
+        meter = EnergyMeter(channels=rapl.discover(Settings(sysfs_root=tree.sysfs_root)).channels)
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(DropExporter()))
+        processor = EnergySpanProcessor(meter, synchronize=name)
+        synchronizer = processor._synchronize
+        provider.add_span_processor(processor)
+        tracer = provider.get_tracer("benchmark")
+        per_batch = max(1, spans // batches)
+        _batch_seconds(tracer, max(2000, spans // 10))  # warm-up (and the framework's import), untimed
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for i in range(batches):
+            for synchronized in ((False, True) if i % 2 == 0 else (True, False)):
+                processor._synchronize = synchronizer if synchronized else None
+                times[synchronized].append(_batch_seconds(tracer, per_batch) / per_batch)
+        meter.close()
+        # The call alone, best of several runs: on a busy machine the span timings above can hide it.
+        calls = 20_000
+        call_ns = min(_call_seconds(synchronizer, calls) for _ in range(5)) / calls * 1e9
+    plain_us, synced_us = (statistics.median(times[key]) * 1e6 for key in (False, True))
+    return {
+        "synchronize": name,
+        "call_ns": call_ns,
+        "exact_us": plain_us,
+        "exact_synchronized_us": synced_us,
+        "synchronize_us_per_span": synced_us - plain_us,
+        "ratio": synced_us / plain_us,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--spans", type=int, default=100_000, help="spans per kind for the timing")
@@ -390,8 +440,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-gpu", action="store_true", help="RAPL domains only")
     parser.add_argument("--source", choices=("direct", "agent"), default="direct", help="read RAPL files, or through a real agent")
     parser.add_argument("--coarsening", action="store_true", help="only measure the accuracy cost of the agent's intervals")
+    parser.add_argument("--synchronize", choices=("torch", "jax", "cupy", "auto"),
+                        help="only time the exact mode with and without synchronize=NAME")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    if args.synchronize:
+        synchronized = measure_synchronize(args.synchronize, args.spans)
+        if args.json:
+            print(json.dumps(synchronized, indent=2))
+            return 0
+        print(
+            f"exact span {synchronized['exact_us']:.2f} us; with synchronize={args.synchronize} "
+            f"{synchronized['exact_synchronized_us']:.2f} us ({synchronized['ratio']:.2f}x): "
+            f"{synchronized['synchronize_us_per_span']:+.2f} us per span for its two synchronisations; "
+            f"one call alone {synchronized['call_ns']:.0f} ns"
+        )
+        return 0
     if args.coarsening:
         coarsening = {
             f"{interval_ms}ms": {

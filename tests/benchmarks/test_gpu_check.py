@@ -24,6 +24,7 @@ def test_gpu_check_reports_counter_integral_update_period_and_read_cost(tmp_path
     report = run_python("", FakeNvml(cards=cards, update_ms=update_ms), tmp_path, args=args).data
 
     assert report["workload"] == "CPU loop (GPUs idle)"
+    assert report["synchronization"] is None  # --no-torch: the synchronize= check needs torch with CUDA
     seconds = report["seconds"]
     assert seconds == pytest.approx(1.0, abs=0.05)
     counter, integrated_only = report["gpus"]
@@ -59,3 +60,13 @@ def test_gpu_check_without_a_gpu_says_why(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "no GPU can be measured: nvidia_gpu: NVML found no GPU on this machine" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_gpu_check_skips_the_synchronize_check_cleanly_without_cuda(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    cards = [FakeCard(name="NVIDIA H200", uuid=uuid_for(0), watts=250)]
+    args = [str(SCRIPT), "--seconds", "0.2", "--probe-seconds", "0.1", "--reads", "20", "--json"]
+    report = run_python("", FakeNvml(cards=cards), tmp_path, args=args, timeout_s=120).data
+    # torch is installed but there is no CUDA: the workload is the CPU loop and the check is skipped.
+    assert report["workload"] == "CPU loop (GPUs idle)"
+    assert report["synchronization"] is None

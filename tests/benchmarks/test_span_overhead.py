@@ -100,3 +100,13 @@ def test_the_coarsened_counter_reports_the_value_of_its_last_push() -> None:
     # Only whole pushes of the interval's energy (several at once if this loop was descheduled), every 50 ms.
     assert steps and all(step % push_uj == 0 for step in steps), steps
     assert (values[-1] - values[0]) / push_uj <= 5
+
+
+def test_the_synchronize_mode_times_the_exact_mode_with_and_without_it(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    assert span_overhead.main(["--spans", "420", "--synchronize", "torch", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["synchronize"] == "torch"
+    assert result["exact_us"] > 0 and result["exact_synchronized_us"] > 0
+    assert result["synchronize_us_per_span"] == pytest.approx(result["exact_synchronized_us"] - result["exact_us"])
+    assert result["ratio"] == pytest.approx(result["exact_synchronized_us"] / result["exact_us"])
