@@ -7,7 +7,7 @@ and a VM resume move it, and nothing else. Both clocks are slewed alike by NTP, 
 clock's offset from the monotonic one, ``time.time_ns() - time.monotonic_ns()``, stays put
 except when the wall clock steps: a move of more than :data:`STEP_TOLERANCE_NS` is a step.
 
-:data:`WALL_CLOCK` keeps the latest offset seen; a step is said once per process on the
+:data:`WALL_CLOCK` keeps the offset last confirmed; a step is said once per process on the
 ``otel_joules`` logger (``WARNING``), later ones at ``DEBUG``.
 """
 
@@ -22,8 +22,8 @@ from otel_joules.semconv import ENERGY_CLOCK_STEP_S
 _log = logging.getLogger("otel_joules")
 
 #: A move of the wall clock's offset from the monotonic clock larger than this is a step. Also how far a
-#: span's stated start may be from when it started and still be its start: the offset is read to
-#: microseconds, a scheduler delay between two reads stays far below this.
+#: span's stated start may be from when it started and still be its start. The offset is confirmed to
+#: microseconds (:meth:`WallClock.settle`); a delay between a span's two reads seldom reaches this.
 STEP_TOLERANCE_NS = 2_000_000
 
 
@@ -45,7 +45,7 @@ def wall_offset_ns() -> int:
 class WallClock:
     """The wall clock's offset from the monotonic clock, as last confirmed, and the one message about its steps.
 
-    The span path reads both clocks, one call after the other, and compares their difference with
+    The span path reads both clocks side by side and compares their difference with
     :attr:`offset_ns`. Within :data:`STEP_TOLERANCE_NS` it uses :attr:`offset_ns` (measured to
     microseconds); beyond, it calls :meth:`settle`: a thread preempted between its two reads (the
     GIL's switch interval is 5 ms) shows such a move too, so the offset is measured again, tightly,
