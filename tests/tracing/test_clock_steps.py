@@ -85,7 +85,7 @@ def test_a_wall_clock_step_changes_no_spans_energy_and_no_duration_is_negative(
     across = records["across"]
     assert ENERGY_UNAVAILABLE_REASON not in across["attributes"], detail
     assert across["attributes"][ENERGY_JOULES] == pytest.approx(true_joules(truth, "across"), rel=1e-6), detail
-    # Two sleeps of 0.3 s inside the span, and the child's reads just outside it.
+    # Four sleeps of 0.15 s inside the span, and the child's reads just outside it.
     assert 0.6 <= across["duration_s"] <= true_s(truth, "across") + 0.001, detail
     assert across["attributes"][ENERGY_CLOCK_STEP_S] == pytest.approx(step_s, abs=STEP_TOLERANCE_S), detail
     # The span's wall-clock times are the SDK's, as given: they place it in the trace.
@@ -106,7 +106,8 @@ def test_a_wall_clock_step_changes_no_spans_energy_and_no_duration_is_negative(
     explicit = records["explicit"]
     assert ENERGY_UNAVAILABLE_REASON not in explicit["attributes"], detail
     assert explicit["attributes"][ENERGY_JOULES] == pytest.approx(true_joules(truth, "explicit"), rel=1e-6), detail
-    assert explicit["duration_s"] == pytest.approx(true_s(truth, "explicit"), abs=0.001), detail
+    # The child reads each stated time just after its monotonic truth: a GIL switch in between may part them by ms.
+    assert explicit["duration_s"] == pytest.approx(true_s(truth, "explicit"), abs=0.02), detail
     assert explicit["attributes"][ENERGY_CLOCK_STEP_S] == pytest.approx(step_s, abs=STEP_TOLERANCE_S), detail
 
     # A step between the SDK's stamp and the processor's on_start: the stamp is the clock before the step.
