@@ -33,6 +33,12 @@ when they ran at the same time (the run's notes say so). :attr:`RunSummary.energ
 says which was summed; grams are always of that basis (``energy.attributed.co2eq.grams``
 for shares, never the interval's ``energy.co2eq.grams``).
 
+**A multi-rank job is one run.** The trainer callbacks put ranks above 0's ``epoch`` spans
+under rank 0's ``training`` span, each span naming its ``training.rank``: a share is its own
+process's, so a span nested under another rank's counts beside it (the ranks' shares add),
+while the host's interval energy, the same for every rank on the host, is counted once
+(rank 0's topmost spans). Epochs with one number are one epoch of the run, their shares added.
+
 **Energy of a carbontracker run: one total.** The output log's actual consumption, the
 figure the tracker printed and ``parser.aggregate_consumption`` returns (kWh with PUE, back to
 IT joules with the log's PUE; its grams as logged). Per-epoch figures are the standard log's

@@ -34,17 +34,34 @@ from otel_joules.semconv import (
     SOURCE_PARTIAL,
     SPAN_EPOCH,
     TRAINING_EPOCH,
+    TRAINING_RANK,
     domain_missing_key,
 )
 
 
-def _counted_spans(spans: list[SpanRow], key: str = ENERGY_JOULES) -> list[SpanRow]:
+def _rank(span: SpanRow, by_id: dict[str, SpanRow]) -> object:
+    """The ``training.rank`` of the span or of its nearest ancestor carrying one (None: not a multi-rank job's)."""
+    seen = set()
+    while span is not None and span.span_id not in seen:
+        seen.add(span.span_id)
+        rank = span.attributes.get(TRAINING_RANK)
+        if rank is not None:
+            return rank
+        span = by_id.get(span.parent_span_id) if span.parent_span_id is not None else None  # type: ignore[assignment]
+    return None
+
+
+def _counted_spans(spans: list[SpanRow], key: str = ENERGY_JOULES, *, per_rank: bool = False) -> list[SpanRow]:
     """The topmost spans carrying ``key``: no ancestor in the trace carries it.
 
     A nested span's energy (interval or inclusive attributed share) is inside its
-    parent's, so adding both would count it twice.
+    parent's, so adding both would count it twice. ``per_rank``: an ancestor of another rank
+    (``training.rank``) does not hold the span's value -- a share is its own process's, so
+    the epochs of rank 1 under rank 0's ``training`` span are counted beside it. The host's
+    interval energy is the same for every rank on a host: counted once, so never per rank.
     """
     by_id = {span.span_id: span for span in spans}
+    ranks = {span.span_id: _rank(span, by_id) for span in spans} if per_rank else {}
     counted = []
     for span in spans:
         if span.number(key) is None:
@@ -54,7 +71,7 @@ def _counted_spans(spans: list[SpanRow], key: str = ENERGY_JOULES) -> list[SpanR
         while parent_id is not None and parent_id in by_id and parent_id not in seen:
             seen.add(parent_id)
             parent = by_id[parent_id]
-            if parent.number(key) is not None:
+            if parent.number(key) is not None and (not per_rank or ranks[parent_id] == ranks[span.span_id]):
                 nested = True
                 break
             parent_id = parent.parent_span_id
@@ -76,7 +93,7 @@ class _Basis:
 def _basis(spans: list[SpanRow]) -> _Basis | None:
     """Attributed shares when the export has them (topmost ``energy.attributed.joules``, else
     every span's ``energy.attributed.self.joules``); interval energy for older exports."""
-    counted = _counted_spans(spans, ENERGY_ATTRIBUTED_JOULES)
+    counted = _counted_spans(spans, ENERGY_ATTRIBUTED_JOULES, per_rank=True)
     if counted:
         return _Basis(BASIS_ATTRIBUTED, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_CO2EQ_GRAMS, counted)
     selves = [span for span in spans if span.number(ENERGY_ATTRIBUTED_SELF_JOULES) is not None]
@@ -96,20 +113,29 @@ def _trace_epochs(spans: list[SpanRow]) -> tuple[EpochSummary, ...]:
     # Epochs are summed on the run's basis too: their attributed share when every epoch has one.
     attributed = all(span.number(ENERGY_ATTRIBUTED_JOULES) is not None for span in epochs)
     key = ENERGY_ATTRIBUTED_JOULES if attributed else ENERGY_JOULES
-    result = []
+    # The ranks of a multi-rank job each have an epoch span per epoch: one epoch of the run, the
+    # ranks' shares added; the host's interval energy is the same for every rank, taken once (the largest).
+    by_number: dict[int, list[SpanRow]] = {}
     for position, span in enumerate(epochs, start=1):
         # The tracker's own number (a run resumed at epoch 2 starts at 2); by position only
         # for CSV/JSON-lines files written before the exporters kept training.* attributes.
         number = span.attributes.get(TRAINING_EPOCH)
         epoch = number if isinstance(number, int) and not isinstance(number, bool) else position
-        duration = span.duration_s
-        joules = span.number(key) or 0.0
+        by_number.setdefault(epoch, []).append(span)
+    result = []
+    for epoch, ranks in by_number.items():
+        durations = [d for d in (span.duration_s for span in ranks) if d is not None]
+        if attributed:
+            counted = ranks
+        else:
+            counted = [max(ranks, key=lambda span: span.number(key) or 0.0)]
+        joules = sum(span.number(key) or 0.0 for span in counted)
         result.append(
             EpochSummary(
                 epoch=epoch,
-                duration_s=duration,
+                duration_s=max(durations) if durations else None,
                 joules=joules,
-                parts=sum_parts([span_parts(span, joules, attributed)]),
+                parts=sum_parts([span_parts(span, span.number(key) or 0.0, attributed) for span in counted]),
             )
         )
     return tuple(result)
