@@ -19,12 +19,24 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Callable, Collection, Sequence
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
+
+if TYPE_CHECKING:
+    from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
 
 _log = logging.getLogger("otel_joules")
 
 #: NVML_ERROR_NOT_FOUND: no utilisation sample newer than the time stamp given.
 _NVML_ERROR_NOT_FOUND = 6
+
+#: Why a GPU's fraction is what it is (:meth:`NvmlProcessShares.observations`).
+IDLE = "idle"
+OTHERS = "others"
+OURS = "ours"
+SHARED = "shared"
+UNLISTED = "unlisted"
 
 
 def fraction_of(ours: Collection[int], running: Sequence[int], sm_util_by_pid: dict[int, int] | None) -> float:
@@ -67,28 +79,41 @@ class NvmlProcessShares:
 
     def fractions(self) -> list[float]:
         """Our fraction of each GPU, in the order of :attr:`uuids` (1.0 where NVML cannot say)."""
+        return [fraction for fraction, _ in self.observations()]
+
+    def observations(self) -> list[tuple[float, str]]:
+        """Our fraction of each GPU and why, in the order of :attr:`uuids`.
+
+        The why is one of :data:`IDLE` (no process on it), :data:`OTHERS` (only others'),
+        :data:`OURS` (only ours), :data:`SHARED` (ours and others') or :data:`UNLISTED`
+        (NVML cannot list its processes: counted as ours).
+        """
         try:
             from otel_joules.sensors.nvml import default_session
 
             nvml = default_session().acquire()
         except Exception as exc:  # noqa: BLE001 - attribution must never break measurement
             self._report(exc)
-            return [1.0] * len(self.uuids)
+            return [(1.0, UNLISTED)] * len(self.uuids)
         ours = set(self._our_pids())
-        return [self._fraction(nvml, uuid, ours) for uuid in self.uuids]
+        return [self._observe(nvml, uuid, ours) for uuid in self.uuids]
 
-    def _fraction(self, nvml: Any, uuid: str, ours: set[int]) -> float:
+    def _observe(self, nvml: Any, uuid: str, ours: set[int]) -> tuple[float, str]:
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
             running = [p.pid for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)]
             running += [p.pid for p in _optional(getattr(nvml, "nvmlDeviceGetGraphicsRunningProcesses", None), handle)]
         except Exception as exc:  # noqa: BLE001
             self._report(exc)
-            return 1.0
+            return 1.0, UNLISTED
         pids = set(running)
-        if not pids or not (pids & ours) or pids <= ours:
-            return fraction_of(ours, running, None)
-        return fraction_of(ours, running, self._utilisation(nvml, uuid, handle))
+        if not pids:
+            return 0.0, IDLE
+        if not (pids & ours):
+            return 0.0, OTHERS
+        if pids <= ours:
+            return 1.0, OURS
+        return fraction_of(ours, running, self._utilisation(nvml, uuid, handle)), SHARED
 
     def _utilisation(self, nvml: Any, uuid: str, handle: Any) -> dict[int, int] | None:
         function = getattr(nvml, "nvmlDeviceGetProcessUtilization", None)
@@ -130,3 +155,141 @@ def _optional(function: Callable[..., Any] | None, *args: Any) -> list[Any]:
         return list(function(*args))
     except Exception:  # noqa: BLE001 - graphics processes are optional information
         return []
+
+
+@dataclass(frozen=True)
+class GpuCharge:
+    """One GPU's energy during a command (``otel-joules run``) and the part charged to the command.
+
+    Attributes:
+        domain_id: The GPU's domain (``nvidia_gpu_0``).
+        measured_joules: Its whole energy during the command.
+        charged_joules: The command's part: each period's energy times the command's fraction
+            of the GPU at that period's end (:func:`fraction_of`, as for spans).
+        reason: Why, in words, for the run's summary.
+    """
+
+    domain_id: str
+    measured_joules: float
+    charged_joules: float
+    reason: str
+
+
+class CommandGpuShares:
+    """The GPU energy a command's own processes used, sampled while it runs.
+
+    ``otel-joules run`` counts a GPU as the command's only for the command's processes on it:
+    every :data:`~otel_joules.attribution.sampling.HISTORY_PERIOD_S` a thread reads NVML's
+    process lists (:class:`NvmlProcessShares`) against the command's process tree (the child
+    and its living descendants, :func:`~otel_joules.attribution.procfs.process_tree` on
+    ``/proc``, where the child's pid is) and charges the period's GPU energy by the fraction
+    found, as the attribution sampler does for spans. The period after the last read (the
+    command has ended, its processes are gone from the lists) is charged at the last fraction.
+
+    Args:
+        meter: The run's meter; its GPU domains that add to the total are followed.
+        start: The run's first snapshot: the charged periods start there.
+        shares: NVML's view (default: :class:`NvmlProcessShares` over the command's tree).
+        period_s: How often NVML's lists are read.
+    """
+
+    def __init__(
+        self,
+        meter: "EnergyMeter",
+        start: "EnergySnapshot",
+        shares: NvmlProcessShares | None = None,
+        period_s: float | None = None,
+    ) -> None:
+        from otel_joules.attribution.sampling import HISTORY_PERIOD_S
+        from otel_joules.attribution.shares import kind_of
+        from otel_joules.semconv import KIND_GPU
+
+        self._meter = meter
+        self._start = self._previous = start
+        self._indices = [i for i, d in enumerate(meter.domains) if d.in_total and kind_of(d.hw_type) == KIND_GPU]
+        self._pid: int | None = None
+        if shares is None and self._indices:
+            shares = NvmlProcessShares([meter.domains[i].hw_id for i in self._indices], our_pids=self._tree)
+        self._shares = shares
+        self._period_s = HISTORY_PERIOD_S if period_s is None else period_s
+        self._charged_j = [0.0] * len(self._indices)
+        self._joules_by_why: list[dict[str, float]] = [{} for _ in self._indices]
+        self._last: list[tuple[float, str] | None] = [None] * len(self._indices)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def watch(self, pid: int) -> None:
+        """Follow the command whose child process is ``pid`` (a thread samples until :meth:`finish`)."""
+        self._pid = pid
+        if self._indices and self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="otel-joules-run-gpu", daemon=True)
+            self._thread.start()
+
+    def finish(self, end: "EnergySnapshot") -> list[GpuCharge]:
+        """Stop sampling; charge the periods up to ``end`` and say, per GPU, what was charged and why."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)  # a stalled NVML read is left behind, its result dropped
+        with self._lock:
+            self._account(end, [last if last is not None else (0.0, _UNSEEN) for last in self._last])
+            charges = []
+            for k, i in enumerate(self._indices):
+                a, b = self._start.joules[i], end.joules[i]
+                measured = max(b - a, 0.0) if a is not None and b is not None else 0.0
+                charged = min(max(self._charged_j[k], 0.0), measured)
+                charges.append(GpuCharge(self._meter.domains[i].id, measured, charged, _why(self._joules_by_why[k], charged)))
+            return charges
+
+    def _tree(self) -> set[int]:
+        from otel_joules.attribution.procfs import process_tree
+
+        return process_tree(self._pid) if self._pid is not None else set()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._period_s):
+            try:
+                snapshot = self._meter.snapshot()
+                observed = self._shares.observations() if self._shares is not None else []
+            except Exception:  # noqa: BLE001 - the meter closed under us: finish() charges the rest
+                return
+            with self._lock:
+                if self._stop.is_set():
+                    return  # finish() has charged up to the end: this late read would count twice
+                self._account(snapshot, observed)
+                self._last = list(observed)
+
+    def _account(self, snapshot: "EnergySnapshot", observed: Sequence[tuple[float, str]]) -> None:
+        """Charge the period from the previous snapshot to ``snapshot`` by ``observed`` (lock held)."""
+        for k, (i, (fraction, why)) in enumerate(zip(self._indices, observed)):
+            a, b = self._previous.joules[i], snapshot.joules[i]
+            if a is None or b is None:
+                continue
+            self._charged_j[k] += (b - a) * fraction
+            self._joules_by_why[k][why] = self._joules_by_why[k].get(why, 0.0) + max(b - a, 0.0)
+        self._previous = snapshot
+
+
+#: The command ended before NVML's lists were read once: nothing shows its processes on the GPU.
+_UNSEEN = "unseen"
+
+_WHY_WORDS = {
+    OURS: "used by the command's processes alone",
+    SHARED: "shared with other processes, as spans share a GPU",
+    UNLISTED: "NVML could not list its processes, so it counts as the command's",
+    OTHERS: "used only by other processes",
+    IDLE: "idle",
+    _UNSEEN: "the command ended before NVML's process lists were read",
+}
+
+
+def _why(joules_by_why: dict[str, float], charged_joules: float) -> str:
+    """The summary's words for one GPU, from its periods' energy by why (with each part's share when mixed)."""
+    seen = [why for why in _WHY_WORDS if why in joules_by_why]
+    if charged_joules <= 0 and not ({OURS, SHARED, UNLISTED} & set(seen)):
+        rest = [_WHY_WORDS[w] for w in seen if w in (OTHERS, _UNSEEN)]
+        return "; ".join(["no process of the command used it", *rest])
+    total = sum(joules_by_why.values())
+    if len(seen) == 1 or total <= 0:
+        return "; ".join(_WHY_WORDS[w] for w in seen)
+    return "; ".join(f"{_WHY_WORDS[w]} for {joules_by_why[w] / total:.0%} of its energy" for w in seen)

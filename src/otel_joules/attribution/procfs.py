@@ -136,3 +136,64 @@ class CpuClocks:
             return partial(time.clock_gettime, time.pthread_getcpuclockid(threading.get_ident()))
         path = os.path.join(self.procfs_root, str(self.pid or os.getpid()), "task", str(threading.get_native_id()), "stat")
         return partial(read_task_cpu_seconds, path)
+
+
+def process_tree(pid: int, procfs_root: str = DEFAULT_PROCFS_ROOT) -> set[int]:
+    """``pid`` and its living descendants, from the ``children`` files of every thread in the tree.
+
+    ``<root>/<pid>/task/<tid>/children`` (the kernel's list of a thread's children) lets the
+    tree be walked from ``pid`` without reading every process's ``stat``; where the kernel
+    has no such files, each ``<root>/<pid>/stat``'s parent (field 4) is read instead. A
+    descendant whose parent exited is re-parented away from the tree and is no longer in it.
+    """
+    tree = {pid}
+    pending = [pid]
+    walked = False
+    while pending:
+        current = pending.pop()
+        task_dir = os.path.join(procfs_root, str(current), "task")
+        try:
+            tids = os.listdir(task_dir)
+        except OSError:
+            continue  # it exited
+        for tid in tids:
+            try:
+                with open(os.path.join(task_dir, tid, "children"), "rb") as f:
+                    children = [int(v) for v in f.read().split()]
+            except (OSError, ValueError):
+                continue
+            walked = True
+            for child in children:
+                if child not in tree:
+                    tree.add(child)
+                    pending.append(child)
+    if walked:
+        return tree
+    return _process_tree_from_parents(pid, procfs_root)
+
+
+def _process_tree_from_parents(pid: int, procfs_root: str) -> set[int]:
+    """:func:`process_tree` by every process's parent, for kernels without ``children`` files."""
+    children: dict[int, list[int]] = {}
+    try:
+        names = os.listdir(procfs_root)
+    except OSError:
+        return {pid}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(os.path.join(procfs_root, name, "stat"), "rb") as f:
+                data = f.read()
+            parent = int(data[data.rfind(b")") + 1 :].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(name))
+    tree = {pid}
+    pending = [pid]
+    while pending:
+        for child in children.get(pending.pop(), ()):
+            if child not in tree:
+                tree.add(child)
+                pending.append(child)
+    return tree

@@ -68,13 +68,16 @@ def command_attribution(
     command_cpu_s: float,
     host_busy_s: float,
     host_idle_s: float = 0.0,
+    *,
+    gpu_joules: float = 0.0,
 ) -> SpanAttribution:
     """The share of a command run as a child process (``otel-joules run``) between two snapshots.
 
     The model's rules over one interval: CPU-side joules by :func:`share_of_cpu_time` of the
     command's CPU seconds (its and its reaped descendants') in the host's busy seconds, memory
-    in the host's busy + idle seconds; the measured GPUs, which the command was given, count
-    whole as its own.
+    in the host's busy + idle seconds. GPUs as for spans: ``gpu_joules`` is what the command's
+    own processes on them were charged (:class:`~otel_joules.attribution.gpu.CommandGpuShares`),
+    never more than the GPUs measured.
     """
     joules = {kind: 0.0 for kind in KINDS}
     for i, domain in enumerate(meter.domains):
@@ -83,7 +86,7 @@ def command_attribution(
             joules[kind_of(domain.hw_type)] += b - a
     cpu = share_of_cpu_time(joules[KIND_CPU], command_cpu_s, host_busy_s)
     memory = share_of_cpu_time(joules[KIND_MEMORY], command_cpu_s, host_busy_s + max(host_idle_s, 0.0))
-    gpu = max(joules[KIND_GPU], 0.0)
+    gpu = min(max(gpu_joules, 0.0), max(joules[KIND_GPU], 0.0))
     return SpanAttribution(cpu, memory, gpu, cpu + memory + gpu)
 
 

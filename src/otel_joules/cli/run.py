@@ -9,7 +9,10 @@ command, or ``--span-name``) carries:
 ``energy.*``                   what the energy meter measured (:mod:`otel_joules.tracing.attributes`)
 ``energy.attributed.*``        the command's share: its CPU time's part of the host's CPU and
                                memory energy (its own and its reaped descendants' CPU time) plus
-                               the measured GPUs (:func:`otel_joules.attribution.command_attribution`)
+                               its processes' part of each GPU, split as for spans: nothing of a
+                               GPU NVML shows idle or used only by others
+                               (:func:`otel_joules.attribution.command_attribution`,
+                               :class:`otel_joules.attribution.gpu.CommandGpuShares`)
 ``energy.co2eq.grams``         CO2-equivalent of ``energy.joules`` (carbon intensity x PUE)
 ``energy.attributed[.self].co2eq.grams``  the same of the attributed shares, when the span has them
 ``carbon.intensity.gco2eq_per_kwh``  the intensity used
@@ -51,6 +54,7 @@ from typing import Any, Sequence
 from opentelemetry.sdk.trace import Span, TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
+from otel_joules.attribution.gpu import CommandGpuShares
 from otel_joules.attribution.shares import command_attribution, measured_kinds
 from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError
 from otel_joules.carbon import providers_from_env, validate_pue
@@ -266,7 +270,13 @@ def _run_measured(
     children_before_s = _children_cpu_s()
     started = time.monotonic()
     env = child_environment(span)
-    child = run_child(command, env, meter, name, show_status, on_start=lambda pid: span.set_attribute(PROCESS_PID, pid))
+    gpu_shares = CommandGpuShares(meter, first)
+
+    def on_start(pid: int) -> None:
+        span.set_attribute(PROCESS_PID, pid)
+        gpu_shares.watch(pid)
+
+    child = run_child(command, env, meter, name, show_status, on_start=on_start)
     exit_code, signal_name, start_error = child.exit_code, child.signal_name, child.start_error
     if start_error is not None:
         span.set_status(Status(StatusCode.ERROR, f"could not start: {start_error}"))
@@ -278,15 +288,18 @@ def _run_measured(
     span.set_attribute(PROCESS_EXIT_CODE, exit_code)
     duration_s = time.monotonic() - started
     attribution = None
+    last = meter.snapshot()
+    gpu_charges = gpu_shares.finish(last)
     host_after = _host_cpu(clocks)
     if host_before is not None and host_after is not None:
         attribution = command_attribution(
             meter,
             first,
-            meter.snapshot(),
+            last,
             _children_cpu_s() - children_before_s,
             host_after.busy_s - host_before.busy_s,
             host_after.idle_s - host_before.idle_s,
+            gpu_joules=sum(charge.charged_joules for charge in gpu_charges),
         )
         if span.is_recording() and meter.domains:
             span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))
@@ -309,6 +322,7 @@ def _run_measured(
         span.get_span_context(),
         signal_name,
         start_error,
+        gpu_charges,
     )
 
 

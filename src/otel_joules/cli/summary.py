@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opentelemetry import trace
 
+from otel_joules.attribution.gpu import GpuCharge
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
 from otel_joules.carbon.accounting import CarbonAccounting
@@ -34,6 +35,8 @@ class RunResult:
     span_context: trace.SpanContext | None
     signal_name: str | None = None
     start_error: str | None = None
+    #: Each measured GPU's energy, the part charged to the command and why.
+    gpu_charges: list[GpuCharge] = field(default_factory=list)
 
 
 
@@ -87,8 +90,14 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
             lines.append(
                 f"  share    {format_joules(share.joules)} of that is the command's ({m.source}; its CPU time's part "
                 f"of the host's CPU and memory energy: {format_joules(share.cpu_joules + share.memory_joules)}"
-                + (f", plus its GPUs: {format_joules(share.gpu_joules)}" if share.gpu_joules else "")
+                + (f", plus its processes' part of the GPUs: {format_joules(share.gpu_joules)}" if result.gpu_charges else "")
                 + ")"
+            )
+        for charge in result.gpu_charges:
+            # Every GPU, charged or not: a command is never silently given (or spared) a GPU's energy.
+            lines.append(
+                f"  gpu      {charge.domain_id}: {format_joules(charge.charged_joules)} of "
+                f"{format_joules(charge.measured_joules)} charged ({charge.reason})"
             )
         if result.co2eq_grams is not None:
             pue = f", PUE {result.pue:g}" if result.pue != 1.0 else ""
