@@ -115,13 +115,25 @@ class PowerSampler(threading.Thread):
                     channel.read_uj()
 
 
-def torch_workload(seconds: float) -> str | None:
-    """Matrix multiplies on every visible GPU; None when torch with CUDA is not available."""
+def _torch_with_cuda():
+    """torch when it can start CUDA here, else None (not installed, no GPU, or no driver behind NVML)."""
     try:
         import torch
     except ImportError:
         return None
-    if not torch.cuda.is_available():
+    try:
+        if not torch.cuda.is_available():
+            return None
+        torch.cuda.init()
+    except RuntimeError:  # "Found no NVIDIA driver": NVML answered (the stand-in) but CUDA cannot start
+        return None
+    return torch
+
+
+def torch_workload(seconds: float) -> str | None:
+    """Matrix multiplies on every visible GPU; None when torch with CUDA is not available."""
+    torch = _torch_with_cuda()
+    if torch is None:
         return None
     size = 8192
     devices = [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
@@ -145,11 +157,8 @@ def sync_check(gpu_uuids: Sequence[str], queued_s: float = 1.0) -> dict | None:
 
     None when torch with CUDA is not available.
     """
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
+    torch = _torch_with_cuda()
+    if torch is None:
         return None
     size = 16384  # ~10 ms per multiply on current GPUs: a second of work fits CUDA's launch queue
     a = torch.randn(size, size, device="cuda", dtype=torch.float16)

@@ -31,10 +31,16 @@ class _Tiny(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+#: Samples per epoch, 8 per batch: enough steps that an epoch lasts far longer than the fake
+#: tree's 5 ms update (a 20 ms run of 64 samples was off by 10% on a quiet box).
+SAMPLES = 1024
+BATCHES_PER_EPOCH = SAMPLES // 8
+
+
 def _data() -> "torch.utils.data.DataLoader":
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(64, 16, generator=generator)
-    y = torch.randint(0, 2, (64,), generator=generator)
+    x = torch.randn(SAMPLES, 16, generator=generator)
+    y = torch.randint(0, 2, (SAMPLES,), generator=generator)
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
 
 
@@ -51,7 +57,7 @@ def test_one_callback_gives_a_training_span_with_epochs_within_5_percent(
 ) -> None:
     callback = EnergyCallback(
         energy_meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False), tracer_provider=tracer_provider,
-        intensity_gco2eq_per_kwh=100.0, verbose=0, step_spans=True, step_span_every=4,
+        intensity_gco2eq_per_kwh=100.0, verbose=0, step_spans=True, step_span_every=64,
     )
     assert isinstance(callback, pl.Callback)
     with ConstantPower(powercap, WATTS):
@@ -65,9 +71,9 @@ def test_one_callback_gives_a_training_span_with_epochs_within_5_percent(
     truth_j = TOTAL_W * (training.end_time - training.start_time) / 1e9
     assert training.attributes["energy.joules"] == pytest.approx(truth_j, rel=0.05)
     assert [e.name for e in training.events] == ["training.prediction"]
-    # 8 batches per epoch, global steps 1..24: every 4th from 1 gets a span.
+    # Global steps 1..3 x BATCHES_PER_EPOCH: every 64th from 1 gets a span.
     steps = sorted(s.attributes["training.step"] for s in spans if s.name == "step")
-    assert steps == [1, 5, 9, 13, 17, 21]
+    assert steps == list(range(1, 3 * BATCHES_PER_EPOCH + 1, 64))
     assert callback.energy.tracker.result.actual.epochs == 3
 
 
@@ -110,7 +116,7 @@ class Tiny(pl.LightningModule):
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
-x, y = torch.randn(64, 16), torch.randint(0, 2, (64,))
+x, y = torch.randn(1024, 16), torch.randint(0, 2, (1024,))  # epochs far longer than the tree's 5 ms update
 data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=8)
 trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
                      enable_progress_bar=False, enable_model_summary=False, callbacks=[EnergyCallback(verbose=0)])
