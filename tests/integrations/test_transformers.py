@@ -37,7 +37,9 @@ class _Data(torch.utils.data.Dataset):
         return {"input_ids": self.ids[i], "labels": self.labels[i]}
 
 
-def _trainer(tmp_path: Path, callback: EnergyCallback, epochs: int = 2) -> "transformers.Trainer":
+def _trainer(tmp_path: Path, callback: EnergyCallback, epochs: int = 2, samples: int = 160) -> "transformers.Trainer":
+    """A Trainer of ``samples`` random sequences, 4 a step; the default makes epochs of ~0.5 s here,
+    far longer than the fake tree's 5 ms update (32 samples: 0.1 s epochs, off by up to 3%)."""
     config = transformers.BertConfig(
         vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
         max_position_embeddings=16, num_labels=2,
@@ -47,7 +49,7 @@ def _trainer(tmp_path: Path, callback: EnergyCallback, epochs: int = 2) -> "tran
         output_dir=str(tmp_path / "out"), num_train_epochs=epochs, per_device_train_batch_size=4, report_to=[],
         save_strategy="no", logging_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
     )
-    return transformers.Trainer(model=model, args=args, train_dataset=_Data(32), callbacks=[callback])
+    return transformers.Trainer(model=model, args=args, train_dataset=_Data(samples), callbacks=[callback])
 
 
 def _meter(pc: FakePowercap) -> EnergyMeter:
@@ -97,7 +99,7 @@ def test_step_spans_are_sampled_children_of_their_epoch(tmp_path: Path, powercap
         energy_meter=_meter(powercap), tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0, verbose=0,
         step_spans=True, step_span_every=3,
     )
-    _trainer(tmp_path, callback, epochs=1).train()  # 32 samples / 4 = 8 steps
+    _trainer(tmp_path, callback, epochs=1, samples=32).train()  # 32 samples / 4 = 8 steps
     spans = span_exporter.get_finished_spans()
     (epoch,) = [s for s in spans if s.name == "epoch"]
     steps = [s for s in spans if s.name == "step"]
@@ -116,6 +118,6 @@ def test_synchronize_is_called_at_every_boundary(tmp_path: Path, powercap: FakeP
         energy_meter=_meter(powercap), tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0, verbose=0,
         synchronize=record, step_spans=True, step_span_every=4,
     )
-    _trainer(tmp_path, callback, epochs=1).train()
+    _trainer(tmp_path, callback, epochs=1, samples=32).train()  # 8 steps
     # epoch start, steps 1 and 5 (start and end each), epoch end, stop.
     assert len(calls) == 1 + 2 * 2 + 1 + 1
