@@ -61,8 +61,10 @@ def test_no_rapl_estimates_and_the_user_code_returns(tmp_path: Path, tracer_prov
     assert result == "done"
     (span,) = span_exporter.get_finished_spans()
     assert span.attributes["energy.source"] == "estimate"
-    # Nothing is wrong, but the user asked for energy: the front door says once that it is estimated, and why.
-    (record,) = caplog.records
+    # The user asked for energy: the front door says once that it is estimated, and why; and, since the
+    # sysfs root given holds no powercap layout, once that the root is wrong.
+    root, record = caplog.records
+    assert root.getMessage().startswith(f"otel-joules: sysfs_root {str(tmp_path)!r} has no class/powercap")
     assert record.getMessage().startswith("otel-joules: spans and metrics carry ESTIMATES, not measurements, for cpu_estimate")
 
 

@@ -266,7 +266,7 @@ def _run_measured(
     # summary still reports the energy.
     first = meter.snapshot()
     clocks = CpuClocks(meter.settings.procfs_root)
-    host_before = _host_cpu(clocks)
+    host_before, host_problem = _host_cpu(clocks)
     children_before_s = _children_cpu_s()
     started = time.monotonic()
     env = child_environment(span)
@@ -290,7 +290,8 @@ def _run_measured(
     attribution = None
     last = meter.snapshot()
     gpu_charges = gpu_shares.finish(last)
-    host_after = _host_cpu(clocks)
+    host_after, problem_after = _host_cpu(clocks)
+    host_problem = host_problem or problem_after
     if host_before is not None and host_after is not None:
         attribution = command_attribution(
             meter,
@@ -323,15 +324,16 @@ def _run_measured(
         signal_name,
         start_error,
         gpu_charges,
+        None if attribution is not None else host_problem,
     )
 
 
-def _host_cpu(clocks: CpuClocks) -> HostCpuTimes | None:
-    """The host's busy and idle CPU seconds, None (the run then has no share) where procfs cannot be read."""
+def _host_cpu(clocks: CpuClocks) -> tuple[HostCpuTimes | None, str | None]:
+    """The host's busy and idle CPU seconds, or None and why (the run then has no share) where procfs cannot be read."""
     try:
-        return clocks.host()
-    except ProcfsReadError:
-        return None
+        return clocks.host(), None
+    except ProcfsReadError as exc:
+        return None, str(exc)
 
 
 def _children_cpu_s() -> float:

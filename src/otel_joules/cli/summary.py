@@ -12,6 +12,7 @@ from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.intensity import CarbonIntensity
+from otel_joules.config import DEFAULT_PROCFS_ROOT, OTEL_JOULES_PROCFS_ROOT
 from otel_joules.delivery.destinations import SIGNAL_METRICS, SIGNAL_TRACES, Destination
 from otel_joules.delivery.outcomes import DeliveryReport, iter_failures_by_destination
 from otel_joules.delivery.setup import Telemetry
@@ -37,6 +38,8 @@ class RunResult:
     start_error: str | None = None
     #: Each measured GPU's energy, the part charged to the command and why.
     gpu_charges: list[GpuCharge] = field(default_factory=list)
+    #: Why the run has no share (the host's CPU time could not be read), or None.
+    share_missing: str | None = None
 
 
 
@@ -92,6 +95,11 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
                 f"of the host's CPU and memory energy: {format_joules(share.cpu_joules + share.memory_joules)}"
                 + (f", plus its processes' part of the GPUs: {format_joules(share.gpu_joules)}" if result.gpu_charges else "")
                 + ")"
+            )
+        elif result.share_missing is not None:
+            lines.append(
+                f"  share    MISSING, no energy.attributed.* on the span: the host's CPU time is needed and {result.share_missing}; "
+                f"point {OTEL_JOULES_PROCFS_ROOT} (or --procfs-root) at procfs (default {DEFAULT_PROCFS_ROOT})"
             )
         for charge in result.gpu_charges:
             # Every GPU, charged or not: a command is never silently given (or spared) a GPU's energy.

@@ -5,15 +5,30 @@
 measurements, it says once per process what is estimated and which remedy applies: on the
 ``otel_joules`` logger, or on stderr when nothing handles that logger (a library user who configured
 no logging would otherwise see nothing, and only ``energy.source`` would tell).
+
+A sysfs or procfs root set away from its default (``OTEL_JOULES_SYSFS_ROOT`` /
+``OTEL_JOULES_PROCFS_ROOT``, ``sysfs_root=`` / ``procfs_root=``, ``--sysfs-root`` /
+``--procfs-root``) that is missing or lacks its layout (``class/powercap``; a readable ``stat``)
+is said the same way, once per process and root, by :func:`announce_root_problems` (which
+:func:`announce_estimates` calls): without it RAPL is silently not found, or every
+``energy.attributed.*`` share silently missing.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import threading
 from typing import TYPE_CHECKING
 
+from otel_joules.config import (
+    DEFAULT_PROCFS_ROOT,
+    DEFAULT_SYSFS_ROOT,
+    OTEL_JOULES_PROCFS_ROOT,
+    OTEL_JOULES_SYSFS_ROOT,
+    Settings,
+)
 from otel_joules.sensors import agent, rapl
 
 if TYPE_CHECKING:
@@ -22,6 +37,7 @@ if TYPE_CHECKING:
 _log = logging.getLogger("otel_joules")
 _lock = threading.Lock()
 _said = False
+_roots_said: set[str] = set()
 
 
 def fallback_message(meter: EnergyMeter) -> str | None:
@@ -52,9 +68,85 @@ def fallback_message(meter: EnergyMeter) -> str | None:
     )
 
 
+def sysfs_root_problem(sysfs_root: str) -> str | None:
+    """Why a sysfs root set away from ``/sys`` holds no powercap layout, or None (also for the default)."""
+    if os.path.normpath(sysfs_root) == DEFAULT_SYSFS_ROOT:
+        return None  # the host's own: a machine without RAPL is the estimate notice's to explain
+    if not os.path.isdir(sysfs_root):
+        return "is not a directory"
+    if not os.path.isdir(os.path.join(sysfs_root, "class", "powercap")):
+        return "has no class/powercap (the RAPL counters' layout)"
+    return None
+
+
+def procfs_root_problem(procfs_root: str) -> str | None:
+    """Why a procfs root set away from ``/proc`` has no usable ``stat``, or None (also for the default)."""
+    if os.path.normpath(procfs_root) == DEFAULT_PROCFS_ROOT:
+        return None
+    if not os.path.isdir(procfs_root):
+        return "is not a directory"
+    try:
+        with open(os.path.join(procfs_root, "stat"), "rb") as f:
+            first = f.readline()
+    except OSError as exc:
+        return f"has no readable stat file ({exc.strerror or exc})"
+    if not first.startswith(b"cpu "):
+        return "has a stat file that does not start with the host's 'cpu' line"
+    return None
+
+
+def root_problem_messages(settings: Settings) -> list[str]:
+    """One line per root in ``settings`` that is set but unusable: which, why, what it costs, what to do."""
+    messages = []
+    problem = sysfs_root_problem(settings.sysfs_root)
+    if problem is not None:
+        messages.append(
+            f"otel-joules: {_named(OTEL_JOULES_SYSFS_ROOT, 'sysfs_root', settings.sysfs_root)} {problem}, so no RAPL "
+            f"counter is read there (CPU and memory energy are estimated or missing); point it at sysfs "
+            f"(default {DEFAULT_SYSFS_ROOT})."
+        )
+    problem = procfs_root_problem(settings.procfs_root)
+    if problem is not None:
+        messages.append(
+            f"otel-joules: {_named(OTEL_JOULES_PROCFS_ROOT, 'procfs_root', settings.procfs_root)} {problem}, so spans "
+            f"and `otel-joules run` get no energy.attributed.* shares; point it at procfs (default {DEFAULT_PROCFS_ROOT})."
+        )
+    return messages
+
+
+def _named(variable: str, keyword: str, root: str) -> str:
+    """``VAR='/x'`` when the environment set it, else ``keyword '/x'`` (given in code or on the command line)."""
+    if os.environ.get(variable) == root:
+        return f"{variable}={root!r}"
+    return f"{keyword} {root!r}"
+
+
+def announce_root_problems(settings: Settings) -> None:
+    """Say once per process and root that a set sysfs or procfs root is unusable (:func:`root_problem_messages`)."""
+    for message in root_problem_messages(settings):
+        with _lock:
+            if message in _roots_said:
+                continue
+            _roots_said.add(message)
+        _say(message)
+
+
+def _say(message: str) -> None:
+    if _log.hasHandlers():
+        _log.warning("%s", message)
+    else:
+        # Nothing would show it (Python's last-resort handler is bypassed by library NullHandlers and
+        # by levels): the user asked for energy and must learn it is modelled or missing.
+        sys.stderr.write(message + "\n")
+
+
 def announce_estimates(meter: EnergyMeter) -> None:
-    """Say once per process that ``meter`` falls back to estimates (what, and the remedy); nothing otherwise."""
+    """Say once per process that ``meter`` falls back to estimates (what, and the remedy); nothing otherwise.
+
+    A set but unusable sysfs or procfs root is said first (:func:`announce_root_problems`).
+    """
     global _said
+    announce_root_problems(meter.settings)
     if _said:
         return
     message = fallback_message(meter)
@@ -64,12 +156,7 @@ def announce_estimates(meter: EnergyMeter) -> None:
         if _said:
             return
         _said = True
-    if _log.hasHandlers():
-        _log.warning("%s", message)
-    else:
-        # Nothing would show it (Python's last-resort handler is bypassed by library NullHandlers and
-        # by levels): the user asked for energy and must learn it is modelled.
-        sys.stderr.write(message + "\n")
+    _say(message)
 
 
 def forget_announcement() -> None:
@@ -77,3 +164,4 @@ def forget_announcement() -> None:
     global _said
     with _lock:
         _said = False
+        _roots_said.clear()
