@@ -30,7 +30,7 @@ from opentelemetry.trace import SpanContext, TraceFlags
 from otel_joules.carbontracker.tracker import CarbonTracker
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.sync import Synchronize, resolve_synchronizer
-from otel_joules.training.ranks import JobRank, job_rank
+from otel_joules.tracing.ranks import JobRank, job_rank
 
 __all__ = ["DEFAULT_STEP_SPAN_EVERY", "TrainerEnergy"]
 

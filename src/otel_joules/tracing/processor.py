@@ -22,6 +22,7 @@ from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapsh
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.meter.sync import Synchronize, resolve_synchronizer
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
+from otel_joules.tracing.ranks import job_rank
 from otel_joules.semconv import ENERGY_CLOCK_STEP_S, ENERGY_UNAVAILABLE_REASON
 
 _log = logging.getLogger("otel_joules")
@@ -64,6 +65,11 @@ class EnergySpanProcessor(SpanProcessor):
     The energy and attribution attributes are set on the live span before
     ``on_measurement`` runs, so a hook can read them from ``span.attributes``.
 
+    In a multi-rank job (torchrun's ``RANK``/``LOCAL_RANK``/``WORLD_SIZE``, or Slurm's
+    ``SLURM_PROCID``/``SLURM_LOCALID``/``SLURM_NTASKS``) every span also gets
+    ``training.rank``, ``training.local_rank`` and ``training.world_size`` at its start
+    (:mod:`otel_joules.tracing.ranks`), so the ranks' spans are told apart.
+
     Args:
         meter: The meter to read; the process-wide shared meter when omitted.
         on_measurement: Called with ``(span, measurement)`` before the span ends, for
@@ -86,6 +92,8 @@ class EnergySpanProcessor(SpanProcessor):
     ) -> None:
         self._meter = meter
         self._synchronize = resolve_synchronizer(synchronize)
+        #: This process's rank attributes, read once (None outside a multi-rank job).
+        self._rank_attributes = job_rank().span_attributes() or None
         self._on_measurement = on_measurement
         self.enabled = True
         self._failure_reported = False
@@ -148,6 +156,8 @@ class EnergySpanProcessor(SpanProcessor):
         span.end = _MeasuringEnd(  # type: ignore[method-assign]
             span, self._self_ref, start, attributor, share, offset_ns, stated_start_ns
         )
+        if self._rank_attributes is not None:
+            _set_attributes(span, dict(self._rank_attributes))
 
     def _planned(self, meter: EnergyMeter, attributor: Attributor | None) -> MeterAttributes:
         plan = self._plan

@@ -2,10 +2,11 @@
 
 torchrun sets ``RANK``, ``LOCAL_RANK`` and ``WORLD_SIZE`` in every worker; Slurm sets
 ``SLURM_PROCID``, ``SLURM_LOCALID`` and ``SLURM_NTASKS`` in every task (torchrun's win where
-both are set). The trainer callbacks put them on their spans as ``training.rank``,
-``training.local_rank`` and ``training.world_size``, so the ranks' spans are told apart in any
-export, CSV and JSON lines included (the resource's ``service.instance.id`` tells the processes
-apart too, where the exporter keeps the resource).
+both are set). :class:`~otel_joules.tracing.EnergySpanProcessor` puts them on every span it
+measures, and the trainer callbacks on theirs, as ``training.rank``, ``training.local_rank`` and
+``training.world_size``, so the ranks' spans are told apart in any export, CSV and JSON lines
+included, with no resource detector configured (the resource's ``service.instance.id`` tells the
+processes apart too, where the exporter keeps the resource). Outside such a launcher nothing is added.
 """
 
 from __future__ import annotations
