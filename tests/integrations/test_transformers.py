@@ -12,6 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+pytest.importorskip("accelerate")  # the Trainer needs it
 
 from otel_joules import EnergyMeter  # noqa: E402
 from otel_joules.carbontracker import parser  # noqa: E402
