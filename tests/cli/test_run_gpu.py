@@ -65,7 +65,8 @@ def test_command_whose_grandchild_is_on_the_gpus_gets_their_energy_as_spans_shar
     cards = [FakeCard(uuid=uuid_for(0), watts=100.0, compute_pids_file=str(pids)),
              FakeCard(uuid=uuid_for(1), watts=300.0, pci="00000000:08:00.0", compute_pids=(1,),
                       compute_pids_file=str(pids), process_utilization_file=str(utilisation))]
-    inner = f'echo $$ > {pids}; echo "$$:25,1:75" > {utilisation}; sleep 1.5'
+    # The utilisation first: a read between the two writes must not find the pid without it (an equal split).
+    inner = f'echo "$$:25,1:75" > {utilisation}; echo $$ > {pids}; sleep 1.5'
     # Two commands in the outer shell, so it forks the inner one rather than becoming it.
     attributes, stderr = _run(tmp_path, cards, ["sh", "-c", f"sh -c '{inner}'; true"])
     gpu0, gpu1 = attributes["energy.nvidia_gpu_0.joules"], attributes["energy.nvidia_gpu_1.joules"]
