@@ -23,6 +23,11 @@ import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
+from otel_joules.attribution.procfs import process_tree
+from otel_joules.attribution.sampling import HISTORY_PERIOD_S
+from otel_joules.attribution.shares import kind_of
+from otel_joules.semconv import KIND_GPU
+
 if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
 
@@ -200,10 +205,6 @@ class CommandGpuShares:
         shares: NvmlProcessShares | None = None,
         period_s: float | None = None,
     ) -> None:
-        from otel_joules.attribution.sampling import HISTORY_PERIOD_S
-        from otel_joules.attribution.shares import kind_of
-        from otel_joules.semconv import KIND_GPU
-
         self._meter = meter
         self._start = self._previous = start
         self._indices = [i for i, d in enumerate(meter.domains) if d.in_total and kind_of(d.hw_type) == KIND_GPU]
@@ -242,8 +243,6 @@ class CommandGpuShares:
             return charges
 
     def _tree(self) -> set[int]:
-        from otel_joules.attribution.procfs import process_tree
-
         return process_tree(self._pid) if self._pid is not None else set()
 
     def _loop(self) -> None:
