@@ -95,10 +95,14 @@ def procfs_root_problem(procfs_root: str) -> str | None:
     return None
 
 
-def root_problem_messages(settings: Settings) -> list[str]:
-    """One line per root in ``settings`` that is set but unusable: which, why, what it costs, what to do."""
+def root_problem_messages(settings: Settings, *, sysfs_needed: bool = True) -> list[str]:
+    """One line per root in ``settings`` that is set but unusable: which, why, what it costs, what to do.
+
+    ``sysfs_needed`` False leaves the sysfs root out: the counters come through ``otel-joules agent``, so a
+    root without powercap costs nothing (a container sees the agent's socket and no sysfs at all).
+    """
     messages = []
-    problem = sysfs_root_problem(settings.sysfs_root)
+    problem = sysfs_root_problem(settings.sysfs_root) if sysfs_needed else None
     if problem is not None:
         messages.append(
             f"otel-joules: {_named(OTEL_JOULES_SYSFS_ROOT, 'sysfs_root', settings.sysfs_root)} {problem}, so no RAPL "
@@ -121,9 +125,9 @@ def _named(variable: str, keyword: str, root: str) -> str:
     return f"{keyword} {root!r}"
 
 
-def announce_root_problems(settings: Settings) -> None:
+def announce_root_problems(settings: Settings, *, sysfs_needed: bool = True) -> None:
     """Say once per process and root that a set sysfs or procfs root is unusable (:func:`root_problem_messages`)."""
-    for message in root_problem_messages(settings):
+    for message in root_problem_messages(settings, sysfs_needed=sysfs_needed):
         with _lock:
             if message in _roots_said:
                 continue
@@ -146,7 +150,7 @@ def announce_estimates(meter: EnergyMeter) -> None:
     A set but unusable sysfs or procfs root is said first (:func:`announce_root_problems`).
     """
     global _said
-    announce_root_problems(meter.settings)
+    announce_root_problems(meter.settings, sysfs_needed=not meter.agent_domain_ids)
     if _said:
         return
     message = fallback_message(meter)
