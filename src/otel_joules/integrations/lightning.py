@@ -21,8 +21,6 @@ from typing import Any
 
 from otel_joules.integrations.session import TrainerEnergy
 
-__all__ = ["EnergyCallback"]
-
 
 def _callback_bases() -> tuple[type, ...]:
     bases = []

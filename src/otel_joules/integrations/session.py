@@ -32,8 +32,6 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.meter.sync import Synchronize, resolve_synchronizer
 from otel_joules.tracing.ranks import JobRank, job_rank
 
-__all__ = ["DEFAULT_STEP_SPAN_EVERY", "TrainerEnergy"]
-
 #: With ``step_spans=True``, one step in this many gets a span.
 DEFAULT_STEP_SPAN_EVERY = 10
 

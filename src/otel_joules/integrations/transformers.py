@@ -22,8 +22,6 @@ from transformers import TrainerCallback
 
 from otel_joules.integrations.session import TrainerEnergy
 
-__all__ = ["EnergyCallback"]
-
 
 class EnergyCallback(TrainerCallback):
     """A ``TrainerCallback`` measuring the training run's epochs (see the module docstring).

@@ -35,8 +35,6 @@ from typing import Any, Callable, Union
 
 from otel_joules.errors import ConfigurationError
 
-__all__ = ["SYNC_CHOICES", "Synchronize", "resolve_synchronizer"]
-
 _log = logging.getLogger("otel_joules")
 
 #: What ``synchronize=`` accepts besides a callable.

@@ -17,8 +17,6 @@ from typing import Mapping
 
 from otel_joules.semconv import TRAINING_LOCAL_RANK, TRAINING_RANK, TRAINING_WORLD_SIZE
 
-__all__ = ["JobRank", "job_rank"]
-
 _VARIABLES = (
     (TRAINING_RANK, ("RANK", "SLURM_PROCID")),
     (TRAINING_LOCAL_RANK, ("LOCAL_RANK", "SLURM_LOCALID")),
