@@ -206,17 +206,22 @@ def _samples(prometheus: Prometheus, selector: str) -> dict[tuple[tuple[str, str
 
 
 def _increase_at_last_sample(prometheus: Prometheus, selector: str, by: str) -> dict[tuple[str, ...], float]:
-    """Prometheus' ``sum by (BY) (increase(SELECTOR[10m]))``, evaluated at the series' last scrape.
+    """Prometheus' ``increase(SELECTOR[10m])`` of each series at its own last scrape, summed by ``BY``.
 
-    Evaluated at the last sample's time, increase() extrapolates nothing past the data; its
-    first sample is the 0 that created-timestamp ingestion stored, so nothing before either.
+    Evaluated at a series' last sample, increase() extrapolates nothing past its data (at a later
+    instant it would, by up to its average scrape gap, which a quiet spell inflates); its first
+    sample is the 0 that created-timestamp ingestion stored, so nothing before either.
     """
     samples = _samples(prometheus, selector)
     assert samples, f"Prometheus has no samples of {selector}"
-    last_s = max(values[-1][0] for values in samples.values())
-    result = prometheus.query(f"sum by ({by}) (increase({selector}[10m]))", at=last_s)
     keys = [label.strip() for label in by.split(",")]
-    return {tuple(series["metric"].get(k, "") for k in keys): float(series["value"][1]) for series in result}
+    totals: dict[tuple[str, ...], float] = {}
+    for labels, values in samples.items():
+        exact = "{" + ", ".join(f"{name}={json.dumps(value)}" for name, value in labels) + "}"
+        (series,) = prometheus.query(f"increase({exact}[10m])", at=values[-1][0])
+        key = tuple(dict(labels).get(k, "") for k in keys)
+        totals[key] = totals.get(key, 0.0) + float(series["value"][1])
+    return totals
 
 
 def _wait_for_settled_counter(prometheus: Prometheus, selector: str, series_count: int, timeout_s: float = 60) -> None:
