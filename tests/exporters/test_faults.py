@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from otel_joules.exporters import JsonLinesSpanExporter, MongoSpanExporter
 
 from tests.fakes.mongo_wire import FakeMongoServer, closed_port
-from tests.helpers.known_spans import emit_plain, make_provider
+from tests.helpers.known_spans import emit_plain, make_provider, plain_spans
 from tests.helpers.processes import REPO
 
 LOGGER = "otel_joules.exporters"
@@ -68,14 +68,6 @@ def _until(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.05)
     return False
-
-
-def _spans(count: int) -> list:
-    memory = InMemorySpanExporter()
-    provider = make_provider(SimpleSpanProcessor(memory))
-    for index in range(count):
-        emit_plain(provider, f"s{index}", offset_s=index, joules=1.0)
-    return list(memory.get_finished_spans())
 
 
 # ------------------------------------------------------------------------- fork (item 2)
@@ -238,7 +230,7 @@ def test_silent_after_handshake_bounded_then_stored_exactly_once(
     fake_mongo.mute.add("insert")  # stores what it gets, never answers: replies lost
     exporter = MongoSpanExporter(uri=f"mongodb://127.0.0.1:{fake_mongo.port}", database="d", collection="c",
                                  server_selection_timeout_ms=700)
-    spans = _spans(3)
+    spans = plain_spans(3)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         results = _within(10.0, lambda: exporter.export(spans))  # bounded by the timeout, not forever
         assert results == [SpanExportResult.FAILURE]
@@ -343,7 +335,7 @@ def _names(path: Path) -> list[str]:
 def test_file_deleted_while_running_is_noticed_and_reopened(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "spans.jsonl"
     exporter = JsonLinesSpanExporter(path)
-    a, b, c = _spans(3)
+    a, b, c = plain_spans(3)
     assert exporter.export([a]) is SpanExportResult.SUCCESS
     path.unlink()
     with caplog.at_level(logging.WARNING, logger=LOGGER):
@@ -357,7 +349,7 @@ def test_file_deleted_while_running_is_noticed_and_reopened(tmp_path: Path, capl
 def test_log_rotation_by_rename_keeps_every_record_once(tmp_path: Path) -> None:
     path = tmp_path / "spans.jsonl"
     exporter = JsonLinesSpanExporter(path)
-    spans = _spans(4)
+    spans = plain_spans(4)
     exporter.export(spans[:2])
     path.rename(tmp_path / "spans.jsonl.1")  # what logrotate does, without copytruncate
     exporter.export(spans[2:])
@@ -490,7 +482,7 @@ def test_rotated_file_replaced_by_another_layout_keeps_records_and_says_why(
 
     path = tmp_path / "spans.csv"
     exporter = CsvSpanExporter(path)
-    a, b = _spans(2)
+    a, b = plain_spans(2)
     exporter.export([a])
     path.unlink()
     path.write_text("some,other,header\n")  # another program took the path meanwhile

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_joules.exporters import CsvSpanExporter, JsonLinesSpanExporter
 from otel_joules.exporters.errors import ExporterPathError
 
-from tests.helpers.known_spans import emit_plain, make_provider
+from tests.helpers.known_spans import plain_spans
 
 LOGGER = "otel_joules.exporters"
 SECRET = b"# a file the exporter must never touch\nexport PATH=/usr/bin\n"
@@ -39,14 +38,6 @@ EXPORTERS: dict[str, Callable[[Path], Any]] = {
     "jsonl": JsonLinesSpanExporter,
     "otlp-file": _otlp_file,
 }
-
-
-def _spans(count: int) -> list:
-    memory = InMemorySpanExporter()
-    provider = make_provider(SimpleSpanProcessor(memory))
-    for index in range(count):
-        emit_plain(provider, f"s{index}", offset_s=index, joules=1.0)
-    return list(memory.get_finished_spans())
 
 
 @pytest.fixture
@@ -84,7 +75,7 @@ def test_link_planted_while_running_keeps_the_records_and_says_so_once(
 ) -> None:
     path = tmp_path / "spans.out"
     exporter = EXPORTERS[kind](path)
-    a, b, c = _spans(3)
+    a, b, c = plain_spans(3)
     assert exporter.export([a]) is SpanExportResult.SUCCESS
     path.rename(tmp_path / "spans.out.1")  # rotated away ...
     path.symlink_to(target)  # ... and a link planted in its place
@@ -124,6 +115,6 @@ def test_folder_given_through_a_link_still_works(tmp_path: Path) -> None:
     real.mkdir()
     (tmp_path / "linked").symlink_to(real, target_is_directory=True)
     exporter = JsonLinesSpanExporter(tmp_path / "linked" / "spans.jsonl")
-    assert exporter.export(_spans(1)) is SpanExportResult.SUCCESS
+    assert exporter.export(plain_spans(1)) is SpanExportResult.SUCCESS
     exporter.shutdown()
     assert (real / "spans.jsonl").read_text().count("\n") == 1

@@ -11,8 +11,9 @@ from typing import Iterator
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -122,6 +123,15 @@ def emit_plain(provider: TracerProvider, name: str, offset_s: int, joules: float
     tracer = provider.get_tracer("otel-joules-tests")
     span = tracer.start_span(name, start_time=T0_NS + offset_s * 1_000_000_000, attributes={"energy.joules": joules})
     span.end(end_time=T0_NS + (offset_s + 2) * 1_000_000_000)
+
+
+def plain_spans(count: int) -> list[ReadableSpan]:
+    """``count`` ended root spans s0, s1, ... (:func:`emit_plain`, 1 J each, a second apart)."""
+    memory = InMemorySpanExporter()
+    provider = make_provider(SimpleSpanProcessor(memory))
+    for index in range(count):
+        emit_plain(provider, f"s{index}", offset_s=index, joules=1.0)
+    return list(memory.get_finished_spans())
 
 
 
