@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tests.fakes.powercap import FakePowercap, make_powercap
+from tests.helpers.processes import stop_by_pid
 
 REPO = Path(__file__).resolve().parents[2]
 SPAN_CHILD = Path(__file__).with_name("span_child.py")
@@ -103,13 +104,7 @@ def start_agent(
 
 def stop(process: subprocess.Popen[Any], timeout_s: float = 10.0) -> None:
     """Stop one process by its pid: SIGTERM, then SIGKILL after ``timeout_s``."""
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout_s)
+    stop_by_pid(process, timeout_s)
 
 
 def as_uid(uid: int, gid: int, groups: Sequence[int] = ()) -> list[str]:

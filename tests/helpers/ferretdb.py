@@ -28,6 +28,7 @@ import pymongo
 import pymongo.errors
 import pytest
 
+from tests.helpers.processes import stop_by_pid
 from tests.helpers.stack import free_port, stack_binary
 
 #: How long FerretDB may take to answer a ping after starting, on a loaded 2-core box.
@@ -124,13 +125,7 @@ class FerretDB:
         process = self.process
         if process is None:
             return
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(STOP_TIMEOUT_S)
+        stop_by_pid(process, STOP_TIMEOUT_S)
         self.process = None
 
     def restart(self, timeout_s: float = READY_TIMEOUT_S) -> "FerretDB":

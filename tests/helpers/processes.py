@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 #: The repository root. On a child's PYTHONPATH it lets the child import ``tests.fakes.*`` and
 #: ``tests.helpers.*`` exactly as the tests do.
@@ -94,3 +95,16 @@ for path, uj in zip(args[::2], args[1::2]):
         f.truncate()
         f.write(f"{value + int(uj)}\\n")
 """
+
+
+def stop_by_pid(process: subprocess.Popen[Any], timeout_s: float = 10.0, kill_timeout_s: float | None = None) -> None:
+    """Stop a test's process by its pid: SIGTERM, SIGKILL after ``timeout_s``, then wait (``kill_timeout_s``,
+    default ``timeout_s``) for it. Nothing if it has already exited."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout_s if kill_timeout_s is None else kill_timeout_s)

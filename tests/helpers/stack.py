@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from tests.helpers.processes import REPO
+from tests.helpers.processes import REPO, stop_by_pid
 
 #: Where ``collector/build.sh`` leaves the binaries unless told ``--out``.
 DEFAULT_STACK_DIR = REPO / "collector" / "_build"
@@ -137,14 +137,8 @@ class ManagedProcess:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after 15 s; wait for the pid. Idempotent."""
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait(5)
+        if self.process is not None:
+            stop_by_pid(self.process, 15, kill_timeout_s=5)
 
     def log_tail(self, characters: int = 4000) -> str:
         """The end of the program's log, for assertion messages."""
