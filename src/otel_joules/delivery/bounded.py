@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_joules.delivery.destinations import Destination
 from otel_joules.delivery.outcomes import DeliveryReport
+from otel_joules.tracing._sdk import metric_exporter_preferences
 
 
 class _Bounded:
@@ -148,10 +149,8 @@ class BoundedMetricExporter(MetricExporter):
         timeout_s: float,
         probe_address: tuple[str, int] | None = None,
     ) -> None:
-        super().__init__(
-            preferred_temporality=getattr(inner, "_preferred_temporality", None),
-            preferred_aggregation=getattr(inner, "_preferred_aggregation", None),
-        )
+        temporality, aggregation = metric_exporter_preferences(inner)
+        super().__init__(preferred_temporality=temporality, preferred_aggregation=aggregation)
         self.inner = inner
         self._bounded = _Bounded(destination, report, timeout_s, probe_address)
 

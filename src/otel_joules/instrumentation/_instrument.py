@@ -29,6 +29,7 @@ from otel_joules.meter.notice import announce_estimates
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.meter.sync import Synchronize, resolve_synchronizer
 from otel_joules.metrics.instruments import EnergyMetrics
+from otel_joules.tracing._sdk import remove_span_processor, wrap_global_tracer_provider_setter
 from otel_joules.tracing.processor import EnergySpanProcessor
 
 __all__ = ["Instrumentation", "instrument"]
@@ -73,7 +74,7 @@ class Instrumentation:
                 self._cancel_wait = None
             if self.processor is not None:
                 self.processor.enabled = False
-                _remove_processor(self.tracer_provider, self.processor)
+                remove_span_processor(self.tracer_provider, self.processor)
             if self.metrics is not None:
                 # The SDK cannot unregister instruments; they report nothing from now on.
                 self.metrics.enabled = False
@@ -270,44 +271,21 @@ def _wait_for_global_provider(attach: Callable[[Instrumentation, Any], Instrumen
 def _call_when_global_tracer_provider_set(callback: Callable[[], bool]) -> Callable[[], None]:
     """Call ``callback()`` right after each setting of the API's global tracer provider until it returns True.
 
-    Returns a function that stops it. The one place that touches the OpenTelemetry API's
-    private names, because the API has no public hook for this and energy must be on the
-    new provider before its first span: every way the global is set
-    (``trace.set_tracer_provider``, including the SDK's auto-configuration, which imported
-    it by name, and ``OTEL_PYTHON_TRACER_PROVIDER`` in ``get_tracer_provider``) calls the
-    module function ``opentelemetry.trace._set_tracer_provider``, looked up by name at each
-    call, so wrapping it there sees them all.
+    Returns a function that stops it. The API has no public hook for this, and energy must be
+    on the new provider before its first span: :func:`~otel_joules.tracing._sdk.wrap_global_tracer_provider_setter`
+    hears every way the global is set.
     ``tests/instrumentation/test_deferred.py::test_the_api_still_sets_the_global_where_we_hook``
     fails loudly when the API stops doing so.
     """
-    original = trace._set_tracer_provider  # type: ignore[attr-defined]
     done = threading.Event()
 
-    def set_then_call(tracer_provider: Any, log: bool) -> None:
-        original(tracer_provider, log)
+    def after() -> None:
         if not done.is_set() and callback():
             stop()
 
     def stop() -> None:
         done.set()
-        # Unwrap unless another wrapper went on top since: ours then just passes through.
-        if getattr(trace, "_set_tracer_provider", None) is set_then_call:
-            trace._set_tracer_provider = original  # type: ignore[attr-defined]
+        unwrap()
 
-    trace._set_tracer_provider = set_then_call  # type: ignore[attr-defined]
+    unwrap = wrap_global_tracer_provider_setter(after)
     return stop
-
-
-def _remove_processor(provider: Any, processor: EnergySpanProcessor) -> None:
-    """Take the processor out of the provider's list, where the SDK's structure allows it.
-
-    The SDK has no public removal; when its internals differ the disabled processor
-    stays registered and does nothing, which is still correct.
-    """
-    multi = getattr(provider, "_active_span_processor", None)
-    lock = getattr(multi, "_lock", None)
-    processors = getattr(multi, "_span_processors", None)
-    if lock is None or not isinstance(processors, tuple):
-        return
-    with lock:
-        multi._span_processors = tuple(p for p in multi._span_processors if p is not processor)

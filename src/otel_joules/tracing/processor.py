@@ -7,7 +7,6 @@ import time
 import weakref
 from typing import Any, Callable, Mapping
 
-from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import get_current_span
@@ -21,6 +20,7 @@ from otel_joules.meter.clock import STEP_TOLERANCE_NS, WALL_CLOCK
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.meter.sync import Synchronize, resolve_synchronizer
+from otel_joules.tracing._sdk import set_clean_attributes
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
 from otel_joules.tracing.ranks import job_rank
 from otel_joules.semconv import ENERGY_CLOCK_STEP_S, ENERGY_UNAVAILABLE_REASON
@@ -148,7 +148,8 @@ class EnergySpanProcessor(SpanProcessor):
                 attributor = self.attributor
             share = None
             if attributor is not None:
-                parent_end = getattr(get_current_span(parent_context), "__dict__", _NO_DICT).get("end")
+                # A measured parent's ``end`` is its _MeasuringEnd (an instance attribute, found before the class's method).
+                parent_end = get_current_span(parent_context).end
                 share = attributor.open_span(parent_end._share if type(parent_end) is _MeasuringEnd else None)
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
             self._report_failure(exc)
@@ -157,7 +158,7 @@ class EnergySpanProcessor(SpanProcessor):
             span, self._self_ref, start, attributor, share, offset_ns, stated_start_ns
         )
         if self._rank_attributes is not None:
-            _set_attributes(span, dict(self._rank_attributes))
+            set_clean_attributes(span, dict(self._rank_attributes))
 
     def _planned(self, meter: EnergyMeter, attributor: Attributor | None) -> MeterAttributes:
         plan = self._plan
@@ -203,7 +204,7 @@ class EnergySpanProcessor(SpanProcessor):
                     attributes = {} if attributes is None else attributes
                     attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
                 if attributes:
-                    _set_attributes(span, attributes)
+                    set_clean_attributes(span, attributes)
                 return
             reason = None
             if measurement is None:
@@ -225,7 +226,7 @@ class EnergySpanProcessor(SpanProcessor):
                 attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
             if not attributes:
                 return
-            _set_attributes(span, attributes)
+            set_clean_attributes(span, attributes)
             if self._on_measurement is not None and measured:
                 self._on_measurement(span, measurement)  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
@@ -248,40 +249,9 @@ class EnergySpanProcessor(SpanProcessor):
         return True
 
 
-_NO_DICT: dict[str, Any] = {}
-
-
 def _has_energy(measurement: EnergyMeasurement) -> bool:
     """Whether the measurement has energy attributes to set: a domain's joules, or a domain it says is missing."""
     return bool(measurement.joules_by_domain or measurement.missing_domains)
-
-
-def _set_attributes(span: Span, attributes: dict[str, Any]) -> None:
-    """``span.set_attributes(attributes)`` for the processor's own, already clean attributes, in a fraction of its time.
-
-    The SDK cleans every value (type checks, copies, truncation) and inserts them one by one;
-    that was the largest single cost of an instrumented span (~5 us of 13 attributes here).
-    Our values are floats, bools and short strings made by this package, which the SDK's cleaning
-    returns unchanged, so when nothing the SDK would do differently applies (no value-length
-    limit, room under the attribute-count limit, none of our keys set already, the span not
-    ended) they go straight into the span's attribute dict under the same two locks
-    ``set_attributes`` takes. Anything else, including an SDK whose attribute container is not
-    the ``BoundedAttributes`` this relies on, takes ``set_attributes`` itself.
-    """
-    store = getattr(span, "_attributes", None)
-    if (
-        type(store) is BoundedAttributes
-        and store.max_value_len is None
-        and not getattr(store, "_immutable", True)
-        and (store.maxlen is None or len(store._dict) + len(attributes) <= store.maxlen)
-        and store._dict.keys().isdisjoint(attributes)
-    ):
-        with span._lock:
-            if span._end_time is None:
-                with store._lock:
-                    store._dict.update(attributes)
-                return
-    span.set_attributes(attributes)
 
 
 def _stated_interval(
@@ -424,8 +394,8 @@ def end_span_with_measurement(
     carbon, for instance): a caller that prices the interval itself (a training run at its own
     intensity and PUE) has the final word on its span.
     """
-    end = getattr(span, "__dict__", _NO_DICT).get("end")
-    if isinstance(end, _MeasuringEnd):
+    end = getattr(span, "end", None)
+    if type(end) is _MeasuringEnd:
         end._end(end_time, measurement, attributes)
         return
     if span.is_recording():
