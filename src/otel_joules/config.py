@@ -40,6 +40,11 @@ Environment variable                     Meaning                                
 ``OTEL_JOULES_AGENT_SOCKET``             The ``otel-joules agent``'s Unix socket, read    ``/run/otel-joules/agent.sock``
                                          through when ``energy_uj`` is not readable
                                          (an absolute path)
+``OTEL_JOULES_PARQUET_MAX_BYTES``        The Parquet exporter closes a file (and opens    ``67108864``
+                                         the next) once its spans take this many bytes
+                                         as JSON lines (0: no size bound)
+``OTEL_JOULES_PARQUET_MAX_AGE_S``        ... or once it has been open this many seconds   ``3600``
+                                         (0: no time bound)
 =======================================  ===============================================  ===============
 
 The estimator's defaults are CodeCarbon's published fallbacks: 85 W TDP when the
@@ -105,6 +110,15 @@ OTEL_JOULES_AGENT_SOCKET = "OTEL_JOULES_AGENT_SOCKET"
 user (root-only since CVE-2020-8694), the library reads the counters through it. In a container, mount the host's
 socket and point this at it. Default ``/run/otel-joules/agent.sock``."""
 
+OTEL_JOULES_PARQUET_MAX_BYTES = "OTEL_JOULES_PARQUET_MAX_BYTES"
+"""The Parquet span exporter closes its open file, which then becomes a complete Parquet file, once the spans written
+to it take this many bytes as JSON lines (its journal; the Parquet file is several times smaller). Default 64 MiB;
+0: no size bound (:mod:`otel_joules.exporters.parquet_exporter`)."""
+
+OTEL_JOULES_PARQUET_MAX_AGE_S = "OTEL_JOULES_PARQUET_MAX_AGE_S"
+"""The Parquet span exporter closes its open file at the first export this many seconds after opening it.
+Default 3600; 0: no time bound."""
+
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 """The OpenTelemetry SDK's own switch: ``true`` (any case) turns telemetry off, and otel-joules measures nothing
 for spans (``instrument()`` returns an inactive handle; ``otel-joules run`` still prints its summary)."""
@@ -152,6 +166,8 @@ ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_FULL_COMMAND_LINE,
     OTEL_JOULES_PROMETHEUS_WAIT_S,
     OTEL_JOULES_AGENT_SOCKET,
+    OTEL_JOULES_PARQUET_MAX_BYTES,
+    OTEL_JOULES_PARQUET_MAX_AGE_S,
 )
 
 # -- defaults and bounds ----------------------------------------------------------------------
@@ -165,6 +181,9 @@ DEFAULT_MAX_SNAPSHOT_AGE_S = 0.0
 DEFAULT_PROMETHEUS_WAIT_S = 15.0
 #: Where ``otel-joules agent`` listens by default (systemd's runtime directory for it).
 DEFAULT_AGENT_SOCKET = "/run/otel-joules/agent.sock"
+#: The Parquet exporter's rotation bounds (``OTEL_JOULES_PARQUET_MAX_BYTES``, ``..._MAX_AGE_S``).
+DEFAULT_PARQUET_MAX_BYTES = 64 << 20
+DEFAULT_PARQUET_MAX_AGE_S = 3600.0
 #: Known live carbon-intensity providers (``OTEL_JOULES_CARBON_PROVIDERS``).
 CARBON_PROVIDER_NAMES = ("electricitymaps", "uk_carbon_intensity", "energidataservice")
 DK_PRICE_AREAS = ("DK1", "DK2")
@@ -177,6 +196,8 @@ _NUMBER_BOUNDS: dict[str, tuple[float, bool, float]] = {
     "max_power_watts": (0.0, False, 10_000_000.0),
     "max_snapshot_age_s": (0.0, True, 3600.0),
     "prometheus_wait_s": (0.0, True, 3600.0),
+    "parquet_max_bytes": (0.0, True, float(1 << 40)),
+    "parquet_max_age_s": (0.0, True, 30 * 86400.0),
 }
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -330,6 +351,8 @@ class Settings:
         full_command_line: Export ``process.command_line`` unredacted.
         prometheus_wait_s: How long ``otel-joules run`` waits for a last Prometheus scrape.
         agent_socket: The ``otel-joules agent``'s socket, read through when ``energy_uj`` is not readable.
+        parquet_max_bytes: The Parquet exporter's size bound per file (JSON-lines bytes of its spans; 0: none).
+        parquet_max_age_s: The Parquet exporter's time bound per file (0: none).
     """
 
     sysfs_root: str = DEFAULT_SYSFS_ROOT
@@ -346,6 +369,8 @@ class Settings:
     full_command_line: bool = False
     prometheus_wait_s: float = DEFAULT_PROMETHEUS_WAIT_S
     agent_socket: str = DEFAULT_AGENT_SOCKET
+    parquet_max_bytes: float = DEFAULT_PARQUET_MAX_BYTES
+    parquet_max_age_s: float = DEFAULT_PARQUET_MAX_AGE_S
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> "Settings":
@@ -378,6 +403,12 @@ class Settings:
                 env, OTEL_JOULES_PROMETHEUS_WAIT_S, "prometheus_wait_s", DEFAULT_PROMETHEUS_WAIT_S
             ),
             "agent_socket": _absolute_path(env, OTEL_JOULES_AGENT_SOCKET, DEFAULT_AGENT_SOCKET),
+            "parquet_max_bytes": _number(
+                env, OTEL_JOULES_PARQUET_MAX_BYTES, "parquet_max_bytes", DEFAULT_PARQUET_MAX_BYTES
+            ),
+            "parquet_max_age_s": _number(
+                env, OTEL_JOULES_PARQUET_MAX_AGE_S, "parquet_max_age_s", DEFAULT_PARQUET_MAX_AGE_S
+            ),
         }
         for key, value in overrides.items():
             if value is None:

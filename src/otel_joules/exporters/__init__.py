@@ -13,6 +13,8 @@ prefixes in :data:`otel_joules.semconv.EXPORTED_ATTRIBUTE_PREFIXES`, re-exported
   every attribute kept: files Jaeger's UI, Tempo (through the Collector) and
   ``otel-joules report`` read (``pip install 'otel-joules[otlp-file]'``; format:
   :mod:`.otlp_file_exporter`);
+- :class:`ParquetSpanExporter` -- rotated Parquet files, each complete once it appears
+  (``pip install 'otel-joules[parquet]'``; schema and files: :mod:`.parquet_exporter`);
 - :class:`MongoSpanExporter` -- a MongoDB collection (``pip install 'otel-joules[mongo]'``;
   format: :mod:`.mongo_exporter`);
 - :class:`DataFrameSpanExporter` -- in memory, returned by ``.dataframe()`` as a pandas
@@ -34,6 +36,7 @@ from otel_joules.exporters.errors import CsvHeaderMismatchError, ExporterPathErr
 from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 from otel_joules.exporters.mongo_exporter import MongoSpanExporter
 from otel_joules.exporters.otlp_file_exporter import OtlpFileSpanExporter
+from otel_joules.exporters.parquet_exporter import ParquetSpanExporter
 from otel_joules.exporters.records import CORE_FIELDS, SpanRecord, span_record
 from otel_joules.semconv import EXPORTED_ATTRIBUTE_PREFIXES
 
@@ -49,6 +52,7 @@ __all__ = [
     "MissingExtraError",
     "MongoSpanExporter",
     "OtlpFileSpanExporter",
+    "ParquetSpanExporter",
     "SpanRecord",
     "csv_header",
     "span_record",

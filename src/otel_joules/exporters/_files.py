@@ -109,6 +109,9 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
     in ``\\n``).
     """
 
+    #: Open the file readable too (a subclass that reads back what it wrote: the Parquet journal).
+    _READ_BACK = False
+
     def __init__(self, path: str | os.PathLike[str], *, max_pending_spans: int = DEFAULT_MAX_PENDING_SPANS) -> None:
         try:
             self._path = os.fspath(path)
@@ -149,7 +152,7 @@ class FileSpanExporter(RetryingSpanExporter[bytes]):
             )
             preamble = b"\n" + preamble
         try:
-            fd = open_append(self._path)
+            fd = open_append(self._path, read=self._READ_BACK)
         except SymlinkRefusedError as exc:
             raise ExporterPathError(f"cannot write span records to {self._path!r}: {exc.strerror}") from None
         except OSError as exc:
