@@ -144,8 +144,6 @@ def report_figure(report: Report) -> Any:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
-        from matplotlib.patches import Patch
-        from matplotlib.ticker import MaxNLocator
     except ImportError:
         raise ReportError(
             "--plot needs matplotlib, which is not installed: pip install 'otel-joules[plot]' (or matplotlib)"
@@ -162,9 +160,15 @@ def report_figure(report: Report) -> Any:
     FigureCanvasAgg(figure)
     axes = figure.subplots(len(heights), 1, height_ratios=heights, squeeze=False)[:, 0]
     positions = list(range(len(runs)))[::-1]  # first run on top
+    _energy_panel(axes[0], report, runs, labels, positions)
+    _power_panel(axes[1], runs, labels, positions)
+    if with_epochs:
+        _epochs_panel(axes[2], with_epochs)
+    return figure
 
-    # -- energy per run, stacked by kind, hatched by source
-    energy = axes[0]
+
+def _energy_panel(energy: Any, report: Report, runs: list[RunSummary], labels: list[str], positions: list[int]) -> None:
+    """Energy per run, stacked by kind, hatched by source, the host's energy over the same spans dashed."""
     kinds_used: list[str] = []
     sources_used: list[str | None] = []
     for run, y in zip(runs, positions):
@@ -194,7 +198,21 @@ def report_figure(report: Report) -> Any:
     )
     energy.grid(axis="x", alpha=0.3)
     energy.set_axisbelow(True)
-    kinds_used.sort(key=lambda k: PART_KINDS.index(k) if k in PART_KINDS else len(PART_KINDS))
+    # Outside the axes: a legend must never hide a bar or its label.
+    energy.legend(
+        handles=_energy_legend(runs, kinds_used, sources_used),
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0,
+    )
+
+
+def _energy_legend(runs: list[RunSummary], kinds_used: list[str], sources_used: list[str | None]) -> list[Any]:
+    """The energy panel's legend entries: the kinds drawn, in :data:`PART_KINDS` order, then the sources' hatches."""
+    from matplotlib.patches import Patch
+
+    kinds_used = sorted(kinds_used, key=lambda k: PART_KINDS.index(k) if k in PART_KINDS else len(PART_KINDS))
     handles: list[Any] = [Patch(facecolor=KIND_COLOURS.get(k, KIND_COLOURS["other"]), label=KIND_NAMES.get(k, k)) for k in kinds_used]
     handles += [
         Patch(facecolor="white", edgecolor="black", hatch=SOURCE_HATCHES.get(s, SOURCE_HATCHES[None]), label=SOURCE_NAMES.get(s, str(s)))
@@ -202,11 +220,11 @@ def report_figure(report: Report) -> Any:
     ]
     if any(run.energy_basis == BASIS_ATTRIBUTED and run.host_interval_joules is not None for run in runs):
         handles.append(Patch(fill=False, edgecolor="black", linestyle="--", label="host energy over the same spans"))
-    # Outside the axes: a legend must never hide a bar or its label.
-    energy.legend(handles=handles, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0)
+    return handles
 
-    # -- average power per run, split like the energy
-    power = axes[1]
+
+def _power_panel(power: Any, runs: list[RunSummary], labels: list[str], positions: list[int]) -> None:
+    """Average power per run (energy / duration), split like the energy."""
     annotate_w = 1e-12
     for run, y in zip(runs, positions):
         if not run.duration_s or run.duration_s <= 0:
@@ -229,26 +247,26 @@ def report_figure(report: Report) -> Any:
     power.grid(axis="x", alpha=0.3)
     power.set_axisbelow(True)
 
-    # -- energy per epoch
-    if with_epochs:
-        epochs_axes = axes[2]
-        for run, label in with_epochs:
-            estimated = run.energy_source in (SOURCE_ESTIMATE, SOURCE_MIXED)
-            epochs_axes.plot(
-                [e.epoch for e in run.epochs],
-                [e.joules for e in run.epochs],
-                marker="o",
-                linestyle="--" if estimated else "-",
-                label=label.replace("\n", ", ") + (f" ({run.energy_source})" if run.energy_source else ""),
-            )
-        epochs_axes.set_ylim(bottom=0)
-        top = max(e.joules for run, _ in with_epochs for e in run.epochs)
-        epochs_axes.set_ylim(0, top * 1.15 if top > 0 else 1.0)
-        epochs_axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-        epochs_axes.set_xlabel("epoch")
-        epochs_axes.set_ylabel("energy (J)")
-        epochs_axes.set_title("Energy per epoch (dashed: estimate)", loc="left", fontsize=11)
-        epochs_axes.grid(alpha=0.3)
-        # Below the axes: long run names must not squeeze the panels above.
-        epochs_axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.18), borderaxespad=0, frameon=False)
-    return figure
+
+def _epochs_panel(epochs_axes: Any, with_epochs: list[tuple[RunSummary, str]]) -> None:
+    """Energy per epoch of the runs that have epochs, estimates dashed."""
+    from matplotlib.ticker import MaxNLocator
+
+    for run, label in with_epochs:
+        estimated = run.energy_source in (SOURCE_ESTIMATE, SOURCE_MIXED)
+        epochs_axes.plot(
+            [e.epoch for e in run.epochs],
+            [e.joules for e in run.epochs],
+            marker="o",
+            linestyle="--" if estimated else "-",
+            label=label.replace("\n", ", ") + (f" ({run.energy_source})" if run.energy_source else ""),
+        )
+    top = max(e.joules for run, _ in with_epochs for e in run.epochs)
+    epochs_axes.set_ylim(0, top * 1.15 if top > 0 else 1.0)
+    epochs_axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    epochs_axes.set_xlabel("epoch")
+    epochs_axes.set_ylabel("energy (J)")
+    epochs_axes.set_title("Energy per epoch (dashed: estimate)", loc="left", fontsize=11)
+    epochs_axes.grid(alpha=0.3)
+    # Below the axes: long run names must not squeeze the panels above.
+    epochs_axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.18), borderaxespad=0, frameon=False)
