@@ -310,6 +310,22 @@ def test_csv_and_jsonl_exporters_write_the_root_span(tmp_path, fake_host):
     assert f"traces -> csv {csv_path}: delivered" in result.stderr
 
 
+def test_parquet_exporter_writes_the_root_span_to_a_complete_file(tmp_path, fake_host):
+    pq = pytest.importorskip("pyarrow.parquet", reason="--exporter parquet needs pyarrow (pip install -e '.[parquet]')")
+    env = run_env(tmp_path, fake_host)
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run_cli(["--exporter", f"parquet:{out / 'runs.parquet'}", "--span-name", "bench",
+                      "--", *advance_command(fake_host)], env)
+    assert result.returncode == 0, result.stderr
+    (file,) = list(out.iterdir())  # the journal is gone: only the closed file is left
+    assert file.name.startswith("runs-") and file.name.endswith(".parquet")
+    (row,) = pq.read_table(file).to_pylist()
+    assert (row["name"], row["energy.joules"], row["service_name"]) == ("bench", TOTAL_JOULES, PYTHON_NAME)
+    assert json.loads(row["attributes"])["energy.joules"] == TOTAL_JOULES
+    assert f"traces -> parquet {out / 'runs.parquet'}: delivered" in result.stderr
+
+
 def test_console_exporter_writes_to_stderr_and_leaves_stdout_to_the_child(tmp_path, fake_host):
     env = run_env(tmp_path, fake_host)
     result = run_cli(["--exporter", "console", "--", sys.executable, "-c", "print('child output')"], env)

@@ -58,7 +58,7 @@ def test_exporter_specs():
         parse_exporter_spec("zipkin")
     with pytest.raises(ConfigurationError, match="needs a file: csv:PATH"):
         parse_exporter_spec("csv:")
-    with pytest.raises(ConfigurationError, match="only csv, jsonl and otlp-file take a path"):
+    with pytest.raises(ConfigurationError, match="only csv, jsonl, otlp-file and parquet take a path"):
         parse_exporter_spec("otlp:http://x")
 
 

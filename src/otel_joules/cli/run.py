@@ -127,9 +127,9 @@ def register(subparsers: Any) -> None:
         "--exporter",
         action="append",
         metavar="SPEC",
-        help="otlp, console, csv:PATH, jsonl:PATH, otlp-file:PATH or none; repeat for several "
+        help="otlp, console, csv:PATH, jsonl:PATH, otlp-file:PATH, parquet:PATH or none; repeat for several "
         "(default: OTEL_TRACES_EXPORTER and OTEL_METRICS_EXPORTER, else otlp). The files hold spans only; "
-        "otlp-file is OTLP/JSON for Jaeger's UI and Tempo",
+        "otlp-file is OTLP/JSON for Jaeger's UI and Tempo; parquet:out/spans.parquet writes out/spans-<time>-<pid>-<n>.parquet",
     )
     parser.add_argument("--service-name", help="service.name (default: OTEL_SERVICE_NAME, else the command's name)")
     parser.add_argument("--span-name", help="name of the root span (default: the command's name)")

@@ -72,7 +72,7 @@ PROTOCOL_HTTP_PROTOBUF = "http/protobuf"
 PROTOCOLS = (PROTOCOL_GRPC, PROTOCOL_HTTP_PROTOBUF)
 
 #: ``--exporter`` kinds that write a file (``KIND:PATH``).
-FILE_EXPORTER_KINDS = ("csv", "jsonl", "otlp-file")
+FILE_EXPORTER_KINDS = ("csv", "jsonl", "otlp-file", "parquet")
 
 #: ``--exporter`` kinds, and the signals each one carries.
 EXPORTER_KINDS: dict[str, tuple[str, ...]] = {
@@ -81,6 +81,7 @@ EXPORTER_KINDS: dict[str, tuple[str, ...]] = {
     "csv": (SIGNAL_TRACES,),
     "jsonl": (SIGNAL_TRACES,),
     "otlp-file": (SIGNAL_TRACES,),
+    "parquet": (SIGNAL_TRACES,),
     "none": (),
 }
 
@@ -114,7 +115,7 @@ class ExporterSpec:
 
 
 def parse_exporter_spec(text: str) -> ExporterSpec:
-    """Parse ``otlp``, ``console``, ``none``, ``csv:PATH``, ``jsonl:PATH`` or ``otlp-file:PATH``.
+    """Parse ``otlp``, ``console``, ``none``, ``csv:PATH``, ``jsonl:PATH``, ``otlp-file:PATH`` or ``parquet:PATH``.
 
     Raises:
         ConfigurationError: unknown kind, or a file kind without a path (or a path given to another kind).
@@ -123,7 +124,7 @@ def parse_exporter_spec(text: str) -> ExporterSpec:
     kind = kind.strip().lower()
     if kind not in EXPORTER_KINDS:
         raise ConfigurationError(
-            f"unknown exporter {text!r}: use otlp, console, csv:PATH, jsonl:PATH, otlp-file:PATH or none"
+            f"unknown exporter {text!r}: use otlp, console, csv:PATH, jsonl:PATH, otlp-file:PATH, parquet:PATH or none"
         )
     if kind in FILE_EXPORTER_KINDS:
         if not path.strip():
@@ -131,7 +132,7 @@ def parse_exporter_spec(text: str) -> ExporterSpec:
             raise ConfigurationError(f"exporter {text!r} needs a file: {kind}:PATH, e.g. {kind}:{example}")
         return ExporterSpec(kind, path.strip())
     if sep:
-        raise ConfigurationError(f"exporter {text!r}: only csv, jsonl and otlp-file take a path; write just {kind!r}")
+        raise ConfigurationError(f"exporter {text!r}: only csv, jsonl, otlp-file and parquet take a path; write just {kind!r}")
     return ExporterSpec(kind)
 
 

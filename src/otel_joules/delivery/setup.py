@@ -8,8 +8,9 @@ way the OpenTelemetry SDK's own configuration would, for tools that run outside
   (comma-separated; ``otlp`` when unset; ``console``; ``none``; or the name of any
   installed ``opentelemetry_traces_exporter``/``opentelemetry_metrics_exporter`` entry point),
   or from ``exporters=`` specs (``otlp``, ``console``, ``csv:PATH``, ``jsonl:PATH``,
-  ``otlp-file:PATH``, ``none``), which replace both variables. The file kinds hold spans
-  only; ``otlp-file`` writes OTLP/JSON, one request per line (Jaeger's UI, Tempo);
+  ``otlp-file:PATH``, ``parquet:PATH``, ``none``), which replace both variables. The file kinds hold spans
+  only; ``otlp-file`` writes OTLP/JSON, one request per line (Jaeger's UI, Tempo); ``parquet``
+  rotated Parquet files named after PATH (:mod:`otel_joules.exporters.parquet_exporter`);
 - ``otlp`` speaks ``OTEL_EXPORTER_OTLP_{TRACES,METRICS}_PROTOCOL`` or
   ``OTEL_EXPORTER_OTLP_PROTOCOL``: ``grpc`` (the Python SDK's default) or ``http/protobuf``.
   The stock OTLP exporters read everything else themselves: ``OTEL_EXPORTER_OTLP_ENDPOINT``
@@ -201,6 +202,10 @@ def _file_exporter(spec: ExporterSpec) -> tuple[Any, Destination, None]:
         from otel_joules.exporters.otlp_file_exporter import OtlpFileSpanExporter
 
         exporter = OtlpFileSpanExporter(spec.path)
+    elif spec.kind == "parquet":
+        from otel_joules.exporters.parquet_exporter import ParquetSpanExporter
+
+        exporter = ParquetSpanExporter(spec.path)
     else:
         from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 

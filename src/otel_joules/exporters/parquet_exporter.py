@@ -16,7 +16,8 @@ column                     Parquet / Arrow type        value
 ``end_time_unix_nano``     int64                       the same, for the end
 ``duration_s``             double                      the measured seconds (records.py)
 ``service_name``           string                      ``service.name``; null when absent
-``energy.joules``          double                      the attribute; null where absent or not a number
+``energy.joules``          double                      the attribute (NaN, infinities as such); null where
+                                                       absent or not a number
 ``energy.watts``           double                      the same
 ``energy.source``          string                      the same (null where absent)
 ``energy.co2eq.grams``     double                      the same
@@ -157,7 +158,13 @@ def _valid_text(value: str | None) -> str | None:
     return value
 
 
+#: How the JSON formats spell non-finite floats (records.json_value): NaN and infinities again in a double column.
+_NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}
+
+
 def _number(value: object) -> float | None:
+    if isinstance(value, str):
+        return _NON_FINITE.get(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
@@ -333,7 +340,7 @@ def _recover(naming: _Naming) -> None:
                 rows,
                 final,
             )
-        except OSError as exc:
+        except Exception as exc:  # noqa: BLE001 -- one bad leftover must not stop the exporter
             _LOGGER.error("cannot write the leftover journal %s as Parquet: %s; it is kept", journal, exc.strerror or exc)
         finally:
             os.close(fd)
@@ -481,7 +488,7 @@ class ParquetSpanExporter(FileSpanExporter):
         final = _final_of(journal)
         try:
             rows = _write_parquet(self._fd, final)
-        except OSError as exc:
+        except Exception as exc:  # an OSError (disk full) or pyarrow's: export must never raise
             # The journal keeps every record; appending goes on and the next rotation retries.
             self._retry_rotation_at = time.monotonic() + 60.0
             _LOGGER.error(
