@@ -74,80 +74,97 @@ def read_carbontracker_dir(directory: Path, stems: set[str] | None, inputs: Inpu
             if stems is None or any(stem in message for stem in stems):
                 inputs.skipped.append(Skipped(str(directory), message))
     for pair in pairs:
-        if stems is not None and pair.stem not in stems:
-            continue
-        try:
-            std_text, std_cut = _whole_lines(_read_log(pair.std_log))
-            output_text, _ = _whole_lines(_read_log(pair.output_log))
-            std = parse_standard_log(std_text, source=pair.std_log)
-            if not (std.software or std.pue is not None or std.devices or std.epochs):
-                raise CarbonTrackerLogError("no carbontracker line (version, PUE, components or epochs)")
-            actual, _ = get_consumption(output_text, std_text)
-        except (CarbonTrackerLogError, OSError, ValueError, RecursionError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            inputs.skipped.append(Skipped(pair.std_log, f"carbontracker run {pair.stem!r} cannot be read: {reason}"))
-            continue
-        epochs = []
-        complete = std.complete_epochs
-        for position, record in enumerate(complete):
-            missing = sorted(set(std.devices) - set(record.power_watts))
-            if std_cut and position == len(complete) - 1 and missing:
-                inputs.skipped.append(
-                    Skipped(
-                        pair.std_log,
-                        f"carbontracker run {pair.stem!r}, epoch {record.epoch} skipped: the log ends before its "
-                        f"power for {', '.join(missing)} (a half-written log)",
-                    )
-                )
-                continue
-            problem = _epoch_problem(float(record.duration_seconds), record.power_watts)
-            if problem is not None:
-                inputs.skipped.append(
-                    Skipped(pair.std_log, f"carbontracker run {pair.stem!r}, epoch {record.epoch} skipped: {problem}")
-                )
-                continue
-            epochs.append((record.epoch, float(record.duration_seconds), dict(record.power_watts)))
-        logged_kwh = actual["energy (kWh)"] if actual else None
-        logged_grams = actual["co2eq (g)"] if actual else None
-        if logged_kwh is not None and number_problem(logged_kwh) is not None:
-            inputs.skipped.append(
-                Skipped(pair.output_log, f"logged actual consumption {logged_kwh!r} kWh ignored: {number_problem(logged_kwh)}")
-            )
-            logged_kwh = logged_grams = None
-        if logged_grams is not None and number_problem(logged_grams) is not None:
+        if stems is None or pair.stem in stems:
+            _read_pair(pair, inputs)
+
+
+def _read_pair(pair: Any, inputs: Inputs) -> None:
+    """One log pair into ``inputs``: a run, or a skipped entry saying why not; bad epochs and figures skipped apart."""
+    try:
+        std_text, std_cut = _whole_lines(_read_log(pair.std_log))
+        output_text, _ = _whole_lines(_read_log(pair.output_log))
+        std = parse_standard_log(std_text, source=pair.std_log)
+        if not (std.software or std.pue is not None or std.devices or std.epochs):
+            raise CarbonTrackerLogError("no carbontracker line (version, PUE, components or epochs)")
+        actual, _ = get_consumption(output_text, std_text)
+    except (CarbonTrackerLogError, OSError, ValueError, RecursionError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        inputs.skipped.append(Skipped(pair.std_log, f"carbontracker run {pair.stem!r} cannot be read: {reason}"))
+        return
+    epochs = _epochs(pair, std, std_cut, inputs)
+    logged_kwh, logged_grams = _logged_actual(pair, actual, inputs)
+    pue = std.pue if std.pue is not None and number_problem(std.pue) is None else None
+    intensity = std.average_intensity_g_per_kwh
+    if intensity is not None and number_problem(intensity) is not None:
+        intensity = None
+    inputs.carbontracker_runs.append(
+        CarbonTrackerRun(
+            stem=pair.stem,
+            std_log=pair.std_log,
+            output_log=pair.output_log,
+            software=std.software,
+            pue=pue,
+            average_intensity_g_per_kwh=intensity,
+            devices={name: tuple(devices) for name, devices in std.devices.items()},
+            epochs=epochs,  # type: ignore[arg-type]
+            logged_actual_kwh=logged_kwh,
+            logged_actual_co2eq_grams=logged_grams,
+            early_stop=std.early_stop,
+            logged_actual_epochs=actual["epochs"] if actual else None,
+            energy_source=std.energy_source,
+            below_resolution=std.below_resolution,
+            trace_id=match.group(1) if (match := _TRACE_ID_RE.search(std_text)) else None,
+            logged_share_kwh=_logged_share_kwh(output_text),
+        )
+    )
+    inputs.files_read.extend([pair.std_log, pair.output_log])
+
+
+def _epochs(pair: Any, std: Any, std_cut: bool, inputs: Inputs) -> tuple[tuple[int, float, dict], ...]:
+    """The standard log's complete epochs as (epoch, seconds, power by component); a half-written last one and
+    epochs with impossible figures are skipped, each with its reason."""
+    epochs = []
+    complete = std.complete_epochs
+    for position, record in enumerate(complete):
+        missing = sorted(set(std.devices) - set(record.power_watts))
+        if std_cut and position == len(complete) - 1 and missing:
             inputs.skipped.append(
                 Skipped(
-                    pair.output_log,
-                    f"logged actual CO2eq {logged_grams!r} g ignored: {number_problem(logged_grams)}; "
-                    "the run's CO2eq is computed from its energy instead",
+                    pair.std_log,
+                    f"carbontracker run {pair.stem!r}, epoch {record.epoch} skipped: the log ends before its "
+                    f"power for {', '.join(missing)} (a half-written log)",
                 )
             )
-            logged_grams = None
-        pue = std.pue if std.pue is not None and number_problem(std.pue) is None else None
-        intensity = std.average_intensity_g_per_kwh
-        if intensity is not None and number_problem(intensity) is not None:
-            intensity = None
-        inputs.carbontracker_runs.append(
-            CarbonTrackerRun(
-                stem=pair.stem,
-                std_log=pair.std_log,
-                output_log=pair.output_log,
-                software=std.software,
-                pue=pue,
-                average_intensity_g_per_kwh=intensity,
-                devices={name: tuple(devices) for name, devices in std.devices.items()},
-                epochs=tuple(epochs),  # type: ignore[arg-type]
-                logged_actual_kwh=logged_kwh,
-                logged_actual_co2eq_grams=logged_grams,
-                early_stop=std.early_stop,
-                logged_actual_epochs=actual["epochs"] if actual else None,
-                energy_source=std.energy_source,
-                below_resolution=std.below_resolution,
-                trace_id=match.group(1) if (match := _TRACE_ID_RE.search(std_text)) else None,
-                logged_share_kwh=_logged_share_kwh(output_text),
+            continue
+        problem = _epoch_problem(float(record.duration_seconds), record.power_watts)
+        if problem is not None:
+            inputs.skipped.append(
+                Skipped(pair.std_log, f"carbontracker run {pair.stem!r}, epoch {record.epoch} skipped: {problem}")
+            )
+            continue
+        epochs.append((record.epoch, float(record.duration_seconds), dict(record.power_watts)))
+    return tuple(epochs)
+
+
+def _logged_actual(pair: Any, actual: Any, inputs: Inputs) -> tuple[float | None, float | None]:
+    """The output log's actual kWh and grams, each None (and said) where it is not a usable number."""
+    logged_kwh = actual["energy (kWh)"] if actual else None
+    logged_grams = actual["co2eq (g)"] if actual else None
+    if logged_kwh is not None and number_problem(logged_kwh) is not None:
+        inputs.skipped.append(
+            Skipped(pair.output_log, f"logged actual consumption {logged_kwh!r} kWh ignored: {number_problem(logged_kwh)}")
+        )
+        logged_kwh = logged_grams = None
+    if logged_grams is not None and number_problem(logged_grams) is not None:
+        inputs.skipped.append(
+            Skipped(
+                pair.output_log,
+                f"logged actual CO2eq {logged_grams!r} g ignored: {number_problem(logged_grams)}; "
+                "the run's CO2eq is computed from its energy instead",
             )
         )
-        inputs.files_read.extend([pair.std_log, pair.output_log])
+        logged_grams = None
+    return logged_kwh, logged_grams
 
 
 def _epoch_problem(duration_s: float, power: Any) -> str | None:
