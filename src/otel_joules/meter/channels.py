@@ -37,7 +37,7 @@ DEVICE_READ_DEADLINE_S = 0.1
 #: handing a new read to the device's thread: the hand-off (two thread switches and the GIL) costs
 #: ~10-20 us, more than a bare span, while NVML's counter itself updates only about every 100 ms,
 #: so a value at most 1 ms old (1% of that period) is one a fresh read would almost always return.
-#: Back-to-back spans then share one read per millisecond; spans further apart read as before.
+#: Back-to-back spans then share one read per millisecond; spans further apart each hand over a read.
 DEVICE_FRESH_S = 0.001
 #: A failing read is retried after this long, doubling after every further failure ...
 READ_RETRY_FIRST_DELAY_S = 0.05

@@ -30,11 +30,7 @@ from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
-from otel_joules.meter.channels import (  # noqa: F401 - the deadlines, also importable from here as before the split
-    DEVICE_FRESH_S,
-    DEVICE_READ_DEADLINE_S,
-    _ChannelState,
-)
+from otel_joules.meter.channels import _ChannelState
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import agent, estimator, rapl
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, SOURCE_PARTIAL
@@ -55,7 +51,7 @@ class EnergySnapshot(NamedTuple):
         joules: Joules since the meter started, aligned with :attr:`EnergyMeter.domains`;
             None for a domain that has failed (it is then left out of measurements).
         stale: Positions in :attr:`joules` holding a device's last known value because its
-            read did not finish within :data:`DEVICE_READ_DEADLINE_S` (a stalled NVML).
+            read did not finish within :data:`~otel_joules.meter.channels.DEVICE_READ_DEADLINE_S` (a stalled NVML).
         missing: Positions in :attr:`joules` that are None because the counter failed a read and
             is being retried (not yet dropped): measurements leave them out and say so.
         jumps: Per position, how many counter moves the power bound ruled out so far (not counted
@@ -86,7 +82,7 @@ class EnergyMeasurement:
             a counter it includes: the values are then quantised, not wrong.
         methods_by_domain: How each domain was obtained (counter, integrated power, estimate).
         stale_domains: Domains whose value at either end is a device's last known value, not a
-            fresh read (the device did not answer within :data:`DEVICE_READ_DEADLINE_S`): the
+            fresh read (the device did not answer within :data:`~otel_joules.meter.channels.DEVICE_READ_DEADLINE_S`): the
             span's figure for them is late, not lost; the energy shows up in later spans.
         missing_domains: Domains left out because their counter failed a read at either end and
             was being retried (absent from :attr:`joules_by_domain`).

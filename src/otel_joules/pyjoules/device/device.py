@@ -1,6 +1,6 @@
 """The device base class: reads a group of domains from the core :class:`otel_joules.EnergyMeter`.
 
-A device no longer opens files or calls NVML itself; it asks the core meter, which
+A device opens no file and calls no NVML function itself: it asks the core meter, which
 reads every counter once per snapshot, corrects wrap-arounds and converts units. A
 device's values are therefore cumulative microjoules since the *meter* started, and
 only their differences mean anything (as with pyJoules' raw counters).
