@@ -45,6 +45,9 @@ Environment variable                     Meaning                                
                                          as JSON lines (0: no size bound)
 ``OTEL_JOULES_PARQUET_MAX_AGE_S``        ... or once it has been open this many seconds   ``3600``
                                          (0: no time bound)
+``OTEL_JOULES_REPORT_MEMORY_LIMIT``      Memory ``otel-joules report``'s DuckDB engine    ``350MB``
+                                         holds before it spills to a private temporary
+                                         folder (a size: ``350MB``, ``2GB``)
 =======================================  ===============================================  ===============
 
 The estimator's defaults are CodeCarbon's published fallbacks: 85 W TDP when the
@@ -56,6 +59,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import re
 import threading
 from dataclasses import dataclass, fields
 from typing import Mapping
@@ -119,6 +123,11 @@ OTEL_JOULES_PARQUET_MAX_AGE_S = "OTEL_JOULES_PARQUET_MAX_AGE_S"
 """The Parquet span exporter closes its open file at the first export this many seconds after opening it.
 Default 3600; 0: no time bound."""
 
+OTEL_JOULES_REPORT_MEMORY_LIMIT = "OTEL_JOULES_REPORT_MEMORY_LIMIT"
+"""How much memory ``otel-joules report``'s DuckDB engine may hold before it spills to a private temporary
+folder (removed when the report is done): a size as DuckDB reads it (``350MB``, ``2GB``, ``1.5GiB``). Default
+:data:`DEFAULT_REPORT_MEMORY_LIMIT`; a bad value is reported once and the default used."""
+
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 """The OpenTelemetry SDK's own switch: ``true`` (any case) turns telemetry off, and otel-joules measures nothing
 for spans (``instrument()`` returns an inactive handle; ``otel-joules run`` still prints its summary)."""
@@ -168,6 +177,7 @@ ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_AGENT_SOCKET,
     OTEL_JOULES_PARQUET_MAX_BYTES,
     OTEL_JOULES_PARQUET_MAX_AGE_S,
+    OTEL_JOULES_REPORT_MEMORY_LIMIT,
 )
 
 # -- defaults and bounds ----------------------------------------------------------------------
@@ -435,3 +445,37 @@ def sdk_disabled(env: Mapping[str, str] | None = None) -> bool:
 
 #: Setting names, for error messages and tests.
 SETTING_NAMES: tuple[str, ...] = tuple(f.name for f in fields(Settings))
+
+
+#: The report engine's memory limit (``OTEL_JOULES_REPORT_MEMORY_LIMIT``): the issue's 400 MB budget for
+#: 600 MB of input, less the Python process around DuckDB.
+DEFAULT_REPORT_MEMORY_LIMIT = "350MB"
+_MEMORY_LIMIT_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KB|MB|GB|TB|KIB|MIB|GIB|TIB)\s*$", re.IGNORECASE)
+# Below this DuckDB cannot hold one row group of a scan; above it nothing on these machines is meant.
+_MEMORY_LIMIT_BOUNDS_BYTES = (16 << 20, 1 << 50)
+_MEMORY_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+                 "KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40}
+
+
+def report_memory_limit(env: Mapping[str, str] | None = None) -> str:
+    """``OTEL_JOULES_REPORT_MEMORY_LIMIT`` from ``env`` (default ``os.environ``) as DuckDB's ``memory_limit``.
+
+    A value that is not a size between 16 MiB and 1 PiB is reported once and
+    :data:`DEFAULT_REPORT_MEMORY_LIMIT` used.
+    """
+    env = os.environ if env is None else env
+    raw = env.get(OTEL_JOULES_REPORT_MEMORY_LIMIT)
+    if raw is None or raw.strip() == "":
+        return DEFAULT_REPORT_MEMORY_LIMIT
+    match = _MEMORY_LIMIT_RE.match(raw)
+    if match is None:
+        report_bad_value(OTEL_JOULES_REPORT_MEMORY_LIMIT, raw, "is not a size such as 350MB or 2GB",
+                         DEFAULT_REPORT_MEMORY_LIMIT)
+        return DEFAULT_REPORT_MEMORY_LIMIT
+    size = float(match.group(1)) * _MEMORY_UNITS[match.group(2).upper()]
+    low, high = _MEMORY_LIMIT_BOUNDS_BYTES
+    if not low <= size <= high:
+        report_bad_value(OTEL_JOULES_REPORT_MEMORY_LIMIT, raw, "is not between 16MiB and 1PiB",
+                         DEFAULT_REPORT_MEMORY_LIMIT)
+        return DEFAULT_REPORT_MEMORY_LIMIT
+    return f"{int(size)}B"

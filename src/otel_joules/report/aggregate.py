@@ -1,7 +1,8 @@
 """Spans and carbontracker runs -> runs with joules, kWh and CO2eq -> one report.
 
-:func:`build_report` reads the inputs (:mod:`otel_joules.report.readers`), groups spans
-into runs (:mod:`otel_joules.report.trace_runs`), summarises log pairs
+:func:`build_report` reads the inputs (:mod:`otel_joules.report.readers`) into the SQL
+engine (:mod:`otel_joules.report.sql`), which resolves each trace, makes traces runs
+(:mod:`otel_joules.report.trace_runs`), summarises log pairs
 (:mod:`otel_joules.report.carbontracker_runs`), counts a training exported both ways once,
 and adds up the totals. A run whose figures are not finite, or whose figures would make a
 total overflow to infinity, is left out with its reason (the totals stay numbers and every
@@ -21,7 +22,8 @@ from otel_joules.report.carbontracker_runs import carbontracker_summary
 from otel_joules.report.model import Report, RunSummary, Skipped
 from otel_joules.report.readers import read_inputs
 from otel_joules.report.run_carbon import CarbonOptions, Intensities
-from otel_joules.report.trace_runs import runs_from_spans
+from otel_joules.report.sql import SpanStore
+from otel_joules.report.trace_runs import runs_from_traces
 
 
 def build_report(
@@ -41,9 +43,10 @@ def build_report(
     if intensity_gco2eq_per_kwh is not None and country is not None:
         raise ConfigurationError("give either an explicit intensity or a country, not both")
     intensities = Intensities(CarbonOptions(intensity_gco2eq_per_kwh, country, pue))
-    inputs = read_inputs(paths)
-    skipped = list(inputs.skipped)
-    span_runs = runs_from_spans(inputs.spans, intensities, skipped)
+    with SpanStore() as store:
+        inputs = read_inputs(paths, store)
+        skipped = list(inputs.skipped)
+        span_runs = runs_from_traces(store.traces(), intensities, skipped)
     traced = {run.run_id for run in span_runs}
     runs = []
     for log in inputs.carbontracker_runs:

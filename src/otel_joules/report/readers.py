@@ -64,14 +64,17 @@ from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.carbontracker_logs import carbontracker_stem, read_carbontracker_dir
 from otel_joules.report.filestream import FileLines, file_kind, open_regular, stat_reason
 from otel_joules.report.inputs import Inputs, LineErrors
-from otel_joules.report.model import Skipped
+from otel_joules.report.model import ReportError, Skipped
 from otel_joules.report.otlp_files import read_otlp_request
 from otel_joules.report.record_checks import loads_json
 from otel_joules.report.span_exports import csv_cells, read_csv, read_jsonl_line
+from otel_joules.report.sql import FORMAT_CSV, FORMAT_JSONL, FORMAT_OTLP, FORMAT_PARQUET, SpanStore
 from otel_joules.training.logformat import ERR_LOG_SUFFIX
 
 #: Largest file read; larger ones are skipped (a sparse or runaway file, not an export).
 MAX_FILE_BYTES = 256 << 30
+#: How a Parquet file starts.
+PARQUET_MAGIC = b"PAR1"
 #: Largest pretty-printed OTLP document (one JSON value over many lines) read whole.
 MAX_DOCUMENT_BYTES = 64 << 20
 _UNKNOWN_FORMAT = (
@@ -82,8 +85,14 @@ _BINARY = "is a binary file (or damaged from its start), not a span export or ca
 _FORMAT_LOOKAHEAD_LINES = 16
 
 
-def read_inputs(paths: Iterable[str | os.PathLike[str]]) -> Inputs:
-    """Read every path (files and directories, recursively) into spans and carbontracker runs."""
+def read_inputs(paths: Iterable[str | os.PathLike[str]], store: SpanStore | None = None) -> Inputs:
+    """Read every path (files and directories, recursively) into spans and carbontracker runs.
+
+    With a ``store`` (the report's engine), span files are loaded into it, read by DuckDB where
+    :meth:`~otel_joules.report.sql.SpanStore.load_file` takes them and by the Python reader
+    otherwise, and ``spans`` stays empty; without one, every span is read in Python into ``spans``
+    (Parquet files are then skipped: only DuckDB reads them).
+    """
     inputs = Inputs()
     files: list[Path] = []
     log_stems: dict[Path, set[str] | None] = {}  # directory -> stems asked for (None: all)
@@ -127,13 +136,13 @@ def read_inputs(paths: Iterable[str | os.PathLike[str]]) -> Inputs:
             if wanted is not None:
                 wanted.add(stem)
             continue
-        _read_file(file, inputs)
+        _read_file(file, inputs, store)
     for directory, stems in log_stems.items():
         read_carbontracker_dir(directory, stems, inputs)
     return inputs
 
 
-def _read_file(file: Path, inputs: Inputs) -> None:
+def _read_file(file: Path, inputs: Inputs, store: SpanStore | None) -> None:
     path = str(file)
     try:
         handle, size = open_regular(path)
@@ -144,41 +153,105 @@ def _read_file(file: Path, inputs: Inputs) -> None:
         if size > MAX_FILE_BYTES:
             inputs.skipped.append(Skipped(path, f"is {size} bytes, over the {MAX_FILE_BYTES}-byte limit of a span export"))
             return
-        before = len(inputs.spans)
-        errors = LineErrors(path, inputs.skipped)
-        lines = FileLines(handle, size)
-        stream = iter(lines)
-        first = next(stream, None)
-        if first is None:
-            if lines.number and lines.held:
-                inputs.skipped.append(Skipped(path, "holds no readable line: " + lines.held[0][1]))
-            else:
-                inputs.skipped.append(Skipped(path, "is empty"))
+        if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
+            _read_parquet(path, inputs, store)
             return
-        number, text = first
-        header = csv_cells(text)
-        if header and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
-            lines.release_held(errors.add)
-            read_csv(path, header, stream, inputs, errors)
-        else:
-            # JSON lines or OTLP: the first line that looks like JSON tells. Lines before it
-            # (a damaged start) are reported once the format is known.
-            start: tuple[int, str] | None = first
-            looked = 1
-            while start is not None and not start[1].lstrip().startswith(("{", "[")):
-                if looked >= _FORMAT_LOOKAHEAD_LINES:
-                    start = None
-                    break
-                lines.report(start[0], "not JSON (a damaged or foreign line) skipped")
-                start = next(stream, None)
-                looked += 1
-            if start is None:
-                binary = bool(lines.held) and any("NUL" in r or "UTF-8" in r for _, r in lines.held)
-                binary = binary or any(ord(c) < 32 and c not in "\t\r\n" for c in text[:4096])
-                inputs.skipped.append(Skipped(path, _BINARY if binary else _UNKNOWN_FORMAT))
+        if store is not None:
+            handle.seek(0)
+            loaded = _load_in_store(path, handle, size, store)
+            if loaded is not None:
+                if loaded:
+                    inputs.files_read.append(path)
+                else:
+                    inputs.skipped.append(Skipped(path, "holds no span"))
                 return
-            _read_json(path, start, stream, lines, handle, size, inputs, errors)
-        errors.close()
+        handle.seek(0)
+        _read_lines(path, handle, size, inputs)
+    if store is not None:
+        store.add_spans(path, inputs.spans)
+        inputs.spans.clear()
+
+
+def _read_parquet(path: str, inputs: Inputs, store: SpanStore | None) -> None:
+    if store is None:
+        inputs.skipped.append(Skipped(path, "is a Parquet file: read by the DuckDB engine only"))
+        return
+    try:
+        loaded = store.load_file(path, FORMAT_PARQUET)
+    except ReportError as exc:
+        inputs.skipped.append(Skipped(path, str(exc)))
+        return
+    bad = store.bad_parquet_records(path)
+    if bad:
+        inputs.skipped.append(
+            Skipped(path, f"{bad} span record(s) skipped: a bad id or time, or an energy.*/carbon.* number not finite, "
+                          "negative or implausible")
+        )
+    if loaded:
+        inputs.files_read.append(path)
+    elif not bad:
+        inputs.skipped.append(Skipped(path, "holds no span"))
+
+
+def _load_in_store(path: str, handle: IO[bytes], size: int, store: SpanStore) -> int | None:
+    """Hand an undamaged start of a CSV, JSON-lines or OTLP file to DuckDB; its span count, or None: not taken."""
+    lines = FileLines(handle, size)
+    first = next(iter(lines), None)
+    if first is None or lines.held:
+        return None
+    text = first[1]
+    header = csv_cells(text)
+    if header and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
+        return store.load_file(path, FORMAT_CSV, header, CORE_FIELDS)
+    if not text.lstrip().startswith("{"):
+        return None
+    item, problem = loads_json(text)
+    if problem is not None or not isinstance(item, dict):
+        return None
+    if "resourceSpans" in item:
+        return store.load_file(path, FORMAT_OTLP)
+    if "trace_id" in item and "span_id" in item:
+        return store.load_file(path, FORMAT_JSONL)
+    return None
+
+
+def _read_lines(path: str, handle: IO[bytes], size: int, inputs: Inputs) -> None:
+    """The Python reader: a file line by line, each bad line skipped with its reason."""
+    before = len(inputs.spans)
+    errors = LineErrors(path, inputs.skipped)
+    lines = FileLines(handle, size)
+    stream = iter(lines)
+    first = next(stream, None)
+    if first is None:
+        if lines.number and lines.held:
+            inputs.skipped.append(Skipped(path, "holds no readable line: " + lines.held[0][1]))
+        else:
+            inputs.skipped.append(Skipped(path, "is empty"))
+        return
+    number, text = first
+    header = csv_cells(text)
+    if header and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
+        lines.release_held(errors.add)
+        read_csv(path, header, stream, inputs, errors)
+    else:
+        # JSON lines or OTLP: the first line that looks like JSON tells. Lines before it
+        # (a damaged start) are reported once the format is known.
+        start: tuple[int, str] | None = first
+        looked = 1
+        while start is not None and not start[1].lstrip().startswith(("{", "[")):
+            if looked >= _FORMAT_LOOKAHEAD_LINES:
+                start = None
+                break
+            lines.report(start[0], "not JSON (a damaged or foreign line) skipped")
+            start = next(stream, None)
+            looked += 1
+        if start is None:
+            binary = bool(lines.held) and any("NUL" in r or "UTF-8" in r for _, r in lines.held)
+            binary = binary or any(ord(c) < 32 and c not in "\t\r\n" for c in text[:4096])
+            inputs.skipped.append(Skipped(path, _BINARY if binary else _UNKNOWN_FORMAT))
+            return
+        _read_json(path, start, stream, lines, handle, size, inputs, errors)
+    errors.close()
     if len(inputs.spans) > before:
         inputs.files_read.append(path)
     elif not any(s.path == path or s.path.startswith(f"{path}:") for s in inputs.skipped):

@@ -1,0 +1,730 @@
+"""All of the report's SQL: span files read by DuckDB's own readers, checked, deduplicated, nested and summed per trace.
+
+The report's engine (``otel-joules report``; needs the ``[report]`` extra, ``duckdb``). Python
+finds the files and tells their formats apart (:mod:`otel_joules.report.readers`, which holds
+the filesystem checks: FIFOs, device links, link loops, unreadable folders); each span file is
+handed here and read by DuckDB (``read_ndjson_objects`` for JSON lines and OTLP/JSON,
+``read_csv`` for our CSV, ``read_parquet`` for :mod:`otel_joules.exporters.parquet_exporter`'s
+files) into one table of spans, which DuckDB keeps within :func:`otel_joules.config.report_memory_limit`
+and spills to a private temporary folder (mode 0700, removed by :meth:`SpanStore.close`).
+
+**Checks in SQL.** Every record is checked in SQL against the rules of
+:mod:`otel_joules.report.record_checks` (ids of 32 and 16 hex digits, 64-bit nanosecond times
+that do not end before they start, every ``energy.*``/``carbon.*`` joules, grams, PUE and
+intensity number finite, not negative and at most
+:data:`~otel_joules.report.record_checks.MAX_PLAUSIBLE_VALUE`), conservatively: a record that
+passes would pass the Python checks too. A JSON-lines, CSV or OTLP file that DuckDB cannot read
+(a half-written or foreign line, NUL bytes, text that is not UTF-8, a line over DuckDB's bound)
+or that holds one record failing a check is not loaded: :meth:`SpanStore.load_file` says so and
+the file is read by the line-by-line Python reader instead, which skips each bad record with its
+own reason and line number and keeps the good ones (:meth:`SpanStore.add_spans` loads those).
+So a damaged file costs its bad lines only, with the same messages as before, whatever DuckDB's
+readers would do by default. A Parquet file has no line reader beside it: its records that fail
+a check are skipped, counted in one message.
+
+**Per trace in SQL.** A span exported twice counts once (the copy with the most kept attributes,
+the first on a tie); the topmost spans carrying ``energy.attributed.joules`` (per
+``training.rank``: nearest self-or-ancestor rank) and ``energy.joules`` are found by walking each
+span's ancestors in a recursive query (a parent loop ends the walk, as in Python); first start,
+last end, the root's name and service, clock steps and the longest measured span duration are
+aggregated. :meth:`SpanStore.traces` yields one :class:`TraceSpans` per trace with only the spans
+a run is made of (the counted ones and the epochs), in the order the spans were first read, so
+:mod:`otel_joules.report.trace_runs` adds them up in the same order as before (the same floats).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Iterable, Iterator, Sequence
+
+try:  # at import, as the other optional libraries are: a process may drop its privileges before reporting
+    import duckdb
+except ImportError:  # the [report] extra is not installed; SpanStore() says what to install
+    duckdb = None  # type: ignore[assignment]
+
+from otel_joules.config import report_memory_limit
+from otel_joules.report.model import ReportError, SpanRow
+from otel_joules.report.record_checks import (
+    CHECKED_NUMBER_PREFIXES,
+    CHECKED_NUMBER_SUFFIXES,
+    MAX_PLAUSIBLE_VALUE,
+    REPORT_ATTRIBUTE_PREFIXES,
+    checked_attributes,
+)
+from otel_joules.semconv import (
+    ENERGY_ATTRIBUTED_JOULES,
+    ENERGY_ATTRIBUTED_SELF_JOULES,
+    ENERGY_CLOCK_STEP_S,
+    ENERGY_JOULES,
+    SERVICE_NAME,
+    SPAN_EPOCH,
+    TRAINING_RANK,
+)
+
+#: The span formats handed to :meth:`SpanStore.load_file`.
+FORMAT_JSONL = "jsonl"
+FORMAT_CSV = "csv"
+FORMAT_OTLP = "otlp"
+FORMAT_PARQUET = "parquet"
+#: What to install when DuckDB is missing.
+INSTALL_HINT = "otel-joules report needs DuckDB: pip install 'otel-joules[report]'"
+#: The csv module's default field limit: a longer cell is left to the Python reader, which skips its row.
+CSV_FIELD_LIMIT = 131072
+# The Python JSON parser gives up near 1,000 levels; a record with this many brackets may nest that deep and is
+# left to the Python reader, which says so.
+_DEEP_BRACKETS = 900
+# Attribute keys read in SQL by a JSON path: anything else is left to the Python reader.
+_PLAIN_KEY = "[A-Za-z0-9_.\\-]+"
+_INT64_MAX = 2**63 - 1
+
+
+def _literal(text: str) -> str:
+    """A SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _any(function: str, column: str, values: Iterable[str]) -> str:
+    return "(" + " OR ".join(f"{function}({column}, {_literal(v)})" for v in values) + ")"
+
+
+def _kept(key: str) -> str:
+    """SQL: the attribute named ``key`` is one a report keeps (record_checks.REPORT_ATTRIBUTE_PREFIXES)."""
+    return _any("starts_with", key, REPORT_ATTRIBUTE_PREFIXES)
+
+
+def _checked(key: str) -> str:
+    """SQL: the attribute named ``key`` holds a number that enters a total (record_checks.CHECKED_NUMBER_*)."""
+    return f"({_any('starts_with', key, CHECKED_NUMBER_PREFIXES)} AND {_any('ends_with', key, CHECKED_NUMBER_SUFFIXES)})"
+
+
+def _path(key: str) -> str:
+    return _literal(f'$."{key}"')
+
+
+def _number_ok(value: str) -> str:
+    """SQL: a JSON value that may enter a total as Python reads it (a number finite, >= 0, plausible)."""
+    return (
+        f"CASE WHEN json_type({value}) IN ('DOUBLE', 'BIGINT', 'UBIGINT') THEN "
+        f"(isfinite(CAST({value} AS DOUBLE)) AND CAST({value} AS DOUBLE) >= 0 "
+        f"AND CAST({value} AS DOUBLE) <= {MAX_PLAUSIBLE_VALUE!r}) "
+        f"WHEN json_type({value}) = 'VARCHAR' THEN ({value}->>'$') NOT IN ('NaN', 'Infinity', '-Infinity') "
+        "ELSE true END"
+    )
+
+
+def _attributes_ok(attrs: str) -> str:
+    """SQL: a JSON object of attributes, no key twice, kept keys plain, every checked number fine."""
+    value = f"json_extract({attrs}, '$.\"' || k || '\"')"
+    key_ok = f"regexp_full_match(k, '{_PLAIN_KEY}') AND (NOT {_checked('k')} OR {_number_ok(value)})"
+    return (
+        f"(json_type({attrs}) = 'OBJECT' "
+        f"AND len(json_keys({attrs})) = len(list_distinct(json_keys({attrs}))) "
+        f"AND coalesce(list_bool_and([{key_ok} for k in json_keys({attrs}) if {_kept('k')}]), true))"
+    )
+
+
+def _kept_count(attrs: str) -> str:
+    return f"len([k for k in json_keys({attrs}) if {_kept('k')}])"
+
+
+def _not_deep(text: str) -> str:
+    return (
+        f"(length({text}) < {2 * _DEEP_BRACKETS} OR "
+        f"length({text}) - length(replace(replace({text}, '[', ''), '{{', '')) < {_DEEP_BRACKETS})"
+    )
+
+
+def _json_hex(value: str, digits: int) -> str:
+    return f"(json_type({value}) = 'VARCHAR' AND regexp_full_match({value}->>'$', '[0-9a-fA-F]{{{digits}}}'))"
+
+
+def _json_parent_ok(value: str) -> str:
+    return (
+        f"({value} IS NULL OR json_type({value}) = 'NULL' OR "
+        f"(json_type({value}) = 'VARCHAR' AND (({value}->>'$') = '' OR regexp_full_match({value}->>'$', '[0-9a-fA-F]{{16}}'))))"
+    )
+
+
+def _json_text_ok(value: str) -> str:
+    return f"({value} IS NULL OR json_type({value}) IN ('NULL', 'VARCHAR'))"
+
+
+def _json_time(value: str) -> str:
+    """SQL: a JSON time (an integer, or digits as text as OTLP writes them) as BIGINT; NULL if absent."""
+    return (
+        f"CASE WHEN json_type({value}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({value} AS BIGINT) "
+        f"WHEN json_type({value}) = 'VARCHAR' AND regexp_full_match({value}->>'$', '[0-9]{{1,19}}') "
+        f"THEN TRY_CAST({value}->>'$' AS BIGINT) END"
+    )
+
+
+def _json_time_ok(value: str) -> str:
+    return (
+        f"({value} IS NULL OR json_type({value}) = 'NULL' "
+        f"OR (json_type({value}) = 'VARCHAR' AND ({value}->>'$') = '') "
+        f"OR coalesce({_json_time(value)} >= 0, false))"
+    )
+
+
+def _text_time(cell: str) -> str:
+    return f"CASE WHEN regexp_full_match({cell}, '[0-9]{{1,19}}') THEN TRY_CAST({cell} AS BIGINT) END"
+
+
+def _text_time_ok(cell: str) -> str:
+    return f"(coalesce({cell}, '') = '' OR {_text_time(cell)} IS NOT NULL)"
+
+
+_COLUMNS = (
+    "file_idx, ok, trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, n_attrs"
+)
+
+_CREATE = """
+CREATE TABLE spans (
+    file_idx INTEGER,       -- the file's number, in the order the files were found
+    ok BOOLEAN,             -- passed every check (rows that did not are removed before aggregating)
+    trace_id VARCHAR,       -- lowercase hex
+    span_id VARCHAR,
+    parent_span_id VARCHAR, -- NULL for none
+    name VARCHAR,
+    start_ns BIGINT,
+    end_ns BIGINT,
+    service_name VARCHAR,   -- NULL for none
+    attrs JSON,             -- the span's attributes as one JSON object
+    n_attrs INTEGER         -- how many of them a report keeps (a duplicate's tie-break)
+)
+"""
+
+
+def _jsonl_select(path: str, file_idx: int) -> str:
+    ok = " AND ".join(
+        (
+            "json_type(j) = 'OBJECT'",
+            _not_deep("CAST(j AS VARCHAR)"),
+            _json_hex("tid", 32),
+            _json_hex("sid", 16),
+            _json_parent_ok("pid"),
+            _json_text_ok("nm"),
+            _json_text_ok("svc"),
+            _json_time_ok("st"),
+            _json_time_ok("et"),
+            f"coalesce({_json_time('st')} <= {_json_time('et')}, true)",
+            _attributes_ok("a"),
+        )
+    )
+    return f"""
+SELECT {file_idx}, {ok}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
+       coalesce(nm->>'$', ''), {_json_time('st')}, {_json_time('et')}, nullif(svc->>'$', ''), a,
+       CASE WHEN json_type(a) = 'OBJECT' THEN {_kept_count('a')} END
+FROM (
+    SELECT json AS j, j->'$.trace_id' AS tid, j->'$.span_id' AS sid, j->'$.parent_span_id' AS pid,
+           j->'$.name' AS nm, j->'$.start_time_unix_nano' AS st, j->'$.end_time_unix_nano' AS et,
+           j->'$.service_name' AS svc, j->'$.attributes' AS a
+    FROM read_ndjson_objects({_literal(path)}, maximum_object_size = 67108864)
+)
+"""
+
+
+def _csv_select(path: str, file_idx: int, header: Sequence[str], core: Sequence[str]) -> str:
+    """Our CSV: ``header`` (the file's first line) starts with ``core`` (records.CORE_FIELDS) and ends in attributes."""
+    cells = [f"c{i}" for i in range(len(header))]
+    position = {name: f"c{i}" for i, name in enumerate(header[: len(core)])}
+    attrs_cell = cells[-1]
+    columns = "{" + ", ".join(f"{_literal(c)}: 'VARCHAR'" for c in cells) + "}"
+    tid, sid, pid = position["trace_id"], position["span_id"], position["parent_span_id"]
+    st, et = position["start_time_unix_nano"], position["end_time_unix_nano"]
+    plain = " AND ".join(
+        f"(coalesce(length({c}), 0) <= {CSV_FIELD_LIMIT} AND NOT regexp_matches(coalesce({c}, ''), '[\\n\\r\\x00]'))"
+        for c in cells
+    )
+    ok = " AND ".join(
+        (
+            plain,
+            f"regexp_full_match(coalesce({tid}, ''), '[0-9a-fA-F]{{32}}')",
+            f"regexp_full_match(coalesce({sid}, ''), '[0-9a-fA-F]{{16}}')",
+            f"(coalesce({pid}, '') = '' OR regexp_full_match({pid}, '[0-9a-fA-F]{{16}}'))",
+            _text_time_ok(st),
+            _text_time_ok(et),
+            f"coalesce({_text_time(st)} <= {_text_time(et)}, true)",
+            _not_deep(f"coalesce({attrs_cell}, '')"),
+            "a IS NOT NULL",
+            _attributes_ok("a"),
+        )
+    )
+    return f"""
+SELECT {file_idx}, {ok}, lower({tid}), lower({sid}), nullif(lower({pid}), ''), coalesce({position['name']}, ''),
+       {_text_time(st)}, {_text_time(et)}, nullif({position['service_name']}, ''), a,
+       CASE WHEN json_type(a) = 'OBJECT' THEN {_kept_count('a')} END
+FROM (
+    SELECT *, TRY_CAST(coalesce(nullif({attrs_cell}, ''), '{{}}') AS JSON) AS a
+    FROM read_csv({_literal(path)}, header = true, auto_detect = false, columns = {columns}, delim = ',',
+                  quote = '"', escape = '"', strict_mode = true, max_line_size = 67108864)
+)
+"""
+
+
+def _parquet_select(path: str, file_idx: int) -> str:
+    ok = " AND ".join(
+        (
+            "regexp_full_match(coalesce(trace_id, ''), '[0-9a-fA-F]{32}')",
+            "regexp_full_match(coalesce(span_id, ''), '[0-9a-fA-F]{16}')",
+            "(coalesce(parent_span_id, '') = '' OR regexp_full_match(parent_span_id, '[0-9a-fA-F]{16}'))",
+            "coalesce(start_time_unix_nano >= 0, true)",
+            "coalesce(end_time_unix_nano >= 0, true)",
+            "coalesce(start_time_unix_nano <= end_time_unix_nano, true)",
+            _not_deep("coalesce(attributes, '')"),
+            "a IS NOT NULL",
+            _attributes_ok("a"),
+        )
+    )
+    return f"""
+SELECT {file_idx}, {ok}, lower(trace_id), lower(span_id), nullif(lower(parent_span_id), ''), coalesce(name, ''),
+       start_time_unix_nano, end_time_unix_nano, nullif(service_name, ''), a,
+       CASE WHEN json_type(a) = 'OBJECT' THEN {_kept_count('a')} END
+FROM (
+    SELECT trace_id, span_id, parent_span_id, name, start_time_unix_nano, end_time_unix_nano, service_name,
+           attributes, TRY_CAST(coalesce(nullif(attributes, ''), '{{}}') AS JSON) AS a
+    FROM read_parquet({_literal(path)})
+)
+"""
+
+
+def _otlp_value(item: str) -> str:
+    """SQL: an OTLP ``AnyValue`` (``{item}.value``) decoded as Python's reader decodes it, as JSON."""
+    v = f"({item}->'$.value')"
+    return (
+        f"CASE WHEN json_type({v}) IS DISTINCT FROM 'OBJECT' OR len(json_keys({v})) = 0 THEN CAST('null' AS JSON) "
+        f"WHEN json_exists({v}, '$.stringValue') THEN {v}->'$.stringValue' "
+        f"WHEN json_exists({v}, '$.boolValue') THEN {v}->'$.boolValue' "
+        f"WHEN json_exists({v}, '$.intValue') THEN CASE WHEN json_type({v}, '$.intValue') IN ('BIGINT', 'UBIGINT') "
+        f"THEN {v}->'$.intValue' ELSE CAST({v}->>'$.intValue' AS JSON) END "
+        f"WHEN json_exists({v}, '$.doubleValue') THEN CASE WHEN json_type({v}, '$.doubleValue') = 'DOUBLE' "
+        f"THEN {v}->'$.doubleValue' ELSE CAST(({v}->>'$.doubleValue') || '.0' AS JSON) END "
+        "ELSE CAST('null' AS JSON) END"
+    )
+
+
+def _otlp_value_ok(item: str) -> str:
+    """SQL: an OTLP attribute the SQL decoding reads exactly as Python's does (else the Python reader reads the file)."""
+    v = f"({item}->'$.value')"
+    kept = _kept(f"({item}->>'$.key')")
+    return (
+        f"(json_type({item}) = 'OBJECT' AND json_type({item}, '$.key') = 'VARCHAR' AND (NOT {kept} OR "
+        f"json_type({v}) IS DISTINCT FROM 'OBJECT' OR len(json_keys({v})) = 0 OR json_exists({v}, '$.stringValue') "
+        f"OR (json_exists({v}, '$.boolValue') AND json_type({v}, '$.boolValue') = 'BOOLEAN') "
+        f"OR (NOT json_exists({v}, '$.boolValue') AND json_exists({v}, '$.intValue') AND "
+        f"(json_type({v}, '$.intValue') IN ('BIGINT', 'UBIGINT') OR (json_type({v}, '$.intValue') = 'VARCHAR' "
+        f"AND regexp_full_match({v}->>'$.intValue', '-?(0|[1-9][0-9]{{0,17}})')))) "
+        f"OR (NOT json_exists({v}, '$.boolValue') AND NOT json_exists({v}, '$.intValue') AND json_exists({v}, '$.doubleValue') "
+        f"AND json_type({v}, '$.doubleValue') IN ('DOUBLE', 'BIGINT', 'UBIGINT')) "
+        f"OR NOT (json_exists({v}, '$.boolValue') OR json_exists({v}, '$.intValue') OR json_exists({v}, '$.doubleValue') "
+        f"OR json_exists({v}, '$.arrayValue') OR json_exists({v}, '$.kvlistValue') OR json_exists({v}, '$.bytesValue'))))"
+    )
+
+
+def _all(condition: str, items: str) -> str:
+    return f"coalesce(list_bool_and([{condition} for x in {items}]), true)"
+
+
+def _list_or_absent(value: str) -> str:
+    return f"coalesce(json_type({value}) IN ('ARRAY', 'NULL'), true)"
+
+
+def _otlp_select(path: str, file_idx: int) -> str:
+    structure = [
+        "json_type(j) = 'OBJECT'",
+        _not_deep("CAST(j AS VARCHAR)"),
+        _list_or_absent("j->'$.resourceSpans'"),
+        _all("json_type(x) = 'OBJECT'", "coalesce(json_extract(j, '$.resourceSpans[*]'), [])"),
+    ]
+    for scopes in ("scopeSpans", "instrumentationLibrarySpans"):
+        structure += [
+            _all("json_type(x) IN ('ARRAY', 'NULL')", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}'), [])"),
+            _all("json_type(x) = 'OBJECT'", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*]'), [])"),
+            _all("json_type(x) IN ('ARRAY', 'NULL')", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*].spans'), [])"),
+            _all("json_type(x) = 'OBJECT'", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*].spans[*]'), [])"),
+        ]
+    service_items = (
+        f"[x for x in coalesce(json_extract(rs, '$.resource.attributes[*]'), []) "
+        f"if (x->>'$.key') = {_literal(SERVICE_NAME)}]"
+    )
+    service_ok = (
+        "(coalesce(json_type(rs, '$.resource') IN ('OBJECT', 'NULL'), true) "
+        "AND coalesce(json_type(rs, '$.resource.attributes') IN ('ARRAY', 'NULL'), true) "
+        f"AND (len({service_items}) = 0 OR (len({service_items}) = 1 "
+        f"AND json_type({service_items}[1], '$.value.stringValue') = 'VARCHAR')))"
+    )
+    items = "coalesce(json_extract(s, '$.attributes[*]'), [])"
+    kept = _kept("(x->>'$.key')")
+    attrs = f"to_json(map_from_entries([{{'k': x->>'$.key', 'v': {_otlp_value('x')}}} for x in {items} if {kept}]))"
+    span_ok = " AND ".join(
+        (
+            "line_ok",
+            "service_ok",
+            "json_type(s) = 'OBJECT'",
+            _json_hex("tid", 32),
+            _json_hex("sid", 16),
+            _json_parent_ok("pid"),
+            _json_text_ok("nm"),
+            _json_time_ok("st"),
+            _json_time_ok("et"),
+            f"coalesce({_json_time('st')} <= {_json_time('et')}, true)",
+            _list_or_absent("s->'$.attributes'"),
+            _all(_otlp_value_ok("x"), items),
+        )
+    )
+    spans = (
+        "list_concat(coalesce(json_extract(rs, '$.scopeSpans[*].spans[*]'), []), "
+        "coalesce(json_extract(rs, '$.instrumentationLibrarySpans[*].spans[*]'), []))"
+    )
+    return f"""
+SELECT {file_idx}, ok AND {_attributes_ok('a')}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
+       coalesce(nm->>'$', ''), {_json_time('st')}, {_json_time('et')}, service, a,
+       CASE WHEN json_type(a) = 'OBJECT' THEN {_kept_count('a')} END
+FROM (
+    SELECT *, CASE WHEN ok THEN {attrs} ELSE CAST('{{}}' AS JSON) END AS a
+    FROM (SELECT *, {span_ok} AS ok FROM (
+        SELECT *, s->'$.traceId' AS tid, s->'$.spanId' AS sid, s->'$.parentSpanId' AS pid,
+               s->'$.name' AS nm, s->'$.startTimeUnixNano' AS st, s->'$.endTimeUnixNano' AS et
+        FROM (
+            SELECT line_ok, service_ok, CASE WHEN service_ok THEN nullif({service_items}[1]->>'$.value.stringValue', '') END
+                   AS service,
+                   unnest(CASE WHEN line_ok AND service_ok THEN {spans} ELSE [CAST('null' AS JSON)] END) AS s
+            FROM (
+                SELECT line_ok, rs, CASE WHEN line_ok THEN {service_ok} ELSE false END AS service_ok
+                FROM (
+                    SELECT line_ok,
+                           unnest(CASE WHEN line_ok THEN coalesce(json_extract(j, '$.resourceSpans[*]'), [])
+                                  ELSE [CAST('null' AS JSON)] END) AS rs
+                    FROM (
+                        SELECT json AS j, {' AND '.join(structure)} AS line_ok
+                        FROM read_ndjson_objects({_literal(path)}, maximum_object_size = 67108864)
+                    )
+                )
+            )
+        )
+    ))
+)
+"""
+
+
+@dataclass(frozen=True)
+class TraceSpans:
+    """One trace as the SQL aggregation hands it back: what a run is made of, in the order its spans were first read.
+
+    Attributes:
+        trace_id: 32 lowercase hex digits.
+        sources: The files its spans came from, in the order first read.
+        attributed: The topmost spans carrying ``energy.attributed.joules`` (per ``training.rank``).
+        attributed_self: Every span carrying ``energy.attributed.self.joules``.
+        interval: The topmost spans carrying ``energy.joules``.
+        epochs: The ``epoch`` spans carrying ``energy.joules``.
+        root_name: The first root span's name (by start, then span id); None when no span is a root (a parent loop).
+        service_name: The first root's ``service.name`` with one, else the first span's with one.
+        start_unix_nano: The earliest start (None when no span has one).
+        end_unix_nano: The latest end.
+        stepped: How many spans carry ``energy.clock_step_s``.
+        longest_duration_s: The longest measured span duration (end - start - clock step, never negative).
+    """
+
+    trace_id: str
+    sources: tuple[str, ...]
+    attributed: tuple[SpanRow, ...]
+    attributed_self: tuple[SpanRow, ...]
+    interval: tuple[SpanRow, ...]
+    epochs: tuple[SpanRow, ...]
+    root_name: str | None
+    service_name: str | None
+    start_unix_nano: int | None
+    end_unix_nano: int | None
+    stepped: int
+    longest_duration_s: float | None
+
+
+def _number(key: str) -> str:
+    """SQL: ``attrs``' attribute ``key`` as a finite DOUBLE (SpanRow.number), else NULL."""
+    value = f"json_extract(attrs, {_path(key)})"
+    return (
+        f"CASE WHEN json_type({value}) IN ('DOUBLE', 'BIGINT', 'UBIGINT') AND isfinite(CAST({value} AS DOUBLE)) "
+        f"THEN CAST({value} AS DOUBLE) END"
+    )
+
+
+_AGGREGATE = [
+    # One copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is
+    # where it was first read.
+    f"""
+CREATE TEMP TABLE d AS
+SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, file_idx, first_ord,
+       {_number(ENERGY_JOULES)} AS ej, {_number(ENERGY_ATTRIBUTED_JOULES)} AS eaj,
+       {_number(ENERGY_ATTRIBUTED_SELF_JOULES)} AS easj, {_number(ENERGY_CLOCK_STEP_S)} AS clock_step,
+       CASE WHEN json_type(attrs, {_path(TRAINING_RANK)}) NOT IN ('NULL') THEN CAST(json_extract(attrs, {_path(TRAINING_RANK)}) AS VARCHAR) END
+           AS own_rank
+FROM (
+    SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, ord) AS copy,
+           min(ord) OVER (PARTITION BY trace_id, span_id) AS first_ord
+    FROM (SELECT *, rowid AS ord FROM spans)
+)
+WHERE copy = 1
+""",
+    # The training.rank of each span carrying a share, or of its nearest ancestor with one.
+    """
+CREATE TEMP TABLE ranks AS
+WITH RECURSIVE walk(trace_id, span_id, cur, visited, rank) AS (
+    SELECT trace_id, span_id, parent_span_id, [span_id], own_rank FROM d WHERE eaj IS NOT NULL
+    UNION ALL
+    SELECT w.trace_id, w.span_id, p.parent_span_id, list_append(w.visited, p.span_id), p.own_rank
+    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
+    WHERE w.rank IS NULL AND NOT list_contains(w.visited, w.cur)
+)
+SELECT trace_id, span_id, max(rank) AS rank FROM walk GROUP BY trace_id, span_id
+""",
+    # Spans with an ancestor carrying the same share (same rank) or the same interval energy: nested, not counted.
+    """
+CREATE TEMP TABLE nested_attributed AS
+WITH RECURSIVE walk(trace_id, span_id, rank, cur, visited, nested) AS (
+    SELECT r.trace_id, r.span_id, r.rank, d.parent_span_id, [r.span_id], false
+    FROM ranks r JOIN d USING (trace_id, span_id)
+    UNION ALL
+    SELECT w.trace_id, w.span_id, w.rank, p.parent_span_id, list_append(w.visited, p.span_id),
+           p.eaj IS NOT NULL AND pr.rank IS NOT DISTINCT FROM w.rank
+    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
+    LEFT JOIN ranks pr ON pr.trace_id = p.trace_id AND pr.span_id = p.span_id
+    WHERE NOT w.nested AND NOT list_contains(w.visited, w.cur)
+)
+SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
+""",
+    """
+CREATE TEMP TABLE nested_interval AS
+WITH RECURSIVE walk(trace_id, span_id, cur, visited, nested) AS (
+    SELECT trace_id, span_id, parent_span_id, [span_id], false FROM d WHERE ej IS NOT NULL
+    UNION ALL
+    SELECT w.trace_id, w.span_id, p.parent_span_id, list_append(w.visited, p.span_id), p.ej IS NOT NULL
+    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
+    WHERE NOT w.nested AND NOT list_contains(w.visited, w.cur)
+)
+SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
+""",
+    """
+CREATE TEMP TABLE sources AS
+SELECT trace_id, list(file_idx ORDER BY first_read) AS sources
+FROM (SELECT trace_id, file_idx, min(rowid) AS first_read FROM spans GROUP BY trace_id, file_idx)
+GROUP BY trace_id
+""",
+]
+
+_TRACES = f"""
+WITH flagged AS (
+    SELECT d.*,
+           d.eaj IS NOT NULL AND na.span_id IS NULL AS top_attributed,
+           d.easj IS NOT NULL AS has_self,
+           d.ej IS NOT NULL AND ni.span_id IS NULL AS top_interval,
+           d.name = {_literal(SPAN_EPOCH)} AND d.ej IS NOT NULL AS is_epoch,
+           p.span_id IS NULL AS is_root
+    FROM d
+    LEFT JOIN nested_attributed na ON na.trace_id = d.trace_id AND na.span_id = d.span_id
+    LEFT JOIN nested_interval ni ON ni.trace_id = d.trace_id AND ni.span_id = d.span_id
+    LEFT JOIN d p ON p.trace_id = d.trace_id AND p.span_id = d.parent_span_id
+)
+SELECT f.trace_id, any_value(s.sources),
+       arg_min(f.name, {{'s': coalesce(f.start_ns, 0), 'i': f.span_id}}) FILTER (WHERE f.is_root),
+       arg_min(f.service_name, {{'s': coalesce(f.start_ns, 0), 'i': f.span_id}})
+           FILTER (WHERE f.is_root AND f.service_name IS NOT NULL),
+       arg_min(f.service_name, f.first_ord) FILTER (WHERE f.service_name IS NOT NULL),
+       min(f.start_ns), max(f.end_ns), count(*) FILTER (WHERE f.clock_step IS NOT NULL),
+       max(greatest(0.0, CAST(f.end_ns - f.start_ns AS DOUBLE) / 1e9 - coalesce(f.clock_step, 0.0)))
+           FILTER (WHERE f.start_ns IS NOT NULL AND f.end_ns IS NOT NULL),
+       list({{'span_id': f.span_id, 'parent': f.parent_span_id, 'name': f.name, 'start': f.start_ns, 'end': f.end_ns,
+             'service': f.service_name, 'attrs': CAST(f.attrs AS VARCHAR), 'file': f.file_idx,
+             'flags': [f.top_attributed, f.has_self, f.top_interval, f.is_epoch]}} ORDER BY f.first_ord)
+           FILTER (WHERE f.top_attributed OR f.has_self OR f.top_interval OR f.is_epoch)
+FROM flagged f JOIN sources s USING (trace_id)
+GROUP BY f.trace_id
+"""
+
+
+def _json_safe(value: object) -> object:
+    """Non-finite floats as the strings our exports write for them (record_checks reads them back as floats)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, list):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    return value
+
+
+class SpanStore:
+    """The spans of a report in DuckDB: loaded file by file, then aggregated per trace (module docstring).
+
+    Raises:
+        ReportError: DuckDB is not installed (:data:`INSTALL_HINT`).
+    """
+
+    def __init__(self) -> None:
+        if duckdb is None:
+            raise ReportError(INSTALL_HINT)
+        # DuckDB's spill files go in a folder of our own (0700), never a fixed path, removed in close().
+        self._spill = tempfile.mkdtemp(prefix="otel-joules-report-")
+        self._files: list[str] = []
+        self._parquet_bad: dict[str, int] = {}
+        try:
+            self._con = duckdb.connect(
+                ":memory:",
+                config={
+                    "memory_limit": report_memory_limit(),
+                    "threads": os.cpu_count() or 1,
+                    "temp_directory": self._spill,
+                    "preserve_insertion_order": True,
+                    "enable_external_access": True,
+                },
+            )
+            self._con.execute(_CREATE)
+        except BaseException:
+            shutil.rmtree(self._spill, ignore_errors=True)
+            raise
+
+    def close(self) -> None:
+        """Close DuckDB and remove its spill folder."""
+        try:
+            self._con.close()
+        finally:
+            shutil.rmtree(self._spill, ignore_errors=True)
+
+    def __enter__(self) -> "SpanStore":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _file_index(self, path: str) -> int:
+        self._files.append(path)
+        return len(self._files) - 1
+
+    def load_file(self, path: str, fmt: str, header: Sequence[str] = (), core: Sequence[str] = ()) -> int | None:
+        """Load the spans of one file read by DuckDB; how many, or None: not loaded, read it with the Python reader.
+
+        A Parquet file is always loaded (a damaged one raises :class:`ReportError`); its records that fail a
+        check are left out, counted by :meth:`bad_parquet_records`.
+        """
+        index = self._file_index(path)
+        if fmt == FORMAT_JSONL:
+            select = _jsonl_select(path, index)
+        elif fmt == FORMAT_OTLP:
+            select = _otlp_select(path, index)
+        elif fmt == FORMAT_CSV:
+            select = _csv_select(path, index, header, core)
+        elif fmt == FORMAT_PARQUET:
+            select = _parquet_select(path, index)
+        else:
+            raise ValueError(f"unknown span format {fmt!r}")
+        try:
+            self._con.execute(f"INSERT INTO spans ({_COLUMNS}) {select}")
+        except duckdb.Error as exc:
+            if fmt == FORMAT_PARQUET:
+                raise ReportError(f"is not a readable Parquet span file: {str(exc).splitlines()[0]}") from None
+            return None
+        total, bad = self._con.execute(
+            "SELECT count(*), count(*) FILTER (WHERE NOT coalesce(ok, false)) FROM spans WHERE file_idx = ?", [index]
+        ).fetchone()  # type: ignore[misc]
+        if bad and fmt != FORMAT_PARQUET:
+            self._con.execute("DELETE FROM spans WHERE file_idx = ?", [index])
+            return None
+        if bad:
+            self._con.execute("DELETE FROM spans WHERE file_idx = ? AND NOT coalesce(ok, false)", [index])
+            self._parquet_bad[path] = bad
+        return int(total - bad)
+
+    def bad_parquet_records(self, path: str) -> int:
+        """How many records of the Parquet file ``path`` failed a check and were left out."""
+        return self._parquet_bad.get(path, 0)
+
+    def add_spans(self, path: str, spans: Sequence[SpanRow]) -> None:
+        """Load spans the Python reader read from ``path`` (a file DuckDB did not load)."""
+        index = self._file_index(path)
+        if not spans:
+            return
+        staging = os.path.join(self._spill, f"python-{index}.jsonl")
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for span in spans:
+                handle.write(
+                    json.dumps(
+                        {
+                            "trace_id": span.trace_id,
+                            "span_id": span.span_id,
+                            "parent_span_id": span.parent_span_id,
+                            "name": span.name,
+                            "start_ns": span.start_unix_nano,
+                            "end_ns": span.end_unix_nano,
+                            "service_name": span.service_name,
+                            "attrs": json.dumps(_json_safe(dict(span.attributes)), allow_nan=False),
+                            "n_attrs": len(span.attributes),
+                        },
+                        allow_nan=False,
+                    )
+                    + "\n"
+                )
+        try:
+            self._con.execute(
+                f"""
+INSERT INTO spans ({_COLUMNS})
+SELECT {index}, true, trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, CAST(attrs AS JSON),
+       n_attrs
+FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object_size = 67108864,
+               columns = {{trace_id: 'VARCHAR', span_id: 'VARCHAR', parent_span_id: 'VARCHAR', name: 'VARCHAR',
+                          start_ns: 'BIGINT', end_ns: 'BIGINT', service_name: 'VARCHAR', attrs: 'VARCHAR',
+                          n_attrs: 'INTEGER'}})
+"""
+            )
+        finally:
+            os.unlink(staging)
+
+    def traces(self) -> Iterator[TraceSpans]:
+        """Every trace, aggregated in SQL (module docstring); in no particular order."""
+        for statement in _AGGREGATE:
+            self._con.execute(statement)
+        result = self._con.execute(_TRACES)
+        while True:
+            rows = result.fetchmany(2048)
+            if not rows:
+                return
+            for row in rows:
+                yield self._trace(row)
+
+    def _trace(self, row: tuple[Any, ...]) -> TraceSpans:
+        (trace_id, sources, root_name, root_service, first_service, start, end, stepped, longest, spans) = row
+        groups: tuple[list[SpanRow], ...] = ([], [], [], [])
+        for item in spans or ():
+            span = SpanRow(
+                trace_id=trace_id,
+                span_id=item["span_id"],
+                parent_span_id=item["parent"],
+                name=item["name"],
+                start_unix_nano=item["start"],
+                end_unix_nano=item["end"],
+                service_name=item["service"],
+                attributes=checked_attributes(json.loads(item["attrs"])),
+                source=self._files[item["file"]],
+            )
+            for group, flag in zip(groups, item["flags"]):
+                if flag:
+                    group.append(span)
+        return TraceSpans(
+            trace_id=trace_id,
+            sources=tuple(self._files[i] for i in sources),
+            attributed=tuple(groups[0]),
+            attributed_self=tuple(groups[1]),
+            interval=tuple(groups[2]),
+            epochs=tuple(groups[3]),
+            root_name=root_name,
+            service_name=root_service if root_service is not None else first_service,
+            start_unix_nano=start,
+            end_unix_nano=end,
+            stepped=int(stepped),
+            longest_duration_s=longest,
+        )
