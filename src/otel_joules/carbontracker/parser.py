@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from otel_joules.exporters.errors import MissingExtraError
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED
 
 from otel_joules.training.logformat import (
@@ -87,8 +88,15 @@ Consumption = Dict[str, Any]
 def _components(log: StandardLog, source: str) -> Dict[str, Dict[str, Any]]:
     """carbontracker's per-component dictionary (see :func:`parse_logs`)."""
     # Here rather than at the top: carbontracker's API hands back numpy arrays, but importing numpy
-    # costs more than the whole rest of the parser, and reading totals does not need it.
-    import numpy as np
+    # costs more than the whole rest of the parser, reading totals does not need it, and the base
+    # install has no numpy (the pandas extra brings it).
+    try:
+        import numpy as np
+    except ImportError:
+        raise MissingExtraError(
+            "carbontracker's parse_logs and parse_all_logs return numpy arrays, and numpy is not installed: "
+            "pip install 'otel-joules[pandas]'"
+        ) from None
 
     epochs = log.complete_epochs
     names = list(log.devices)

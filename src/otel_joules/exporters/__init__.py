@@ -18,7 +18,7 @@ prefixes in :data:`otel_joules.semconv.EXPORTED_ATTRIBUTE_PREFIXES`, re-exported
 - :class:`MongoSpanExporter` -- a MongoDB collection (``pip install 'otel-joules[mongo]'``;
   format: :mod:`.mongo_exporter`);
 - :class:`DataFrameSpanExporter` -- in memory, returned by ``.dataframe()`` as a pandas
-  DataFrame (columns: :mod:`.dataframe_exporter`).
+  DataFrame (``pip install 'otel-joules[pandas]'``; columns: :mod:`.dataframe_exporter`).
 
 Example::
 

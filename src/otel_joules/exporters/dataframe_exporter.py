@@ -20,16 +20,33 @@ one call to the next, so every attribute gets its own column.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_joules._fork import register_fork_hook
+from otel_joules.exporters.errors import MissingExtraError
 from otel_joules.exporters.records import SpanRecord, span_record
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+#: What ``pip install`` needs for :meth:`DataFrameSpanExporter.dataframe`.
+PANDAS_EXTRA = "otel-joules[pandas]"
+
+
+def _pandas() -> Any:
+    # Imported when first needed: pandas is an extra (the base install has none), and it takes a
+    # noticeable time to import, which a process that only writes CSV should not pay.
+    try:
+        import pandas
+    except ImportError:
+        raise MissingExtraError(
+            f"DataFrameSpanExporter needs pandas, which is not installed: pip install '{PANDAS_EXTRA}'"
+        ) from None
+    return pandas
 
 
 class DataFrameSpanExporter(SpanExporter):
@@ -81,9 +98,7 @@ class DataFrameSpanExporter(SpanExporter):
 
     def dataframe(self) -> "pd.DataFrame":
         """One row per collected span (columns: this module's docstring)."""
-        # Imported here: pandas takes a noticeable time to import, and a process that
-        # only writes CSV should not pay for it.
-        import pandas as pd
+        pd = _pandas()
 
         records = self.records
         attribute_names = sorted({key for record in records for key in record.attributes})

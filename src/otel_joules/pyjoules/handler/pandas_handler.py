@@ -9,22 +9,40 @@ raised ``UnconsistantSamplesError`` and lost every sample.
 from __future__ import annotations
 
 import math
-from typing import Iterable, List
+from typing import TYPE_CHECKING, Any, Iterable, List
 
-import pandas
-
+from otel_joules.exporters.errors import MissingExtraError
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace  # noqa: F401 - pyJoules' names
 from otel_joules.pyjoules.exception import PyJoulesException
 from otel_joules.pyjoules.handler.csv_handler import BASE_COLUMNS, domain_columns
 from otel_joules.pyjoules.handler.handler import EnergyHandler, UnconsistantSamplesError  # noqa: F401 - pyJoules' names
 
 
+if TYPE_CHECKING:
+    import pandas
+
+#: What ``pip install`` needs for DataFrames.
+PANDAS_EXTRA = "otel-joules[pandas]"
+
+
+def _pandas() -> Any:
+    # Imported when first needed: the base install has no pandas.
+    try:
+        import pandas
+    except ImportError:
+        raise MissingExtraError(
+            f"PandasHandler needs pandas, which is not installed: pip install '{PANDAS_EXTRA}'"
+        ) from None
+    return pandas
+
+
 class NoSampleProcessedError(PyJoulesException):
     """:meth:`PandasHandler.get_dataframe` was called before any measurement reached the handler."""
 
 
-def trace_to_dataframe(trace: Iterable[EnergySample]) -> pandas.DataFrame:
+def trace_to_dataframe(trace: Iterable[EnergySample]) -> "pandas.DataFrame":
     """One row per sample: ``timestamp, tag, duration, <domains>`` (an empty DataFrame for no sample)."""
+    pandas = _pandas()
     samples: List[EnergySample] = list(trace)
     if not samples:
         return pandas.DataFrame()
@@ -37,9 +55,17 @@ def trace_to_dataframe(trace: Iterable[EnergySample]) -> pandas.DataFrame:
 
 
 class PandasHandler(EnergyHandler):
-    """Collects traces in memory; :meth:`get_dataframe` returns them as one DataFrame."""
+    """Collects traces in memory; :meth:`get_dataframe` returns them as one DataFrame.
 
-    def get_dataframe(self) -> pandas.DataFrame:
+    Raises :class:`~otel_joules.exporters.errors.MissingExtraError` at construction when
+    pandas is not installed (``pip install 'otel-joules[pandas]'``), before anything is measured.
+    """
+
+    def __init__(self) -> None:
+        _pandas()
+        super().__init__()
+
+    def get_dataframe(self) -> "pandas.DataFrame":
         """Every sample received so far (columns: module docstring).
 
         Raises:
