@@ -202,8 +202,14 @@ def _resource_attributes(service_index: int, host_index: int) -> dict[str, str]:
     }
 
 
-def write_archive(root: Path, size_mb: float, otlp_share: float = 0.15) -> KnownSums:
-    """Write the archive into ``root`` (``jsonl/<host>/<service>.jsonl`` and ``otlp/traces.otlp.jsonl``)."""
+def write_archive(
+    root: Path, size_mb: float, otlp_share: float = 0.15, otlp_batch_spans: int = OTLP_BATCH_SPANS
+) -> KnownSums:
+    """Write the archive into ``root`` (``jsonl/<host>/<service>.jsonl`` and ``otlp/traces.otlp.jsonl``).
+
+    ``otlp_batch_spans``: spans per OTLP line, at least (whole traces): a BatchSpanProcessor's 512 by default; a
+    SimpleSpanProcessor writes one span per line.
+    """
     sums = KnownSums()
     target = int(size_mb * 1_000_000)
     jsonl_target = int(target * (1.0 - otlp_share))
@@ -239,7 +245,7 @@ def write_archive(root: Path, size_mb: float, otlp_share: float = 0.15) -> Known
             handle.close()
     sums.files = len(files)
     if otlp_share > 0:
-        _write_otlp(root / "otlp" / "traces.otlp.jsonl", sums, target - sums.jsonl_bytes)
+        _write_otlp(root / "otlp" / "traces.otlp.jsonl", sums, target - sums.jsonl_bytes, otlp_batch_spans)
         sums.files += 1
     return sums
 
@@ -266,7 +272,7 @@ def _one_trace(
         yield span, keys
 
 
-def _write_otlp(path: Path, sums: KnownSums, target_bytes: int) -> None:
+def _write_otlp(path: Path, sums: KnownSums, target_bytes: int, batch_spans: int) -> None:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import ReadableSpan
     from opentelemetry.trace import SpanContext, TraceFlags
@@ -286,7 +292,7 @@ def _write_otlp(path: Path, sums: KnownSums, target_bytes: int) -> None:
                     _resource_attributes(service_index, host_index)
                 )
             batch: list[ReadableSpan] = []
-            while len(batch) < OTLP_BATCH_SPANS:
+            while len(batch) < batch_spans:
                 trace_id = sums.traces + 1
                 for span, _ in _one_trace(sums, service_index, host_index, resource_kept=True):
                     batch.append(ReadableSpan(
