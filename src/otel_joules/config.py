@@ -37,6 +37,10 @@ Environment variable                     Meaning                                
 ``OTEL_JOULES_PROMETHEUS_WAIT_S``        How long ``otel-joules run`` keeps its           ``15``
                                          Prometheus endpoint up after the command, for
                                          the scrape that holds the last values (0: none)
+``OTEL_JOULES_ATTRIBUTION_POLICY``       Who carries static (idle) energy in shares:      ``capacity``
+                                         ``capacity``, ``busy`` or ``none``
+``OTEL_JOULES_STATIC_WATTS``             Static watts per domain id, e.g.                 learned
+                                         ``package_0=10,dram_0=3``
 ``OTEL_JOULES_AGENT_SOCKET``             The ``otel-joules agent``'s Unix socket, read    ``/run/otel-joules/agent.sock``
                                          through when ``energy_uj`` is not readable
                                          (an absolute path)
@@ -109,6 +113,16 @@ OTEL_JOULES_FULL_COMMAND_LINE = "OTEL_JOULES_FULL_COMMAND_LINE"
 OTEL_JOULES_PROMETHEUS_WAIT_S = "OTEL_JOULES_PROMETHEUS_WAIT_S"
 """Seconds ``otel-joules run`` waits, after the command, for one more Prometheus scrape. Default 15; 0 does not wait."""
 
+OTEL_JOULES_ATTRIBUTION_POLICY = "OTEL_JOULES_ATTRIBUTION_POLICY"
+"""Who carries the host's static (idle) energy in shares (:data:`ATTRIBUTION_POLICIES`): ``capacity`` (each CPU
+second carries one core's share of the static power; unused capacity's is nobody's), ``busy`` (the busy CPU seconds
+carry all of it) or ``none`` (dynamic energy only). Default ``capacity``."""
+
+OTEL_JOULES_STATIC_WATTS = "OTEL_JOULES_STATIC_WATTS"
+"""Static (idle) watts per domain, ``id=watts`` separated by commas (``package_0=10,dram_0=3``: the ids of
+``energy.<domain>.joules``): the baseline of the static/dynamic split where it should not be learned. A bad entry
+is reported once and left out; the others are used. Default: learned (:mod:`otel_joules.attribution.baseline`)."""
+
 OTEL_JOULES_AGENT_SOCKET = "OTEL_JOULES_AGENT_SOCKET"
 """The ``otel-joules agent``'s Unix socket (an absolute path): where RAPL's ``energy_uj`` is not readable by this
 user (root-only since CVE-2020-8694), the library reads the counters through it. In a container, mount the host's
@@ -174,6 +188,8 @@ ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_DK_PRICE_AREA,
     OTEL_JOULES_FULL_COMMAND_LINE,
     OTEL_JOULES_PROMETHEUS_WAIT_S,
+    OTEL_JOULES_ATTRIBUTION_POLICY,
+    OTEL_JOULES_STATIC_WATTS,
     OTEL_JOULES_AGENT_SOCKET,
     OTEL_JOULES_PARQUET_MAX_BYTES,
     OTEL_JOULES_PARQUET_MAX_AGE_S,
@@ -197,6 +213,14 @@ DEFAULT_PARQUET_MAX_AGE_S = 3600.0
 #: Known live carbon-intensity providers (``OTEL_JOULES_CARBON_PROVIDERS``).
 CARBON_PROVIDER_NAMES = ("electricitymaps", "uk_carbon_intensity", "energidataservice")
 DK_PRICE_AREAS = ("DK1", "DK2")
+#: ``OTEL_JOULES_ATTRIBUTION_POLICY``'s choices (:mod:`otel_joules.attribution.model`).
+POLICY_CAPACITY = "capacity"
+POLICY_BUSY = "busy"
+POLICY_NONE = "none"
+ATTRIBUTION_POLICIES = (POLICY_CAPACITY, POLICY_BUSY, POLICY_NONE)
+DEFAULT_ATTRIBUTION_POLICY = POLICY_CAPACITY
+#: The largest static watts taken as meant for one domain.
+MAX_STATIC_WATTS = 100_000.0
 
 #: Largest values taken as meant: above them a number is a typo (or an attack on an
 #: overflow), not a machine. Per setting: (minimum, zero allowed, maximum).
@@ -342,6 +366,36 @@ def _providers(env: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(names)
 
 
+def _static_watts(env: Mapping[str, str]) -> tuple[tuple[str, float], ...]:
+    raw = env.get(OTEL_JOULES_STATIC_WATTS) or ""
+    found: dict[str, float] = {}
+    for entry in (e.strip() for e in raw.split(",")):
+        if not entry:
+            continue
+        domain, equals, value = entry.partition("=")
+        problem = static_watts_problem(domain.strip(), value.strip() if equals else None)
+        if problem is not None:
+            report_bad_value(OTEL_JOULES_STATIC_WATTS, raw, f"has a bad entry {entry[:40]!r} ({problem})", "the others")
+            continue
+        found[domain.strip()] = float(value)
+    return tuple(found.items())
+
+
+def static_watts_problem(domain: object, watts: object) -> str | None:
+    """Why ``domain=watts`` is not a static-watts entry, or None (for the variable and ``instrument()`` alike)."""
+    if not isinstance(domain, str) or not domain or any(c.isspace() for c in domain) or watts is None:
+        return "want domain_id=watts"
+    if isinstance(watts, bool):
+        return "watts is not a number"
+    try:
+        number = float(watts)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return "watts is not a number"
+    if not math.isfinite(number) or number < 0 or number > MAX_STATIC_WATTS:
+        return f"watts must be between 0 and {MAX_STATIC_WATTS:g}"
+    return None
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every setting, resolved and validated (see the module docstring for the variables).
@@ -360,6 +414,8 @@ class Settings:
         dk_price_area: ``DK1``/``DK2``, or None for both.
         full_command_line: Export ``process.command_line`` unredacted.
         prometheus_wait_s: How long ``otel-joules run`` waits for a last Prometheus scrape.
+        attribution_policy: Who carries static energy in shares (:data:`ATTRIBUTION_POLICIES`).
+        static_watts: Configured static watts, ``(domain id, watts)`` pairs.
         agent_socket: The ``otel-joules agent``'s socket, read through when ``energy_uj`` is not readable.
         parquet_max_bytes: The Parquet exporter's size bound per file (JSON-lines bytes of its spans; 0: none).
         parquet_max_age_s: The Parquet exporter's time bound per file (0: none).
@@ -378,6 +434,8 @@ class Settings:
     dk_price_area: str | None = None
     full_command_line: bool = False
     prometheus_wait_s: float = DEFAULT_PROMETHEUS_WAIT_S
+    attribution_policy: str = DEFAULT_ATTRIBUTION_POLICY
+    static_watts: tuple[tuple[str, float], ...] = ()
     agent_socket: str = DEFAULT_AGENT_SOCKET
     parquet_max_bytes: float = DEFAULT_PARQUET_MAX_BYTES
     parquet_max_age_s: float = DEFAULT_PARQUET_MAX_AGE_S
@@ -412,6 +470,10 @@ class Settings:
             "prometheus_wait_s": _number(
                 env, OTEL_JOULES_PROMETHEUS_WAIT_S, "prometheus_wait_s", DEFAULT_PROMETHEUS_WAIT_S
             ),
+            "attribution_policy": _choice(
+                env, OTEL_JOULES_ATTRIBUTION_POLICY, ATTRIBUTION_POLICIES, DEFAULT_ATTRIBUTION_POLICY
+            ),
+            "static_watts": _static_watts(env),
             "agent_socket": _absolute_path(env, OTEL_JOULES_AGENT_SOCKET, DEFAULT_AGENT_SOCKET),
             "parquet_max_bytes": _number(
                 env, OTEL_JOULES_PARQUET_MAX_BYTES, "parquet_max_bytes", DEFAULT_PARQUET_MAX_BYTES

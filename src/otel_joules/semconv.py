@@ -108,8 +108,22 @@ ENERGY_ATTRIBUTED_MEMORY_JOULES: Final = "energy.attributed.memory.joules"
 ENERGY_ATTRIBUTED_GPU_JOULES: Final = "energy.attributed.gpu.joules"
 #: The model that produced the share (:data:`ATTRIBUTION_CPU_TIME_SHARE`).
 ENERGY_ATTRIBUTION: Final = "energy.attribution"
-#: ``energy.attribution`` value: CPU time shares of the host, NVML process shares of GPUs.
+#: ``energy.attribution``'s model: CPU time shares of the host, NVML process shares of GPUs. The value is
+#: ``<model>/<policy>`` (``cpu_time_share/capacity``; the policies: ``config.ATTRIBUTION_POLICIES``).
 ATTRIBUTION_CPU_TIME_SHARE: Final = "cpu_time_share"
+#: The span's share of the host's dynamic energy (above the domains' baselines), inclusive of its children (double).
+ENERGY_ATTRIBUTED_DYNAMIC_JOULES: Final = "energy.attributed.dynamic.joules"
+#: The same minus what its instrumented children were attributed.
+ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES: Final = "energy.attributed.dynamic.self.joules"
+#: Where the static/dynamic split's baseline came from (:data:`BASELINE_LEARNED`, :data:`BASELINE_CONFIGURED`,
+#: :data:`BASELINE_UNKNOWN`), on spans with a share and on ``energy.baseline.power`` points.
+ENERGY_BASELINE: Final = "energy.baseline"
+#: ``energy.baseline``: fitted from the history (power against busy cores).
+BASELINE_LEARNED: Final = "learned"
+#: ``energy.baseline``: stated by ``OTEL_JOULES_STATIC_WATTS`` or ``instrument(static_watts=...)``.
+BASELINE_CONFIGURED: Final = "configured"
+#: ``energy.baseline``: not learned yet: the lowest period power in the history stands in (an upper bound).
+BASELINE_UNKNOWN: Final = "unknown"
 
 # --- Span attributes: carbon, where a layer knows the intensity ------------------------------
 
@@ -171,6 +185,12 @@ METRIC_HW_HOST_POWER: Final = "hw.host.power"
 METRIC_PROCESS_ENERGY: Final = "process.energy"
 #: Gauge, W: this process's share of the host's power, per ``hw.type``.
 METRIC_PROCESS_POWER: Final = "process.power"
+#: Counter, J: the host's energy the attribution model gives to no process (idle capacity's static energy,
+#: idle periods), per ``hw.type`` (``cpu``, ``memory``), with the host's ``hw.id``. Every process on a host
+#: reports the same host figure: take one per host (``max`` of the rates by ``hw.id``), never a sum.
+METRIC_ENERGY_UNATTRIBUTED: Final = "energy.unattributed"
+#: Gauge, W: each domain's static baseline (``energy.baseline`` says where it came from).
+METRIC_ENERGY_BASELINE_POWER: Final = "energy.baseline.power"
 
 #: Metric attribute: the device's id (a RAPL zone path, a GPU UUID, the host name).
 HW_ID: Final = "hw.id"

@@ -3,7 +3,9 @@
 The history is configured short (``history_s=0.5``: five 0.1 s periods) so a span outlives it in
 seconds; the host's load changes while the span runs, so the price of a CPU second does too.
 The written host is tests/attribution/test_model.py's: powercap and procfs written by the test,
-no sampler thread (the test samples at the end of each period).
+no sampler thread (the test samples at the end of each period). Under the ``busy`` policy (a CPU
+second carries its period's whole CPU-side energy over the busy seconds), so the prices are the
+periods' plain ratios whatever the baseline.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ class LongHost:
         self.meter = EnergyMeter(
             sysfs_root=self.powercap.sysfs_root, procfs_root=self.proc.procfs_root, gpus=[], sample=False
         )
-        self.attributor = Attributor(self.meter, sample=False, history_s=HISTORY_S)
+        self.attributor = Attributor(self.meter, sample=False, history_s=HISTORY_S, policy="busy")
         self.exporter = InMemorySpanExporter()
         self.provider = TracerProvider()
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
@@ -103,7 +105,7 @@ def test_the_summary_stays_bounded_and_still_prices_a_span_older_than_all_of_it(
     tid = threading.get_native_id()
     proc.add_thread(PID, tid, 0.0)
     meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
-    attributor = Attributor(meter, sample=False, period_s=0.001, history_s=0.005)
+    attributor = Attributor(meter, sample=False, period_s=0.001, history_s=0.005, policy="busy")
     periods = 0
     try:
         attributor.sample()

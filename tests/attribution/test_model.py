@@ -86,7 +86,11 @@ def test_a_span_gets_its_threads_cpu_seconds_at_the_periods_price(host: Host) ->
     assert work["energy.attributed.memory.joules"] == pytest.approx(15.0, rel=1e-12)
     assert work["energy.attributed.joules"] == pytest.approx(90.0, rel=1e-12)
     assert work["energy.attributed.self.joules"] == pytest.approx(90.0, rel=1e-12)
-    assert work["energy.attribution"] == "cpu_time_share"
+    assert work["energy.attribution"] == "cpu_time_share/capacity"  # the default policy
+    # No period long enough to give a power yet: the baseline is unknown and the whole energy counts as static
+    # (capacity = busy here, no idle CPU time, so the policy's price is the period's ratio all the same).
+    assert work["energy.baseline"] == "unknown"
+    assert work["energy.attributed.dynamic.joules"] == 0.0
     assert "energy.attributed.gpu.joules" not in work  # no GPU measured here
 
 
@@ -215,9 +219,11 @@ def test_four_processes_get_exactly_what_their_cpu_time_entitles_them_to(host: H
 def test_shares_of_every_process_plus_the_unattributed_remainder_are_the_hosts_energy(host: Host) -> None:
     """The issue's conservation rule over a run at a steady load: this process's nested spans, two other
     processes and idle CPU capacity. Self shares of every span + other processes' shares + the remainder
-    (memory's idle-capacity part) = the host's energy within 2%; the attributed part never exceeds it."""
+    (memory's idle-capacity part) = the host's energy within 2%; the attributed part never exceeds it.
+    Under the ``busy`` policy, whose remainder is that part alone (every policy: tests/attribution/test_static.py)."""
     tid = threading.get_native_id()
-    others = {pid: Attributor(host.meter, clocks=CpuClocks(host.proc.procfs_root, pid=pid), sample=False)
+    host.attributor.configure(policy="busy")
+    others = {pid: Attributor(host.meter, clocks=CpuClocks(host.proc.procfs_root, pid=pid), sample=False, policy="busy")
               for pid in (2001, 2002) if host.proc.add_process(pid, 0.0) is None}
     everyone = [host.attributor, *others.values()]
 

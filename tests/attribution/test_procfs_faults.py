@@ -34,7 +34,9 @@ HEALTHY_SHARE_J = 0.55
 
 
 class _Host:
-    """Powercap + a 4-CPU procfs, an attributor sampled by hand every 0.1 s of real time, a tracer."""
+    """Powercap + a 4-CPU procfs, an attributor sampled by hand every 0.1 s of real time, a tracer.
+
+    Under the ``busy`` policy: the shares are the periods' plain ratios (HEALTHY_SHARE_J) whatever the baseline."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.powercap = make_powercap(tmp_path / "sys", "one_socket")
@@ -44,7 +46,7 @@ class _Host:
         self.meter = EnergyMeter(
             sysfs_root=self.powercap.sysfs_root, procfs_root=self.proc.procfs_root, gpus=[], sample=False
         )
-        self.attributor = Attributor(self.meter, sample=False)
+        self.attributor = Attributor(self.meter, sample=False, policy="busy")
         self.sampled_at = time.monotonic()
         self.exporter = InMemorySpanExporter()
         self.provider = TracerProvider()

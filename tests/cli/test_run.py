@@ -354,7 +354,7 @@ def test_another_otel_joules_process_and_a_rank_change_nothing(otlp_grpc_receive
     (span,) = otlp_grpc_receiver.wait_for_spans(name=PYTHON_NAME)
     assert span.attributes["energy.joules"] == TOTAL_JOULES
     assert 0 <= span.attributes["energy.attributed.joules"] <= TOTAL_JOULES
-    assert span.attributes["energy.attribution"] == "cpu_time_share"
+    assert span.attributes["energy.attribution"] == "cpu_time_share/capacity"  # the default policy
     assert span.resource_attributes["torchrun.local_rank"] == 1
     otlp_grpc_receiver.wait_for_data_points("hw.host.energy")
     assert [p.value for p in otlp_grpc_receiver.data_points("hw.host.energy")][-1] == TOTAL_JOULES

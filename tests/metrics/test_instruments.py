@@ -131,7 +131,8 @@ def test_process_energy_and_power_are_this_processs_share_per_kind(powercap, tmp
     proc = FakeProcfs(tmp_path / "proc")
     proc.add_process(os.getpid(), 0.0)
     meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
-    attributor = Attributor(meter, sample=False)
+    # busy: the period's whole CPU-side energy over its busy seconds, whatever its baseline.
+    attributor = Attributor(meter, sample=False, policy="busy")
     reader = InMemoryMetricReader()
     EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), attributor=attributor)
     time.sleep(0.06)  # a window long enough to set prices

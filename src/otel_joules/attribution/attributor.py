@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
 from otel_joules._fork import register_fork_hook
+from otel_joules.attribution.baseline import Baselines
 from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.attribution.sampling import (
     HISTORY_PERIOD_S,
@@ -25,14 +26,32 @@ from otel_joules.attribution.sampling import (
     _SummaryBucket,
     _wall_offset_ns,
 )
-from otel_joules.attribution.shares import KINDS, kind_of, measured_kinds
+from otel_joules.attribution.shares import KINDS, attribution_label, kind_of, measured_kinds
 from otel_joules.attribution.spans import _SpanPath
+from otel_joules.config import ATTRIBUTION_POLICIES, static_watts_problem
+from otel_joules.errors import ConfigurationError
 from otel_joules.meter.sampler import PeriodicThread
+from otel_joules.sensors.base import Method
 from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
 
 if TYPE_CHECKING:
     from otel_joules.attribution.gpu import NvmlProcessShares
     from otel_joules.meter.meter import EnergyMeter
+
+
+def check_attribution_options(policy: object = None, static_watts: object = None) -> None:
+    """Raise :class:`ConfigurationError` unless ``policy`` (None or one of ``capacity``, ``busy``, ``none``) and
+    ``static_watts`` (None or a mapping of domain id to watts) are valid (``instrument()``'s keywords)."""
+    if policy is not None and policy not in ATTRIBUTION_POLICIES:
+        raise ConfigurationError(f"attribution_policy={policy!r} is not one of {', '.join(ATTRIBUTION_POLICIES)}")
+    if static_watts is None:
+        return
+    if not isinstance(static_watts, Mapping):
+        raise ConfigurationError(f"static_watts={static_watts!r} is not a mapping of domain id to watts")
+    for domain, watts in static_watts.items():
+        problem = static_watts_problem(domain, watts)
+        if problem is not None:
+            raise ConfigurationError(f"static_watts={{{domain!r}: {watts!r}}}: {problem}")
 
 
 class Attributor(_SpanPath):
@@ -49,9 +68,13 @@ class Attributor(_SpanPath):
         sample: Run the sampler thread (started on first use).
         period_s: Sampler period.
         history_s: How much history to keep.
+        policy: Who carries static energy (``capacity``, ``busy``, ``none``); default the meter's
+            settings' (``OTEL_JOULES_ATTRIBUTION_POLICY``).
+        static_watts: Static watts by domain id, over the settings' (``OTEL_JOULES_STATIC_WATTS``).
 
     Raises:
         ProcfsReadError: ``/proc/stat`` (under the procfs root) cannot be read.
+        ConfigurationError: ``policy`` or ``static_watts`` is not valid.
     """
 
     def __init__(
@@ -63,6 +86,8 @@ class Attributor(_SpanPath):
         sample: bool = True,
         period_s: float = HISTORY_PERIOD_S,
         history_s: float = HISTORY_S,
+        policy: str | None = None,
+        static_watts: Mapping[str, float] | None = None,
     ) -> None:
         self.meter = meter
         self.clocks = clocks or CpuClocks(meter.settings.procfs_root)
@@ -93,6 +118,21 @@ class Attributor(_SpanPath):
         self._idle_period_max_s = IDLE_PERIOD_MAX_S if wrap_safe_s is None else min(IDLE_PERIOD_MAX_S, wrap_safe_s)
         self._sample_enabled = sample
         self._generation = 0
+        order = self.kind_indices[KIND_CPU] + self.kind_indices[KIND_MEMORY] + self.kind_indices[KIND_GPU]
+        self._baseline_index = {i: k for k, i in enumerate(order)}
+        fitted = len(self.kind_indices[KIND_CPU]) + len(self.kind_indices[KIND_MEMORY])
+        self._fit_positions = tuple(range(fitted))
+        # The CPU-time estimate (busy CPU seconds x TDP per CPU) has no static part by construction.
+        self._configured_watts = {
+            d.id: 0.0 for d in meter.domains if d.in_total and d.method is Method.ESTIMATE and kind_of(d.hw_type) == KIND_CPU
+        }
+        self._configured_watts.update(meter.settings.static_watts)
+        self.baselines = Baselines(
+            [meter.domains[i].id for i in order], [k < fitted for k in range(len(order))], {}, self._history_ns
+        )
+        self.policy = meter.settings.attribution_policy
+        self.attribution_label = attribution_label(self.policy)
+        self.configure(policy=policy, static_watts=static_watts)
         self._reset_state()
         # Every attributor, shared or not: its sampler thread holds _reading_lock across reads.
         register_fork_hook(self, "_after_fork_in_child")
@@ -100,6 +140,25 @@ class Attributor(_SpanPath):
         self.sample()
         # Sampling from now on, not from the first span: the first spans then find prices.
         self.ensure_sampling()
+
+    def configure(self, *, policy: str | None = None, static_watts: Mapping[str, float] | None = None) -> None:
+        """Set the policy and add configured static watts (by domain id; they win over the settings'), from the
+        next sampler period on: what was priced stays as it was.
+
+        Raises:
+            ConfigurationError: ``policy`` is not one of ``capacity``, ``busy``, ``none``, or a static-watts
+                entry is not a domain id with watts between 0 and the bound.
+        """
+        check_attribution_options(policy, static_watts)
+        lock = getattr(self, "_sample_lock", None) or threading.Lock()
+        with lock:
+            if policy is not None:
+                self.policy = policy
+                self.attribution_label = attribution_label(policy)
+            if static_watts:
+                self._configured_watts.update({domain: float(watts) for domain, watts in static_watts.items()})
+            self.baselines.configure(self._configured_watts)
+            self.baseline_state = self.baselines.state(self._fit_positions)
 
     def _reset_state(self) -> None:
         self.wall_offset_ns = _wall_offset_ns()
@@ -109,11 +168,13 @@ class Attributor(_SpanPath):
         self._history: list[HistorySample] = []
         self._times: list[int] = []
         self._summary: list[_SummaryBucket] = []
-        self._rates = _Rates(0, 0.0, 0.0, 0.0)
+        self._rates = _Rates(0, 0.0, 0.0, 0.0, 0.0, 0.0)
         self._process_watts = (0.0, 0.0, 0.0)
         self._late_ticks_s = 0.0
         self._gpu_lock = threading.Lock()
         self._gpu_acc_j = 0.0
+        self._gpu_dynamic_acc_j = 0.0
+        self._unattributed_j = [0.0, 0.0]
         self._gpu_t_ns = time.monotonic_ns()
         self._gpu_leaves = 0
         self._sampler: PeriodicThread | None = None
@@ -153,7 +214,8 @@ class Attributor(_SpanPath):
                 last.idle_s,
                 (0.0, 0.0, 0.0),
                 last.priced,
+                last.period,
             )
 
 
-__all__ = ["Attributor"]
+__all__ = ["Attributor", "check_attribution_options"]

@@ -172,12 +172,14 @@ class GpuCharge:
         charged_joules: The command's part: each period's energy times the command's fraction
             of the GPU at that period's end (:func:`fraction_of`, as for spans).
         reason: Why, in words, for the run's summary.
+        dynamic_joules: The charged part above the GPU's idle baseline (its dynamic energy).
     """
 
     domain_id: str
     measured_joules: float
     charged_joules: float
     reason: str
+    dynamic_joules: float = 0.0
 
 
 class CommandGpuShares:
@@ -196,6 +198,9 @@ class CommandGpuShares:
         start: The run's first snapshot: the charged periods start there.
         shares: NVML's view (default: :class:`NvmlProcessShares` over the command's tree).
         period_s: How often NVML's lists are read.
+        static_watts: Each domain's idle baseline by the meter's domain index, asked every period
+            (:class:`~otel_joules.attribution.command.CommandBaselines`); None or a None entry: the
+            whole energy counts as static (no dynamic part is claimed without a baseline).
     """
 
     def __init__(
@@ -204,8 +209,11 @@ class CommandGpuShares:
         start: "EnergySnapshot",
         shares: NvmlProcessShares | None = None,
         period_s: float | None = None,
+        static_watts: "Callable[[], Sequence[float | None]] | None" = None,
     ) -> None:
         self._meter = meter
+        self._static_watts = static_watts
+        self._dynamic_j = [0.0] * sum(1 for d in meter.domains if d.in_total and kind_of(d.hw_type) == KIND_GPU)
         self._start = self._previous = start
         self._indices = [i for i, d in enumerate(meter.domains) if d.in_total and kind_of(d.hw_type) == KIND_GPU]
         self._pid: int | None = None
@@ -239,7 +247,10 @@ class CommandGpuShares:
                 a, b = self._start.joules[i], end.joules[i]
                 measured = max(b - a, 0.0) if a is not None and b is not None else 0.0
                 charged = min(max(self._charged_j[k], 0.0), measured)
-                charges.append(GpuCharge(self._meter.domains[i].id, measured, charged, _why(self._joules_by_why[k], charged)))
+                dynamic = min(max(self._dynamic_j[k], 0.0), charged)
+                charges.append(
+                    GpuCharge(self._meter.domains[i].id, measured, charged, _why(self._joules_by_why[k], charged), dynamic)
+                )
             return charges
 
     def _tree(self) -> set[int]:
@@ -260,11 +271,16 @@ class CommandGpuShares:
 
     def _account(self, snapshot: "EnergySnapshot", observed: Sequence[tuple[float, str]]) -> None:
         """Charge the period from the previous snapshot to ``snapshot`` by ``observed`` (lock held)."""
+        watts = self._static_watts() if self._static_watts is not None else None
+        dt_s = max(0, snapshot.monotonic_ns - self._previous.monotonic_ns) / 1e9
         for k, (i, (fraction, why)) in enumerate(zip(self._indices, observed)):
             a, b = self._previous.joules[i], snapshot.joules[i]
             if a is None or b is None:
                 continue
             self._charged_j[k] += (b - a) * fraction
+            static_w = None if watts is None else watts[i]
+            if static_w is not None:
+                self._dynamic_j[k] += max(0.0, b - a - min(static_w * dt_s, max(b - a, 0.0))) * fraction
             self._joules_by_why[k][why] = self._joules_by_why[k].get(why, 0.0) + max(b - a, 0.0)
         self._previous = snapshot
 

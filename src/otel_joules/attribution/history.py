@@ -14,6 +14,7 @@ import bisect
 from otel_joules.attribution.sampling import HistorySample, _Sampling
 from otel_joules.attribution.shares import KINDS
 from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.semconv import KIND_CPU, KIND_MEMORY
 
 _new_tuple = tuple.__new__
 _EDGE_TOLERANCE_NS = 1_000_000
@@ -66,8 +67,24 @@ class _History(_Sampling):
         """This process's attributed power per kind over the latest sampler period."""
         return {kind: self._process_watts[KINDS.index(kind)] for kind in self.kinds}
 
-    def price(self, t0_ns: int, t1_ns: int) -> tuple[float, float]:
-        """Joules per CPU second (CPU-side, memory) for CPU time spent between two monotonic instants.
+    def unattributed_joules(self) -> dict[str, float]:
+        """The host's joules the model gave to no process since the attributor started, for the CPU-side and
+        memory kinds measured (up to the latest sample): the static energy of idle capacity (all of it under
+        ``none``), and idle or unpriced periods' energy."""
+        with self._sample_lock:
+            cpu, memory = self._unattributed_j
+        return {kind: value for kind, value in ((KIND_CPU, cpu), (KIND_MEMORY, memory)) if kind in self.kinds}
+
+    def baseline_watts(self) -> list[tuple[int, float | None, str]]:
+        """(the meter's domain index, static watts or None while nothing is known, ``energy.baseline``) of every
+        domain that adds to the total."""
+        with self._sample_lock:
+            watts, states = self.baselines.watts, self.baselines.states
+        return [(i, watts[k], states[k]) for i, k in self._baseline_index.items()]
+
+    def price(self, t0_ns: int, t1_ns: int) -> tuple[float, float, float]:
+        """Joules per CPU second (CPU-side, memory: the policy's; dynamic) for CPU time spent between two
+        monotonic instants.
 
         Time-weighted over the sampler periods the interval overlaps, each at its own prices; time
         after the latest sample is priced at the forecast (:meth:`_forward_rates`), time before the
@@ -75,13 +92,13 @@ class _History(_Sampling):
         """
         rates = self._rates
         if t0_ns >= rates.since_ns or t1_ns <= t0_ns:
-            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s
+            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s
         with self._sample_lock:
             history = self._history
             times = self._times
-            weight = cpu = memory = 0.0
+            weight = cpu = memory = dynamic = 0.0
             if self._summary and history and t0_ns < times[0]:
-                weight, cpu, memory = self._summary_price(t0_ns, min(t1_ns, times[0]))
+                weight, cpu, memory, dynamic = self._summary_price(t0_ns, min(t1_ns, times[0]))
             start = max(0, bisect.bisect_right(times, t0_ns) - 1)
             for k in range(start, len(history) - 1):
                 a, b = history[k], history[k + 1]
@@ -90,23 +107,26 @@ class _History(_Sampling):
                     if a.monotonic_ns >= t1_ns:
                         break
                     continue
-                r_cpu, r_memory = self._period_rates(k)
+                r_cpu, r_memory, r_dynamic = self._period_rates(k)
                 w = hi - lo
                 weight += w
                 cpu += r_cpu * w
                 memory += r_memory * w
+                dynamic += r_dynamic * w
             tail = t1_ns - max(t0_ns, rates.since_ns)
             if tail > 0:
                 weight += tail
                 cpu += rates.cpu_j_per_cpu_s * tail
                 memory += rates.memory_j_per_cpu_s * tail
+                dynamic += rates.dynamic_j_per_cpu_s * tail
         if weight <= 0:
-            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s
-        return cpu / weight, memory / weight
+            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s
+        return cpu / weight, memory / weight, dynamic / weight
 
-    def _summary_price(self, t0_ns: int, t1_ns: int) -> tuple[float, float, float]:
-        """(nanoseconds, CPU-side J/CPU-s x ns, memory J/CPU-s x ns) of the summary between two instants (``_sample_lock`` held)."""
-        weight = cpu = memory = 0.0
+    def _summary_price(self, t0_ns: int, t1_ns: int) -> tuple[float, float, float, float]:
+        """(nanoseconds, CPU-side, memory and dynamic J/CPU-s x ns) of the summary between two instants
+        (``_sample_lock`` held)."""
+        weight = cpu = memory = dynamic = 0.0
         for bucket in reversed(self._summary):
             if bucket.hi_ns <= t0_ns:
                 break
@@ -116,7 +136,8 @@ class _History(_Sampling):
                 weight += ns
                 cpu += bucket.cpu_j_ns / span_ns * ns
                 memory += bucket.memory_j_ns / span_ns * ns
-        return weight, cpu, memory
+                dynamic += bucket.dynamic_j_ns / span_ns * ns
+        return weight, cpu, memory, dynamic
 
     # -- history for spans with explicit times -----------------------------------------------
 

@@ -28,7 +28,9 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, NamedTuple
 
+from otel_joules.attribution.baseline import Baselines
 from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, HostCpuTimes, ProcfsReadError
+from otel_joules.config import POLICY_BUSY, POLICY_CAPACITY
 from otel_joules.meter.clock import wall_offset_ns as _wall_offset_ns
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.meter.sampler import PeriodicThread
@@ -100,6 +102,8 @@ class HistorySample:
         priced: False when ``/proc/stat`` read implausibly here: the CPU times of the period ending
             at this sample are unknown, so it prices no CPU time (its GPU shares stand); the
             counts are a new base for the next period.
+        period: The sampler period ending here, split and priced when it entered the history
+            (None for the first sample).
     """
 
     monotonic_ns: int
@@ -110,15 +114,48 @@ class HistorySample:
     idle_s: float
     process_joules: tuple[float, float, float]
     priced: bool = True
+    period: "_Period | None" = None
+
+
+class _Prices(NamedTuple):
+    """Joules per CPU second of one period (or window): the policy's CPU-side and memory prices, and the
+    dynamic price (CPU-side + memory) beside them."""
+
+    cpu: float
+    memory: float
+    dynamic: float
+
+
+_NO_PRICES = _Prices(0.0, 0.0, 0.0)
+
+
+class _Period(NamedTuple):
+    """One sampler period's energy split into static and dynamic per kind, its CPU seconds and its prices.
+
+    ``busy_s`` and ``capacity_s`` are the prices' denominators (:func:`_busy_and_capacity`);
+    ``prices`` are those of CPU time spent in it (the span path), :data:`_NO_PRICES` when its
+    CPU times are unknown.
+    """
+
+    cpu_j: float
+    cpu_static_j: float
+    memory_j: float
+    memory_static_j: float
+    busy_s: float
+    capacity_s: float
+    prices: _Prices
 
 
 class _Rates(NamedTuple):
-    """Prices after the latest sample: joules per CPU second (cpu, memory) and the process's GPU watts."""
+    """Prices after the latest sample: joules per CPU second (cpu, memory: the policy's), the process's GPU
+    watts (the policy's), the dynamic price per CPU second and the process's dynamic GPU watts."""
 
     since_ns: int
     cpu_j_per_cpu_s: float
     memory_j_per_cpu_s: float
     gpu_watts: float
+    dynamic_j_per_cpu_s: float = 0.0
+    gpu_dynamic_watts: float = 0.0
 
 
 @dataclass(slots=True)
@@ -132,6 +169,7 @@ class _SummaryBucket:
         cpu_j_ns: The sum of each period's CPU-side price (J per CPU second) x its nanoseconds here.
         memory_j_ns: The same for memory.
         process_joules: This process's attributed joules per kind at ``lo_ns``.
+        dynamic_j_ns: The same as ``cpu_j_ns`` for the dynamic price.
     """
 
     start_ns: int
@@ -140,6 +178,7 @@ class _SummaryBucket:
     cpu_j_ns: float
     memory_j_ns: float
     process_joules: tuple[float, float, float]
+    dynamic_j_ns: float = 0.0
 
 
 def _busy_and_capacity(busy_s: float, idle_s: float, process_cpu_s: float) -> tuple[float, float]:
@@ -147,6 +186,29 @@ def _busy_and_capacity(busy_s: float, idle_s: float, process_cpu_s: float) -> tu
     CPU capacity (busy + idle seconds), the denominators of the CPU-side and memory prices."""
     busy = max(busy_s, process_cpu_s, 0.0)
     return busy, max(busy_s + max(idle_s, 0.0), busy)
+
+
+def policy_prices(
+    policy: str, cpu_j: float, cpu_static_j: float, memory_j: float, memory_static_j: float, busy: float, capacity: float
+) -> _Prices:
+    """The prices of CPU time over busy (and capacity) seconds for one policy (the rules: :mod:`.model`).
+
+    The dynamic price is the dynamic energy over the busy seconds, for both kinds. The policy's:
+    ``capacity``: dynamic over busy + static over the capacity (busy + idle seconds); ``busy``: the
+    model before policies, unchanged (CPU-side: the whole energy over busy; memory: the whole over
+    the capacity, DRAM's power being mostly refresh and background); ``none``: the dynamic price.
+    """
+    if busy < MIN_BUSY_S:
+        return _NO_PRICES  # idle (too few busy ticks to tell who was busy): nobody's
+    cpu_dynamic = max(cpu_j - cpu_static_j, 0.0) / busy
+    memory_dynamic = max(memory_j - memory_static_j, 0.0) / busy
+    if policy == POLICY_CAPACITY:
+        cpu, memory = cpu_dynamic + cpu_static_j / capacity, memory_dynamic + memory_static_j / capacity
+    elif policy == POLICY_BUSY:
+        cpu, memory = max(cpu_j, 0.0) / busy, max(memory_j, 0.0) / capacity
+    else:
+        cpu, memory = cpu_dynamic, memory_dynamic
+    return _Prices(cpu, memory, cpu_dynamic + memory_dynamic)
 
 
 class _Sampling:
@@ -205,6 +267,16 @@ class _Sampling:
     _stat_cpus: int
     # The span side's: the GPU energy at the old price is credited before the price changes.
     _credit_gpu: Callable[[int], None]
+    #: Who carries static energy (``config.ATTRIBUTION_POLICIES``) and the domains' baselines.
+    policy: str
+    baselines: Baselines
+    #: The attributor's domain indices in the baselines' order (kinds' indices, CPU-side, memory, GPU).
+    _baseline_index: dict[int, int]
+    #: The host's unattributed joules (CPU-side, memory) since the attributor started.
+    _unattributed_j: list[float]
+    #: The baselines' positions of the CPU-side and memory domains, and their word (``energy.baseline``).
+    _fit_positions: tuple[int, ...]
+    baseline_state: str
 
     # -- the sampler side ---------------------------------------------------------------------
 
@@ -282,10 +354,14 @@ class _Sampling:
         now_ns = snapshot.monotonic_ns
         previous = self._history[-1] if self._history else None
         process_joules = (0.0, 0.0, 0.0)
+        period = None
         if previous is not None:
-            process_joules = self._advance_rates(previous, snapshot, busy_s, idle_s, process_cpu_s, fractions, priced)
+            period = self._split_period(previous, snapshot, busy_s, idle_s, process_cpu_s, priced)
+            process_joules = self._advance_rates(
+                previous, snapshot, busy_s, idle_s, process_cpu_s, fractions, priced, period
+            )
         sample = HistorySample(
-            now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules, priced
+            now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules, priced, period
         )
         # time.time_ns() - time.monotonic_ns() at the latest sample, for explicit span times.
         self.wall_offset_ns = sample.wall_offset_ns
@@ -311,7 +387,7 @@ class _Sampling:
         del history[:drop]
         del times[:drop]
 
-    def _summarise(self, a: HistorySample, b: HistorySample, rates: tuple[float, float]) -> None:
+    def _summarise(self, a: HistorySample, b: HistorySample, rates: _Prices) -> None:
         """Add the period from ``a`` to ``b``, at its prices, to the summary buckets it overlaps."""
         summary, bucket_ns = self._summary, self._summary_period_ns
         lo = a.monotonic_ns
@@ -324,25 +400,60 @@ class _Sampling:
                 last.hi_ns = hi
                 last.cpu_j_ns += rates[0] * ns
                 last.memory_j_ns += rates[1] * ns
+                last.dynamic_j_ns += rates[2] * ns
             else:
-                summary.append(_SummaryBucket(start, lo, hi, rates[0] * ns, rates[1] * ns, a.process_joules))
+                summary.append(
+                    _SummaryBucket(start, lo, hi, rates[0] * ns, rates[1] * ns, a.process_joules, rates[2] * ns)
+                )
             lo = hi
         while len(summary) > HISTORY_SUMMARY_BUCKETS:
             first, second = summary[0], summary[1]
             second.lo_ns, second.process_joules = first.lo_ns, first.process_joules
             second.cpu_j_ns += first.cpu_j_ns
             second.memory_j_ns += first.memory_j_ns
+            second.dynamic_j_ns += first.dynamic_j_ns
             del summary[0]
 
-    def _period_rates(self, k: int) -> tuple[float, float]:
-        """The prices of the sampler period from sample ``k`` to ``k + 1``: its own energy over its own busy time
-        (none where its CPU times are unknown: its energy is nobody's)."""
-        a, b = self._history[k], self._history[k + 1]
-        if not b.priced:
-            return 0.0, 0.0
-        return self._rates_between(
-            a.snapshot, b.snapshot, b.busy_s - a.busy_s, b.idle_s - a.idle_s, b.process_cpu_s - a.process_cpu_s
-        )
+    def _period_rates(self, k: int) -> _Prices:
+        """The prices of the sampler period from sample ``k`` to ``k + 1``, as set when it entered the history:
+        its own energy over its own CPU seconds (none where its CPU times are unknown: its energy is nobody's)."""
+        period = self._history[k + 1].period
+        return _NO_PRICES if period is None else period.prices
+
+    def _split_period(
+        self,
+        previous: HistorySample,
+        snapshot: EnergySnapshot,
+        busy_s: float,
+        idle_s: float,
+        process_cpu_s: float,
+        priced: bool,
+    ) -> _Period:
+        """The period from ``previous`` to the new reads: into the baselines' fit, split, priced, and its
+        unattributed energy counted (``_sample_lock`` held)."""
+        dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
+        d_busy, d_idle = busy_s - previous.busy_s, idle_s - previous.idle_s
+        a, b = previous.snapshot.joules, snapshot.joules
+        index = self._baseline_index
+        joules = [None if a[i] is None or b[i] is None else b[i] - a[i] for i in index]  # type: ignore[operator]
+        baselines = self.baselines
+        if priced:
+            baselines.add_period(snapshot.monotonic_ns, dt_s, d_busy, joules)
+        sums = [0.0, 0.0, 0.0, 0.0]
+        for kind, offset in ((KIND_CPU, 0), (KIND_MEMORY, 2)):
+            for i in self.kind_indices[kind]:
+                j = joules[index[i]]
+                if j is not None:
+                    sums[offset] += j
+                    sums[offset + 1] += baselines.static_joules(index[i], j, dt_s)
+        busy, capacity = _busy_and_capacity(d_busy, d_idle, max(0.0, process_cpu_s - previous.process_cpu_s))
+        prices = policy_prices(self.policy, *sums, busy, capacity) if priced else _NO_PRICES
+        period = _Period(sums[0], sums[1], sums[2], sums[3], busy, capacity, prices)
+        # What the model gives to nobody: idle capacity's static energy, idle and unpriced periods' energy.
+        self._unattributed_j[0] += max(0.0, sums[0] - prices.cpu * busy)
+        self._unattributed_j[1] += max(0.0, sums[2] - prices.memory * busy)
+        self.baseline_state = baselines.state(self._fit_positions)
+        return period
 
     def _advance_rates(
         self,
@@ -352,7 +463,8 @@ class _Sampling:
         idle_s: float,
         process_cpu_s: float,
         fractions: list[float],
-        priced: bool = True,
+        priced: bool,
+        period: _Period,
     ) -> tuple[float, float, float]:
         dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
         d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
@@ -364,29 +476,37 @@ class _Sampling:
         host_busy_s = busy_s - previous.busy_s - self._late_ticks_s
         host_idle_s = idle_s - previous.idle_s
         if priced:
-            own_cpu, own_memory = self._rates_between(previous.snapshot, snapshot, host_busy_s, host_idle_s, d_process)
+            busy, capacity = _busy_and_capacity(host_busy_s, host_idle_s, d_process)
+            own_cpu, own_memory, _ = policy_prices(
+                self.policy, period.cpu_j, period.cpu_static_j, period.memory_j, period.memory_static_j, busy, capacity
+            )
             # At most a tick per CPU can be late; more means /proc/stat does not see this process's work.
             cpus = (busy_s - previous.busy_s + host_idle_s) / dt_s if dt_s > 0 else 0.0
             self._late_ticks_s = min(max(0.0, d_process - max(host_busy_s, 0.0)), max(cpus, 0.0) / CLOCK_TICKS_PER_S)
         else:
             own_cpu = own_memory = self._late_ticks_s = 0.0  # unknown CPU times: the period's energy is nobody's
-        r_cpu, r_memory = self._forward_rates(snapshot, busy_s, idle_s, process_cpu_s, priced)
-        gpu_joules = 0.0
+        forward = self._forward_rates(snapshot, period, priced)
+        gpu_joules = gpu_dynamic = 0.0
         for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
             a, b = previous.snapshot.joules[i], snapshot.joules[i]
             if a is not None and b is not None:
-                gpu_joules += (b - a) * fraction
+                # A GPU's processes hold all of it while they run on it: its static energy goes with their
+                # fraction under capacity and busy alike; under none, only the dynamic part does.
+                static = self.baselines.static_joules(self._baseline_index[i], b - a, dt_s)
+                gpu_joules += (b - a - (static if self.policy not in (POLICY_CAPACITY, POLICY_BUSY) else 0.0)) * fraction
+                gpu_dynamic += (b - a - static) * fraction
         gpu_watts = gpu_joules / dt_s if dt_s > 0 else 0.0
+        gpu_dynamic_watts = gpu_dynamic / dt_s if dt_s > 0 else 0.0
         if self.has_gpu:
             self._credit_gpu(snapshot.monotonic_ns)  # close the old price's time before changing it
-        self._rates = _Rates(snapshot.monotonic_ns, r_cpu, r_memory, gpu_watts)
+        self._rates = _Rates(
+            snapshot.monotonic_ns, forward.cpu, forward.memory, gpu_watts, forward.dynamic, gpu_dynamic_watts
+        )
         mine = (own_cpu * d_process, own_memory * d_process, gpu_joules)
         self._process_watts = tuple(j / dt_s for j in mine) if dt_s > 0 else (0.0, 0.0, 0.0)  # type: ignore[assignment]
         return tuple(p + m for p, m in zip(previous.process_joules, mine))  # type: ignore[return-value]
 
-    def _forward_rates(
-        self, snapshot: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float, priced: bool = True
-    ) -> tuple[float, float]:
+    def _forward_rates(self, snapshot: EnergySnapshot, period: _Period, priced: bool = True) -> _Prices:
         """The prices for CPU time after the new sample, until the next (``_sample_lock`` held).
 
         Only a forecast: spans' CPU time after the latest sample is priced at it (and capped at what
@@ -396,34 +516,22 @@ class _Sampling:
         periods whose CPU times are unknown (not priced). Kept as they were when the window is too
         short or has no busy period.
         """
-        ends = [(s.snapshot, s.busy_s, s.idle_s, s.process_cpu_s, s.priced) for s in self._history[-RATE_WINDOW:]]
-        ends.append((snapshot, busy_s, idle_s, process_cpu_s, priced))
-        cpu_j = memory_j = busy = capacity = 0.0
-        for (a, busy_a, idle_a, process_a, _), (b, busy_b, idle_b, process_b, known) in zip(ends, ends[1:]):
-            if not known:
+        window = self._history[-RATE_WINDOW:]
+        periods = [(s.period, s.priced) for s in window[1:]] + [(period, priced)]
+        sums = [0.0] * 6  # CPU-side, its static, memory, its static, busy, capacity
+        for each, known in periods:
+            if each is None or not known or each.busy_s < MIN_BUSY_S:
                 continue
-            period_busy, period_capacity = _busy_and_capacity(busy_b - busy_a, idle_b - idle_a, process_b - process_a)
-            if period_busy < MIN_BUSY_S:
-                continue
-            cpu_j += self._kind_joules(KIND_CPU, a, b)
-            memory_j += self._kind_joules(KIND_MEMORY, a, b)
-            busy += period_busy
-            capacity += period_capacity
-        window_s = (snapshot.monotonic_ns - ends[0][0].monotonic_ns) / 1e9
-        if self._rates.since_ns and (window_s < MIN_RATE_WINDOW_S or busy <= 0):
+            for k, value in enumerate(each[:6]):
+                sums[k] += value
+        window_s = (snapshot.monotonic_ns - window[0].monotonic_ns) / 1e9 if window else 0.0
+        rates = self._rates
+        if rates.since_ns and (window_s < MIN_RATE_WINDOW_S or sums[4] <= 0):
             # Too short, or nothing busy, to say what a CPU second costs: keep the prices.
-            return self._rates.cpu_j_per_cpu_s, self._rates.memory_j_per_cpu_s
-        if busy <= 0:
-            return 0.0, 0.0  # no price yet and nothing busy: CPU time now is priced as idle
-        return cpu_j / busy, memory_j / capacity
-
-    def _kind_joules(self, kind: str, a: EnergySnapshot, b: EnergySnapshot) -> float:
-        total = 0.0
-        for i in self.kind_indices[kind]:
-            x, y = a.joules[i], b.joules[i]
-            if x is not None and y is not None:
-                total += y - x
-        return total
+            return _Prices(rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s)
+        if sums[4] <= 0:
+            return _NO_PRICES  # no price yet and nothing busy: CPU time now is priced as idle
+        return policy_prices(self.policy, *sums)
 
     def _report(self, exc: BaseException) -> None:
         if not self._failure_reported:
@@ -561,14 +669,6 @@ class _Sampling:
         if sampler is not None:
             sampler.stop()
 
-    def _rates_between(
-        self, a: EnergySnapshot, b: EnergySnapshot, busy_s: float, idle_s: float, process_cpu_s: float
-    ) -> tuple[float, float]:
-        """Joules per CPU second (CPU-side, memory) between two snapshots (the rules: :mod:`.model`)."""
-        busy, capacity = _busy_and_capacity(busy_s, idle_s, process_cpu_s)
-        if busy < MIN_BUSY_S:
-            return 0.0, 0.0  # idle (too few busy ticks to tell who was busy): nobody's
-        return self._kind_joules(KIND_CPU, a, b) / busy, self._kind_joules(KIND_MEMORY, a, b) / capacity
 
 
 def _sample_attributor(attributor: _Sampling) -> bool | float:

@@ -8,10 +8,12 @@ as a child process (``otel-joules run``). The model itself: :mod:`otel_joules.at
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
+from otel_joules.attribution.sampling import policy_prices
+from otel_joules.config import DEFAULT_ATTRIBUTION_POLICY
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
+from otel_joules.semconv import ATTRIBUTION_CPU_TIME_SHARE, BASELINE_UNKNOWN, KIND_CPU, KIND_GPU, KIND_MEMORY
 from otel_joules.sensors.base import Domain, HardwareType
 
 if TYPE_CHECKING:
@@ -35,13 +37,24 @@ def measured_kinds(domains: Iterable[Domain]) -> tuple[str, ...]:
     return tuple(kind for kind in KINDS if kind in present)
 
 
+def attribution_label(policy: str) -> str:
+    """``energy.attribution``'s value: the model and the policy, ``cpu_time_share/capacity``."""
+    return f"{ATTRIBUTION_CPU_TIME_SHARE}/{policy}"
+
+
 class SpanAttribution(NamedTuple):
-    """One span's attributed joules (inclusive of children ended before it, per kind) and its self joules."""
+    """One span's attributed joules (inclusive of children ended before it, per kind) and its self joules,
+    under the policy; its dynamic joules (inclusive and self) beside them; the model and policy
+    (``energy.attribution``) and where the baseline came from (``energy.baseline``)."""
 
     cpu_joules: float
     memory_joules: float
     gpu_joules: float
     self_joules: float
+    dynamic_joules: float = 0.0
+    dynamic_self_joules: float = 0.0
+    attribution: str = attribution_label(DEFAULT_ATTRIBUTION_POLICY)
+    baseline: str = BASELINE_UNKNOWN
 
     @property
     def joules(self) -> float:
@@ -70,29 +83,52 @@ def command_attribution(
     host_idle_s: float = 0.0,
     *,
     gpu_joules: float = 0.0,
+    gpu_dynamic_joules: float | None = None,
+    static_watts: Sequence[float | None] | None = None,
+    policy: str = DEFAULT_ATTRIBUTION_POLICY,
+    baseline: str = BASELINE_UNKNOWN,
 ) -> SpanAttribution:
     """The share of a command run as a child process (``otel-joules run``) between two snapshots.
 
-    The model's rules over one interval: CPU-side joules by :func:`share_of_cpu_time` of the
-    command's CPU seconds (its and its reaped descendants') in the host's busy seconds, memory
-    in the host's busy + idle seconds. GPUs as for spans: ``gpu_joules`` is what the command's
-    own processes on them were charged (:class:`~otel_joules.attribution.gpu.CommandGpuShares`),
-    never more than the GPUs measured.
+    The model's rules (:mod:`.model`) over one interval: each domain's static joules are its
+    ``static_watts`` (by the meter's domain index; None: unknown, its whole energy counts as
+    static) x the interval, never more than it spent; the command's CPU seconds (its and its
+    reaped descendants') are priced by :func:`~.sampling.policy_prices` over the host's busy
+    (and busy + idle) seconds. GPUs as for spans: ``gpu_joules`` (and ``gpu_dynamic_joules``)
+    is what the command's own processes on them were charged
+    (:class:`~otel_joules.attribution.gpu.CommandGpuShares`), never more than the GPUs measured.
     """
     joules = {kind: 0.0 for kind in KINDS}
+    static = {kind: 0.0 for kind in KINDS}
+    duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
     for i, domain in enumerate(meter.domains):
         a, b = start.joules[i], end.joules[i]
         if domain.in_total and a is not None and b is not None:
-            joules[kind_of(domain.hw_type)] += b - a
-    cpu = share_of_cpu_time(joules[KIND_CPU], command_cpu_s, host_busy_s)
-    memory = share_of_cpu_time(joules[KIND_MEMORY], command_cpu_s, host_busy_s + max(host_idle_s, 0.0))
+            kind = kind_of(domain.hw_type)
+            spent = b - a
+            joules[kind] += spent
+            watts = None if static_watts is None else static_watts[i]
+            static[kind] += max(spent, 0.0) if watts is None else min(max(watts * duration_s, 0.0), max(spent, 0.0))
+    cpu_s = max(command_cpu_s, 0.0)
+    busy = max(host_busy_s, cpu_s)
+    capacity = max(host_busy_s + max(host_idle_s, 0.0), busy)
+    prices = policy_prices(
+        policy, joules[KIND_CPU], static[KIND_CPU], joules[KIND_MEMORY], static[KIND_MEMORY], busy, capacity
+    )
+    cpu = min(prices.cpu * cpu_s, max(joules[KIND_CPU], 0.0))
+    memory = min(prices.memory * cpu_s, max(joules[KIND_MEMORY], 0.0))
     gpu = min(max(gpu_joules, 0.0), max(joules[KIND_GPU], 0.0))
-    return SpanAttribution(cpu, memory, gpu, cpu + memory + gpu)
+    gpu_dynamic = gpu if gpu_dynamic_joules is None else min(max(gpu_dynamic_joules, 0.0), gpu)
+    dynamic = min(prices.dynamic * cpu_s, cpu + memory) + gpu_dynamic
+    return SpanAttribution(
+        cpu, memory, gpu, cpu + memory + gpu, dynamic, dynamic, attribution_label(policy), baseline
+    )
 
 
 __all__ = [
     "KINDS",
     "SpanAttribution",
+    "attribution_label",
     "command_attribution",
     "kind_of",
     "measured_kinds",

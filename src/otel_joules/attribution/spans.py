@@ -27,11 +27,12 @@ class _Ledger:
 
     ``acc_*_j`` grows by (CPU seconds x price) / leaves at every event, so a span that is a
     leaf from event a to event b accrued ``acc(b) - acc(a)``: O(1) per event however many
-    spans are open on the thread.
+    spans are open on the thread. ``acc_dynamic_j`` does the same at the dynamic price.
     """
 
     __slots__ = (
-        "lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "leaves", "generation", "owner", "__weakref__"
+        "lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "acc_dynamic_j", "leaves", "generation", "owner",
+        "__weakref__",
     )
 
     def __init__(self, clock: Callable[[], float], generation: int, owner: "_SpanPath") -> None:
@@ -42,6 +43,7 @@ class _Ledger:
         self.t_ns = time.monotonic_ns()
         self.acc_cpu_j = 0.0
         self.acc_memory_j = 0.0
+        self.acc_dynamic_j = 0.0
         self.leaves = 0
         self.generation = generation
 
@@ -49,20 +51,23 @@ class _Ledger:
 class SpanShare:
     """Per-span bookkeeping between ``open_span`` and ``close_span`` (touched under its ledger's lock).
 
-    No ``__slots__``: the class attributes are the defaults, so opening a span sets only the four
-    fields that differ (this runs for every span).
+    No ``__slots__``: the class attributes are the defaults, so opening a span sets only the five
+    fields that differ (this runs for every span). ``*dynamic*`` is the span's dynamic energy
+    (CPU-side, memory and GPU together), beside the policy's per-kind joules.
     """
 
     open_children = 0
     leaf = True
     ended = False
-    gpu0 = own_cpu = own_memory = own_gpu = child_cpu = child_memory = child_gpu = 0.0
+    gpu0 = gpu_dynamic0 = own_cpu = own_memory = own_gpu = child_cpu = child_memory = child_gpu = 0.0
+    own_dynamic = child_dynamic = 0.0
 
-    def __init__(self, ledger: _Ledger, parent: "SpanShare | None", cpu0: float, memory0: float) -> None:
+    def __init__(self, ledger: _Ledger, parent: "SpanShare | None", cpu0: float, memory0: float, dynamic0: float) -> None:
         self.ledger = ledger
         self.parent = parent
         self.cpu0 = cpu0
         self.memory0 = memory0
+        self.dynamic0 = dynamic0
 
     def abandon(self, _ref: object = None) -> None:
         """Close the share of a span that was dropped without ``end()`` (a weakref callback)."""
@@ -92,9 +97,12 @@ class _SpanPath(_History):
     _memory_indices: tuple[int, ...]
     _gpu_lock: threading.Lock
     _gpu_acc_j: float
+    _gpu_dynamic_acc_j: float
     _gpu_t_ns: int
     _gpu_leaves: int
     stat_fault: bool
+    #: ``energy.attribution``'s value (``cpu_time_share/<policy>``).
+    attribution_label: str
 
     def _advance(self, ledger: _Ledger, now_ns: int) -> None:
         """Credit the thread's CPU time since its last event to its leaf spans (ledger lock held)."""
@@ -107,14 +115,16 @@ class _SpanPath(_History):
             delta = cpu_s - ledger.cpu_s
             if delta > 0:
                 rates = self._rates
+                per_leaf = delta / leaves
                 if ledger.t_ns >= rates[0]:
-                    per_leaf = delta / leaves
                     ledger.acc_cpu_j += per_leaf * rates[1]
                     ledger.acc_memory_j += per_leaf * rates[2]
+                    ledger.acc_dynamic_j += per_leaf * rates[4]
                 else:
-                    r_cpu, r_memory = self.price(ledger.t_ns, now_ns)
-                    ledger.acc_cpu_j += delta / leaves * r_cpu
-                    ledger.acc_memory_j += delta / leaves * r_memory
+                    r_cpu, r_memory, r_dynamic = self.price(ledger.t_ns, now_ns)
+                    ledger.acc_cpu_j += per_leaf * r_cpu
+                    ledger.acc_memory_j += per_leaf * r_memory
+                    ledger.acc_dynamic_j += per_leaf * r_dynamic
         ledger.cpu_s = cpu_s
         ledger.t_ns = now_ns
 
@@ -128,7 +138,9 @@ class _SpanPath(_History):
         dt_ns = now_ns - self._gpu_t_ns
         if dt_ns > 0:
             if self._gpu_leaves:
-                self._gpu_acc_j += self._rates.gpu_watts * dt_ns / 1e9 / self._gpu_leaves
+                rates = self._rates
+                self._gpu_acc_j += rates.gpu_watts * dt_ns / 1e9 / self._gpu_leaves
+                self._gpu_dynamic_acc_j += rates.gpu_dynamic_watts * dt_ns / 1e9 / self._gpu_leaves
             self._gpu_t_ns = now_ns
 
     def open_span(self, parent: SpanShare | None = None) -> SpanShare:
@@ -148,6 +160,7 @@ class _SpanPath(_History):
                     if parent.open_children == 0 and parent.leaf:
                         parent.own_cpu += ledger.acc_cpu_j - parent.cpu0
                         parent.own_memory += ledger.acc_memory_j - parent.memory0
+                        parent.own_dynamic += ledger.acc_dynamic_j - parent.dynamic0
                         parent.leaf = False
                         ledger.leaves -= 1
                         off_parent = parent
@@ -159,19 +172,20 @@ class _SpanPath(_History):
                 except (OSError, ValueError):
                     pass
                 ledger.t_ns = now_ns
-            share = SpanShare(ledger, parent, ledger.acc_cpu_j, ledger.acc_memory_j)
+            share = SpanShare(ledger, parent, ledger.acc_cpu_j, ledger.acc_memory_j, ledger.acc_dynamic_j)
             ledger.leaves += 1
             if self.has_gpu:
                 # One GPU-lock section per event (it was three): credit the time so far at the old
                 # leaf count, then move the parent off the leaves and this span on.
                 with self._gpu_lock:
                     self._credit_gpu_locked(now_ns)
-                    acc_gpu_j = self._gpu_acc_j
+                    acc_gpu_j, acc_gpu_dynamic_j = self._gpu_acc_j, self._gpu_dynamic_acc_j
                     if off_parent is not None:
                         off_parent.own_gpu += acc_gpu_j - off_parent.gpu0
+                        off_parent.own_dynamic += acc_gpu_dynamic_j - off_parent.gpu_dynamic0
                     else:
                         self._gpu_leaves += 1
-                    share.gpu0 = acc_gpu_j
+                    share.gpu0, share.gpu_dynamic0 = acc_gpu_j, acc_gpu_dynamic_j
         if self._dozing:
             self._wake_sampler()  # after the leaf is counted: the sampler either sees it or was dozing (_next_period_s)
         return share
@@ -203,6 +217,7 @@ class _SpanPath(_History):
             if was_leaf:
                 share.own_cpu += ledger.acc_cpu_j - share.cpu0
                 share.own_memory += ledger.acc_memory_j - share.memory0
+                share.own_dynamic += ledger.acc_dynamic_j - share.dynamic0
                 share.leaf = False
                 ledger.leaves -= 1
             share.ended = True
@@ -216,6 +231,7 @@ class _SpanPath(_History):
                 if local.open_children == 0:
                     local.cpu0 = ledger.acc_cpu_j
                     local.memory0 = ledger.acc_memory_j
+                    local.dynamic0 = ledger.acc_dynamic_j
                     local.leaf = True
                     ledger.leaves += 1
                     on_parent = local
@@ -223,21 +239,25 @@ class _SpanPath(_History):
                 # One GPU-lock section per event (it was three), as in open_span.
                 with self._gpu_lock:
                     self._credit_gpu_locked(now_ns)
-                    acc_gpu_j = self._gpu_acc_j
+                    acc_gpu_j, acc_gpu_dynamic_j = self._gpu_acc_j, self._gpu_dynamic_acc_j
                     if was_leaf:
                         share.own_gpu += acc_gpu_j - share.gpu0
+                        share.own_dynamic += acc_gpu_dynamic_j - share.gpu_dynamic0
                         self._gpu_leaves -= 1
                     if on_parent is not None:
-                        on_parent.gpu0 = acc_gpu_j
+                        on_parent.gpu0, on_parent.gpu_dynamic0 = acc_gpu_j, acc_gpu_dynamic_j
                         self._gpu_leaves += 1
             own = share.own_cpu + share.own_memory + share.own_gpu
+            own_dynamic = share.own_dynamic
             cpu = share.own_cpu + share.child_cpu
             memory = share.own_memory + share.child_memory
             gpu = share.own_gpu + share.child_gpu
+            dynamic = own_dynamic + share.child_dynamic
             if local is not None:
                 local.child_cpu += cpu
                 local.child_memory += memory
                 local.child_gpu += gpu
+                local.child_dynamic += dynamic
             if parent is not None and parent.ledger is ledger:
                 parent = None  # credited above; a parent on another thread is credited below, under its ledger's lock
         if parent is not None and parent.ledger.generation == self._generation:
@@ -246,12 +266,16 @@ class _SpanPath(_History):
                     parent.child_cpu += cpu
                     parent.child_memory += memory
                     parent.child_gpu += gpu
+                    parent.child_dynamic += dynamic
         if self.stat_fault:
             return None
-        return _new_tuple(SpanAttribution, (cpu, memory, gpu, own))
+        return _new_tuple(
+            SpanAttribution, (cpu, memory, gpu, own, dynamic, own_dynamic, self.attribution_label, self.baseline_state)
+        )
 
     def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:
-        """Limit ``share``'s own CPU-side and memory joules to what the host spent of each during the span."""
+        """Limit ``share``'s own CPU-side and memory joules to what the host spent of each during the span, and
+        its own dynamic joules to its own joules so far (the dynamic price never exceeds the policy's)."""
         a, b = start.joules, end.joules
         cap = _spent_joules(self._cpu_indices, a, b) - share.child_cpu
         if share.own_cpu > cap:
@@ -259,6 +283,9 @@ class _SpanPath(_History):
         cap = _spent_joules(self._memory_indices, a, b) - share.child_memory
         if share.own_memory > cap:
             share.own_memory = max(0.0, cap)
+        own = share.own_cpu + share.own_memory + share.own_gpu
+        if share.own_dynamic > own:
+            share.own_dynamic = own
 
 
 def _spent_joules(indices: Sequence[int], start: tuple[float | None, ...], end: tuple[float | None, ...]) -> float:

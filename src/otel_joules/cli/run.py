@@ -54,6 +54,7 @@ from typing import Any, Sequence
 from opentelemetry.sdk.trace import Span, TracerProvider
 from opentelemetry.trace import Status, StatusCode
 
+from otel_joules.attribution.command import CommandBaselines
 from otel_joules.attribution.gpu import CommandGpuShares
 from otel_joules.attribution.shares import command_attribution, measured_kinds
 from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError
@@ -77,7 +78,7 @@ from otel_joules.cli.summary import (  # noqa: F401 - also importable from here,
     format_joules,
     summary_lines,
 )
-from otel_joules.config import Settings, sdk_disabled
+from otel_joules.config import POLICY_NONE, Settings, sdk_disabled
 from otel_joules.instrumentation.context import child_environment, context_from_environment
 from otel_joules.delivery.redaction import command_line
 from otel_joules.delivery.outcomes import DeliveryReport, capture_sdk_logs
@@ -270,7 +271,9 @@ def _run_measured(
     children_before_s = _children_cpu_s()
     started = time.monotonic()
     env = child_environment(span)
-    gpu_shares = CommandGpuShares(meter, first)
+    # The domains' idle baselines, learned while the command runs (spans' model: static and dynamic energy).
+    baselines = CommandBaselines(meter)
+    gpu_shares = CommandGpuShares(meter, first, static_watts=baselines.static_watts)
 
     def on_start(pid: int) -> None:
         span.set_attribute(PROCESS_PID, pid)
@@ -290,9 +293,11 @@ def _run_measured(
     attribution = None
     last = meter.snapshot()
     gpu_charges = gpu_shares.finish(last)
+    baselines.close()
     host_after, problem_after = _host_cpu(clocks)
     host_problem = host_problem or problem_after
     if host_before is not None and host_after is not None:
+        gpu_dynamic_j = sum(charge.dynamic_joules for charge in gpu_charges)
         attribution = command_attribution(
             meter,
             first,
@@ -300,7 +305,12 @@ def _run_measured(
             _children_cpu_s() - children_before_s,
             host_after.busy_s - host_before.busy_s,
             host_after.idle_s - host_before.idle_s,
-            gpu_joules=sum(charge.charged_joules for charge in gpu_charges),
+            # A GPU the command holds carries its static energy under capacity and busy, as for spans.
+            gpu_joules=gpu_dynamic_j if baselines.policy == POLICY_NONE else sum(c.charged_joules for c in gpu_charges),
+            gpu_dynamic_joules=gpu_dynamic_j,
+            static_watts=baselines.static_watts(),
+            policy=baselines.policy,
+            baseline=baselines.state,
         )
         if span.is_recording() and meter.domains:
             span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))

@@ -12,7 +12,13 @@ from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.intensity import CarbonIntensity
-from otel_joules.config import DEFAULT_PROCFS_ROOT, OTEL_JOULES_PROCFS_ROOT
+from otel_joules.config import (
+    DEFAULT_PROCFS_ROOT,
+    OTEL_JOULES_PROCFS_ROOT,
+    POLICY_BUSY,
+    POLICY_CAPACITY,
+    POLICY_NONE,
+)
 from otel_joules.delivery.destinations import SIGNAL_METRICS, SIGNAL_TRACES, Destination
 from otel_joules.delivery.outcomes import DeliveryReport, iter_failures_by_destination
 from otel_joules.delivery.setup import Telemetry
@@ -96,6 +102,7 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
                 + (f", plus its processes' part of the GPUs: {format_joules(share.gpu_joules)}" if result.gpu_charges else "")
                 + ")"
             )
+            lines.append(_policy_line(share))
         elif result.share_missing is not None:
             lines.append(
                 f"  share    MISSING, no energy.attributed.* on the span: the host's CPU time is needed and {result.share_missing}; "
@@ -135,6 +142,24 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     if result.span_context is not None and result.span_context.is_valid:
         lines.append(f"  trace    {result.span_context.trace_id:032x}")
     return lines
+
+
+#: What each policy charges a command for the host's static (idle) energy, for the summary.
+_POLICY_WORDS = {
+    POLICY_CAPACITY: "each of its CPU seconds carries one core's share of the host's idle power; unused capacity's is nobody's",
+    POLICY_BUSY: "the host's busy CPU time carries all of its idle power (a dedicated machine's bill)",
+    POLICY_NONE: "only the energy above the idle baseline counts",
+}
+
+
+def _policy_line(share: SpanAttribution) -> str:
+    """The summary's line saying what the share is made of and why (the policy, the baseline)."""
+    policy = share.attribution.rpartition("/")[2]
+    static = share.joules - share.dynamic_joules
+    return (
+        f"  policy   {policy}: {format_joules(share.dynamic_joules)} dynamic + {format_joules(static)} static; "
+        f"{_POLICY_WORDS.get(policy, policy)} (baseline {share.baseline}; OTEL_JOULES_ATTRIBUTION_POLICY)"
+    )
 
 
 def failure_line(report: DeliveryReport) -> str | None:

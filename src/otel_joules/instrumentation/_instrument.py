@@ -16,11 +16,12 @@ import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from opentelemetry import metrics, trace
 
 from otel_joules._fork import register_fork_hook
+from otel_joules.attribution.attributor import check_attribution_options
 from otel_joules.carbon.spans import span_carbon_from_settings
 from otel_joules.config import sdk_disabled
 from otel_joules.errors import ConfigurationError
@@ -138,6 +139,8 @@ def instrument(
     attribution: bool = True,
     metrics_gate: Callable[[], bool] | None = None,
     synchronize: Synchronize = None,
+    attribution_policy: str | None = None,
+    static_watts: Mapping[str, float] | None = None,
     **options: Any,
 ) -> Instrumentation:
     """Put energy attributes on every span of ``tracer_provider`` and export energy metrics.
@@ -167,6 +170,13 @@ def instrument(
             (CUDA or ROCm; skipped on the CPU), ``"jax"``, ``"cupy"`` or a callable (see
             :mod:`otel_joules.meter.sync`). Off by default: it stalls pipelines that overlap
             host and device work, at every span boundary.
+        attribution_policy: Who carries the host's static (idle) energy in shares: ``"capacity"``
+            (default: each CPU second carries one core's share of it), ``"busy"`` (the busy CPU
+            time carries all of it) or ``"none"`` (dynamic energy only); default
+            ``OTEL_JOULES_ATTRIBUTION_POLICY``. Set on the meter's attributor, shared by its spans and
+            ``process.energy`` (:mod:`otel_joules.attribution.model`).
+        static_watts: Static watts by domain id (``{"package_0": 10.0, "dram_0": 3.0}``) instead of
+            the learned baseline, over ``OTEL_JOULES_STATIC_WATTS``.
         **options: :class:`~otel_joules.EnergyMeter` keywords for the shared meter
             (``sysfs_root``, ``procfs_root``, ``gpus``, ``devices_by_pid``, ``estimate``, ``host``).
             Every process measures the host whatever else runs on it: spans carry the
@@ -198,11 +208,19 @@ def instrument(
     # Resolved before the handle exists, so a bad setting fails instrument() itself.
     span_carbon = span_carbon_from_settings(carbon_intensity, country, pue)
     resolve_synchronizer(synchronize)
+    check_attribution_options(attribution_policy, static_watts)
 
     def attach(handle: Instrumentation, sdk_provider: Any) -> Instrumentation:
         meter = energy_meter or get_energy_meter(**options)
         announce_estimates(meter)
-        processor = EnergySpanProcessor(meter, on_measurement=span_carbon, attribution=attribution, synchronize=synchronize)
+        processor = EnergySpanProcessor(
+            meter,
+            on_measurement=span_carbon,
+            attribution=attribution,
+            synchronize=synchronize,
+            attribution_policy=attribution_policy,
+            static_watts=static_watts,
+        )
         processor.attributor  # noqa: B018 - read /proc/stat now rather than on the first span
         sdk_provider.add_span_processor(processor)
         energy_metrics = None

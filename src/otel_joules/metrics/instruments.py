@@ -6,12 +6,20 @@
 ``hw.host.power``   Gauge,   ``W``, the same as power
 ``process.energy``  Counter, ``J``, this process's attributed share per ``hw.type`` (``cpu``, ``memory``, ``gpu``)
 ``process.power``   Gauge,   ``W``, the same as power over the latest attribution period
+``energy.unattributed``  Counter, ``J``, the host's energy given to no process, per ``hw.type`` (``cpu``, ``memory``)
+``energy.baseline.power``  Gauge, ``W``, each domain's static baseline, ``energy.baseline`` = learned|configured|unknown
 
 ``hw.*`` describe the hardware: every otel-joules process on a host reports the same devices
 (take one per ``host.name`` and ``hw.id``, e.g. ``max``, never a sum over processes).
 ``process.*`` are shares: summed over processes and hosts they count each joule once
-(:mod:`otel_joules.attribution`). Energy spent while no CPU was busy (idle) is in ``hw.*``
-and in no process's share.
+(:mod:`otel_joules.attribution`), under the attribution policy (``OTEL_JOULES_ATTRIBUTION_POLICY``).
+Energy the model gives to nobody (idle periods; the static energy of unused CPU capacity under
+``capacity``, all static energy under ``none``) is in ``hw.*`` and in ``energy.unattributed``.
+``energy.unattributed`` is a host figure that every process computes alike (from ``/proc/stat`` and
+the counters, from its own start): like ``hw.*``, take one per host, never a sum over processes:
+``max by (hw_id) (rate(energy_unattributed_joules_total[5m]))`` beside
+``sum by (service_name) (rate(process_energy_joules_total[5m]))``. (GPUs' idle energy is not in it:
+a process sees only its own fraction of a GPU.)
 
 Every data point also carries ``energy.source`` (``measured`` or ``estimate``), so an
 estimate is never mistaken for a measurement in a dashboard; per-domain points add
@@ -39,6 +47,7 @@ from otel_joules.attribution.registry import attributor_for
 from otel_joules.attribution.shares import kind_of
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
+    ENERGY_BASELINE,
     ENERGY_METHOD,
     ENERGY_SOURCE,
     HW_ID,
@@ -49,6 +58,8 @@ from otel_joules.semconv import (
     METRIC_HW_HOST_ENERGY,
     METRIC_HW_HOST_POWER,
     METRIC_HW_POWER,
+    METRIC_ENERGY_BASELINE_POWER,
+    METRIC_ENERGY_UNATTRIBUTED,
     METRIC_PROCESS_ENERGY,
     METRIC_PROCESS_POWER,
     SOURCE_ESTIMATE,
@@ -157,6 +168,22 @@ class EnergyMetrics:
                 unit="W",
                 description="This process's attributed share of the host's power, per hw.type",
             )
+            self._unattributed_attributes = {
+                kind: {**self._host_attributes, HW_TYPE: kind, ENERGY_SOURCE: _source(energy_meter, kind)}
+                for kind in self.attributor.kinds
+            }
+            otel_meter.create_observable_counter(
+                METRIC_ENERGY_UNATTRIBUTED,
+                [self._observe_unattributed],
+                unit="J",
+                description="The host's energy attributed to no process (idle), per hw.type: one per host, never summed",
+            )
+            otel_meter.create_observable_gauge(
+                METRIC_ENERGY_BASELINE_POWER,
+                [self._observe_baselines],
+                unit="W",
+                description="Each domain's static (idle) power, learned, configured or unknown (energy.baseline)",
+            )
 
     def _new_lock(self) -> None:
         self._lock = threading.Lock()
@@ -263,6 +290,23 @@ class EnergyMetrics:
         self._process_sample()
         joules = self.attributor.process_joules()
         return [Observation(joules[kind], attributes) for kind, attributes in self._process_attributes.items()]
+
+    def _observe_unattributed(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self.attributor is None or not self._reporting():
+            return []
+        self._process_sample()
+        joules = self.attributor.unattributed_joules()
+        return [Observation(j, self._unattributed_attributes[kind]) for kind, j in joules.items()]
+
+    def _observe_baselines(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self.attributor is None or not self._reporting():
+            return []
+        self._process_sample()
+        return [
+            Observation(watts, {**self._domain_attributes[i], ENERGY_BASELINE: state})
+            for i, watts, state in self.attributor.baseline_watts()
+            if watts is not None
+        ]
 
     def _observe_process_power(self, options: CallbackOptions) -> Iterable[Observation]:
         if self.attributor is None or not self._reporting():

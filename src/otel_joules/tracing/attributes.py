@@ -13,14 +13,16 @@ from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
     ATTRIBUTED_KIND_KEYS,
-    ATTRIBUTION_CPU_TIME_SHARE,
     ENERGY_ATTRIBUTED_CPU_JOULES,
+    ENERGY_ATTRIBUTED_DYNAMIC_JOULES,
+    ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES,
     ENERGY_ATTRIBUTED_GPU_JOULES,
     ENERGY_ATTRIBUTED_JOULES,
     ENERGY_ATTRIBUTED_MEMORY_JOULES,
     ENERGY_ATTRIBUTED_SELF_JOULES,
     ENERGY_AGENT_DOMAINS,
     ENERGY_ATTRIBUTION,
+    ENERGY_BASELINE,
     ENERGY_BELOW_RESOLUTION,
     ENERGY_JOULES,
     ENERGY_SOURCE,
@@ -95,7 +97,10 @@ def attribution_attributes(
     attributes: dict[str, Any] = {} if into is None else into
     attributes[ENERGY_ATTRIBUTED_JOULES] = attribution.cpu_joules + attribution.memory_joules + attribution.gpu_joules
     attributes[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution.self_joules
-    attributes[ENERGY_ATTRIBUTION] = ATTRIBUTION_CPU_TIME_SHARE
+    attributes[ENERGY_ATTRIBUTED_DYNAMIC_JOULES] = attribution.dynamic_joules
+    attributes[ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES] = attribution.dynamic_self_joules
+    attributes[ENERGY_ATTRIBUTION] = attribution.attribution
+    attributes[ENERGY_BASELINE] = attribution.baseline
     if KIND_CPU in kinds:
         attributes[ENERGY_ATTRIBUTED_CPU_JOULES] = attribution.cpu_joules
     if KIND_MEMORY in kinds:
@@ -211,7 +216,10 @@ class MeterAttributes:
         """Add the span's share to ``into`` (the keys and order of :func:`attribution_attributes`)."""
         into[ENERGY_ATTRIBUTED_JOULES] = attribution[0] + attribution[1] + attribution[2]
         into[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution[3]
-        into[ENERGY_ATTRIBUTION] = ATTRIBUTION_CPU_TIME_SHARE
+        into[ENERGY_ATTRIBUTED_DYNAMIC_JOULES] = attribution[4]
+        into[ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES] = attribution[5]
+        into[ENERGY_ATTRIBUTION] = attribution[6]
+        into[ENERGY_BASELINE] = attribution[7]
         for key, position in self._kind_positions:
             into[key] = attribution[position]
         return into

@@ -11,7 +11,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import get_current_span
 
-from otel_joules.attribution.attributor import Attributor
+from otel_joules.attribution.attributor import Attributor, check_attribution_options
 from otel_joules.attribution.registry import attributor_for
 from otel_joules.attribution.sampling import HISTORY_S
 from otel_joules.attribution.shares import SpanAttribution
@@ -80,6 +80,9 @@ class EnergySpanProcessor(SpanProcessor):
             snapshot: ``"torch"``, ``"jax"``, ``"cupy"``, ``"auto"`` or a callable (see
             :mod:`otel_joules.meter.sync`). Off by default: it stalls the host at every span
             boundary, so pipelines that overlap host and device work lose that overlap.
+        attribution_policy: Who carries static energy in shares (``capacity``, ``busy``, ``none``), set
+            on the attributor (shared by the meter's processors and metrics); None: the settings'.
+        static_watts: Static watts by domain id, set on the attributor the same way.
     """
 
     def __init__(
@@ -89,7 +92,11 @@ class EnergySpanProcessor(SpanProcessor):
         on_measurement: Callable[[Span, EnergyMeasurement], None] | None = None,
         attribution: bool | Attributor = True,
         synchronize: Synchronize = None,
+        attribution_policy: str | None = None,
+        static_watts: Mapping[str, float] | None = None,
     ) -> None:
+        check_attribution_options(attribution_policy, static_watts)
+        self._attribution_options = (attribution_policy, static_watts)
         self._meter = meter
         self._synchronize = resolve_synchronizer(synchronize)
         #: This process's rank attributes, read once (None outside a multi-rank job).
@@ -100,6 +107,8 @@ class EnergySpanProcessor(SpanProcessor):
         self._attributor: Any = (
             attribution if isinstance(attribution, Attributor) else _UNSET if attribution else None
         )
+        if isinstance(attribution, Attributor) and self._attribution_options != (None, None):
+            attribution.configure(policy=attribution_policy, static_watts=static_watts)
         #: The meter's attributes planned once (keys per domain, kinds), built with the meter.
         self._plan: MeterAttributes | None = None
         self._self_ref = weakref.ref(self)
@@ -116,6 +125,9 @@ class EnergySpanProcessor(SpanProcessor):
         """The meter's attributor (None when attribution is off or CPU times cannot be read)."""
         if self._attributor is _UNSET:
             self._attributor = attributor_for(self.meter)
+            if self._attributor is not None and self._attribution_options != (None, None):
+                policy, static_watts = self._attribution_options
+                self._attributor.configure(policy=policy, static_watts=static_watts)
         return self._attributor  # type: ignore[no-any-return]
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
