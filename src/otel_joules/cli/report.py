@@ -15,7 +15,17 @@ import math
 import sys
 from typing import Any
 
+from otel_joules.errors import ConfigurationError
 from otel_joules.report import build_report, format_report, format_skipped, plot_report, report_dict
+from otel_joules.report.groups import (
+    GROUP_KEYS,
+    build_group_report,
+    format_groups,
+    groups_dict,
+    parse_group_keys,
+    write_groups_csv,
+    write_groups_parquet,
+)
 
 
 def _number(kind: str, minimum: float) -> Any:
@@ -65,11 +75,25 @@ def register(subparsers: Any) -> None:
         type=_number("--pue", 1.0),
         help="power usage effectiveness for every run (default: what each run recorded, else 1.0)",
     )
+    groups = parser.add_argument_group(
+        "totals per group",
+        "--by KEYS gives one row per group instead of one per run: the sum of its spans' attributed self shares "
+        "(energy.attributed.self.joules), so the groups add up to the report's total. Keys: "
+        + "; ".join(f"{key} = {meaning}" for key, meaning in GROUP_KEYS.items())
+        + "; any other name is a span or resource attribute (e.g. slurm.job.name). CSV, JSON-lines and Parquet "
+        "exports keep no resource attribute but service.name: their spans have no host, user or job ('-'). "
+        "Each group says measured or estimate. See docs/report-groups.md.",
+    )
+    groups.add_argument("--by", metavar="KEYS", help="comma-separated keys, e.g. --by service,host,day")
+    groups.add_argument("--csv", metavar="FILE.csv", help="with --by: also write the groups as CSV")
+    groups.add_argument("--parquet", metavar="FILE.parquet", help="with --by: also write the groups as Parquet")
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the report, print it (text or JSON), list skipped inputs on stderr, plot if asked."""
+    if args.by is not None or args.csv or args.parquet:
+        return _run_groups(args)
     report = build_report(args.paths, intensity_gco2eq_per_kwh=args.intensity, country=args.country, pue=args.pue)
     for line in format_skipped(report):
         print(line, file=sys.stderr)
@@ -94,4 +118,39 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         plot_report(report, args.plot)
         print(f"plot written to {args.plot}", file=sys.stderr)
+    return 0
+
+
+def _run_groups(args: argparse.Namespace) -> int:
+    """``--by``: the groups as a table or JSON on stdout, and as CSV or Parquet files if asked."""
+    if args.by is None:
+        raise ConfigurationError("--csv and --parquet write the groups of --by: add --by KEYS, e.g. --by service,host")
+    extras = [name for name, given in (("--plot", args.plot), ("--intensity", args.intensity is not None),
+                                       ("--country", args.country), ("--pue", args.pue is not None)) if given]
+    if extras:
+        raise ConfigurationError(
+            f"--by gives joules per group, without PUE or CO2eq: {', '.join(extras)} apply to the per-run report "
+            "(run it without --by)"
+        )
+    report = build_group_report(args.paths, parse_group_keys(args.by))
+    for item in report.skipped:
+        print(f"skipped {item.path}: {item.reason}", file=sys.stderr)
+    if not report.groups:
+        print(
+            f"otel-joules report: nothing to group: no span with energy.attributed.self.joules in the paths given "
+            f"({len(report.files_read)} span file(s) read, {report.spans_without_share} span(s) without a self "
+            "share). Run the report without --by for exports written before attribution and for carbontracker logs.",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(json.dumps(groups_dict(report), indent=2, allow_nan=False))
+    else:
+        print(format_groups(report))
+    if args.csv:
+        write_groups_csv(report, args.csv)
+        print(f"groups written to {args.csv}", file=sys.stderr)
+    if args.parquet:
+        write_groups_parquet(report, args.parquet)
+        print(f"groups written to {args.parquet}", file=sys.stderr)
     return 0

@@ -59,9 +59,13 @@ from otel_joules.report.record_checks import (
 from otel_joules.semconv import (
     ENERGY_ATTRIBUTED_JOULES,
     ENERGY_ATTRIBUTED_SELF_JOULES,
+    ENERGY_BELOW_RESOLUTION,
     ENERGY_CLOCK_STEP_S,
     ENERGY_JOULES,
+    ENERGY_SOURCE,
     SERVICE_NAME,
+    SOURCE_MIXED,
+    SOURCE_PARTIAL,
     SPAN_EPOCH,
     TRAINING_RANK,
 )
@@ -728,3 +732,148 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
             stepped=int(stepped),
             longest_duration_s=longest,
         )
+
+
+# -- Totals per group: ``otel-joules report --by`` (:mod:`otel_joules.report.groups`) ---------------------------------
+# The spans are the store's (checked, one copy each); what --by reads beyond the kept attributes (host.name,
+# slurm.job.id, any other resource or span attribute) is read from the OTLP files again, for the keys asked only:
+# the other formats keep no resource attribute but service.name. Lines DuckDB cannot read give no such labels.
+
+#: The DuckDB types of the group table's columns after the keys (groups.TABLE_COLUMNS).
+_GROUP_COLUMN_TYPES = ("DOUBLE", "DOUBLE", "VARCHAR", "BOOLEAN", "BIGINT", "BIGINT")
+# How much of a file's start is looked at to tell an OTLP file (its first object names resourceSpans).
+_OTLP_SNIFF_BYTES = 1 << 16
+
+
+def _label_pairs(owner: str, items: str, names: Sequence[str]) -> str:
+    """SQL: the OTLP attributes at ``owner``'s JSON path ``items`` named in ``names``, as (k, v) text pairs."""
+    wanted = "[" + ", ".join(_literal(name) for name in names) + "]"
+    return (
+        f"[{{'k': x->>'$.key', 'v': {_otlp_value('x')}->>'$'}} for x in coalesce(json_extract({owner}, "
+        f"{_literal(items)}), []) if list_contains({wanted}, x->>'$.key')]"
+    )
+
+
+def _labels_select(path: str, names: Sequence[str]) -> str:
+    """SQL: (trace_id, span_id, labels) of one OTLP file's spans: its own attributes in ``names``, then its resource's."""
+    spans = (
+        "list_concat(coalesce(json_extract(rs, '$.scopeSpans[*].spans[*]'), []), "
+        "coalesce(json_extract(rs, '$.instrumentationLibrarySpans[*].spans[*]'), []))"
+    )
+    return f"""
+SELECT lower(s->>'$.traceId') AS trace_id, lower(s->>'$.spanId') AS span_id,
+       list_concat({_label_pairs('s', '$.attributes[*]', names)}, resource_labels) AS labels
+FROM (
+    SELECT {_label_pairs('rs', '$.resource.attributes[*]', names)} AS resource_labels, unnest({spans}) AS s
+    FROM (
+        SELECT unnest(coalesce(json_extract(json, '$.resourceSpans[*]'), [])) AS rs
+        FROM read_json_objects({_literal(path)}, format = 'auto', ignore_errors = true, maximum_object_size = 67108864)
+        WHERE json_type(json) = 'OBJECT'
+    )
+)
+WHERE json_type(s) = 'OBJECT'
+"""
+
+
+def _is_otlp_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as handle:
+            return b'"resourceSpans"' in handle.read(_OTLP_SNIFF_BYTES)
+    except OSError:
+        return False
+
+
+def _group_value(key: str, names: Sequence[str]) -> str:
+    """SQL: one ``--by`` key's value for a span (text; NULL: none); ``names``: the attributes it reads, in order."""
+    if key == "service":
+        return "service_name"
+    if key == "span":
+        return "name"
+    if key == "day":
+        return "strftime(make_timestamp(start_ns // 1000), '%Y-%m-%d')"
+    found = []
+    for name in names:
+        found.append(f"json_extract_string(attrs, {_path(name)})")
+        found.append(f"list_filter(coalesce(labels, []), lambda l: l.k = {_literal(name)})[1].v")
+    return f"coalesce({', '.join(found)})"
+
+
+def group_rows(
+    store: SpanStore, keys: Sequence[str], attributes: Sequence[Sequence[str]]
+) -> tuple[list[tuple[Any, ...]], int, list[tuple[str, str]]]:
+    """The store's spans grouped by ``keys`` (``attributes[i]``: the names key ``i`` reads, none for service, span, day).
+
+    Returns the rows (the key values, the sum of the spans' ``energy.attributed.self.joules``, their merged
+    ``energy.source``, below resolution, spans and traces counted), how many spans have no self share (left out),
+    and (path, reason) for each OTLP file whose labels could not be read. A span exported twice counts once.
+    """
+    con = store._con
+    names = sorted({name for group in attributes for name in group})
+    problems: list[tuple[str, str]] = []
+    con.execute("CREATE OR REPLACE TEMP TABLE span_labels (trace_id VARCHAR, span_id VARCHAR, "
+                "labels STRUCT(k VARCHAR, v VARCHAR)[])")
+    if names:
+        for path in dict.fromkeys(store._files):
+            if not _is_otlp_file(path):
+                continue
+            try:
+                con.execute(f"INSERT INTO span_labels {_labels_select(path, names)}")
+            except store._duckdb.Error as exc:
+                problems.append((path, f"its resource attributes could not be read for --by: {str(exc).splitlines()[0]}"))
+    values = ", ".join(f"{_group_value(key, group)} AS k{i}" for i, (key, group) in enumerate(zip(keys, attributes)))
+    columns = ", ".join(f"k{i}" for i in range(len(keys)))
+    below = _path(ENERGY_BELOW_RESOLUTION)
+    counted = "FILTER (WHERE self_joules IS NOT NULL)"
+    rows = con.execute(f"""
+WITH one AS (
+    SELECT * FROM (
+        SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, ord) AS copy
+        FROM (SELECT *, rowid AS ord FROM spans)
+    ) WHERE copy = 1
+), labelled AS (
+    SELECT one.*, l.labels
+    FROM one LEFT JOIN (SELECT trace_id, span_id, first(labels) AS labels FROM span_labels GROUP BY ALL) l
+    USING (trace_id, span_id)
+), keyed AS (
+    SELECT {values}, trace_id, {_number(ENERGY_ATTRIBUTED_SELF_JOULES)} AS self_joules,
+           json_extract_string(attrs, {_path(ENERGY_SOURCE)}) AS source,
+           coalesce(json_type(attrs, {below}) = 'BOOLEAN' AND CAST(json_extract(attrs, {below}) AS BOOLEAN), false) AS below
+    FROM labelled
+)
+SELECT {columns}, fsum(self_joules),
+       CASE WHEN bool_or(source = {_literal(SOURCE_PARTIAL)}) {counted} THEN {_literal(SOURCE_PARTIAL)}
+            WHEN count(DISTINCT source) {counted} = 1 THEN min(source) {counted}
+            WHEN count(DISTINCT source) {counted} > 1 THEN {_literal(SOURCE_MIXED)} END,
+       coalesce(bool_or(below) {counted}, false), count(self_joules), count(DISTINCT trace_id) {counted},
+       count(*) - count(self_joules)
+FROM keyed GROUP BY {columns}
+""").fetchall()
+    missing = sum(int(row[-1]) for row in rows)
+    return [row[:-1] for row in rows if row[-3] > 0], missing, problems
+
+
+def groups_parquet_bytes(by: Sequence[str], columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> bytes:
+    """The groups as a Parquet file's bytes: the keys as text, then ``columns`` (the caller writes the file).
+
+    Raises:
+        ReportError: DuckDB is not installed (:data:`INSTALL_HINT`).
+    """
+    try:
+        import duckdb
+    except ImportError:
+        raise ReportError(INSTALL_HINT) from None
+    folder = tempfile.mkdtemp(prefix="otel-joules-report-")
+    con = duckdb.connect(":memory:")
+    try:
+        names = [*by, *columns]
+        types = ["VARCHAR"] * len(by) + list(_GROUP_COLUMN_TYPES)
+        con.execute("CREATE TABLE g (" + ", ".join(f'"{n}" {t}' for n, t in zip(names, types)) + ")")
+        if rows:
+            con.executemany("INSERT INTO g VALUES (" + ", ".join("?" for _ in names) + ")", [list(r) for r in rows])
+        path = os.path.join(folder, "groups.parquet")
+        con.execute(f"COPY g TO {_literal(path)} (FORMAT parquet)")
+        with open(path, "rb") as handle:
+            return handle.read()
+    finally:
+        con.close()
+        shutil.rmtree(folder, ignore_errors=True)
