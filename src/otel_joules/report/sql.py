@@ -807,6 +807,8 @@ def group_rows(
     ``energy.source``, below resolution, spans and traces counted), how many spans have no self share (left out),
     and (path, reason) for each OTLP file whose labels could not be read. A span exported twice counts once.
     """
+    from duckdb import Error as DuckDBError
+
     con = store._con
     names = sorted({name for group in attributes for name in group})
     problems: list[tuple[str, str]] = []
@@ -818,7 +820,7 @@ def group_rows(
                 continue
             try:
                 con.execute(f"INSERT INTO span_labels {_labels_select(path, names)}")
-            except store._duckdb.Error as exc:
+            except DuckDBError as exc:
                 problems.append((path, f"its resource attributes could not be read for --by: {str(exc).splitlines()[0]}"))
     values = ", ".join(f"{_group_value(key, group)} AS k{i}" for i, (key, group) in enumerate(zip(keys, attributes)))
     columns = ", ".join(f"k{i}" for i in range(len(keys)))
