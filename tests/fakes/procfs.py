@@ -9,6 +9,8 @@ sampler thread reading meanwhile never sees half a file.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -90,3 +92,73 @@ class FakeProcfs:
             ticks += int(path.read_text().rsplit(")", 1)[1].split()[11])
         _replace(path, task_stat_line(tid, ticks))
         self.add_process(pid, cpu_s)
+
+
+class TickingProcfs:
+    """A written procfs whose ``stat`` runs with the wall clock, in a thread: ``cpus`` CPUs' worth of ticks per
+    second, busy = what the processes written here spent (this process's :class:`FakeProcfs` counts and the
+    ``<pid>/stat`` files of :meth:`follow`'s pids, which other processes write) + a CPU hog's ticks while
+    :attr:`hog_cores` is set; the rest idle.
+
+    For tests that need a host's load under their control on a box whose real ``/proc/stat`` is anything
+    but idle: the samplers, the fake power (:class:`~tests.fakes.powercap.LoadPower` with this root) and the
+    processes all read these counts.
+    """
+
+    def __init__(self, proc: FakeProcfs, period_s: float = 0.01) -> None:
+        self.proc = proc
+        self.hog_cores = 0.0
+        self._hog_ticks = 0.0
+        self._followed: list[int] = []
+        self._period_s = period_s
+        self._base = (proc.busy_ticks, proc.idle_ticks)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._run, name="fake-procfs-ticks", daemon=True)
+
+    def spend(self, pid: int, tid: int, cpu_s: float) -> None:
+        """Thread ``tid`` of ``pid`` used ``cpu_s`` more: its files and ``stat`` at once, as the kernel's tick
+        counts them together (a process's time ahead of the host's would price that period's energy over CPU
+        time whose energy is not in it yet)."""
+        with self._lock:
+            self.proc.add_thread(pid, tid, cpu_s)
+            self._write(time.monotonic())
+
+    def follow(self, pid: int) -> None:
+        """Count ``pid``'s ``<root>/<pid>/stat`` (written by that process) as busy time."""
+        self._followed.append(pid)
+
+    def __enter__(self) -> "TickingProcfs":
+        self._started = time.monotonic()
+        self._last = self._started
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _followed_ticks(self) -> int:
+        total = 0
+        for pid in self._followed:
+            try:
+                total += int((self.proc.root / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[11])
+            except (OSError, IndexError, ValueError):
+                pass  # not written yet, or being replaced
+        return total
+
+    def _run(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -15)  # ticks on time on a loaded box (root)
+        except (OSError, AttributeError):
+            pass
+        while not self._stop.wait(self._period_s):
+            with self._lock:
+                self._write(time.monotonic())
+
+    def _write(self, now: float) -> None:
+        self._hog_ticks += self.hog_cores * (now - self._last) * TICKS_PER_S
+        self._last = now
+        busy = sum(self.proc.process_ticks.values()) + self._followed_ticks() + int(self._hog_ticks)
+        capacity = int((now - self._started) * self.proc.cpus * TICKS_PER_S)
+        self.proc.set_host_ticks(self._base[0] + busy, self._base[1] + max(capacity - busy, 0))

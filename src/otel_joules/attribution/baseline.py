@@ -10,8 +10,9 @@ period's seconds, never more than the period's energy) and **dynamic** (the rest
   periods in the history (:data:`~.sampling.HISTORY_S`), each weighted by its seconds. The sums
   are kept running: a period's are added when it enters the history and subtracted when it
   leaves (O(1) per period; refreshed from scratch once per history length against rounding).
-  The intercept is clamped to [0, the floor] (the floor: the domain's lowest period power in the
-  history). It counts as learned once the fit holds :data:`MIN_FIT_PERIODS` periods of at least
+  The intercept is clamped to [0, the floor] (the floor: the domain's lowest power in the history,
+  each power averaged over :data:`FLOOR_PERIODS` consecutive periods, so a counter's update
+  jitter in one period does not pull it down). It counts as learned once the fit holds :data:`MIN_FIT_PERIODS` periods of at least
   :data:`MIN_FIT_PERIOD_S` whose busy cores spread (standard deviation) at least
   :data:`MIN_FIT_SPREAD_CORES`: without such spread, static and dynamic power cannot be told apart;
 * **unknown** (until then, and for GPUs unless configured): the floor. The floor is an upper bound
@@ -34,6 +35,9 @@ from otel_joules.semconv import BASELINE_CONFIGURED, BASELINE_LEARNED, BASELINE_
 
 #: A period shorter than this gives no power for the fit or the floor.
 MIN_FIT_PERIOD_S = 0.05
+#: The floor's powers are averages over this many consecutive periods (1 s of 0.1 s periods): any such
+#: average is still at least the static power, and a counter's update jitter is a tenth of one period's.
+FLOOR_PERIODS = 10
 #: The fit's fewest periods (3 s of 0.1 s periods) before its intercept is the baseline.
 MIN_FIT_PERIODS = 30
 #: The least spread of busy cores (weighted standard deviation) over the fit's periods: a
@@ -44,13 +48,28 @@ MIN_FIT_SPREAD_CORES = 0.25
 class _Fit:
     """One domain's running weighted sums of (busy cores, watts) and its floor."""
 
-    __slots__ = ("sw", "swx", "swy", "swxx", "swxy", "n", "floor")
+    __slots__ = ("sw", "swx", "swy", "swxx", "swxy", "n", "floor", "window", "window_s", "window_j")
 
     def __init__(self) -> None:
         self.sw = self.swx = self.swy = self.swxx = self.swxy = 0.0
         self.n = 0
         #: (period end ns, watts), watts increasing: the front is the lowest power in the history.
         self.floor: deque[tuple[int, float]] = deque()
+        #: The latest FLOOR_PERIODS periods' (seconds, joules), and their sums.
+        self.window: deque[tuple[float, float]] = deque()
+        self.window_s = self.window_j = 0.0
+
+    def floor_watts(self, dt_s: float, joules: float) -> float:
+        """The average power of the latest :data:`FLOOR_PERIODS` periods, this one included."""
+        window = self.window
+        window.append((dt_s, joules))
+        self.window_s += dt_s
+        self.window_j += joules
+        if len(window) > FLOOR_PERIODS:
+            old_s, old_j = window.popleft()
+            self.window_s -= old_s
+            self.window_j -= old_j
+        return self.window_j / self.window_s
 
     def add(self, w: float, x: float, y: float, sign: int) -> None:
         self.sw += sign * w
@@ -114,10 +133,11 @@ class Baselines:
                 continue
             if fitted:
                 fit.add(dt_s, x, y, 1)
+            low = fit.floor_watts(dt_s, y * dt_s)
             floor = fit.floor
-            while floor and floor[-1][1] >= y:
+            while floor and floor[-1][1] >= low:
                 floor.pop()
-            floor.append((end_ns, y))
+            floor.append((end_ns, low))
         self._expire(end_ns - self._history_ns)
         self._since_refresh += 1
         if self._since_refresh > 2 * len(self._periods) + 64:

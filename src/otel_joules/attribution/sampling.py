@@ -53,6 +53,8 @@ MIN_RATE_WINDOW_S = 0.05
 #: A period with fewer busy CPU seconds than this (two ticks) is idle: its energy is nobody's and
 #: it does not change the forecast.
 MIN_BUSY_S = 0.02
+#: Below this a period is idle: two ticks summed as floats (0.01 + 0.01 may be 0.0199...) are still two.
+_IDLE_BELOW_S = MIN_BUSY_S - 1e-9
 #: How far back the history reaches (spans with explicit times older than this get no energy).
 HISTORY_S = 300.0
 #: A span can outlive the history (a leaf span open longer than :data:`HISTORY_S`): the periods that leave
@@ -198,7 +200,7 @@ def policy_prices(
     model before policies, unchanged (CPU-side: the whole energy over busy; memory: the whole over
     the capacity, DRAM's power being mostly refresh and background); ``none``: the dynamic price.
     """
-    if busy < MIN_BUSY_S:
+    if busy < _IDLE_BELOW_S:
         return _NO_PRICES  # idle (too few busy ticks to tell who was busy): nobody's
     cpu_dynamic = max(cpu_j - cpu_static_j, 0.0) / busy
     memory_dynamic = max(memory_j - memory_static_j, 0.0) / busy
@@ -520,7 +522,7 @@ class _Sampling:
         periods = [(s.period, s.priced) for s in window[1:]] + [(period, priced)]
         sums = [0.0] * 6  # CPU-side, its static, memory, its static, busy, capacity
         for each, known in periods:
-            if each is None or not known or each.busy_s < MIN_BUSY_S:
+            if each is None or not known or each.busy_s < _IDLE_BELOW_S:
                 continue
             for k, value in enumerate(each[:6]):
                 sums[k] += value
