@@ -1004,43 +1004,17 @@ GROUP BY f.trace_id
 
 # -- Totals per group: ``otel-joules report --by`` (:mod:`otel_joules.report.groups`) ---------------------------------
 # The spans are the store's (checked, one copy each); what --by reads beyond the kept attributes (host.name,
-# slurm.job.id, any other resource or span attribute) is read from the OTLP files again, for the keys asked only:
-# the other formats keep no resource attribute but service.name. Lines DuckDB cannot read give no such labels.
+# slurm.job.id, any other resource or span attribute) is read from the OTLP files again, a line at a time and for the
+# keys asked only: the other formats keep no resource attribute but service.name. DuckDB's JSON functions hold every
+# big OTLP line of a batch parsed at once (a 15 MB file of 512-span lines ran out of a 350 MB limit), so the labels
+# are read in Python and handed to DuckDB as JSON lines; a line that is not a request gives none.
 
 #: The DuckDB types of the group table's columns after the keys (groups.TABLE_COLUMNS).
 _GROUP_COLUMN_TYPES = ("DOUBLE", "DOUBLE", "VARCHAR", "BOOLEAN", "BIGINT", "BIGINT")
 # How much of a file's start is looked at to tell an OTLP file (its first object names resourceSpans).
 _OTLP_SNIFF_BYTES = 1 << 16
-
-
-def _label_pairs(owner: str, items: str, names: Sequence[str]) -> str:
-    """SQL: the OTLP attributes at ``owner``'s JSON path ``items`` named in ``names``, as (k, v) text pairs."""
-    wanted = "[" + ", ".join(_literal(name) for name in names) + "]"
-    return (
-        f"[{{'k': x->>'$.key', 'v': {_otlp_value('x')}->>'$'}} for x in coalesce(json_extract({owner}, "
-        f"{_literal(items)}), []) if list_contains({wanted}, x->>'$.key')]"
-    )
-
-
-def _labels_select(path: str, names: Sequence[str]) -> str:
-    """SQL: (trace_id, span_id, labels) of one OTLP file's spans: its own attributes in ``names``, then its resource's."""
-    spans = (
-        "list_concat(coalesce(json_extract(rs, '$.scopeSpans[*].spans[*]'), []), "
-        "coalesce(json_extract(rs, '$.instrumentationLibrarySpans[*].spans[*]'), []))"
-    )
-    return f"""
-SELECT lower(s->>'$.traceId') AS trace_id, lower(s->>'$.spanId') AS span_id,
-       list_concat({_label_pairs('s', '$.attributes[*]', names)}, resource_labels) AS labels
-FROM (
-    SELECT {_label_pairs('rs', '$.resource.attributes[*]', names)} AS resource_labels, unnest({spans}) AS s
-    FROM (
-        SELECT unnest(coalesce(json_extract(json, '$.resourceSpans[*]'), [])) AS rs
-        FROM read_json_objects({_literal(path)}, format = 'auto', ignore_errors = true, maximum_object_size = 67108864)
-        WHERE json_type(json) = 'OBJECT'
-    )
-)
-WHERE json_type(s) = 'OBJECT'
-"""
+# The longest OTLP line read for labels: DuckDB's bound on a line as the engine reads them.
+_MAX_LABEL_LINE_BYTES = 64 << 20
 
 
 def _is_otlp_file(path: str) -> bool:
@@ -1049,6 +1023,83 @@ def _is_otlp_file(path: str) -> bool:
             return b'"resourceSpans"' in handle.read(_OTLP_SNIFF_BYTES)
     except OSError:
         return False
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _label_text(value: object) -> str | None:
+    """An OTLP ``AnyValue`` as the text a key's value is (as ``json_extract_string`` gives it for the other formats)."""
+    if not isinstance(value, dict):
+        return None
+    if "stringValue" in value:
+        return str(value["stringValue"])
+    if "boolValue" in value:
+        return "true" if value["boolValue"] is True else "false"
+    for kind in ("intValue", "doubleValue"):
+        if kind in value:
+            return str(value[kind])
+    return None
+
+
+def _label_pairs(items: object, names: frozenset[str]) -> list[dict[str, str | None]]:
+    return [
+        {"k": item["key"], "v": _label_text(item.get("value"))}
+        for item in _list(items)
+        if isinstance(item, dict) and item.get("key") in names
+    ]
+
+
+def _otlp_hex(value: object, size: int) -> str | None:
+    """A hex id as the engine keeps it (lowercase; base64, the protobuf default, decoded), or None."""
+    import base64
+    import binascii
+
+    if not isinstance(value, str):
+        return None
+    text = value.lower()
+    if len(text) == 2 * size and all(c in "0123456789abcdef" for c in text):
+        return text
+    try:
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    return raw.hex() if len(raw) == size else None
+
+
+def _write_labels(path: str, names: frozenset[str], out: Any) -> int:
+    """One JSON line per span of the OTLP file ``path``: its ids and labels (its own attributes in ``names``, then its
+    resource's). Read a line at a time (each line is one request), so memory stays that of one line; a line that is
+    not a request gives no labels. Returns how many spans were written."""
+    written = 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if len(raw) > _MAX_LABEL_LINE_BYTES or b'"resourceSpans"' not in raw:
+                continue
+            try:
+                request = json.loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(request, dict):
+                continue
+            for resource_spans in _list(request.get("resourceSpans")):
+                if not isinstance(resource_spans, dict):
+                    continue
+                resource = resource_spans.get("resource")
+                shared = _label_pairs(resource.get("attributes") if isinstance(resource, dict) else None, names)
+                scopes = _list(resource_spans.get("scopeSpans")) + _list(resource_spans.get("instrumentationLibrarySpans"))
+                for scope in scopes:
+                    for span in _list(scope.get("spans")) if isinstance(scope, dict) else ():
+                        if not isinstance(span, dict):
+                            continue
+                        trace_id, span_id = _otlp_hex(span.get("traceId"), 16), _otlp_hex(span.get("spanId"), 8)
+                        if trace_id is None or span_id is None:
+                            continue
+                        labels = _label_pairs(span.get("attributes"), names) + shared
+                        out.write(json.dumps({"trace_id": trace_id, "span_id": span_id, "labels": labels}) + "\n")
+                        written += 1
+    return written
 
 
 def _group_value(key: str, names: Sequence[str]) -> str:
@@ -1075,21 +1126,33 @@ def group_rows(
     ``energy.source``, below resolution, spans and traces counted), how many spans have no self share (left out),
     and (path, reason) for each OTLP file whose labels could not be read. A span exported twice counts once.
     """
-    from duckdb import Error as DuckDBError
-
     con = store._con
     names = sorted({name for group in attributes for name in group})
     problems: list[tuple[str, str]] = []
     con.execute("CREATE OR REPLACE TEMP TABLE span_labels (trace_id VARCHAR, span_id VARCHAR, "
                 "labels STRUCT(k VARCHAR, v VARCHAR)[])")
     if names:
-        for path in dict.fromkeys(store._files):
-            if not _is_otlp_file(path):
-                continue
-            try:
-                con.execute(f"INSERT INTO span_labels {_labels_select(path, names)}")
-            except DuckDBError as exc:
-                problems.append((path, f"its resource attributes could not be read for --by: {str(exc).splitlines()[0]}"))
+        staging = os.path.join(store._spill, "labels.jsonl")
+        fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            written = 0
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                for path in dict.fromkeys(store._files):
+                    if not _is_otlp_file(path):
+                        continue
+                    try:
+                        written += _write_labels(path, frozenset(names), out)
+                    except OSError as exc:
+                        problems.append((path, f"its resource attributes could not be read for --by: {exc.strerror or exc}"))
+            if written:
+                con.execute(f"""
+INSERT INTO span_labels
+SELECT trace_id, span_id, labels
+FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object_size = 67108864,
+               columns = {{trace_id: 'VARCHAR', span_id: 'VARCHAR', labels: 'STRUCT(k VARCHAR, v VARCHAR)[]'}})
+""")
+        finally:
+            os.unlink(staging)
     values = ", ".join(f"{_group_value(key, group)} AS k{i}" for i, (key, group) in enumerate(zip(keys, attributes)))
     columns = ", ".join(f"k{i}" for i in range(len(keys)))
     below = _path(ENERGY_BELOW_RESOLUTION)
