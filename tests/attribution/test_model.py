@@ -277,9 +277,11 @@ def test_conservation_holds_across_abrupt_load_changes(host: Host) -> None:
     one (the package's static power is shared by fewer busy seconds), and idle periods spend energy with a
     single stray tick of busy time (below the two-tick floor: idle). Every process's share + the energy of
     the idle periods + memory's idle-capacity part = the host's energy within 2%, never more; the spans'
-    self shares are this process's share."""
+    self shares are this process's share. Under the ``busy`` policy, whose remainder that is (every policy:
+    tests/attribution/test_conservation.py)."""
     tid = threading.get_native_id()
-    others = {pid: Attributor(host.meter, clocks=CpuClocks(host.proc.procfs_root, pid=pid), sample=False)
+    host.attributor.configure(policy="busy")
+    others = {pid: Attributor(host.meter, clocks=CpuClocks(host.proc.procfs_root, pid=pid), sample=False, policy="busy")
               for pid in (3001, 3002) if host.proc.add_process(pid, 0.0) is None}
     everyone = [host.attributor, *others.values()]
     # (this process's, 3001's, 3002's CPU seconds, host busy, host idle, package J, dram J) per period

@@ -8,6 +8,7 @@ sampler thread reading meanwhile never sees half a file.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 import time
@@ -96,9 +97,10 @@ class FakeProcfs:
 
 class TickingProcfs:
     """A written procfs whose ``stat`` runs with the wall clock, in a thread: ``cpus`` CPUs' worth of ticks per
-    second, busy = what the processes written here spent (this process's :class:`FakeProcfs` counts and the
-    ``<pid>/stat`` files of :meth:`follow`'s pids, which other processes write) + a CPU hog's ticks while
-    :attr:`hog_cores` is set; the rest idle.
+    second; busy is what :meth:`spend` and :func:`spend_ticks` (from any process) and a CPU hog while
+    :attr:`hog_cores` is set add, the rest idle. Every change to ``stat`` is a read-modify-write under an
+    ``flock`` on ``<root>/.lock``, so processes that spend CPU time write their own files and the host's at
+    once, as the kernel's tick counts them together.
 
     For tests that need a host's load under their control on a box whose real ``/proc/stat`` is anything
     but idle: the samplers, the fake power (:class:`~tests.fakes.powercap.LoadPower` with this root) and the
@@ -109,28 +111,20 @@ class TickingProcfs:
         self.proc = proc
         self.hog_cores = 0.0
         self._hog_ticks = 0.0
-        self._followed: list[int] = []
         self._period_s = period_s
-        self._base = (proc.busy_ticks, proc.idle_ticks)
         self._stop = threading.Event()
-        self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="fake-procfs-ticks", daemon=True)
 
     def spend(self, pid: int, tid: int, cpu_s: float) -> None:
-        """Thread ``tid`` of ``pid`` used ``cpu_s`` more: its files and ``stat`` at once, as the kernel's tick
-        counts them together (a process's time ahead of the host's would price that period's energy over CPU
-        time whose energy is not in it yet)."""
-        with self._lock:
-            self.proc.add_thread(pid, tid, cpu_s)
-            self._write(time.monotonic())
-
-    def follow(self, pid: int) -> None:
-        """Count ``pid``'s ``<root>/<pid>/stat`` (written by that process) as busy time."""
-        self._followed.append(pid)
+        """Thread ``tid`` of ``pid`` used ``cpu_s`` more: its files and ``stat`` at once (a process's time ahead
+        of the host's would price a period's energy over CPU time whose energy is not in it yet)."""
+        spend_ticks(self.proc.root, pid, tid, cpu_s)
+        self.proc.process_ticks[pid] = self.proc.process_ticks.get(pid, 0) + round(cpu_s * TICKS_PER_S)
 
     def __enter__(self) -> "TickingProcfs":
-        self._started = time.monotonic()
-        self._last = self._started
+        busy, idle = read_stat_ticks(self.proc.root)
+        self._capacity0 = busy + idle
+        self._last = time.monotonic()
         self._thread.start()
         return self
 
@@ -138,27 +132,71 @@ class TickingProcfs:
         self._stop.set()
         self._thread.join(5)
 
-    def _followed_ticks(self) -> int:
-        total = 0
-        for pid in self._followed:
-            try:
-                total += int((self.proc.root / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[11])
-            except (OSError, IndexError, ValueError):
-                pass  # not written yet, or being replaced
-        return total
-
     def _run(self) -> None:
         try:
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), -15)  # ticks on time on a loaded box (root)
         except (OSError, AttributeError):
             pass
+        elapsed = 0.0
         while not self._stop.wait(self._period_s):
-            with self._lock:
-                self._write(time.monotonic())
+            now = time.monotonic()
+            # A thread starved on a loaded box must not add a second of ticks at once (a sampler reading just
+            # before and after would see more time than its CPUs have): this clock then runs slow instead.
+            step = min(now - self._last, 3 * self._period_s)
+            self._last = now
+            elapsed += step
+            self._hog_ticks += self.hog_cores * step * TICKS_PER_S
+            hog, self._hog_ticks = int(self._hog_ticks), self._hog_ticks - int(self._hog_ticks)
+            capacity = self._capacity0 + int(elapsed * self.proc.cpus * TICKS_PER_S)
+            with _locked(self.proc.root):
+                busy, idle = read_stat_ticks(self.proc.root)
+                busy += hog
+                write_stat(self.proc.root, busy, max(idle, capacity - busy), self.proc.cpus)
 
-    def _write(self, now: float) -> None:
-        self._hog_ticks += self.hog_cores * (now - self._last) * TICKS_PER_S
-        self._last = now
-        busy = sum(self.proc.process_ticks.values()) + self._followed_ticks() + int(self._hog_ticks)
-        capacity = int((now - self._started) * self.proc.cpus * TICKS_PER_S)
-        self.proc.set_host_ticks(self._base[0] + busy, self._base[1] + max(capacity - busy, 0))
+
+def read_stat_ticks(root: Path) -> tuple[int, int]:
+    """(busy, idle) ticks of a written ``stat``'s ``cpu`` line (user + nice + system, idle)."""
+    fields = (root / "stat").read_text().split("\n", 1)[0].split()
+    return int(fields[1]) + int(fields[2]) + int(fields[3]), int(fields[4])
+
+
+def write_stat(root: Path, busy: int, idle: int, cpus: int) -> None:
+    """Write ``stat`` for ``busy`` and ``idle`` ticks over ``cpus`` CPUs (FakeProcfs's layout)."""
+
+    def line(name: str, b: int, i: int) -> str:
+        return f"{name} {b - b // 4} 0 {b // 4} {i} 0 0 0 0 0 0\n"
+
+    n = cpus
+    lines = [line("cpu ", busy, idle), line("cpu0", busy - busy // n * (n - 1), idle - idle // n * (n - 1))]
+    lines += [line(f"cpu{i}", busy // n, idle // n) for i in range(1, n)]
+    _replace(root / "stat", "".join(lines) + "intr 0\nctxt 0\nbtime 0\n")
+
+
+class _locked:
+    """``flock`` on ``<root>/.lock`` (across processes) while the block runs."""
+
+    def __init__(self, root: Path) -> None:
+        self._path = root / ".lock"
+
+    def __enter__(self) -> None:
+        self._fd = os.open(self._path, os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc_info: object) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+
+
+def spend_ticks(root: Path | str, pid: int, tid: int, cpu_s: float) -> None:
+    """Thread ``tid`` of process ``pid`` used ``cpu_s`` more: ``<pid>/task/<tid>/stat``, ``<pid>/stat`` and the
+    host's busy ticks in ``stat`` move together (any process may call it on a :class:`TickingProcfs` root)."""
+    root = Path(root)
+    ticks = round(cpu_s * TICKS_PER_S)
+    with _locked(root):
+        for path, ident in ((root / str(pid) / "task" / str(tid) / "stat", tid), (root / str(pid) / "stat", pid)):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            before = int(path.read_text().rsplit(")", 1)[1].split()[11]) if path.exists() else 0
+            _replace(path, task_stat_line(ident, before + ticks))
+        busy, idle = read_stat_ticks(root)
+        cpus = (root / "stat").read_text().count("\ncpu")
+        write_stat(root, busy + ticks, idle, cpus)

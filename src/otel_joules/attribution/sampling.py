@@ -619,7 +619,7 @@ class _Sampling:
             self._idle_since_ns = last_sample.monotonic_ns
         if sample.monotonic_ns - self._idle_since_ns < IDLE_AFTER_S * 1e9:
             self._dozing = False  # not yet: the period stays (a span opening meanwhile needs no wake)
-            return self.period_s
+            return self._aligned_period_s()
         self._idle_period_s = min(self._idle_period_s * 2, self._idle_period_max_s)
         return self._idle_period_s
 
@@ -627,7 +627,21 @@ class _Sampling:
         self._dozing = False
         self._idle_since_ns = None
         self._idle_period_s = self.period_s
-        return self.period_s
+        return self._aligned_period_s()
+
+    def _aligned_period_s(self) -> float:
+        """The wait until the next multiple of :attr:`period_s` on the monotonic clock at least half a period away.
+
+        Every process's sampler on a host then samples at nearly the same instants (CLOCK_MONOTONIC is the
+        host's): their periods are the same periods at the same prices, so the shares of all processes and
+        the unattributed remainder add up to the host's energy period by period, whatever the policy.
+        """
+        period_ns = round(self.period_s * 1e9)
+        if period_ns <= 0:
+            return self.period_s
+        now_ns = time.monotonic_ns()
+        target_ns = ((now_ns + period_ns // 2) // period_ns + 1) * period_ns
+        return (target_ns - now_ns) / 1e9
 
     def _register_ledger(self, ledger: object) -> None:
         """Keep a new thread's ledger in view of :meth:`_spans_open` (once per thread; threads that ended are pruned)."""
