@@ -52,16 +52,17 @@ def test_the_archive_is_json_lines_per_service_and_host_and_one_otlp_file_of_kno
     assert sums.group_source("host", "node-00") == "measured"  # the OTLP file starts with host 0
 
 
-def test_a_tiny_run_measures_the_report_and_duckdb_and_finds_the_known_totals(
+def test_a_tiny_run_measures_the_report_its_groups_and_duckdb_and_finds_the_known_totals(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     pytest.importorskip("duckdb")
     pytest.importorskip("opentelemetry.exporter.otlp.json.common")
-    assert report_scale.main(["--size-mb", "0.3", "--dir", str(tmp_path), "--json"]) == 0
+    assert report_scale.main(["--size-mb", "0.3", "--dir", str(tmp_path), "--by", "service,host", "--json"]) == 0
 
     result = json.loads(capsys.readouterr().out)
     assert result["totals_right"] and result["duckdb_totals_right"]
     assert result["report_attributed_joules"] == result["expected_attributed_joules"] > 0
     assert result["report_seconds"] > 0 and result["duckdb_seconds"] > 0 and result["report_peak_mib"] > 0
     assert result["ratio"] == pytest.approx(result["report_seconds"] / result["duckdb_seconds"], rel=0.05)
+    assert result["by_rc"] == 0 and result["groups_right"] and result["by_seconds"] > 0
     assert list(tmp_path.iterdir()) == []  # the archive is deleted after the run
