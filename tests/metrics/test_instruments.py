@@ -193,3 +193,49 @@ def test_host_metrics_say_mixed_when_measured_and_estimated_domains_add_up(power
     assert host_power[0]["energy.source"] == "mixed"
     by_id = {attributes["hw.id"]: attributes["energy.source"] for attributes, _ in points["hw.energy"]}
     assert by_id == {"intel-rapl:0": "measured", "memory_estimate": "estimate"}
+
+
+@pytest.mark.parametrize("policy", ["capacity", "busy", "none"])
+def test_unattributed_energy_is_the_hosts_and_the_same_from_every_process(powercap, tmp_path, policy) -> None:
+    """Two processes on one written host (2001: 1 of 4 busy CPU seconds, 2002: 3): each reports the host's
+    energy.unattributed with the host's hw.id, the same value, so a dashboard takes one per host (max by hw.id);
+    their process.energy plus it is the host's energy, under every policy. energy.baseline.power says the
+    configured baseline. (Within 5%: here the two sample moments apart, and the static joules are watts x each
+    one's own periods; in production every sampler samples at the same instants.)"""
+    from otel_joules.attribution import Attributor, CpuClocks
+    from otel_joules.metrics.instruments import EnergyMetrics
+    from tests.fakes.procfs import FakeProcfs
+
+    proc = FakeProcfs(tmp_path / "proc")
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
+    readers, attributors = [], []
+    for pid in (2001, 2002):
+        proc.add_process(pid, 0.0)
+        attributor = Attributor(
+            meter, clocks=CpuClocks(proc.procfs_root, pid=pid), sample=False, policy=policy,
+            static_watts={"package_0": 100.0, "dram_0": 20.0},
+        )
+        reader = InMemoryMetricReader()
+        EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), host_id="host-a", attributor=attributor)
+        readers.append(reader)
+        attributors.append(attributor)
+    time.sleep(0.2)  # one 0.2 s period: the baselines' static joules are 20 J package, 4 J dram
+    powercap.zones["package_0"].advance_joules(40.0)
+    powercap.zones["dram_0"].advance_joules(8.0)
+    proc.add_host(busy_s=4.0, idle_s=4.0)
+    proc.add_process(2001, 1.0)
+    proc.add_process(2002, 3.0)
+    for attributor in attributors:
+        attributor.sample()
+    views = [_points(reader) for reader in readers]
+    unattributed = [{a["hw.type"]: v for a, v in view["energy.unattributed"][1]} for view in views]
+    assert views[0]["energy.unattributed"][0] == "J"
+    assert all(a["hw.id"] == "host-a" for view in views for a, _ in view["energy.unattributed"][1])
+    assert unattributed[0] == pytest.approx(unattributed[1], rel=0.05)
+    shares = sum(v for view in views for _, v in view["process.energy"][1])
+    host_j = meter.measure(attributors[0].history[0].snapshot, attributors[0].history[-1].snapshot).total_joules
+    print(policy, "shares", shares, "unattributed", unattributed[0], "host", host_j)
+    assert shares + sum(unattributed[0].values()) == pytest.approx(host_j, rel=0.05)
+    baselines = {a["hw.id"]: (v, a["energy.baseline"]) for a, v in views[0]["energy.baseline.power"][1]}
+    assert sorted(baselines.values()) == [(20.0, "configured"), (100.0, "configured")]
+    meter.close()
