@@ -17,6 +17,7 @@ from typing import Any
 
 from otel_joules.errors import ConfigurationError
 from otel_joules.report import build_report, format_report, format_skipped, plot_report, report_dict
+from otel_joules.report.spark_engine import ENGINES
 from otel_joules.report.groups import (
     GROUP_KEYS,
     build_group_report,
@@ -75,6 +76,14 @@ def register(subparsers: Any) -> None:
         type=_number("--pue", 1.0),
         help="power usage effectiveness for every run (default: what each run recorded, else 1.0)",
     )
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="duckdb",
+        help="where the aggregation runs: duckdb (embedded, the default) or spark (a Spark session: spark-submit's, "
+        "else local[2]; PATHs may then be hdfs://, s3a://... URIs; needs otel-joules[spark] and Java 17+). "
+        "--by always runs on DuckDB",
+    )
     groups = parser.add_argument_group(
         "totals per group",
         "--by KEYS gives one row per group instead of one per run: the sum of its spans' attributed self shares "
@@ -94,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
     """Build the report, print it (text or JSON), list skipped inputs on stderr, plot if asked."""
     if args.by is not None or args.csv or args.parquet:
         return _run_groups(args)
-    report = build_report(args.paths, intensity_gco2eq_per_kwh=args.intensity, country=args.country, pue=args.pue)
+    report = build_report(
+        args.paths, intensity_gco2eq_per_kwh=args.intensity, country=args.country, pue=args.pue, engine=args.engine
+    )
     for line in format_skipped(report):
         print(line, file=sys.stderr)
     if not report.runs:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Iterable
+from typing import Any, Iterable
 
 from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.units import validate_pue
@@ -32,21 +32,43 @@ def build_report(
     intensity_gco2eq_per_kwh: float | None = None,
     country: str | None = None,
     pue: float | None = None,
+    engine: str = "duckdb",
+    spark_session: Any = None,
 ) -> Report:
     """Read every path and aggregate it into one :class:`Report` (see :mod:`otel_joules.report`).
 
+    ``engine``: ``duckdb`` (embedded, the default) or ``spark`` (:mod:`otel_joules.report.spark_engine`;
+    ``spark_session`` to use a running session; paths may then be Hadoop URIs).
+
     Raises:
-        ConfigurationError: ``intensity_gco2eq_per_kwh``, ``country`` or ``pue`` is invalid.
+        ConfigurationError: ``intensity_gco2eq_per_kwh``, ``country``, ``pue`` or ``engine`` is invalid.
+        ReportError: the engine's library is not installed (the message names the extra).
     """
     if pue is not None:
         pue = validate_pue(pue)
     if intensity_gco2eq_per_kwh is not None and country is not None:
         raise ConfigurationError("give either an explicit intensity or a country, not both")
     intensities = Intensities(CarbonOptions(intensity_gco2eq_per_kwh, country, pue))
-    with SpanStore() as store:
-        inputs = read_inputs(paths, store)
-        skipped = list(inputs.skipped)
-        span_runs = runs_from_traces(store.traces(), intensities, skipped)
+    if engine == "spark":
+        from otel_joules.report.spark_engine import SparkSpanStore, is_uri
+
+        paths = [os.fspath(p) for p in paths]
+        uris = [p for p in paths if is_uri(p)]
+        with SparkSpanStore(spark_session) as spark_store:
+            inputs = read_inputs([p for p in paths if not is_uri(p)], spark_store)  # type: ignore[arg-type]
+            for uri in uris:
+                read, uri_skipped = spark_store.load_uri(uri)
+                inputs.files_read.extend(read)
+                inputs.skipped.extend(Skipped(path, why) for path, why in uri_skipped)
+            skipped = list(inputs.skipped)
+            span_runs = runs_from_traces(spark_store.traces(), intensities, skipped)
+    elif engine == "duckdb":
+        with SpanStore() as store:
+            inputs = read_inputs(paths, store)
+            skipped = list(inputs.skipped)
+            span_runs = runs_from_traces(store.traces(), intensities, skipped)
+    else:
+        raise ConfigurationError(f"unknown report engine {engine!r}: use duckdb or spark")
     traced = {run.run_id for run in span_runs}
     runs = []
     for log in inputs.carbontracker_runs:
