@@ -156,6 +156,7 @@ def _policy_line(share: SpanAttribution) -> str:
     """The summary's line saying what the share is made of and why (the policy, the baseline)."""
     policy = share.attribution.rpartition("/")[2]
     static = share.joules - share.dynamic_joules
+    static = static if static > 1e-9 * max(share.joules, 1.0) else 0.0  # rounding, not energy
     return (
         f"  policy   {policy}: {format_joules(share.dynamic_joules)} dynamic + {format_joules(static)} static; "
         f"{_POLICY_WORDS.get(policy, policy)} (baseline {share.baseline}; OTEL_JOULES_ATTRIBUTION_POLICY)"
