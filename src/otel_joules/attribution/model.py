@@ -45,7 +45,10 @@ Model ``cpu_time_share``; ``energy.attribution`` names it with the policy: ``cpu
 
 The sampler thread reads ``/proc/stat`` and the counters every :data:`HISTORY_PERIOD_S` (backing
 off to :data:`~.sampling.IDLE_PERIOD_MAX_S` while the process is idle; the first span wakes it)
-and keeps :data:`HISTORY_S` seconds of history; spans only read their thread's CPU clock.
+and keeps :data:`HISTORY_S` seconds of history; spans only read their thread's CPU clock. It
+samples at multiples of its period on the monotonic clock, which every process on the host
+shares: all processes' samplers split the host's time into the same periods at the same prices,
+so their shares and the unattributed remainder add up period by period.
 
 Where each part lives: :mod:`.shares` (the kinds, :class:`SpanAttribution`, a whole command's
 share), :mod:`.baseline` (the domains' idle baselines), :mod:`.sampling` (the sampler thread, the history,
