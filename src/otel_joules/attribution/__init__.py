@@ -2,12 +2,13 @@
 
 Data flow: the meter's snapshots and procfs CPU times (:mod:`.procfs`) go into an
 :class:`Attributor` (:mod:`.attributor`; the model and its rules: :mod:`.model`). Its sampler
-(:mod:`.sampling`) keeps the host's busy-time history and prices each period; readers get this
+(:mod:`.sampling`) keeps the host's busy-time history, splits each period's energy into static
+(the domains' baselines, :mod:`.baseline`) and dynamic, and prices it under the policy; readers get this
 process's totals and past prices from that history (:mod:`.history`); the span path
 (:mod:`.spans`) credits each thread's CPU time to its leaf spans at those prices. The span
 processor and the metric instruments share one attributor per meter (:mod:`.registry`) and
 read shares from it; :mod:`.shares` holds the kinds, :class:`SpanAttribution` and a whole
-command's share (``otel-joules run``). Replace the model by giving the processor another object
+command's share (``otel-joules run``, its baselines: :mod:`.command`). Replace the model by giving the processor another object
 with ``open_span``/``close_span``.
 """
 
