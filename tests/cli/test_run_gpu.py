@@ -18,13 +18,14 @@ from tests.helpers.processes import clean_env, otel_joules_command
 GPU_LINE = re.compile(r"^  gpu      (\S+): (\S+ \S+) of (\S+ \S+) charged \((.*)\)$", re.M)
 
 
-def _run(tmp_path: Path, cards: list[FakeCard], command: list[str]) -> tuple[dict, str]:
+def _run(tmp_path: Path, cards: list[FakeCard], command: list[str], **extra: str) -> tuple[dict, str]:
     pc = make_powercap(tmp_path / "sys", "one_socket")
     config = FakeNvml(cards=cards, update_ms=1).write(tmp_path / "fake_nvml.conf")
     env = clean_env(tmp_path, {
         "OTEL_JOULES_SYSFS_ROOT": pc.sysfs_root,
         "LD_LIBRARY_PATH": str(build_library()),
         "FAKE_NVML_CONFIG": str(config),
+        **extra,
     })
     env.pop("CUDA_VISIBLE_DEVICES", None)
     out = tmp_path / "run.jsonl"
@@ -77,3 +78,22 @@ def test_command_whose_grandchild_is_on_the_gpus_gets_their_energy_as_spans_shar
     lines = _gpu_lines(stderr)
     assert "used by the command's processes alone" in lines["nvidia_gpu_0"][2], stderr
     assert "shared with other processes, as spans share a GPU" in lines["nvidia_gpu_1"][2], stderr
+
+
+def test_under_the_none_policy_a_commands_gpu_is_charged_its_energy_above_the_baseline(tmp_path):
+    """The command alone on a 100 W GPU whose baseline is configured at 40 W: under none it is charged the
+    60 W above it, its share's GPU part and its summary line alike; the dynamic share counts it too."""
+    pids = tmp_path / "pids"
+    cards = [FakeCard(uuid=uuid_for(0), watts=100.0, compute_pids_file=str(pids))]
+    attributes, stderr = _run(
+        tmp_path, cards, ["sh", "-c", f"sh -c 'echo $$ > {pids}; sleep 1.2'; true"],
+        OTEL_JOULES_ATTRIBUTION_POLICY="none", OTEL_JOULES_STATIC_WATTS="nvidia_gpu_0=40",
+    )
+    gpu0 = attributes["energy.nvidia_gpu_0.joules"]
+    charged = attributes["energy.attributed.gpu.joules"]
+    assert attributes["energy.attribution"] == "cpu_time_share/none"
+    # Before the grandchild lists itself (a period at most) the GPU is idle, nobody's.
+    assert 0.6 * 0.6 * gpu0 <= charged <= 0.6 * gpu0 + 1e-6
+    assert attributes["energy.attributed.dynamic.joules"] >= charged - 1e-9
+    charged_line = _gpu_lines(stderr)["nvidia_gpu_0"][0]
+    assert charged_line.endswith(" J") and float(charged_line.split()[0]) == float(f"{charged:.4g}"), stderr

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import resource
 import sys
@@ -294,6 +295,9 @@ def _run_measured(
     last = meter.snapshot()
     gpu_charges = gpu_shares.finish(last)
     baselines.close()
+    if baselines.policy == POLICY_NONE:
+        # Dynamic energy only: each GPU's line says the part above its baseline, as the share counts it.
+        gpu_charges = [dataclasses.replace(c, charged_joules=c.dynamic_joules) for c in gpu_charges]
     host_after, problem_after = _host_cpu(clocks)
     host_problem = host_problem or problem_after
     if host_before is not None and host_after is not None:
@@ -306,7 +310,7 @@ def _run_measured(
             host_after.busy_s - host_before.busy_s,
             host_after.idle_s - host_before.idle_s,
             # A GPU the command holds carries its static energy under capacity and busy, as for spans.
-            gpu_joules=gpu_dynamic_j if baselines.policy == POLICY_NONE else sum(c.charged_joules for c in gpu_charges),
+            gpu_joules=sum(c.charged_joules for c in gpu_charges),
             gpu_dynamic_joules=gpu_dynamic_j,
             static_watts=baselines.static_watts(),
             policy=baselines.policy,
