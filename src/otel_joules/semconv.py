@@ -122,7 +122,7 @@ ENERGY_BASELINE: Final = "energy.baseline"
 BASELINE_LEARNED: Final = "learned"
 #: ``energy.baseline``: stated by ``OTEL_JOULES_STATIC_WATTS`` or ``instrument(static_watts=...)``.
 BASELINE_CONFIGURED: Final = "configured"
-#: ``energy.baseline``: not learned yet: the lowest period power in the history stands in (an upper bound).
+#: ``energy.baseline``: not learned yet: the lowest 1 s average power in the history stands in (an upper bound).
 BASELINE_UNKNOWN: Final = "unknown"
 
 # --- Span attributes: carbon, where a layer knows the intensity ------------------------------

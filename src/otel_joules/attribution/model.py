@@ -6,7 +6,7 @@ Model ``cpu_time_share``; ``energy.attribution`` names it with the policy: ``cpu
   (its baseline watts x the period's seconds, never more than the period's energy) and dynamic
   (the rest). The baseline is learned from the history (a running least-squares fit of period
   power against busy cores), configured (``OTEL_JOULES_STATIC_WATTS``, ``instrument(static_watts=)``)
-  or unknown (the history's lowest period power, an upper bound): :mod:`.baseline`.
+  or unknown (the history's lowest 1 s average power, an upper bound): :mod:`.baseline`.
 * **Prices** per CPU second of a period, with *busy* = the host's busy CPU seconds (never fewer
   than this process's: ``/proc/stat``'s ticks may undercount, and this process is never given
   more than the host spent) and *capacity* = busy + idle seconds (:func:`.sampling.policy_prices`):
