@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
@@ -64,7 +65,7 @@ from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.carbontracker_logs import carbontracker_stem, read_carbontracker_dir
 from otel_joules.report.filestream import FileLines, file_kind, open_regular, stat_reason
 from otel_joules.report.inputs import Inputs, LineErrors
-from otel_joules.report.model import ReportError, Skipped
+from otel_joules.report.model import Skipped
 from otel_joules.report.otlp_files import read_otlp_request
 from otel_joules.report.record_checks import loads_json
 from otel_joules.report.span_exports import csv_cells, read_csv, read_jsonl_line
@@ -73,6 +74,10 @@ from otel_joules.training.logformat import ERR_LOG_SUFFIX
 
 #: Largest file read; larger ones are skipped (a sparse or runaway file, not an export).
 MAX_FILE_BYTES = 256 << 30
+#: How the hidden name of a file an exporter is still writing ends (the Parquet exporter's journal, a temp name
+#: before the rename): such a file is skipped, its spans are read once the file is closed under its own name.
+IN_PROGRESS_SUFFIXES = (".inprogress", ".tmp")
+_IN_PROGRESS = "is a file an exporter is still writing (a hidden .inprogress/.tmp name): read once it is closed"
 #: How a Parquet file starts.
 PARQUET_MAGIC = b"PAR1"
 #: Largest pretty-printed OTLP document (one JSON value over many lines) read whole.
@@ -115,14 +120,20 @@ def read_inputs(paths: Iterable[str | os.PathLike[str]], store: SpanStore | None
         else:
             files.append(path)
     seen: set[tuple[int, int]] = set()
+    # Files are looked at in order; what each yields (skip reasons, spans) is taken in the same order once DuckDB
+    # has loaded the files it takes, all of a format in one query.
+    plan: list[Skipped | _SpanFile] = []
     for file in files:
         try:
             info = os.stat(file)
         except OSError as exc:
-            inputs.skipped.append(Skipped(str(file), stat_reason(exc)))
+            plan.append(Skipped(str(file), stat_reason(exc)))
             continue
         if not stat.S_ISREG(info.st_mode):
-            inputs.skipped.append(Skipped(str(file), f"is {file_kind(info.st_mode)}: only regular files are read"))
+            plan.append(Skipped(str(file), f"is {file_kind(info.st_mode)}: only regular files are read"))
+            continue
+        if _in_progress(file.name):
+            plan.append(Skipped(str(file), _IN_PROGRESS))
             continue
         identity = (info.st_dev, info.st_ino)
         if identity in seen:
@@ -136,83 +147,130 @@ def read_inputs(paths: Iterable[str | os.PathLike[str]], store: SpanStore | None
             if wanted is not None:
                 wanted.add(stem)
             continue
-        _read_file(file, inputs, store)
+        plan.append(_plan_file(file, store))
+    if store is not None:
+        _load_planned(store, [item for item in plan if isinstance(item, _SpanFile)])
+    for item in plan:
+        if isinstance(item, Skipped):
+            inputs.skipped.append(item)
+        else:
+            _take(item, inputs, store)
     for directory, stems in log_stems.items():
         read_carbontracker_dir(directory, stems, inputs)
     return inputs
 
 
-def _read_file(file: Path, inputs: Inputs, store: SpanStore | None) -> None:
+@dataclass
+class _SpanFile:
+    """A file to read spans from: its format if DuckDB may read it, and what loading it gave."""
+
+    path: str
+    index: int = -1
+    format: str | None = None
+    header: tuple[str, ...] = ()
+    loaded: int | None = None
+
+
+def _in_progress(name: str) -> bool:
+    """A hidden file an exporter is still writing (ParquetSpanExporter's journal, a temp name before a rename)."""
+    return name.startswith(".") and name.endswith(IN_PROGRESS_SUFFIXES)
+
+
+def _plan_file(file: Path, store: SpanStore | None) -> Skipped | _SpanFile:
+    """How ``file`` will be read: a reason to skip it, or a span file (with a format DuckDB may read it as)."""
     path = str(file)
     try:
         handle, size = open_regular(path)
     except OSError as exc:
-        inputs.skipped.append(Skipped(path, exc.strerror if exc.errno == 0 and exc.strerror else stat_reason(exc)))
-        return
+        return Skipped(path, exc.strerror if exc.errno == 0 and exc.strerror else stat_reason(exc))
     with handle:
         if size > MAX_FILE_BYTES:
-            inputs.skipped.append(Skipped(path, f"is {size} bytes, over the {MAX_FILE_BYTES}-byte limit of a span export"))
-            return
+            return Skipped(path, f"is {size} bytes, over the {MAX_FILE_BYTES}-byte limit of a span export")
+        planned = _SpanFile(path, store.register(path) if store is not None else -1)
         if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
-            _read_parquet(path, inputs, store)
-            return
-        if store is not None:
+            planned.format = FORMAT_PARQUET
+        elif store is not None:
             handle.seek(0)
-            loaded = _load_in_store(path, handle, size, store)
-            if loaded is not None:
-                if loaded:
-                    inputs.files_read.append(path)
-                else:
-                    inputs.skipped.append(Skipped(path, "holds no span"))
-                return
-        handle.seek(0)
-        _read_lines(path, handle, size, inputs)
+            planned.format, planned.header = _format_for_duckdb(handle, size)
+        return planned
+
+
+def _load_planned(store: SpanStore, planned: list[_SpanFile]) -> None:
+    """Load every file DuckDB may read, one query per format (and CSV header)."""
+    groups: dict[tuple[str, tuple[str, ...]], list[_SpanFile]] = {}
+    for item in planned:
+        if item.format is not None:
+            groups.setdefault((item.format, item.header), []).append(item)
+    for (fmt, header), items in groups.items():
+        counts = store.load(fmt, [(item.index, item.path) for item in items], header, CORE_FIELDS)
+        for item in items:
+            item.loaded = counts.get(item.index)
+
+
+def _take(item: _SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
+    """What a span file gave: its spans counted (loaded by DuckDB), or read now by the Python reader."""
+    if item.format == FORMAT_PARQUET:
+        _take_parquet(item, inputs, store)
+        return
+    if item.loaded is not None:
+        if item.loaded:
+            inputs.files_read.append(item.path)
+        else:
+            inputs.skipped.append(Skipped(item.path, "holds no span"))
+        return
+    try:
+        handle, size = open_regular(item.path)
+    except OSError as exc:
+        inputs.skipped.append(Skipped(item.path, exc.strerror if exc.errno == 0 and exc.strerror else stat_reason(exc)))
+        return
+    with handle:
+        _read_lines(item.path, handle, size, inputs)
     if store is not None:
-        store.add_spans(path, inputs.spans)
+        store.add_spans(item.index, inputs.spans)
         inputs.spans.clear()
 
 
-def _read_parquet(path: str, inputs: Inputs, store: SpanStore | None) -> None:
+def _take_parquet(item: _SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
+    path = item.path
     if store is None:
         inputs.skipped.append(Skipped(path, "is a Parquet file: read by the DuckDB engine only"))
         return
-    try:
-        loaded = store.load_file(path, FORMAT_PARQUET)
-    except ReportError as exc:
-        inputs.skipped.append(Skipped(path, str(exc)))
+    problem = store.unreadable(item.index)
+    if problem is not None:
+        inputs.skipped.append(Skipped(path, problem))
         return
-    bad = store.bad_parquet_records(path)
+    bad = store.bad_records(item.index)
     if bad:
         inputs.skipped.append(
             Skipped(path, f"{bad} span record(s) skipped: a bad id or time, or an energy.*/carbon.* number not finite, "
                           "negative or implausible")
         )
-    if loaded:
+    if item.loaded:
         inputs.files_read.append(path)
     elif not bad:
         inputs.skipped.append(Skipped(path, "holds no span"))
 
 
-def _load_in_store(path: str, handle: IO[bytes], size: int, store: SpanStore) -> int | None:
-    """Hand an undamaged start of a CSV, JSON-lines or OTLP file to DuckDB; its span count, or None: not taken."""
+def _format_for_duckdb(handle: IO[bytes], size: int) -> tuple[str | None, tuple[str, ...]]:
+    """The format of a file whose start is undamaged (CSV with its header, JSON lines, OTLP), or None."""
     lines = FileLines(handle, size)
     first = next(iter(lines), None)
     if first is None or lines.held:
-        return None
+        return None, ()
     text = first[1]
     header = csv_cells(text)
     if header and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
-        return store.load_file(path, FORMAT_CSV, header, CORE_FIELDS)
+        return FORMAT_CSV, tuple(header)
     if not text.lstrip().startswith("{"):
-        return None
+        return None, ()
     item, problem = loads_json(text)
     if problem is not None or not isinstance(item, dict):
-        return None
+        return None, ()
     if "resourceSpans" in item:
-        return store.load_file(path, FORMAT_OTLP)
+        return FORMAT_OTLP, ()
     if "trace_id" in item and "span_id" in item:
-        return store.load_file(path, FORMAT_JSONL)
-    return None
+        return FORMAT_JSONL, ()
+    return None, ()
 
 
 def _read_lines(path: str, handle: IO[bytes], size: int, inputs: Inputs) -> None:
