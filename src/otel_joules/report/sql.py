@@ -122,18 +122,17 @@ def _number_ok(value: str) -> str:
 
 
 def _attributes_ok(attrs: str) -> str:
-    """SQL: a JSON object of attributes, no key twice, kept keys plain, every checked number fine."""
-    value = f"json_extract({attrs}, '$.\"' || k || '\"')"
-    key_ok = f"regexp_full_match(k, '{_PLAIN_KEY}') AND (NOT {_checked('k')} OR {_number_ok(value)})"
+    """SQL: attributes (a ``MAP(VARCHAR, JSON)``: NULL when not a JSON object or a key is there twice) whose kept
+    keys are plain and whose checked numbers are fine."""
+    entry_ok = f"regexp_full_match(e.key, '{_PLAIN_KEY}') AND (NOT {_checked('e.key')} OR {_number_ok('e.value')})"
     return (
-        f"(json_type({attrs}) = 'OBJECT' "
-        f"AND len(json_keys({attrs})) = len(list_distinct(json_keys({attrs}))) "
-        f"AND coalesce(list_bool_and([{key_ok} for k in json_keys({attrs}) if {_kept('k')}]), true))"
+        f"({attrs} IS NOT NULL "
+        f"AND coalesce(list_bool_and([{entry_ok} for e in map_entries({attrs}) if {_kept('e.key')}]), true))"
     )
 
 
 def _kept_count(attrs: str) -> str:
-    return f"len([k for k in json_keys({attrs}) if {_kept('k')}])"
+    return f"len([k for k in map_keys({attrs}) if {_kept('k')}])"
 
 
 def _not_deep(text: str) -> str:
@@ -150,7 +149,11 @@ _peeled = _brackets
 for _ in range(_SHALLOW_ROUNDS):
     _peeled = f"replace(replace({_peeled}, '[]', ''), '{{}}', '')"
 _MACROS = (
-    f"CREATE MACRO shallow(t) AS length(t) < {2 * _DEEP_BRACKETS} OR {_peeled} = ''",
+    # Only a long record is measured, on its JSON structure (the types of its values, arrays merged: as deep as the
+    # record, and short).
+    f"CREATE MACRO peeled(t) AS {_peeled} = ''",
+    f"CREATE MACRO shallow(t) AS CASE WHEN length(t) < {2 * _DEEP_BRACKETS} THEN true "
+    "ELSE peeled(CAST(json_structure(t) AS VARCHAR)) END",
 )
 
 
@@ -194,13 +197,11 @@ def _text_time_ok(cell: str) -> str:
     return f"(coalesce({cell}, '') = '' OR {_text_time(cell)} IS NOT NULL)"
 
 
-_COLUMNS = (
-    "file_idx, ok, trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, n_attrs"
-)
+_COLUMNS = "path, ok, trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, n_attrs"
 
 _CREATE = """
 CREATE TABLE spans (
-    file_idx INTEGER,       -- the file's number, in the order the files were found
+    path VARCHAR,           -- the file it was read from (files.path)
     ok BOOLEAN,             -- passed every check (rows that did not are removed before aggregating)
     trace_id VARCHAR,       -- lowercase hex
     span_id VARCHAR,
@@ -211,11 +212,26 @@ CREATE TABLE spans (
     service_name VARCHAR,   -- NULL for none
     attrs JSON,             -- the span's attributes as one JSON object
     n_attrs INTEGER         -- how many of them a report keeps (a duplicate's tie-break)
+);
+CREATE TABLE files (
+    path VARCHAR,           -- as given to the reader (DuckDB's filename column)
+    file_idx INTEGER        -- its place in the order the files were found
 )
 """
 
 
-def _jsonl_select(path: str, file_idx: int) -> str:
+def _files(paths: Sequence[str]) -> str:
+    """SQL: a list of file names for a reader."""
+    return "[" + ", ".join(_literal(p) for p in paths) + "]"
+
+
+_JSONL_FIELDS = (
+    "trace_id", "span_id", "parent_span_id", "name", "start_time_unix_nano", "end_time_unix_nano", "service_name",
+    "attributes",
+)
+
+
+def _jsonl_select(paths: Sequence[str]) -> str:
     ok = " AND ".join(
         (
             "json_type(j) = 'OBJECT'",
@@ -228,23 +244,28 @@ def _jsonl_select(path: str, file_idx: int) -> str:
             _json_time_ok("st"),
             _json_time_ok("et"),
             f"coalesce({_json_time('st')} <= {_json_time('et')}, true)",
-            _attributes_ok("a"),
+            _attributes_ok("m"),
         )
     )
+    fields = "{" + ", ".join(f'"{f}": "JSON"' for f in _JSONL_FIELDS) + "}"
     return f"""
-SELECT {file_idx}, {ok}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
-       coalesce(nm->>'$', ''), {_json_time('st')}, {_json_time('et')}, nullif(svc->>'$', ''), a,
-       CASE WHEN json_type(a) = 'OBJECT' THEN {_kept_count('a')} END
+SELECT filename, {ok}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
+       coalesce(nm->>'$', ''), {_json_time('st')}, {_json_time('et')}, nullif(svc->>'$', ''), a, {_kept_count('m')}
 FROM (
-    SELECT json AS j, j->'$.trace_id' AS tid, j->'$.span_id' AS sid, j->'$.parent_span_id' AS pid,
-           j->'$.name' AS nm, j->'$.start_time_unix_nano' AS st, j->'$.end_time_unix_nano' AS et,
-           j->'$.service_name' AS svc, j->'$.attributes' AS a
-    FROM read_ndjson_objects({_literal(path)}, maximum_object_size = 67108864)
+    SELECT *, TRY_CAST(a AS MAP(VARCHAR, JSON)) AS m
+    FROM (
+        SELECT filename, j, r.trace_id AS tid, r.span_id AS sid, r.parent_span_id AS pid, r.name AS nm,
+               r.start_time_unix_nano AS st, r.end_time_unix_nano AS et, r.service_name AS svc, r.attributes AS a
+        FROM (
+            SELECT filename, json AS j, json_transform(json, '{fields}') AS r
+            FROM read_ndjson_objects({_files(paths)}, filename = true, maximum_object_size = 67108864)
+        )
+    )
 )
 """
 
 
-def _csv_select(path: str, file_idx: int, header: Sequence[str], core: Sequence[str]) -> str:
+def _csv_select(paths: Sequence[str], header: Sequence[str], core: Sequence[str]) -> str:
     """Our CSV: ``header`` (the file's first line) starts with ``core`` (records.CORE_FIELDS) and ends in attributes."""
     cells = [f"c{i}" for i in range(len(header))]
     position = {name: f"c{i}" for i, name in enumerate(header[: len(core)])}
@@ -266,23 +287,21 @@ def _csv_select(path: str, file_idx: int, header: Sequence[str], core: Sequence[
             _text_time_ok(et),
             f"coalesce({_text_time(st)} <= {_text_time(et)}, true)",
             _not_deep(f"coalesce({attrs_cell}, '')"),
-            "a IS NOT NULL",
-            _attributes_ok("a"),
+            _attributes_ok("m"),
         )
     )
     return f"""
-SELECT {file_idx}, {ok}, lower({tid}), lower({sid}), nullif(lower({pid}), ''), coalesce({position['name']}, ''),
-       {_text_time(st)}, {_text_time(et)}, nullif({position['service_name']}, ''), a,
-       CASE WHEN json_type(a) = 'OBJECT' THEN {_kept_count('a')} END
-FROM (
+SELECT filename, {ok}, lower({tid}), lower({sid}), nullif(lower({pid}), ''), coalesce({position['name']}, ''),
+       {_text_time(st)}, {_text_time(et)}, nullif({position['service_name']}, ''), a, {_kept_count('m')}
+FROM (SELECT *, TRY_CAST(a AS MAP(VARCHAR, JSON)) AS m FROM (
     SELECT *, TRY_CAST(coalesce(nullif({attrs_cell}, ''), '{{}}') AS JSON) AS a
-    FROM read_csv({_literal(path)}, header = true, auto_detect = false, columns = {columns}, delim = ',',
-                  quote = '"', escape = '"', strict_mode = true, max_line_size = 67108864)
-)
+    FROM read_csv({_files(paths)}, header = true, auto_detect = false, columns = {columns}, delim = ',',
+                  quote = '"', escape = '"', strict_mode = true, max_line_size = 67108864, filename = true)
+))
 """
 
 
-def _parquet_select(path: str, file_idx: int) -> str:
+def _parquet_select(paths: Sequence[str]) -> str:
     ok = " AND ".join(
         (
             "regexp_full_match(coalesce(trace_id, ''), '[0-9a-fA-F]{32}')",
@@ -292,19 +311,17 @@ def _parquet_select(path: str, file_idx: int) -> str:
             "coalesce(end_time_unix_nano >= 0, true)",
             "coalesce(start_time_unix_nano <= end_time_unix_nano, true)",
             _not_deep("coalesce(attributes, '')"),
-            "a IS NOT NULL",
-            _attributes_ok("a"),
+            _attributes_ok("m"),
         )
     )
     return f"""
-SELECT {file_idx}, {ok}, lower(trace_id), lower(span_id), nullif(lower(parent_span_id), ''), coalesce(name, ''),
-       start_time_unix_nano, end_time_unix_nano, nullif(service_name, ''), a,
-       CASE WHEN json_type(a) = 'OBJECT' THEN {_kept_count('a')} END
-FROM (
-    SELECT trace_id, span_id, parent_span_id, name, start_time_unix_nano, end_time_unix_nano, service_name,
+SELECT filename, {ok}, lower(trace_id), lower(span_id), nullif(lower(parent_span_id), ''), coalesce(name, ''),
+       start_time_unix_nano, end_time_unix_nano, nullif(service_name, ''), a, {_kept_count('m')}
+FROM (SELECT *, TRY_CAST(a AS MAP(VARCHAR, JSON)) AS m FROM (
+    SELECT filename, trace_id, span_id, parent_span_id, name, start_time_unix_nano, end_time_unix_nano, service_name,
            attributes, TRY_CAST(coalesce(nullif(attributes, ''), '{{}}') AS JSON) AS a
-    FROM read_parquet({_literal(path)})
-)
+    FROM read_parquet({_files(paths)}, filename = true)
+))
 """
 
 
@@ -349,7 +366,7 @@ def _list_or_absent(value: str) -> str:
     return f"coalesce(json_type({value}) IN ('ARRAY', 'NULL'), true)"
 
 
-def _otlp_select(path: str, file_idx: int) -> str:
+def _otlp_select(paths: Sequence[str]) -> str:
     structure = [
         "json_type(j) = 'OBJECT'",
         _not_deep("CAST(j AS VARCHAR)"),
@@ -375,7 +392,7 @@ def _otlp_select(path: str, file_idx: int) -> str:
     )
     items = "coalesce(json_extract(s, '$.attributes[*]'), [])"
     kept = _kept("(x->>'$.key')")
-    attrs = f"to_json(map_from_entries([{{'k': x->>'$.key', 'v': {_otlp_value('x')}}} for x in {items} if {kept}]))"
+    attrs = f"map_from_entries([{{'k': x->>'$.key', 'v': {_otlp_value('x')}}} for x in {items} if {kept}])"
     span_ok = " AND ".join(
         (
             "line_ok",
@@ -397,29 +414,28 @@ def _otlp_select(path: str, file_idx: int) -> str:
         "coalesce(json_extract(rs, '$.instrumentationLibrarySpans[*].spans[*]'), []))"
     )
     return f"""
-SELECT {file_idx}, ok AND {_attributes_ok('a')}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
-       coalesce(nm->>'$', ''), {_json_time('st')}, {_json_time('et')}, service, a,
-       CASE WHEN json_type(a) = 'OBJECT' THEN {_kept_count('a')} END
+SELECT filename, ok AND {_attributes_ok('m')}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
+       coalesce(nm->>'$', ''), {_json_time('st')}, {_json_time('et')}, service, to_json(m), {_kept_count('m')}
 FROM (
-    SELECT *, CASE WHEN ok THEN {attrs} ELSE CAST('{{}}' AS JSON) END AS a
+    SELECT *, CASE WHEN ok THEN {attrs} ELSE CAST(MAP {{}} AS MAP(VARCHAR, JSON)) END AS m
     FROM (SELECT *, {span_ok} AS ok FROM (
         SELECT *, s->'$.traceId' AS tid, s->'$.spanId' AS sid, s->'$.parentSpanId' AS pid,
                s->'$.name' AS nm, s->'$.startTimeUnixNano' AS st, s->'$.endTimeUnixNano' AS et
         FROM (
-            SELECT line_ok, service_ok, service, s
+            SELECT filename, line_ok, service_ok, service, s
             FROM (
-                SELECT line_ok, service_ok,
+                SELECT filename, line_ok, service_ok,
                        CASE WHEN service_ok THEN nullif({service_items}[1]->>'$.value.stringValue', '') END AS service,
                        CASE WHEN line_ok AND service_ok THEN {spans} ELSE [CAST('null' AS JSON)] END AS spans
                 FROM (
-                SELECT line_ok, rs, CASE WHEN line_ok THEN {service_ok} ELSE false END AS service_ok
+                SELECT filename, line_ok, rs, CASE WHEN line_ok THEN {service_ok} ELSE false END AS service_ok
                 FROM (
-                    SELECT line_ok,
+                    SELECT filename, line_ok,
                            unnest(CASE WHEN line_ok THEN coalesce(json_extract(j, '$.resourceSpans[*]'), [])
                                   ELSE [CAST('null' AS JSON)] END) AS rs
                     FROM (
-                        SELECT json AS j, {' AND '.join(structure)} AS line_ok
-                        FROM read_ndjson_objects({_literal(path)}, maximum_object_size = 67108864)
+                        SELECT filename, json AS j, {' AND '.join(structure)} AS line_ok
+                        FROM read_ndjson_objects({_files(paths)}, filename = true, maximum_object_size = 67108864)
                     )
                 )
                 )
@@ -473,6 +489,12 @@ def _number(key: str) -> str:
 
 
 _AGGREGATE = [
+    # The place of each span in the order Python would have read it: files in the order found, rows in file order.
+    """
+CREATE TEMP TABLE read_order AS
+SELECT s.*, f.file_idx, (CAST(f.file_idx AS BIGINT) << 40) + s.rowid AS ord
+FROM spans s JOIN files f USING (path)
+""",
     # One copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is
     # where it was first read.
     f"""
@@ -485,7 +507,7 @@ SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, 
 FROM (
     SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, ord) AS copy,
            min(ord) OVER (PARTITION BY trace_id, span_id) AS first_ord
-    FROM (SELECT *, rowid AS ord FROM spans)
+    FROM read_order
 )
 WHERE copy = 1
 """,
@@ -530,7 +552,7 @@ SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
     """
 CREATE TEMP TABLE sources AS
 SELECT trace_id, list(file_idx ORDER BY first_read) AS sources
-FROM (SELECT trace_id, file_idx, min(rowid) AS first_read FROM spans GROUP BY trace_id, file_idx)
+FROM (SELECT trace_id, file_idx, min(ord) AS first_read FROM read_order GROUP BY trace_id, file_idx)
 GROUP BY trace_id
 """,
 ]
@@ -589,7 +611,9 @@ class SpanStore:
         # DuckDB's spill files go in a folder of our own (0700), never a fixed path, removed in close().
         self._spill = tempfile.mkdtemp(prefix="otel-joules-report-")
         self._files: list[str] = []
-        self._parquet_bad: dict[str, int] = {}
+        self._bad: dict[int, int] = {}
+        self._unreadable: dict[int, str] = {}
+        self._last_error = ""
         try:
             self._con = duckdb.connect(
                 ":memory:",
@@ -623,53 +647,89 @@ class SpanStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _file_index(self, path: str) -> int:
+    def register(self, path: str) -> int:
+        """Number the span file ``path`` (in the order files are found: the order spans are taken in)."""
+        index = len(self._files)
         self._files.append(path)
-        return len(self._files) - 1
+        self._con.execute("INSERT INTO files VALUES (?, ?)", [path, index])
+        return index
 
-    def load_file(self, path: str, fmt: str, header: Sequence[str] = (), core: Sequence[str] = ()) -> int | None:
-        """Load the spans of one file read by DuckDB; how many, or None: not loaded, read it with the Python reader.
+    def load(
+        self, fmt: str, files: Sequence[tuple[int, str]], header: Sequence[str] = (), core: Sequence[str] = ()
+    ) -> dict[int, int | None]:
+        """Load registered files of one format (CSV: of one ``header``, which starts with ``core``) in one query.
 
-        A Parquet file is always loaded (a damaged one raises :class:`ReportError`); its records that fail a
-        check are left out, counted by :meth:`bad_parquet_records`.
+        Returns each file's number of spans, or None for a file not loaded: DuckDB could not read it or one of its
+        records failed a check, so the Python reader reads it (and :meth:`add_spans` loads what it read). Parquet
+        files are always taken: an unreadable one is said by :meth:`unreadable`, records failing a check are left
+        out and counted by :meth:`bad_records`.
         """
-        index = self._file_index(path)
+        counts: dict[int, int | None] = {index: None for index, _ in files}
+        if not files:
+            return counts
+        if not self._insert(fmt, [path for _, path in files], header, core):
+            if len(files) == 1:
+                if fmt == FORMAT_PARQUET:
+                    self._unreadable[files[0][0]] = self._last_error
+                    counts[files[0][0]] = 0
+                return counts
+            # One file DuckDB cannot read fails the whole query: halve until it is alone.
+            half = len(files) // 2
+            counts.update(self.load(fmt, files[:half], header, core))
+            counts.update(self.load(fmt, files[half:], header, core))
+            return counts
+        paths = [path for _, path in files]
+        rows = self._con.execute(
+            "SELECT path, count(*), count(*) FILTER (WHERE NOT coalesce(ok, false)) FROM spans "
+            "WHERE path IN (SELECT unnest(?)) GROUP BY path",
+            [paths],
+        ).fetchall()
+        found = {path: (int(total), int(bad)) for path, total, bad in rows}
+        rejected = [path for path, (_, bad) in found.items() if bad and fmt != FORMAT_PARQUET]
+        if rejected:
+            self._con.execute("DELETE FROM spans WHERE path IN (SELECT unnest(?))", [rejected])
+        if fmt == FORMAT_PARQUET:
+            self._con.execute("DELETE FROM spans WHERE path IN (SELECT unnest(?)) AND NOT coalesce(ok, false)", [paths])
+        for index, path in files:
+            total, bad = found.get(path, (0, 0))
+            if fmt == FORMAT_PARQUET:
+                self._bad[index] = bad
+                counts[index] = total - bad
+            elif not bad:
+                counts[index] = total
+        return counts
+
+    def _insert(self, fmt: str, paths: list[str], header: Sequence[str], core: Sequence[str]) -> bool:
         if fmt == FORMAT_JSONL:
-            select = _jsonl_select(path, index)
+            select = _jsonl_select(paths)
         elif fmt == FORMAT_OTLP:
-            select = _otlp_select(path, index)
+            select = _otlp_select(paths)
         elif fmt == FORMAT_CSV:
-            select = _csv_select(path, index, header, core)
+            select = _csv_select(paths, header, core)
         elif fmt == FORMAT_PARQUET:
-            select = _parquet_select(path, index)
+            select = _parquet_select(paths)
         else:
             raise ValueError(f"unknown span format {fmt!r}")
         try:
             self._con.execute(f"INSERT INTO spans ({_COLUMNS}) {select}")
         except duckdb.Error as exc:
-            if fmt == FORMAT_PARQUET:
-                raise ReportError(f"is not a readable Parquet span file: {str(exc).splitlines()[0]}") from None
-            return None
-        total, bad = self._con.execute(
-            "SELECT count(*), count(*) FILTER (WHERE NOT coalesce(ok, false)) FROM spans WHERE file_idx = ?", [index]
-        ).fetchone()  # type: ignore[misc]
-        if bad and fmt != FORMAT_PARQUET:
-            self._con.execute("DELETE FROM spans WHERE file_idx = ?", [index])
-            return None
-        if bad:
-            self._con.execute("DELETE FROM spans WHERE file_idx = ? AND NOT coalesce(ok, false)", [index])
-            self._parquet_bad[path] = bad
-        return int(total - bad)
+            self._last_error = f"is not a readable Parquet span file: {str(exc).splitlines()[0]}"
+            return False
+        return True
 
-    def bad_parquet_records(self, path: str) -> int:
-        """How many records of the Parquet file ``path`` failed a check and were left out."""
-        return self._parquet_bad.get(path, 0)
+    def unreadable(self, index: int) -> str | None:
+        """Why the registered Parquet file ``index`` could not be read; None if it was."""
+        return self._unreadable.get(index)
 
-    def add_spans(self, path: str, spans: Sequence[SpanRow]) -> None:
-        """Load spans the Python reader read from ``path`` (a file DuckDB did not load)."""
-        index = self._file_index(path)
+    def bad_records(self, index: int) -> int:
+        """How many records of the registered Parquet file ``index`` failed a check and were left out."""
+        return self._bad.get(index, 0)
+
+    def add_spans(self, index: int, spans: Sequence[SpanRow]) -> None:
+        """Load spans the Python reader read from the registered file ``index`` (one DuckDB did not load)."""
         if not spans:
             return
+        path = self._files[index]
         staging = os.path.join(self._spill, f"python-{index}.jsonl")
         fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -695,8 +755,8 @@ class SpanStore:
             self._con.execute(
                 f"""
 INSERT INTO spans ({_COLUMNS})
-SELECT {index}, true, trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, CAST(attrs AS JSON),
-       n_attrs
+SELECT {_literal(path)}, true, trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name,
+       CAST(attrs AS JSON), n_attrs
 FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object_size = 67108864,
                columns = {{trace_id: 'VARCHAR', span_id: 'VARCHAR', parent_span_id: 'VARCHAR', name: 'VARCHAR',
                           start_ns: 'BIGINT', end_ns: 'BIGINT', service_name: 'VARCHAR', attrs: 'VARCHAR',
