@@ -7,6 +7,11 @@ Used by ``otel-joules report PATH...``; as a library::
     print(format_report(report))
     print(report.total_joules, report.total_co2eq_grams)
 
+**Engine.** Span files are aggregated on DuckDB (embedded, out of core; the ``[report]``
+extra): :mod:`otel_joules.report.sql` holds all of its SQL, :envvar:`OTEL_JOULES_REPORT_MEMORY_LIMIT`
+its memory limit (it spills to a private temporary folder beyond it). Damaged files are read
+line by line in Python, so each bad record is skipped with its own reason.
+
 **Runs.** A run is a trace (all spans with one trace id, from any number of files; a span
 exported twice, e.g. to CSV and to OTLP, counts once) or a carbontracker log pair (standard
 and output log with the same name stem). Formats are recognised by content; see

@@ -16,10 +16,16 @@ A file's format is recognised by its content, not its extension:
   ``opentelemetry-exporter-otlp-json-file`` write), or one such document over several lines:
   OTLP/JSON (camelCase keys, hex ids, 64-bit integers as strings).
 
-This module walks the paths, recognises each file's format and hands its lines to the
-reader of that format: :mod:`otel_joules.report.span_exports` (CSV, JSON lines),
-:mod:`otel_joules.report.otlp_files` (OTLP/JSON) and
-:mod:`otel_joules.report.carbontracker_logs`. Files are opened and streamed by
+- a file starting with ``PAR1``: Parquet (:mod:`otel_joules.exporters.parquet_exporter`'s
+  schema), read by the DuckDB engine only.
+
+This module walks the paths and recognises each file's format. With the report's engine
+(:class:`otel_joules.report.sql.SpanStore`), span files whose start is undamaged are loaded
+by DuckDB's own readers, all files of a format in one query; a file DuckDB cannot read, or
+with a record failing a check, is read here line by line instead, by the reader of its
+format: :mod:`otel_joules.report.span_exports` (CSV, JSON lines),
+:mod:`otel_joules.report.otlp_files` (OTLP/JSON); carbontracker logs always are
+(:mod:`otel_joules.report.carbontracker_logs`). Files are opened and streamed by
 :mod:`otel_joules.report.filestream`; every record passes
 :mod:`otel_joules.report.record_checks`; all of it is collected in one
 :class:`~otel_joules.report.inputs.Inputs`.
