@@ -92,8 +92,9 @@ def test_under_the_none_policy_a_commands_gpu_is_charged_its_energy_above_the_ba
     gpu0 = attributes["energy.nvidia_gpu_0.joules"]
     charged = attributes["energy.attributed.gpu.joules"]
     assert attributes["energy.attribution"] == "cpu_time_share/none"
-    # Before the grandchild lists itself (a period at most) the GPU is idle, nobody's.
-    assert 0.6 * 0.6 * gpu0 <= charged <= 0.6 * gpu0 + 1e-6
+    # Before the grandchild lists itself (a period at most) the GPU is idle, nobody's. (5% of slack above: each
+    # period's static is 40 W x its seconds between snapshots, whose GPU reads are a counter update apart.)
+    assert 0.6 * 0.6 * gpu0 <= charged <= 0.6 * gpu0 * 1.05
     assert attributes["energy.attributed.dynamic.joules"] >= charged - 1e-9
     charged_line = _gpu_lines(stderr)["nvidia_gpu_0"][0]
     assert charged_line.endswith(" J") and float(charged_line.split()[0]) == float(f"{charged:.4g}"), stderr
