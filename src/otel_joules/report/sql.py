@@ -454,7 +454,8 @@ class TraceSpans:
         trace_id: 32 lowercase hex digits.
         sources: The files its spans came from, in the order first read.
         attributed: The topmost spans carrying ``energy.attributed.joules`` (per ``training.rank``).
-        attributed_self: Every span carrying ``energy.attributed.self.joules``.
+        attributed_self: Every span carrying ``energy.attributed.self.joules``, in a trace without ``attributed``
+            spans (only then are they summed).
         interval: The topmost spans carrying ``energy.joules``.
         epochs: The ``epoch`` spans carrying ``energy.joules``.
         root_name: The first root span's name (by start, then span id); None when no span is a root (a parent loop).
@@ -557,33 +558,47 @@ GROUP BY trace_id
 """,
 ]
 
-_TRACES = f"""
-WITH flagged AS (
-    SELECT d.*,
-           d.eaj IS NOT NULL AND na.span_id IS NULL AS top_attributed,
-           d.easj IS NOT NULL AS has_self,
-           d.ej IS NOT NULL AND ni.span_id IS NULL AS top_interval,
-           d.name = {_literal(SPAN_EPOCH)} AND d.ej IS NOT NULL AS is_epoch,
-           p.span_id IS NULL AS is_root
-    FROM d
-    LEFT JOIN nested_attributed na ON na.trace_id = d.trace_id AND na.span_id = d.span_id
-    LEFT JOIN nested_interval ni ON ni.trace_id = d.trace_id AND ni.span_id = d.span_id
-    LEFT JOIN d p ON p.trace_id = d.trace_id AND p.span_id = d.parent_span_id
-)
-SELECT f.trace_id, any_value(s.sources),
-       arg_min(f.name, {{'s': coalesce(f.start_ns, 0), 'i': f.span_id}}) FILTER (WHERE f.is_root),
-       arg_min(f.service_name, {{'s': coalesce(f.start_ns, 0), 'i': f.span_id}})
-           FILTER (WHERE f.is_root AND f.service_name IS NOT NULL),
-       arg_min(f.service_name, f.first_ord) FILTER (WHERE f.service_name IS NOT NULL),
-       min(f.start_ns), max(f.end_ns), count(*) FILTER (WHERE f.clock_step IS NOT NULL),
-       max(greatest(0.0, CAST(f.end_ns - f.start_ns AS DOUBLE) / 1e9 - coalesce(f.clock_step, 0.0)))
-           FILTER (WHERE f.start_ns IS NOT NULL AND f.end_ns IS NOT NULL),
-       list({{'span_id': f.span_id, 'parent': f.parent_span_id, 'name': f.name, 'start': f.start_ns, 'end': f.end_ns,
-             'service': f.service_name, 'attrs': CAST(f.attrs AS VARCHAR), 'file': f.file_idx,
-             'flags': [f.top_attributed, f.has_self, f.top_interval, f.is_epoch]}} ORDER BY f.first_ord)
-           FILTER (WHERE f.top_attributed OR f.has_self OR f.top_interval OR f.is_epoch)
-FROM flagged f JOIN sources s USING (trace_id)
-GROUP BY f.trace_id
+_FIGURES = [
+    f"""
+CREATE TEMP TABLE flagged AS
+SELECT d.*,
+       d.eaj IS NOT NULL AND na.span_id IS NULL AS top_attributed,
+       d.easj IS NOT NULL AS has_self,
+       d.ej IS NOT NULL AND ni.span_id IS NULL AS top_interval,
+       d.name = {_literal(SPAN_EPOCH)} AND d.ej IS NOT NULL AS is_epoch,
+       p.span_id IS NULL AS is_root
+FROM d
+LEFT JOIN nested_attributed na ON na.trace_id = d.trace_id AND na.span_id = d.span_id
+LEFT JOIN nested_interval ni ON ni.trace_id = d.trace_id AND ni.span_id = d.span_id
+LEFT JOIN d p ON p.trace_id = d.trace_id AND p.span_id = d.parent_span_id
+""",
+    """
+CREATE TEMP TABLE figures AS
+SELECT trace_id,
+       arg_min(name, {'s': coalesce(start_ns, 0), 'i': span_id}) FILTER (WHERE is_root) AS root_name,
+       arg_min(service_name, {'s': coalesce(start_ns, 0), 'i': span_id}) FILTER (WHERE is_root AND service_name IS NOT NULL)
+           AS root_service,
+       arg_min(service_name, first_ord) FILTER (WHERE service_name IS NOT NULL) AS first_service,
+       min(start_ns) AS first_start, max(end_ns) AS last_end, count(*) FILTER (WHERE clock_step IS NOT NULL) AS stepped,
+       max(greatest(0.0, CAST(end_ns - start_ns AS DOUBLE) / 1e9 - coalesce(clock_step, 0.0)))
+           FILTER (WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL) AS longest,
+       bool_or(top_attributed) AS any_attributed
+FROM flagged
+GROUP BY trace_id
+""",
+]
+
+# One row per span a run is made of (or one with no span for a trace without any), each trace's rows together and in
+# read order: streamed (an external sort where it must), never a trace's spans gathered in one value.
+_TRACES = """
+SELECT t.trace_id, s.sources, t.root_name, t.root_service, t.first_service, t.first_start, t.last_end, t.stepped,
+       t.longest, f.span_id, f.parent_span_id, f.name, f.start_ns, f.end_ns, f.service_name, CAST(f.attrs AS VARCHAR),
+       f.file_idx, f.top_attributed, f.has_self, f.top_interval, f.is_epoch
+FROM figures t JOIN sources s USING (trace_id)
+LEFT JOIN flagged f ON f.trace_id = t.trace_id
+    -- Self shares are summed only in a trace without an inclusive share (trace_runs' basis).
+    AND (f.top_attributed OR (f.has_self AND NOT t.any_attributed) OR f.top_interval OR f.is_epoch)
+ORDER BY t.trace_id, f.first_ord
 """
 
 
@@ -767,33 +782,44 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
             os.unlink(staging)
 
     def traces(self) -> Iterator[TraceSpans]:
-        """Every trace, aggregated in SQL (module docstring); in no particular order."""
-        for statement in _AGGREGATE:
+        """Every trace, aggregated in SQL (module docstring); in trace id order."""
+        # Rows are numbered now; the rest only reads, in any order (less memory than keeping the order).
+        self._con.execute("SET preserve_insertion_order = false")
+        for statement in (*_AGGREGATE, *_FIGURES):
             self._con.execute(statement)
         result = self._con.execute(_TRACES)
+        figures: tuple[Any, ...] | None = None
+        spans: list[tuple[Any, ...]] = []
         while True:
-            rows = result.fetchmany(2048)
-            if not rows:
-                return
+            rows = result.fetchmany(4096)
             for row in rows:
-                yield self._trace(row)
+                if figures is not None and row[0] != figures[0]:
+                    yield self._trace(figures, spans)
+                    spans = []
+                figures = row[:9]
+                if row[9] is not None:
+                    spans.append(row[9:])
+            if not rows:
+                break
+        if figures is not None:
+            yield self._trace(figures, spans)
 
-    def _trace(self, row: tuple[Any, ...]) -> TraceSpans:
-        (trace_id, sources, root_name, root_service, first_service, start, end, stepped, longest, spans) = row
+    def _trace(self, figures: tuple[Any, ...], spans: list[tuple[Any, ...]]) -> TraceSpans:
+        (trace_id, sources, root_name, root_service, first_service, start, end, stepped, longest) = figures
         groups: tuple[list[SpanRow], ...] = ([], [], [], [])
-        for item in spans or ():
+        for span_id, parent, name, span_start, span_end, service, attrs, file_idx, *flags in spans:
             span = SpanRow(
                 trace_id=trace_id,
-                span_id=item["span_id"],
-                parent_span_id=item["parent"],
-                name=item["name"],
-                start_unix_nano=item["start"],
-                end_unix_nano=item["end"],
-                service_name=item["service"],
-                attributes=checked_attributes(json.loads(item["attrs"])),
-                source=self._files[item["file"]],
+                span_id=span_id,
+                parent_span_id=parent,
+                name=name,
+                start_unix_nano=span_start,
+                end_unix_nano=span_end,
+                service_name=service,
+                attributes=checked_attributes(json.loads(attrs)),
+                source=self._files[file_idx],
             )
-            for group, flag in zip(groups, item["flags"]):
+            for group, flag in zip(groups, flags):
                 if flag:
                     group.append(span)
         return TraceSpans(
@@ -875,7 +901,7 @@ def _spark_time_ok(text: str) -> str:
     return f"(coalesce({text}, '') = '' OR {_spark_time(text)} IS NOT NULL)"
 
 
-def _spark_select(source: str, file_idx: int, ok: Sequence[str], tid: str, sid: str, pid: str, name: str, st: str,
+def _spark_select(source: str, file_idx: int | str, ok: Sequence[str], tid: str, sid: str, pid: str, name: str, st: str,
                   et: str, svc: str) -> str:
     return f"""
 SELECT {file_idx} AS file_idx, mid, coalesce({' AND '.join(ok)}, false) AS ok, lower({tid}) AS trace_id,
@@ -886,15 +912,18 @@ FROM (SELECT *, from_json(a, 'map<string,string>') AS m FROM ({source}))
 """
 
 
-def spark_jsonl_select(view: str, file_idx: int) -> str:
-    """Spark SQL: our JSON lines from ``view`` (``spark.read.text``: one ``value`` per line) as ``spans`` rows."""
+def spark_jsonl_select(view: str, file_idx: int | str) -> str:
+    """Spark SQL: our JSON lines from ``view`` (``spark.read.text``: one ``value`` per line) as ``spans`` rows.
+
+    ``file_idx``: the file's number, or a column of ``view`` holding it (several files in one view).
+    """
     source = f"""
-SELECT value, mid, get_json_object(value, '$.trace_id') AS tid, get_json_object(value, '$.span_id') AS sid,
+SELECT *, get_json_object(value, '$.trace_id') AS tid, get_json_object(value, '$.span_id') AS sid,
        get_json_object(value, '$.parent_span_id') AS pid, get_json_object(value, '$.name') AS nm,
        get_json_object(value, '$.start_time_unix_nano') AS st, get_json_object(value, '$.end_time_unix_nano') AS et,
        get_json_object(value, '$.service_name') AS svc, get_json_object(value, '$.attributes') AS a,
        get_json_object(value, '$') IS NOT NULL AS parsed
-FROM (SELECT value, monotonically_increasing_id() AS mid FROM {view}) WHERE trim(value) != ''
+FROM (SELECT *, monotonically_increasing_id() AS mid FROM {view}) WHERE trim(value) != ''
 """
     ok = (
         "parsed",
@@ -911,7 +940,7 @@ FROM (SELECT value, monotonically_increasing_id() AS mid FROM {view}) WHERE trim
     return _spark_select(source, file_idx, ok, "tid", "sid", "pid", "nm", _spark_time("st"), _spark_time("et"), "svc")
 
 
-def spark_csv_select(view: str, file_idx: int, header: Sequence[str], core: Sequence[str]) -> str:
+def spark_csv_select(view: str, file_idx: int | str, header: Sequence[str], core: Sequence[str]) -> str:
     """Spark SQL: our CSV from ``view`` (``spark.read.csv``, every column ``c0``... a string, ``_corrupt``) as ``spans`` rows."""
     cells = [f"c{i}" for i in range(len(header))]
     position = {name: f"c{i}" for i, name in enumerate(header[: len(core)])}
@@ -942,7 +971,7 @@ def spark_csv_select(view: str, file_idx: int, header: Sequence[str], core: Sequ
     )
 
 
-def spark_parquet_select(view: str, file_idx: int) -> str:
+def spark_parquet_select(view: str, file_idx: int | str) -> str:
     """Spark SQL: a Parquet span file (:mod:`otel_joules.exporters.parquet_exporter`) from ``view`` as ``spans`` rows."""
     source = (
         "SELECT *, coalesce(nullif(attributes, ''), '{}') AS a FROM "
@@ -1271,252 +1300,3 @@ def groups_parquet_bytes(by: Sequence[str], columns: Sequence[str], rows: Sequen
         con.close()
         shutil.rmtree(folder, ignore_errors=True)
 
-
-# -- Spark SQL: the same checks and aggregation in Spark's dialect ---------------------------------------------------
-# ``otel-joules report --engine spark`` (:mod:`otel_joules.report.spark_engine`) runs these on a Spark session. The
-# statements are the DuckDB ones above, spelled for Spark: ``map<string,string>`` from ``from_json`` stands for DuckDB's
-# JSON type, ``array_append``/``array_contains`` for ``list_append``/``list_contains``, ``min_by`` for ``arg_min``, a
-# (file, row) struct for ``rowid``, cached views for temp tables. Spark's checks are a subset, stricter where Spark
-# cannot tell what DuckDB's ``json_type`` tells (an energy.*/carbon.* number must be an unquoted JSON number): a file
-# with a record failing them is read by the Python reader instead, as with DuckDB, so the same records are counted.
-
-#: The columns of Spark's ``spans`` view, in order (DuckDB's ``spans`` table, with ``mid``: the row's place in its file).
-SPARK_SPAN_COLUMNS = (
-    "file_idx", "mid", "ok", "trace_id", "span_id", "parent_span_id", "name", "start_ns", "end_ns", "service_name",
-    "attrs", "n_attrs",
-)
-_SPARK_NUMBER = "'^-?[0-9]+([.][0-9]+)?([eE][-+]?[0-9]+)?$'"
-
-
-def _spark_any(function: str, column: str, values: Iterable[str]) -> str:
-    return "(" + " OR ".join(f"{function}({column}, {_literal(v)})" for v in values) + ")"
-
-
-def _spark_kept(key: str) -> str:
-    return _spark_any("startswith", key, REPORT_ATTRIBUTE_PREFIXES)
-
-
-def _spark_checked(key: str) -> str:
-    return f"({_spark_any('startswith', key, CHECKED_NUMBER_PREFIXES)} AND {_spark_any('endswith', key, CHECKED_NUMBER_SUFFIXES)})"
-
-
-def _spark_quoted(attrs: str, key: str) -> str:
-    """Spark SQL: the attribute ``key`` (an expression) is a JSON string in the object text ``attrs``."""
-    return f"({attrs} RLIKE concat('\"', regexp_replace({key}, '[.]', '[.]'), '\"[ ]*:[ ]*\"'))"
-
-
-def _spark_attributes_ok(attrs: str, m: str) -> str:
-    """Spark SQL: ``attrs`` is a JSON object (``m``: it as a map) whose kept keys are plain and checked numbers fine."""
-    value = f"{m}[k]"
-    number_ok = (
-        f"({value} RLIKE {_SPARK_NUMBER} AND try_cast({value} AS DOUBLE) >= 0 "
-        f"AND try_cast({value} AS DOUBLE) <= {MAX_PLAUSIBLE_VALUE!r} AND NOT {_spark_quoted(attrs, 'k')})"
-    )
-    key_ok = f"(k RLIKE '^{_PLAIN_KEY}$' AND (NOT {_spark_checked('k')} OR {number_ok}))"
-    return (
-        f"({attrs} RLIKE '^[ ]*[{{]' AND {m} IS NOT NULL "
-        f"AND forall(map_keys({m}), k -> NOT {_spark_kept('k')} OR {key_ok}))"
-    )
-
-
-def _spark_hex(value: str, digits: int) -> str:
-    return f"coalesce({value} RLIKE '^[0-9a-fA-F]{{{digits}}}$', false)"
-
-
-def _spark_parent_ok(value: str) -> str:
-    return f"(coalesce({value}, '') = '' OR {value} RLIKE '^[0-9a-fA-F]{{16}}$')"
-
-
-def _spark_time(text: str) -> str:
-    return f"CASE WHEN {text} RLIKE '^[0-9]{{1,19}}$' THEN try_cast({text} AS BIGINT) END"
-
-
-def _spark_time_ok(text: str) -> str:
-    return f"(coalesce({text}, '') = '' OR {_spark_time(text)} IS NOT NULL)"
-
-
-def _spark_select(source: str, file_idx: int, ok: Sequence[str], tid: str, sid: str, pid: str, name: str, st: str,
-                  et: str, svc: str) -> str:
-    return f"""
-SELECT {file_idx} AS file_idx, mid, coalesce({' AND '.join(ok)}, false) AS ok, lower({tid}) AS trace_id,
-       lower({sid}) AS span_id, nullif(lower({pid}), '') AS parent_span_id, coalesce({name}, '') AS name,
-       {st} AS start_ns, {et} AS end_ns, nullif({svc}, '') AS service_name, a AS attrs,
-       CAST(size(filter(map_keys(m), k -> {_spark_kept('k')})) AS INT) AS n_attrs
-FROM (SELECT *, from_json(a, 'map<string,string>') AS m FROM ({source}))
-"""
-
-
-def spark_jsonl_select(view: str, file_idx: int) -> str:
-    """Spark SQL: our JSON lines from ``view`` (``spark.read.text``: one ``value`` per line) as ``spans`` rows."""
-    source = f"""
-SELECT value, mid, get_json_object(value, '$.trace_id') AS tid, get_json_object(value, '$.span_id') AS sid,
-       get_json_object(value, '$.parent_span_id') AS pid, get_json_object(value, '$.name') AS nm,
-       get_json_object(value, '$.start_time_unix_nano') AS st, get_json_object(value, '$.end_time_unix_nano') AS et,
-       get_json_object(value, '$.service_name') AS svc, get_json_object(value, '$.attributes') AS a,
-       get_json_object(value, '$') IS NOT NULL AS parsed
-FROM (SELECT value, monotonically_increasing_id() AS mid FROM {view}) WHERE trim(value) != ''
-"""
-    ok = (
-        "parsed",
-        "value RLIKE '^[ \t]*[{]'",
-        _spark_hex("tid", 32),
-        _spark_hex("sid", 16),
-        _spark_parent_ok("pid"),
-        _spark_time_ok("st"),
-        _spark_time_ok("et"),
-        f"coalesce({_spark_time('st')} <= {_spark_time('et')}, true)",
-        "a IS NOT NULL",
-        _spark_attributes_ok("a", "m"),
-    )
-    return _spark_select(source, file_idx, ok, "tid", "sid", "pid", "nm", _spark_time("st"), _spark_time("et"), "svc")
-
-
-def spark_csv_select(view: str, file_idx: int, header: Sequence[str], core: Sequence[str]) -> str:
-    """Spark SQL: our CSV from ``view`` (``spark.read.csv``, every column ``c0``... a string, ``_corrupt``) as ``spans`` rows."""
-    cells = [f"c{i}" for i in range(len(header))]
-    position = {name: f"c{i}" for i, name in enumerate(header[: len(core)])}
-    plain = " AND ".join(
-        f"(coalesce(length({c}), 0) <= {CSV_FIELD_LIMIT} AND instr(coalesce({c}, ''), char(10)) = 0 "
-        f"AND instr(coalesce({c}, ''), char(13)) = 0 AND instr(coalesce({c}, ''), char(0)) = 0)"
-        for c in cells
-    )
-    source = (
-        f"SELECT *, coalesce(nullif({cells[-1]}, ''), '{{}}') AS a FROM "
-        f"(SELECT *, monotonically_increasing_id() AS mid FROM {view})"
-    )
-    st, et = position["start_time_unix_nano"], position["end_time_unix_nano"]
-    ok = (
-        "_corrupt IS NULL",
-        plain,
-        _spark_hex(position["trace_id"], 32),
-        _spark_hex(position["span_id"], 16),
-        _spark_parent_ok(position["parent_span_id"]),
-        _spark_time_ok(st),
-        _spark_time_ok(et),
-        f"coalesce({_spark_time(st)} <= {_spark_time(et)}, true)",
-        _spark_attributes_ok("a", "m"),
-    )
-    return _spark_select(
-        source, file_idx, ok, position["trace_id"], position["span_id"], position["parent_span_id"], position["name"],
-        _spark_time(st), _spark_time(et), position["service_name"],
-    )
-
-
-def spark_parquet_select(view: str, file_idx: int) -> str:
-    """Spark SQL: a Parquet span file (:mod:`otel_joules.exporters.parquet_exporter`) from ``view`` as ``spans`` rows."""
-    source = (
-        "SELECT *, coalesce(nullif(attributes, ''), '{}') AS a FROM "
-        f"(SELECT *, monotonically_increasing_id() AS mid FROM {view})"
-    )
-    ok = (
-        _spark_hex("trace_id", 32),
-        _spark_hex("span_id", 16),
-        _spark_parent_ok("parent_span_id"),
-        "coalesce(start_time_unix_nano >= 0, true)",
-        "coalesce(end_time_unix_nano >= 0, true)",
-        "coalesce(start_time_unix_nano <= end_time_unix_nano, true)",
-        _spark_attributes_ok("a", "m"),
-    )
-    return _spark_select(
-        source, file_idx, ok, "trace_id", "span_id", "parent_span_id", "name", "start_time_unix_nano",
-        "end_time_unix_nano", "service_name",
-    )
-
-
-def _spark_number(key: str) -> str:
-    """Spark SQL: the attribute ``key`` of ``m`` (``attrs`` as a map) as a finite DOUBLE, else NULL (as :func:`_number`)."""
-    value = f"m[{_literal(key)}]"
-    number = f"try_cast({value} AS DOUBLE)"
-    quoted = _spark_quoted("attrs", _literal(key))
-    return (
-        f"CASE WHEN {value} RLIKE {_SPARK_NUMBER} AND NOT {quoted} AND NOT isnan({number}) "
-        f"AND abs({number}) != double('Infinity') THEN {number} END"
-    )
-
-
-SPARK_AGGREGATE = [
-    f"""
-CACHE TABLE d AS
-SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, file_idx, first_ord,
-       {_spark_number(ENERGY_JOULES)} AS ej, {_spark_number(ENERGY_ATTRIBUTED_JOULES)} AS eaj,
-       {_spark_number(ENERGY_ATTRIBUTED_SELF_JOULES)} AS easj, {_spark_number(ENERGY_CLOCK_STEP_S)} AS clock_step,
-       m[{_literal(TRAINING_RANK)}] AS own_rank
-FROM (
-    SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, file_idx, mid) AS copy,
-           min(named_struct('f', file_idx, 'm', mid)) OVER (PARTITION BY trace_id, span_id) AS first_ord,
-           from_json(attrs, 'map<string,string>') AS m
-    FROM spans
-)
-WHERE copy = 1
-""",
-    """
-CACHE TABLE ranks AS
-WITH RECURSIVE walk(trace_id, span_id, cur, visited, rank) AS (
-    SELECT trace_id, span_id, parent_span_id, array(span_id), own_rank FROM d WHERE eaj IS NOT NULL
-    UNION ALL
-    SELECT w.trace_id, w.span_id, p.parent_span_id, array_append(w.visited, p.span_id), p.own_rank
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    WHERE w.rank IS NULL AND NOT array_contains(w.visited, w.cur)
-)
-SELECT trace_id, span_id, max(rank) AS rank FROM walk GROUP BY trace_id, span_id
-""",
-    """
-CACHE TABLE nested_attributed AS
-WITH RECURSIVE walk(trace_id, span_id, rank, cur, visited, nested) AS (
-    SELECT r.trace_id, r.span_id, r.rank, d.parent_span_id, array(r.span_id), false
-    FROM ranks r JOIN d ON d.trace_id = r.trace_id AND d.span_id = r.span_id
-    UNION ALL
-    SELECT w.trace_id, w.span_id, w.rank, p.parent_span_id, array_append(w.visited, p.span_id),
-           p.eaj IS NOT NULL AND pr.rank <=> w.rank
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    LEFT JOIN ranks pr ON pr.trace_id = p.trace_id AND pr.span_id = p.span_id
-    WHERE NOT w.nested AND NOT array_contains(w.visited, w.cur)
-)
-SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
-""",
-    """
-CACHE TABLE nested_interval AS
-WITH RECURSIVE walk(trace_id, span_id, cur, visited, nested) AS (
-    SELECT trace_id, span_id, parent_span_id, array(span_id), false FROM d WHERE ej IS NOT NULL
-    UNION ALL
-    SELECT w.trace_id, w.span_id, p.parent_span_id, array_append(w.visited, p.span_id), p.ej IS NOT NULL
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    WHERE NOT w.nested AND NOT array_contains(w.visited, w.cur)
-)
-SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
-""",
-    """
-CACHE TABLE sources AS
-SELECT trace_id, array_sort(collect_set(file_idx)) AS sources FROM spans GROUP BY trace_id
-""",
-]
-
-_SPARK_FIRST_ROOT = "named_struct('s', coalesce(f.start_ns, 0), 'i', f.span_id)"
-SPARK_TRACES = f"""
-WITH flagged AS (
-    SELECT d.*,
-           d.eaj IS NOT NULL AND na.span_id IS NULL AS top_attributed,
-           d.easj IS NOT NULL AS has_self,
-           d.ej IS NOT NULL AND ni.span_id IS NULL AS top_interval,
-           d.name = {_literal(SPAN_EPOCH)} AND d.ej IS NOT NULL AS is_epoch,
-           p.span_id IS NULL AS is_root
-    FROM d
-    LEFT JOIN nested_attributed na ON na.trace_id = d.trace_id AND na.span_id = d.span_id
-    LEFT JOIN nested_interval ni ON ni.trace_id = d.trace_id AND ni.span_id = d.span_id
-    LEFT JOIN d p ON p.trace_id = d.trace_id AND p.span_id = d.parent_span_id
-)
-SELECT f.trace_id, first(s.sources),
-       min_by(f.name, {_SPARK_FIRST_ROOT}) FILTER (WHERE f.is_root),
-       min_by(f.service_name, {_SPARK_FIRST_ROOT}) FILTER (WHERE f.is_root AND f.service_name IS NOT NULL),
-       min_by(f.service_name, f.first_ord) FILTER (WHERE f.service_name IS NOT NULL),
-       min(f.start_ns), max(f.end_ns), count(*) FILTER (WHERE f.clock_step IS NOT NULL),
-       max(greatest(double(0), CAST(f.end_ns - f.start_ns AS DOUBLE) / double(1e9) - coalesce(f.clock_step, double(0))))
-           FILTER (WHERE f.start_ns IS NOT NULL AND f.end_ns IS NOT NULL),
-       transform(array_sort(collect_list(named_struct(
-           'o', f.first_ord, 'span_id', f.span_id, 'parent', f.parent_span_id, 'name', f.name, 'start', f.start_ns,
-           'end', f.end_ns, 'service', f.service_name, 'attrs', f.attrs, 'file', f.file_idx,
-           'flags', array(f.top_attributed, f.has_self, f.top_interval, f.is_epoch)))
-           FILTER (WHERE f.top_attributed OR f.has_self OR f.top_interval OR f.is_epoch)), x -> x)
-FROM flagged f JOIN sources s ON s.trace_id = f.trace_id
-GROUP BY f.trace_id
-"""
