@@ -40,7 +40,7 @@ from otel_joules.delivery.outcomes import DeliveryReport
 from otel_joules.meter.registry import default_registry
 from otel_joules.pyjoules.energy_meter import _SelectionCache
 import importlib
-instrument_module = importlib.import_module("otel_joules.instrumentation._instrument")
+instrument_module = importlib.import_module("otel_joules.instrumentation.instrument")
 
 sysfs_root, log_dir = sys.argv[1], sys.argv[2]
 spans, reader = InMemorySpanExporter(), InMemoryMetricReader()

@@ -143,7 +143,7 @@ def test_every_public_name_of_a_package_exists(package: str) -> None:
 def test_instrument_lives_in_the_composition_root_not_in_tracing() -> None:
     import otel_joules.tracing
 
-    assert otel_joules.instrument.__module__ == "otel_joules.instrumentation._instrument"
+    assert otel_joules.instrument.__module__ == "otel_joules.instrumentation.instrument"
     assert set(otel_joules.tracing.__all__) == {"EnergySpanProcessor", "end_span_with_measurement"}
     assert not hasattr(otel_joules.tracing, "instrument")
 

@@ -5,7 +5,7 @@ processor), :mod:`otel_joules.metrics` (the ``hw.*``/``process.*`` instruments),
 :mod:`otel_joules.carbon` and :mod:`otel_joules.meter`, and puts them together; nothing
 below it imports it.
 
-- :func:`instrument` / :class:`Instrumentation` (:mod:`._instrument`): one call that puts
+- :func:`instrument` / :class:`Instrumentation` (:mod:`.instrument`): one call that puts
   energy on every span of a tracer provider and exports the energy metrics; the handle undoes it.
 - :mod:`.context`: the W3C trace context through ``TRACEPARENT``/``TRACESTATE``, so a child
   process joins its parent's trace (:func:`attach_environment_context`,
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from otel_joules._lazy import lazy_exports
-from otel_joules.instrumentation._instrument import Instrumentation, instrument
+from otel_joules.instrumentation.instrument import Instrumentation, instrument
 from otel_joules.instrumentation.context import (
     attach_environment_context,
     child_environment,

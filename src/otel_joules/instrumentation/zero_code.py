@@ -48,7 +48,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 
 from otel_joules.delivery.reachability import sdk_metrics_gate
 from otel_joules.errors import OtelJoulesError
-from otel_joules.instrumentation._instrument import Instrumentation, instrument
+from otel_joules.instrumentation.instrument import Instrumentation, instrument
 from otel_joules.instrumentation.context import attach_environment_context
 
 _log = logging.getLogger("otel_joules")
