@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from otel_joules import EnergyMeter
-from otel_joules.cli.run import StatusLine
+from otel_joules.cli.child import StatusLine
 
 from tests.fakes.powercap import make_powercap
 from tests.helpers.processes import REPO, clean_env, otel_joules_command
@@ -64,7 +64,7 @@ def test_run_on_a_box_without_counters_reports_the_estimate_devices_lists(tmp_pa
 
 def test_run_summary_says_below_resolution_for_a_short_run() -> None:
     from otel_joules.carbon.intensity import CarbonIntensity
-    from otel_joules.cli.run import RunResult, summary_lines
+    from otel_joules.cli.summary import RunResult, summary_lines
     from otel_joules.meter.meter import EnergyMeasurement
     from otel_joules.sensors.base import Method
 

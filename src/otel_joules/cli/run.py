@@ -57,28 +57,14 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_joules.attribution.command import CommandBaselines
 from otel_joules.attribution.gpu import CommandGpuShares
-from otel_joules.attribution.shares import command_attribution, measured_kinds
+from otel_joules.attribution.shares import SpanAttribution, command_attribution, measured_kinds
 from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError
 from otel_joules.carbon import providers_from_env, validate_pue
 from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.refresh import RefreshingIntensity
-from otel_joules.cli.child import (  # noqa: F401 - also importable from here, as before the split
-    EXIT_NOT_EXECUTABLE,
-    EXIT_NOT_FOUND,
-    ChildOutcome,
-    SignalForwarder,
-    StatusLine,
-    check_runnable,
-    run_child,
-)
-from otel_joules.cli.summary import (  # noqa: F401 - also importable from here, as before the split
-    RunResult,
-    failure_line,
-    format_duration,
-    format_joules,
-    summary_lines,
-)
+from otel_joules.cli.child import ChildOutcome, check_runnable, run_child
+from otel_joules.cli.summary import RunResult, failure_line, summary_lines
 from otel_joules.config import POLICY_NONE, Settings, sdk_disabled
 from otel_joules.instrumentation.context import child_environment, context_from_environment
 from otel_joules.delivery.redaction import command_line
@@ -90,18 +76,17 @@ from otel_joules.delivery.setup import (
     telemetry_from_env,
 )
 from otel_joules.errors import ConfigurationError
-from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
+from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
 from otel_joules.meter.notice import announce_estimates
 from otel_joules.metrics.instruments import EnergyMetrics
 from otel_joules.semconv import (
-    ENERGY_CO2EQ_GRAMS,
     PROCESS_COMMAND_LINE,
     PROCESS_EXECUTABLE_NAME,
     PROCESS_EXIT_CODE,
     PROCESS_PID,
 )
 from otel_joules.tracing.attributes import attribution_attributes
-from otel_joules.tracing.processor import EnergySpanProcessor
+from otel_joules.tracing.processor import EnergySpanProcessor, end_span_with_measurement
 
 INSTRUMENTATION_SCOPE = "otel_joules.cli.run"
 
@@ -239,23 +224,17 @@ def _run_measured(
     intensity: CarbonIntensity,
     pue: float,
 ) -> RunResult:
-    measured: dict[str, Any] = {}
+    """Run the command as one span: its energy between two snapshots of our own, its share, its carbon."""
     accounting = CarbonAccounting(intensity, pue)
-
-    def on_measurement(span: Span, measurement: EnergyMeasurement) -> None:
-        measured["measurement"] = measurement
-        attributes = accounting.span_attributes(measurement.total_joules, span.attributes)
-        measured["grams"] = float(attributes[ENERGY_CO2EQ_GRAMS])
-        span.set_attributes(attributes)
-
-    # The command's share is set on the span below: the waiting thread of this process is not the work.
-    provider.add_span_processor(EnergySpanProcessor(meter, on_measurement=on_measurement, attribution=False))
+    # The span is ended with the measurement taken here (end_span_with_measurement): the processor
+    # adds what every span carries (ranks), and the command's share is set below, because the
+    # waiting thread of this process is not the work.
+    provider.add_span_processor(EnergySpanProcessor(meter, attribution=False))
     energy_metrics = None
     if telemetry is not None and telemetry.meter_provider is not None:
         # No process.* here: this process only waits; the command's share is on its span.
         energy_metrics = EnergyMetrics(meter, telemetry.meter_provider, attributor=None)
-    tracer = provider.get_tracer(INSTRUMENTATION_SCOPE)
-    span = tracer.start_span(
+    span = provider.get_tracer(INSTRUMENTATION_SCOPE).start_span(
         args.span_name or name,
         context=context_from_environment(),
         attributes={
@@ -264,82 +243,100 @@ def _run_measured(
         },
     )
     show_status = args.status if args.status is not None else (not args.quiet and sys.stderr.isatty())
-    # Own snapshots too: with OTEL_SDK_DISABLED the span does not record, and the
-    # summary still reports the energy.
+    # Our own snapshots: with OTEL_SDK_DISABLED the span does not record, and the summary still
+    # reports the energy.
     first = meter.snapshot()
-    clocks = CpuClocks(meter.settings.procfs_root)
-    host_before, host_problem = _host_cpu(clocks)
-    children_before_s = _children_cpu_s()
+    usage = _CommandUsage(meter, first)
     started = time.monotonic()
-    env = child_environment(span)
-    # The domains' idle baselines, learned while the command runs (spans' model: static and dynamic energy).
-    baselines = CommandBaselines(meter)
-    gpu_shares = CommandGpuShares(meter, first, static_watts=baselines.static_watts)
 
     def on_start(pid: int) -> None:
         span.set_attribute(PROCESS_PID, pid)
-        gpu_shares.watch(pid)
+        usage.gpu_shares.watch(pid)
 
-    child = run_child(command, env, meter, name, show_status, on_start=on_start)
-    exit_code, signal_name, start_error = child.exit_code, child.signal_name, child.start_error
-    if start_error is not None:
-        span.set_status(Status(StatusCode.ERROR, f"could not start: {start_error}"))
-    else:
-        if signal_name:
-            span.set_status(Status(StatusCode.ERROR, f"killed by {signal_name}"))
-        elif exit_code != 0:
-            span.set_status(Status(StatusCode.ERROR, f"exited with code {exit_code}"))
-    span.set_attribute(PROCESS_EXIT_CODE, exit_code)
+    child = run_child(command, child_environment(span), meter, name, show_status, on_start=on_start)
+    _set_outcome(span, child)
     duration_s = time.monotonic() - started
-    attribution = None
     last = meter.snapshot()
-    gpu_charges = gpu_shares.finish(last)
-    baselines.close()
-    if baselines.policy == POLICY_NONE:
-        # Dynamic energy only: each GPU's line says the part above its baseline, as the share counts it.
-        gpu_charges = [dataclasses.replace(c, charged_joules=c.dynamic_joules) for c in gpu_charges]
-    host_after, problem_after = _host_cpu(clocks)
-    host_problem = host_problem or problem_after
-    if host_before is not None and host_after is not None:
-        gpu_dynamic_j = sum(charge.dynamic_joules for charge in gpu_charges)
-        attribution = command_attribution(
-            meter,
-            first,
-            last,
-            _children_cpu_s() - children_before_s,
-            host_after.busy_s - host_before.busy_s,
-            host_after.idle_s - host_before.idle_s,
-            # A GPU the command holds carries its static energy under capacity and busy, as for spans.
-            gpu_joules=sum(c.charged_joules for c in gpu_charges),
-            gpu_dynamic_joules=gpu_dynamic_j,
-            static_watts=baselines.static_watts(),
-            policy=baselines.policy,
-            baseline=baselines.state,
-        )
-        if span.is_recording() and meter.domains:
-            span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))
-    span.end()
-    if "measurement" not in measured:
-        measurement = meter.measure(first, meter.snapshot())
-        measured["measurement"] = measurement
-        measured["grams"] = accounting.co2eq_grams(measurement.total_joules)
+    attribution, gpu_charges, host_problem = usage.finish(first, last)
+    if attribution is not None and span.is_recording() and meter.domains:
+        span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))
+    measurement = meter.measure(first, last)
+    grams = accounting.co2eq_grams(measurement.total_joules)
+    carbon = None
+    if measurement.joules_by_domain or measurement.missing_domains:
+        carbon = accounting.span_attributes(measurement.total_joules, getattr(span, "attributes", None))
+    end_span_with_measurement(span, measurement, attributes=carbon)
     if energy_metrics is not None:
         energy_metrics.refresh()  # the final collection must not reuse an older read
     return RunResult(
         list(command),
-        exit_code,
+        child.exit_code,
         duration_s,
-        measured.get("measurement"),
-        measured.get("grams"),
+        measurement,
+        grams,
         intensity,
         pue,
         attribution,
         span.get_span_context(),
-        signal_name,
-        start_error,
+        child.signal_name,
+        child.start_error,
         gpu_charges,
         None if attribution is not None else host_problem,
     )
+
+
+def _set_outcome(span: Span, child: ChildOutcome) -> None:
+    """The span's status and exit code from how the command ended."""
+    if child.start_error is not None:
+        span.set_status(Status(StatusCode.ERROR, f"could not start: {child.start_error}"))
+    elif child.signal_name:
+        span.set_status(Status(StatusCode.ERROR, f"killed by {child.signal_name}"))
+    elif child.exit_code != 0:
+        span.set_status(Status(StatusCode.ERROR, f"exited with code {child.exit_code}"))
+    span.set_attribute(PROCESS_EXIT_CODE, child.exit_code)
+
+
+class _CommandUsage:
+    """What the command used while it ran: the host's and its reaped processes' CPU time, its processes'
+    GPU energy, and the domains' idle baselines, learned meanwhile (the spans' model: static and dynamic)."""
+
+    def __init__(self, meter: EnergyMeter, first: EnergySnapshot) -> None:
+        self.meter = meter
+        self.clocks = CpuClocks(meter.settings.procfs_root)
+        self.host_before, self.host_problem = _host_cpu(self.clocks)
+        self.children_before_s = _children_cpu_s()
+        self.baselines = CommandBaselines(meter)
+        self.gpu_shares = CommandGpuShares(meter, first, static_watts=self.baselines.static_watts)
+
+    def finish(
+        self, first: EnergySnapshot, last: EnergySnapshot
+    ) -> tuple[SpanAttribution | None, list[Any], str | None]:
+        """The command's share between the snapshots (None where procfs could not be read, and why), and its GPUs' charges."""
+        gpu_charges = self.gpu_shares.finish(last)
+        baselines = self.baselines
+        baselines.close()
+        if baselines.policy == POLICY_NONE:
+            # Dynamic energy only: each GPU's line says the part above its baseline, as the share counts it.
+            gpu_charges = [dataclasses.replace(c, charged_joules=c.dynamic_joules) for c in gpu_charges]
+        host_after, problem_after = _host_cpu(self.clocks)
+        host_problem = self.host_problem or problem_after
+        if self.host_before is None or host_after is None:
+            return None, gpu_charges, host_problem
+        attribution = command_attribution(
+            self.meter,
+            first,
+            last,
+            _children_cpu_s() - self.children_before_s,
+            host_after.busy_s - self.host_before.busy_s,
+            host_after.idle_s - self.host_before.idle_s,
+            # A GPU the command holds carries its static energy under capacity and busy, as for spans.
+            gpu_joules=sum(c.charged_joules for c in gpu_charges),
+            gpu_dynamic_joules=sum(charge.dynamic_joules for charge in gpu_charges),
+            static_watts=baselines.static_watts(),
+            policy=baselines.policy,
+            baseline=baselines.state,
+        )
+        return attribution, gpu_charges, host_problem
 
 
 def _host_cpu(clocks: CpuClocks) -> tuple[HostCpuTimes | None, str | None]:
