@@ -46,6 +46,7 @@ from otel_joules.attribution.attributor import Attributor
 from otel_joules.attribution.registry import attributor_for
 from otel_joules.attribution.shares import kind_of
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
+from otel_joules.sensors.base import Domain
 from otel_joules.semconv import (
     ENERGY_BASELINE,
     ENERGY_METHOD,
@@ -103,20 +104,7 @@ class EnergyMetrics:
         self.enabled = True
         self._gate = gate
         self._host_attributes = {HW_ID: host_id or socket.gethostname(), HW_NAME: host_id or socket.gethostname()}
-        self._domain_attributes = []
-        for domain in energy_meter.domains:
-            attributes = {
-                HW_ID: domain.hw_id,
-                HW_TYPE: domain.hw_type.value,
-                HW_NAME: domain.hw_name,
-                ENERGY_SOURCE: SOURCE_MEASURED if domain.method.is_measurement else SOURCE_ESTIMATE,
-                # counter, power_integration or estimate: a GPU without an energy counter
-                # is measured, but by integrating its power sensor, and says so here.
-                ENERGY_METHOD: domain.method.value,
-            }
-            if domain.hw_parent:
-                attributes[HW_PARENT] = domain.hw_parent
-            self._domain_attributes.append(attributes)
+        self._domain_attributes = [_domain_attributes(domain) for domain in energy_meter.domains]
         self._lock = threading.Lock()
         # The metric reader's thread holds the lock across counter reads: a fork at that
         # moment must not leave the child's collections (and its exit-time freeze) waiting.
@@ -136,6 +124,15 @@ class EnergyMetrics:
         atexit.register(_freeze_at_exit, weakref.ref(self))
         provider = meter_provider or metrics.get_meter_provider()
         otel_meter = provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
+        self._register_hardware(otel_meter)
+        self.attributor: Attributor | None = (
+            attributor_for(energy_meter) if attributor is _DEFAULT else attributor  # type: ignore[assignment]
+        )
+        if self.attributor is not None:
+            self._register_shares(otel_meter, self.attributor)
+
+    def _register_hardware(self, otel_meter: metrics.Meter) -> None:
+        """The ``hw.*`` instruments: each domain's energy and power, and the host's (no overlap)."""
         otel_meter.create_observable_counter(
             METRIC_HW_ENERGY, [self._observe_energy], unit="J", description="Energy consumed by the component"
         )
@@ -148,42 +145,42 @@ class EnergyMetrics:
         otel_meter.create_observable_gauge(
             METRIC_HW_HOST_POWER, [self._observe_host_power], unit="W", description="Power consumed by the host (no overlap)"
         )
-        self.attributor: Attributor | None = (
-            attributor_for(energy_meter) if attributor is _DEFAULT else attributor  # type: ignore[assignment]
+
+    def _register_shares(self, otel_meter: metrics.Meter, attributor: Attributor) -> None:
+        """The attributor's instruments: this process's share, the host's unattributed energy, the baselines."""
+        energy_meter = self.energy_meter
+        self._process_attributes = {
+            kind: {HW_TYPE: kind, ENERGY_SOURCE: _source(energy_meter, kind)} for kind in attributor.kinds
+        }
+        self._last_process_sample = time.monotonic()
+        otel_meter.create_observable_counter(
+            METRIC_PROCESS_ENERGY,
+            [self._observe_process_energy],
+            unit="J",
+            description="This process's attributed share of the host's energy, per hw.type",
         )
-        if self.attributor is not None:
-            self._process_attributes = {
-                kind: {HW_TYPE: kind, ENERGY_SOURCE: _source(energy_meter, kind)} for kind in self.attributor.kinds
-            }
-            self._last_process_sample = time.monotonic()
-            otel_meter.create_observable_counter(
-                METRIC_PROCESS_ENERGY,
-                [self._observe_process_energy],
-                unit="J",
-                description="This process's attributed share of the host's energy, per hw.type",
-            )
-            otel_meter.create_observable_gauge(
-                METRIC_PROCESS_POWER,
-                [self._observe_process_power],
-                unit="W",
-                description="This process's attributed share of the host's power, per hw.type",
-            )
-            self._unattributed_attributes = {
-                kind: {**self._host_attributes, HW_TYPE: kind, ENERGY_SOURCE: _source(energy_meter, kind)}
-                for kind in self.attributor.kinds
-            }
-            otel_meter.create_observable_counter(
-                METRIC_ENERGY_UNATTRIBUTED,
-                [self._observe_unattributed],
-                unit="J",
-                description="The host's energy attributed to no process (idle), per hw.type: one per host, never summed",
-            )
-            otel_meter.create_observable_gauge(
-                METRIC_ENERGY_BASELINE_POWER,
-                [self._observe_baselines],
-                unit="W",
-                description="Each domain's static (idle) power, learned, configured or unknown (energy.baseline)",
-            )
+        otel_meter.create_observable_gauge(
+            METRIC_PROCESS_POWER,
+            [self._observe_process_power],
+            unit="W",
+            description="This process's attributed share of the host's power, per hw.type",
+        )
+        self._unattributed_attributes = {
+            kind: {**self._host_attributes, HW_TYPE: kind, ENERGY_SOURCE: _source(energy_meter, kind)}
+            for kind in attributor.kinds
+        }
+        otel_meter.create_observable_counter(
+            METRIC_ENERGY_UNATTRIBUTED,
+            [self._observe_unattributed],
+            unit="J",
+            description="The host's energy attributed to no process (idle), per hw.type: one per host, never summed",
+        )
+        otel_meter.create_observable_gauge(
+            METRIC_ENERGY_BASELINE_POWER,
+            [self._observe_baselines],
+            unit="W",
+            description="Each domain's static (idle) power, learned, configured or unknown (energy.baseline)",
+        )
 
     def _new_lock(self) -> None:
         self._lock = threading.Lock()
@@ -314,6 +311,22 @@ class EnergyMetrics:
         self._process_sample()
         watts = self.attributor.process_watts()
         return [Observation(watts[kind], attributes) for kind, attributes in self._process_attributes.items()]
+
+
+def _domain_attributes(domain: Domain) -> dict[str, str]:
+    """A domain's ``hw.*`` metric attributes, with whether it is measured and how."""
+    attributes = {
+        HW_ID: domain.hw_id,
+        HW_TYPE: domain.hw_type.value,
+        HW_NAME: domain.hw_name,
+        ENERGY_SOURCE: SOURCE_MEASURED if domain.method.is_measurement else SOURCE_ESTIMATE,
+        # counter, power_integration or estimate: a GPU without an energy counter
+        # is measured, but by integrating its power sensor, and says so here.
+        ENERGY_METHOD: domain.method.value,
+    }
+    if domain.hw_parent:
+        attributes[HW_PARENT] = domain.hw_parent
+    return attributes
 
 
 def _host_source(energy_meter: EnergyMeter) -> str:
