@@ -23,7 +23,8 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from otel_joules import EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import Attributor, CpuClocks, attributor_for, share_of_cpu_time
-from otel_joules.attribution.model import MIN_RATE_WINDOW_S, AttributionRegistry
+from otel_joules.attribution.registry import AttributionRegistry
+from otel_joules.attribution.sampling import MIN_RATE_WINDOW_S
 
 from tests.fakes.powercap import FakePowercap, make_powercap
 from tests.fakes.procfs import FakeProcfs

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace import TracerProvider
 import otel_joules
 from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import SpanAttribution
-from otel_joules.attribution.model import measured_kinds
+from otel_joules.attribution.shares import measured_kinds
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes

@@ -16,7 +16,7 @@ Model ``cpu_time_share``; ``energy.attribution`` names it with the policy: ``cpu
   - the policy's (``OTEL_JOULES_ATTRIBUTION_POLICY``, ``instrument(attribution_policy=)``):
     ``capacity`` (default): dynamic + static / capacity, for both kinds: a CPU second carries one
     core's share of the static power, and the static energy of idle capacity is nobody's;
-    ``busy``: the model before policies: CPU-side joules / busy, memory joules / capacity (DRAM
+    ``busy``: the whole bill to the work: CPU-side joules / busy, memory joules / capacity (DRAM
     power is mostly refresh and background); ``none``: the dynamic price.
 
   No period's energy is priced into another's CPU time, so the shares stay conservative across
@@ -55,46 +55,5 @@ share), :mod:`.baseline` (the domains' idle baselines), :mod:`.sampling` (the sa
 its static/dynamic split and prices), :mod:`.history` (what
 readers get from the history), :mod:`.spans` (the span path), :mod:`.attributor` (the
 :class:`Attributor` built from those) and :mod:`.registry` (one attributor per meter). This
-module keeps their names importable from where they were defined before.
+module holds the description only: each name is imported from where it is defined.
 """
-
-from __future__ import annotations
-
-from otel_joules.attribution.attributor import Attributor
-from otel_joules.attribution.registry import AttributionRegistry, attributor_for
-from otel_joules.attribution.sampling import (
-    HISTORY_PERIOD_S,
-    HISTORY_S,
-    MIN_BUSY_S,
-    MIN_RATE_WINDOW_S,
-    RATE_WINDOW,
-    HistorySample,
-)
-from otel_joules.attribution.shares import (
-    KINDS,
-    SpanAttribution,
-    command_attribution,
-    kind_of,
-    measured_kinds,
-    share_of_cpu_time,
-)
-from otel_joules.attribution.spans import SpanShare
-
-__all__ = [
-    "Attributor",
-    "AttributionRegistry",
-    "HISTORY_PERIOD_S",
-    "HISTORY_S",
-    "HistorySample",
-    "KINDS",
-    "MIN_BUSY_S",
-    "MIN_RATE_WINDOW_S",
-    "RATE_WINDOW",
-    "SpanAttribution",
-    "SpanShare",
-    "attributor_for",
-    "command_attribution",
-    "kind_of",
-    "measured_kinds",
-    "share_of_cpu_time",
-]
