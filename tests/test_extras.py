@@ -169,3 +169,7 @@ def test_report_plot_without_matplotlib_is_one_line(tmp_path: Path) -> None:
     blocked = tuple(m for m in EXTRA_MODULES if m != "duckdb")
     result = _cli(tmp_path, "report", "--plot", "plot.png", str(_jsonl_export(tmp_path)), blocked=blocked)
     _one_line(result, "plot")
+
+
+def test_report_engine_spark_without_pyspark_is_one_line(tmp_path: Path) -> None:
+    _one_line(_cli(tmp_path, "report", "--engine", "spark", str(_jsonl_export(tmp_path))), "spark")

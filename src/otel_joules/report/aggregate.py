@@ -54,8 +54,9 @@ def build_report(
 
         paths = [os.fspath(p) for p in paths]
         uris = [p for p in paths if is_uri(p)]
+        local = [p for p in paths if not is_uri(p)]
         with SparkSpanStore(spark_session) as spark_store:
-            inputs = read_inputs([p for p in paths if not is_uri(p)], spark_store)  # type: ignore[arg-type]
+            inputs = read_inputs(local, spark_store)  # type: ignore[arg-type]
             for uri in uris:
                 read, uri_skipped = spark_store.load_uri(uri)
                 inputs.files_read.extend(read)

@@ -1,12 +1,13 @@
 """``otel-joules report --engine spark``: the report's aggregation on a Spark session.
 
 :class:`SparkSpanStore` is :class:`~otel_joules.report.sql.SpanStore` on Spark: the same
-interface (``load_file``, ``add_spans``, ``traces``), so :func:`~otel_joules.report.readers.read_inputs`
-and :mod:`otel_joules.report.trace_runs` run unchanged and the totals are the same floats. Each
-span file is read by Spark's own readers (``text`` for JSON lines, ``csv``, ``parquet``) and
-checked by the Spark SQL of :mod:`otel_joules.report.sql` (beside DuckDB's); a file with a record
-failing a check, and an OTLP/JSON file, go to the Python line reader, whose records are handed
-to Spark. Duplicates, nesting (recursive CTEs, Spark 4.1 or newer), roots and per-trace figures
+interface (``register``, ``load`` of a batch of files of one format, ``add_spans``, ``traces``;
+and ``load_file`` for one file), so :func:`~otel_joules.report.readers.read_inputs` and
+:mod:`otel_joules.report.trace_runs` run unchanged and the totals are the same floats. Each
+batch of span files is read by Spark's own readers (``text`` for JSON lines, ``csv``,
+``parquet``) in one query, checked by the Spark SQL of :mod:`otel_joules.report.sql` (beside
+DuckDB's); a file with a record failing a check, and an OTLP/JSON file, go to the Python line
+reader, whose records are handed to Spark. Duplicates, nesting (recursive CTEs, Spark 4.1 or newer), roots and per-trace figures
 are resolved in Spark SQL; only the spans a run is made of come back to the driver.
 
 The session: the one ``spark-submit`` (or ``pyspark``) configured, else a local one,
@@ -28,6 +29,8 @@ import json
 import uuid
 from typing import Any, Iterator, Sequence
 
+from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
+from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.model import ReportError, SpanRow
 from otel_joules.report.record_checks import checked_attributes
 from otel_joules.report.sql import (
@@ -68,12 +71,10 @@ def spark_session() -> Any:
     builder = SparkSession.builder.appName("otel-joules report")
     try:
         if not SparkConf().contains("spark.master"):
-            builder = builder.master(DEFAULT_MASTER)
-        builder = (
-            builder.config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "8")
-        )
+            # Local mode: as many shuffle partitions as threads (Spark's 200 would be 200 tasks per join).
+            builder = builder.master(DEFAULT_MASTER).config("spark.sql.shuffle.partitions", "2")
+            builder = builder.config("spark.ui.enabled", "false")
+        builder = builder.config("spark.ui.showConsoleProgress", "false")
         session = builder.getOrCreate()
     except Exception as exc:  # no Java, a JVM that cannot start, a bad master: Py4J's or Spark's error
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -83,16 +84,21 @@ def spark_session() -> Any:
 
 
 def is_uri(path: str) -> bool:
-    """Whether ``path`` is a Hadoop file system URI (``hdfs://...``) rather than a local path."""
+    """Whether ``path`` is a Hadoop file system URI (``hdfs://...``, ``file://...``) rather than a local path."""
     scheme, sep, _ = path.partition("://")
     return bool(sep) and scheme.isalnum()
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
 class SparkSpanStore:
     """The spans of a report in Spark (module docstring); the interface of :class:`~otel_joules.report.sql.SpanStore`.
 
     ``session``: a Spark session to use (and leave running); by default :func:`spark_session`'s,
-    stopped by :meth:`close` when this store started it.
+    stopped by :meth:`close`.
     """
 
     def __init__(self, session: Any = None) -> None:
@@ -112,11 +118,14 @@ class SparkSpanStore:
         self._base = base
         self._prefix = "oj_" + uuid.uuid4().hex[:8]
         self._files: list[str] = []
+        # What the aggregation reads: each load's kept rows, each Python-read file's spans.
         self._frames: list[Any] = []
-        self._parquet_bad: dict[str, int] = {}
+        self._loads = 0
+        self._bad: dict[int, int] = {}
+        self._unreadable: dict[int, str] = {}
 
     def close(self) -> None:
-        """Drop the cached views; stop the session if this store started it."""
+        """Drop the cached data; stop the session if this store started it."""
         try:
             self._spark.catalog.clearCache()
         finally:
@@ -129,7 +138,8 @@ class SparkSpanStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _file_index(self, path: str) -> int:
+    def register(self, path: str) -> int:
+        """Number the span file ``path`` (in the order files are found: the order spans are taken in)."""
         self._files.append(path)
         return len(self._files) - 1
 
@@ -150,52 +160,97 @@ class SparkSpanStore:
                 .option("maxCharsPerColumn", "-1")
                 .csv(path)
             )
-        return reader.option("wholetext", "false").text(path)
+        return reader.text(path)
 
-    def load_file(self, path: str, fmt: str, header: Sequence[str] = (), core: Sequence[str] = ()) -> int | None:
-        """Load one file's spans through Spark's readers; how many, or None: read it with the Python reader.
+    def load(
+        self, fmt: str, files: Sequence[tuple[int, str]], header: Sequence[str] = (), core: Sequence[str] = ()
+    ) -> dict[int, int | None]:
+        """Load registered files of one format in one Spark query (as :meth:`~otel_joules.report.sql.SpanStore.load`).
 
-        OTLP/JSON is always left to the Python reader. A Parquet file (or a file at a URI) is always
-        loaded; its records failing a check are left out, counted by :meth:`bad_parquet_records`.
+        Each file's number of spans, or None: the Python reader reads it (OTLP/JSON always; a file with a
+        record failing a check). Parquet files (and files at a URI) are always taken: an unreadable one is said
+        by :meth:`unreadable`, records failing a check are left out and counted by :meth:`bad_records`.
         """
-        if fmt == FORMAT_OTLP:
-            return None
-        index = self._file_index(path)
-        view = f"{self._prefix}_f{index}"
+        counts: dict[int, int | None] = {index: None for index, _ in files}
+        if not files or fmt == FORMAT_OTLP:
+            return counts
+        from pyspark.sql.functions import col, count as count_, lit, sum as sum_, when
+
         try:
-            self._read(path, fmt, len(header)).createOrReplaceTempView(view)
+            raw = None
+            for index, path in files:
+                one = self._read(path, fmt, len(header)).withColumn("oj_file", lit(index))
+                raw = one if raw is None else raw.unionByName(one)
+            view = f"{self._prefix}_g{self._loads}"
+            self._loads += 1
+            raw.createOrReplaceTempView(view)  # type: ignore[union-attr]
             if fmt == FORMAT_JSONL:
-                select = spark_jsonl_select(view, index)
+                select = spark_jsonl_select(view, "oj_file")
             elif fmt == FORMAT_CSV:
-                select = spark_csv_select(view, index, header, core)
+                select = spark_csv_select(view, "oj_file", header, core)
             elif fmt == FORMAT_PARQUET:
-                select = spark_parquet_select(view, index)
+                select = spark_parquet_select(view, "oj_file")
             else:
                 raise ValueError(f"unknown span format {fmt!r}")
-            # Read and checked once: the aggregation scans the checkpoint, not the file again.
-            frame = self._spark.sql(select).localCheckpoint()
-            total, bad = frame.selectExpr("count(*)", "count_if(NOT ok)").first()
+            # Read and checked once, in the job that counts: the aggregation scans the cache, not the files again.
+            frame = self._spark.sql(select).cache()
+            rows = frame.groupBy("file_idx").agg(
+                count_("*").alias("total"), sum_(when(~col("ok"), 1).otherwise(0)).alias("bad")
+            ).select("file_idx", "total", "bad").collect()
         except ValueError:
             raise
-        except Exception as exc:  # noqa: BLE001 -- Spark's AnalysisException, a Py4J error: this file only
+        except Exception as exc:  # noqa: BLE001 -- Spark's AnalysisException or a Py4J error
+            if len(files) > 1:
+                # One file Spark cannot read fails the whole query: halve until it is alone.
+                half = len(files) // 2
+                counts.update(self.load(fmt, files[:half], header, core))
+                counts.update(self.load(fmt, files[half:], header, core))
+                return counts
+            index, path = files[0]
             if fmt == FORMAT_PARQUET or is_uri(path):
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                raise ReportError(f"is not a readable {fmt} span file for Spark: {first[:300]}") from None
-            return None
-        if bad and fmt != FORMAT_PARQUET and not is_uri(path):
-            return None
-        if bad:
-            self._parquet_bad[path] = int(bad)
-        self._frames.append(frame.where("ok"))
-        return int(total - bad)
+                self._unreadable[index] = f"is not a readable {fmt} span file for Spark: {_first_line(exc)}"
+                counts[index] = 0
+            return counts
+        found = {int(row[0]): (int(row[1]), int(row[2] or 0)) for row in rows}
+        taken = []
+        for index, path in files:
+            total, bad = found.get(index, (0, 0))
+            if fmt == FORMAT_PARQUET or is_uri(path):
+                self._bad[index] = bad
+                counts[index] = total - bad
+                taken.append(index)
+            elif not bad:
+                counts[index] = total
+                taken.append(index)
+        if taken:
+            self._frames.append(frame.where(f"ok AND file_idx IN ({', '.join(map(str, taken))})"))
+        return counts
+
+    def unreadable(self, index: int) -> str | None:
+        """Why the registered Parquet file (or file at a URI) ``index`` could not be read; None if it was."""
+        return self._unreadable.get(index)
+
+    def bad_records(self, index: int) -> int:
+        """How many records of the registered Parquet file (or file at a URI) ``index`` failed a check."""
+        return self._bad.get(index, 0)
+
+    def load_file(self, path: str, fmt: str, header: Sequence[str] = (), core: Sequence[str] = ()) -> int | None:
+        """One file: :meth:`register` then :meth:`load`; :class:`ReportError` for an unreadable Parquet file."""
+        index = self.register(path)
+        loaded = self.load(fmt, [(index, path)], header, core)[index]
+        problem = self.unreadable(index)
+        if problem is not None:
+            raise ReportError(problem)
+        return loaded
 
     def bad_parquet_records(self, path: str) -> int:
-        """How many records of the Parquet file (or file at a URI) ``path`` failed a check and were left out."""
-        return self._parquet_bad.get(path, 0)
+        """:meth:`bad_records` of the file last registered as ``path``."""
+        indices = [i for i, p in enumerate(self._files) if p == path]
+        return self.bad_records(indices[-1]) if indices else 0
 
-    def add_spans(self, path: str, spans: Sequence[SpanRow]) -> None:
-        """Load spans the Python reader read from ``path`` (a file Spark did not load)."""
-        index = self._file_index(path)
+    def add_spans(self, file: int | str, spans: Sequence[SpanRow]) -> None:
+        """Load spans the Python reader read from the registered file ``file`` (its number; a path registers it)."""
+        index = self.register(file) if isinstance(file, str) else file
         if not spans:
             return
         rows = [
@@ -215,30 +270,37 @@ class SparkSpanStore:
         try:
             files = self._list(uri)
         except Exception as exc:  # noqa: BLE001 -- Hadoop's FileNotFoundException, an unknown scheme
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return read, [(uri, f"cannot be listed by Spark: {first[:300]}")]
+            return read, [(uri, f"cannot be listed by Spark: {_first_line(exc)}")]
+        groups: dict[tuple[str, tuple[str, ...]], list[tuple[int, str]]] = {}
         for path in files:
             name = path.rsplit("/", 1)[-1]
+            header: tuple[str, ...] = ()
             if name.endswith(".parquet"):
-                fmt, header = FORMAT_PARQUET, ()
+                fmt = FORMAT_PARQUET
             elif name.endswith(".csv"):
                 fmt = FORMAT_CSV
-                first_line = self._spark.read.text(path).first()
-                header = tuple(next(csv.reader([first_line[0]]), ())) if first_line else ()
+                first = self._spark.read.text(path).first()
+                header = tuple(next(csv.reader([first[0]]), ())) if first else ()
+                if tuple(header[: len(CORE_FIELDS)]) != CORE_FIELDS or header[-1:] != (ATTRIBUTES_COLUMN,):
+                    skipped.append((path, "is not an otel-joules CSV span export (another header)"))
+                    continue
             else:
-                fmt, header = FORMAT_JSONL, ()
-            try:
-                loaded = self.load_file(path, fmt, header, header[:10])
-            except ReportError as exc:
-                skipped.append((path, str(exc)))
-                continue
-            if loaded:
-                read.append(path)
-            bad = self.bad_parquet_records(path)
-            if bad:
-                skipped.append((path, f"{bad} span record(s) skipped: they fail the report's checks"))
-            elif not loaded:
-                skipped.append((path, "holds no span"))
+                fmt = FORMAT_JSONL
+            groups.setdefault((fmt, header), []).append((self.register(path), path))
+        for (fmt, header), items in groups.items():
+            counts = self.load(fmt, items, header, CORE_FIELDS if header else ())
+            for index, path in items:
+                problem = self.unreadable(index)
+                if problem is not None:
+                    skipped.append((path, problem))
+                    continue
+                loaded, bad = counts.get(index), self.bad_records(index)
+                if loaded:
+                    read.append(path)
+                if bad:
+                    skipped.append((path, f"{bad} span record(s) skipped: they fail the report's checks"))
+                elif not loaded:
+                    skipped.append((path, "holds no span"))
         return read, skipped
 
     def _list(self, uri: str) -> list[str]:
@@ -259,10 +321,10 @@ class SparkSpanStore:
         """Every trace, aggregated in Spark SQL (the statements of :mod:`otel_joules.report.sql`)."""
         if not self._frames:
             return
-        spans = self._frames[0]
+        spans = self._frames[0].select(*SPARK_SPAN_COLUMNS)
         for frame in self._frames[1:]:
-            spans = spans.unionByName(frame)
-        spans.select(*SPARK_SPAN_COLUMNS).createOrReplaceTempView("spans")
+            spans = spans.unionByName(frame.select(*SPARK_SPAN_COLUMNS))
+        spans.createOrReplaceTempView("spans")
         for statement in SPARK_AGGREGATE:
             self._spark.sql(statement)
         for row in self._spark.sql(SPARK_TRACES).toLocalIterator():
