@@ -1299,4 +1299,3 @@ def groups_parquet_bytes(by: Sequence[str], columns: Sequence[str], rows: Sequen
     finally:
         con.close()
         shutil.rmtree(folder, ignore_errors=True)
-
