@@ -169,10 +169,13 @@ def test_the_busy_policy_is_the_old_price_and_moves_with_the_neighbour(tmp_path:
             assert attributes["energy.attribution"] == "cpu_time_share/busy"
         total_dynamic = sum(a["energy.attributed.dynamic.self.joules"] for _, a in requests)
         assert total_dynamic == pytest.approx(12.0 * sum(c for c, _ in requests), rel=0.2)
-    alone = statistics.median(a["energy.attributed.self.joules"] for _, a in quiet)
-    beside = statistics.median(a["energy.attributed.self.joules"] for _, a in busy)
-    print(f"busy policy: {alone:.3f} J alone, {beside:.3f} J beside a hog")
-    assert alone > beside * 1.25
+    alone = statistics.median(a["energy.attributed.self.joules"] / a["energy.joules"] for _, a in quiet)
+    beside = statistics.median(a["energy.attributed.self.joules"] / a["energy.joules"] for _, a in busy)
+    print(f"busy policy: {alone:.2f} of the host's energy during a request alone, {beside:.2f} beside a hog")
+    # Alone, the request is the box's only work: it carries nearly all the box's energy during it (the
+    # share is capped at what the host spent), idle power included; beside the hog it shares it.
+    assert alone > 0.75
+    assert beside < 0.5
 
 
 def test_configured_baselines_win_and_bad_ones_are_refused(tmp_path: Path, monkeypatch) -> None:

@@ -435,19 +435,11 @@ class _Sampling:
         unattributed energy counted (``_sample_lock`` held)."""
         dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
         d_busy, d_idle = busy_s - previous.busy_s, idle_s - previous.idle_s
-        a, b = previous.snapshot.joules, snapshot.joules
-        index = self._baseline_index
-        joules = [None if a[i] is None or b[i] is None else b[i] - a[i] for i in index]  # type: ignore[operator]
+        joules = self._period_joules(previous.snapshot, snapshot)
         baselines = self.baselines
         if priced:
             baselines.add_period(snapshot.monotonic_ns, dt_s, d_busy, joules)
-        sums = [0.0, 0.0, 0.0, 0.0]
-        for kind, offset in ((KIND_CPU, 0), (KIND_MEMORY, 2)):
-            for i in self.kind_indices[kind]:
-                j = joules[index[i]]
-                if j is not None:
-                    sums[offset] += j
-                    sums[offset + 1] += baselines.static_joules(index[i], j, dt_s)
+        sums = self._kind_sums(joules, dt_s)
         busy, capacity = _busy_and_capacity(d_busy, d_idle, max(0.0, process_cpu_s - previous.process_cpu_s))
         prices = policy_prices(self.policy, *sums, busy, capacity) if priced else _NO_PRICES
         period = _Period(sums[0], sums[1], sums[2], sums[3], busy, capacity, prices)
@@ -456,6 +448,57 @@ class _Sampling:
         self._unattributed_j[1] += max(0.0, sums[2] - prices.memory * busy)
         self.baseline_state = baselines.state(self._fit_positions)
         return period
+
+    def _period_joules(self, a: EnergySnapshot, b: EnergySnapshot) -> list[float | None]:
+        """Per baseline index, the joules between two snapshots (None where either has no value)."""
+        x, y = a.joules, b.joules
+        return [None if x[i] is None or y[i] is None else y[i] - x[i] for i in self._baseline_index]  # type: ignore[operator]
+
+    def _kind_sums(self, joules: list[float | None], dt_s: float) -> list[float]:
+        """CPU-side joules, their static part, memory joules and theirs, of ``joules`` over ``dt_s`` seconds."""
+        index, baselines = self._baseline_index, self.baselines
+        sums = [0.0, 0.0, 0.0, 0.0]
+        for kind, offset in ((KIND_CPU, 0), (KIND_MEMORY, 2)):
+            for i in self.kind_indices[kind]:
+                j = joules[index[i]]
+                if j is not None:
+                    sums[offset] += j
+                    sums[offset + 1] += baselines.static_joules(index[i], j, dt_s)
+        return sums
+
+    def first_forecast(self) -> _Rates:
+        """The forecast before the sampler's second sample: the prices since its first sample, read now.
+
+        The periods start at the first sample (taken in ``instrument()``); until the second there is
+        no forecast, and a span ending meanwhile (the first request, moments after start-up) would
+        be priced at nothing. Its CPU time is priced instead over the time since the first sample, by
+        the same rules as a period. The history is not extended, so every process's periods stay on
+        the aligned instants. Costs a ``/proc/stat`` read per span event until a forecast exists (at
+        most the first sampler period); GPUs' shares start with the second sample.
+        """
+        rates = self._rates
+        if rates.since_ns or not self._history:
+            return rates
+        try:
+            snapshot = self.meter.snapshot()
+            host = self.clocks.host()
+            process_cpu_s = self.clocks.process_cpu_s()
+        except (ProcfsReadError, OSError):
+            return rates
+        with self._sample_lock:
+            if self._rates.since_ns or not self._history:
+                return self._rates  # the sampler's second sample came first
+            first = self._history[0]
+            dt_s = (snapshot.monotonic_ns - first.monotonic_ns) / 1e9
+            busy, _ = _busy_and_capacity(
+                host.busy_s - first.busy_s, host.idle_s - first.idle_s, max(0.0, process_cpu_s - first.process_cpu_s)
+            )
+            # A few ticks per CPU over so short a time: the capacity is the CPUs' wall time instead.
+            capacity = max(dt_s * max(host.cpus, 1), busy)
+            joules = self._kind_sums(self._period_joules(first.snapshot, snapshot), dt_s)
+        prices = policy_prices(self.policy, *joules, busy, capacity)
+        # Not kept: the next event prices over a longer, steadier time, until the sampler's forecast.
+        return _Rates(first.monotonic_ns, prices.cpu, prices.memory, 0.0, prices.dynamic, 0.0)
 
     def _advance_rates(
         self,

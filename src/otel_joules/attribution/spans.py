@@ -115,6 +115,8 @@ class _SpanPath(_History):
             delta = cpu_s - ledger.cpu_s
             if delta > 0:
                 rates = self._rates
+                if not rates[0]:
+                    rates = self.first_forecast()
                 per_leaf = delta / leaves
                 if ledger.t_ns >= rates[0]:
                     ledger.acc_cpu_j += per_leaf * rates[1]
