@@ -42,7 +42,7 @@ def _raises_missing_extra(tmp_path: Path, setup: str, call: str, extra: str) -> 
     """Run ``call`` after ``setup``; it must raise MissingExtraError (an ImportError) naming ``extra``."""
     code = (
         "import json\n"
-        "from otel_joules.exporters.errors import MissingExtraError\n"
+        "from otel_joules.errors import MissingExtraError\n"
         f"{setup}\n"
         "try:\n"
         f"    {call}\n"

@@ -31,3 +31,7 @@ class SensorReadError(OtelJoulesError):
 
 class DeviceLostError(SensorReadError):
     """A device stopped answering for good (e.g. NVML's GPU_IS_LOST)."""
+
+
+class MissingExtraError(OtelJoulesError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""

@@ -28,7 +28,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
-from otel_joules.exporters.errors import MissingExtraError
+from otel_joules.errors import MissingExtraError
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED
 
 from otel_joules.training.logformat import (

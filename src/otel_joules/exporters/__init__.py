@@ -32,7 +32,8 @@ Example::
 
 from otel_joules.exporters.csv_exporter import DEFAULT_ENERGY_COLUMNS, CsvSpanExporter, csv_header
 from otel_joules.exporters.dataframe_exporter import DataFrameSpanExporter
-from otel_joules.exporters.errors import CsvHeaderMismatchError, ExporterPathError, MissingExtraError
+from otel_joules.errors import MissingExtraError
+from otel_joules.exporters.errors import CsvHeaderMismatchError, ExporterPathError
 from otel_joules.exporters.jsonl_exporter import JsonLinesSpanExporter
 from otel_joules.exporters.mongo_exporter import MongoSpanExporter
 from otel_joules.exporters.otlp_file_exporter import OtlpFileSpanExporter

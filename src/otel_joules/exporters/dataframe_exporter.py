@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_joules._fork import register_fork_hook
-from otel_joules.exporters.errors import MissingExtraError
+from otel_joules.errors import MissingExtraError
 from otel_joules.exporters.records import SpanRecord, span_record
 
 if TYPE_CHECKING:

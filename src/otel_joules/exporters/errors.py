@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from otel_joules.errors import ConfigurationError, OtelJoulesError
+from otel_joules.errors import ConfigurationError
 
 
 class ExporterPathError(ConfigurationError):
@@ -15,6 +15,3 @@ class CsvHeaderMismatchError(ConfigurationError):
     Raised before anything is written, so the existing file is left exactly as it was.
     """
 
-
-class MissingExtraError(OtelJoulesError, ImportError):
-    """An optional dependency is not installed; the message names the extra to install."""

@@ -86,7 +86,7 @@ from typing import Any, ContextManager, Mapping
 
 from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS, RetryingSpanExporter, register_exit_hook
-from otel_joules.exporters.errors import MissingExtraError
+from otel_joules.errors import MissingExtraError
 from otel_joules.exporters.records import AttributeValue, SpanRecord
 
 _LOGGER = logging.getLogger("otel_joules.exporters")

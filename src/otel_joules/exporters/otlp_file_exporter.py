@@ -35,7 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_joules.exporters._files import ExistingFile, FileSpanExporter
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
-from otel_joules.exporters.errors import MissingExtraError
+from otel_joules.errors import MissingExtraError
 
 #: What ``pip install`` needs for this exporter.
 OTLP_FILE_EXTRA = "otel-joules[otlp-file]"

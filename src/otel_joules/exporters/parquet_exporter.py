@@ -88,7 +88,8 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._files import ExistingFile, FileSpanExporter
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
 from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN, DEFAULT_ENERGY_COLUMNS
-from otel_joules.exporters.errors import ExporterPathError, MissingExtraError
+from otel_joules.errors import MissingExtraError
+from otel_joules.exporters.errors import ExporterPathError
 from otel_joules.exporters.jsonl_exporter import record_json_line
 from otel_joules.exporters.records import CORE_FIELDS, SpanRecord
 from otel_joules.exporters.safe_open import create_new

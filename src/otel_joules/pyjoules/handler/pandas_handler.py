@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable, List
 
-from otel_joules.exporters.errors import MissingExtraError
+from otel_joules.errors import MissingExtraError
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace  # noqa: F401 - pyJoules' names
 from otel_joules.pyjoules.exception import PyJoulesException
 from otel_joules.pyjoules.handler.csv_handler import BASE_COLUMNS, domain_columns
