@@ -466,7 +466,7 @@ class _Sampling:
                     sums[offset + 1] += baselines.static_joules(index[i], j, dt_s)
         return sums
 
-    def first_forecast(self) -> _Rates:
+    def first_forecast(self, snapshot: EnergySnapshot | None = None) -> _Rates:
         """The forecast before the sampler's second sample: the prices since its first sample, read now.
 
         The periods start at the first sample (taken in ``instrument()``); until the second there is
@@ -474,13 +474,15 @@ class _Sampling:
         be priced at nothing. Its CPU time is priced instead over the time since the first sample, by
         the same rules as a period. The history is not extended, so every process's periods stay on
         the aligned instants. Costs a ``/proc/stat`` read per span event until a forecast exists (at
-        most the first sampler period); GPUs' shares start with the second sample.
+        most the first sampler period), and a counter read unless ``snapshot`` (read now) is given;
+        GPUs' shares start with the second sample.
         """
         rates = self._rates
         if rates.since_ns or not self._history:
             return rates
         try:
-            snapshot = self.meter.snapshot()
+            if snapshot is None:
+                snapshot = self.meter.snapshot()
             host = self.clocks.host()
             process_cpu_s = self.clocks.process_cpu_s()
         except (ProcfsReadError, OSError):

@@ -104,8 +104,10 @@ class _SpanPath(_History):
     #: ``energy.attribution``'s value (``cpu_time_share/<policy>``).
     attribution_label: str
 
-    def _advance(self, ledger: _Ledger, now_ns: int) -> None:
-        """Credit the thread's CPU time since its last event to its leaf spans (ledger lock held)."""
+    def _advance(self, ledger: _Ledger, now_ns: int, snapshot: EnergySnapshot | None = None) -> None:
+        """Credit the thread's CPU time since its last event to its leaf spans (ledger lock held).
+
+        ``snapshot``: the counters read now (a span's closing snapshot), for :meth:`first_forecast`."""
         try:
             cpu_s = ledger.clock()
         except (OSError, ValueError):
@@ -116,7 +118,7 @@ class _SpanPath(_History):
             if delta > 0:
                 rates = self._rates
                 if not rates[0]:
-                    rates = self.first_forecast()
+                    rates = self.first_forecast(snapshot)
                 per_leaf = delta / leaves
                 if ledger.t_ns >= rates[0]:
                     ledger.acc_cpu_j += per_leaf * rates[1]
@@ -214,7 +216,7 @@ class _SpanPath(_History):
         with ledger.lock:
             if share.ended:
                 return None
-            self._advance(ledger, now_ns)
+            self._advance(ledger, now_ns, end)
             was_leaf = share.leaf
             if was_leaf:
                 share.own_cpu += ledger.acc_cpu_j - share.cpu0
