@@ -193,3 +193,14 @@ def test_the_instrumentor_is_also_reachable_from_the_package() -> None:
     from otel_joules.instrumentation import EnergyInstrumentor
 
     assert EnergyInstrumentor is importlib.import_module("otel_joules.instrumentation.zero_code").EnergyInstrumentor
+
+
+def test_only_package_inits_say_what_is_public() -> None:
+    """``__all__`` is a package's front door; a plain module's public names are those without a leading underscore."""
+    root = Path(otel_joules.__file__).resolve().parent
+    with_all = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.name != "__init__.py" and any(line.startswith("__all__") for line in path.read_text().splitlines())
+    ]
+    assert not with_all

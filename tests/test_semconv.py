@@ -45,7 +45,7 @@ _BACKTICKED = re.compile(r"`([^`]+)`")
 
 
 def _string_constants() -> dict[str, str]:
-    return {name: getattr(semconv, name) for name in semconv.__all__ if isinstance(getattr(semconv, name), str)}
+    return {name: value for name, value in vars(semconv).items() if name.isupper() and not name.startswith("_") and isinstance(value, str)}
 
 
 def _vocabulary_names() -> set[str]:

@@ -28,6 +28,3 @@ def register_fork_hook(target: object, method_name: str) -> None:
             getattr(alive, method_name)()
 
     os.register_at_fork(after_in_child=hook)
-
-
-__all__ = ["register_fork_hook"]

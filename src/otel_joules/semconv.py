@@ -224,9 +224,3 @@ ATTRIBUTED_KIND_KEYS: Final = {
     KIND_MEMORY: ENERGY_ATTRIBUTED_MEMORY_JOULES,
     KIND_GPU: ENERGY_ATTRIBUTED_GPU_JOULES,
 }
-
-#: Every name above, the conventions' own (``PROCESS_*``, ``HOST_NAME``, ``SERVICE_*``) included.
-__all__ = sorted(
-    [name for name, value in globals().items() if name.isupper() and not name.startswith("_")]
-    + ["domain_joules_key", "domain_method_key", "domain_missing_key", "domain_rejected_jump_key", "domain_stale_key"]
-)

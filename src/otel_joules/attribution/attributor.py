@@ -216,6 +216,3 @@ class Attributor(_SpanPath):
                 last.priced,
                 last.period,
             )
-
-
-__all__ = ["Attributor", "check_attribution_options"]

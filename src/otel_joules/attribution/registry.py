@@ -79,6 +79,3 @@ _registry = AttributionRegistry()
 def attributor_for(meter: "EnergyMeter") -> Attributor | None:
     """The shared :class:`Attributor` of ``meter`` (see :class:`AttributionRegistry`)."""
     return _registry.get(meter)
-
-
-__all__ = ["AttributionRegistry", "attributor_for"]

@@ -737,20 +737,3 @@ def _sample_attributor(attributor: _Sampling) -> bool | float:
     if attributor._closed:
         return False
     return attributor._tick()
-
-
-__all__ = [
-    "HISTORY_PERIOD_S",
-    "HISTORY_S",
-    "HISTORY_SUMMARY_BUCKETS",
-    "HISTORY_SUMMARY_PERIOD_S",
-    "HistorySample",
-    "IDLE_AFTER_S",
-    "IDLE_CPU_FRACTION",
-    "IDLE_PERIOD_MAX_S",
-    "MIN_BUSY_S",
-    "MIN_RATE_WINDOW_S",
-    "RATE_WINDOW",
-    "STAT_SLACK_TICKS_PER_CPU",
-    "STAT_TICKS_TOLERANCE",
-]

@@ -123,14 +123,3 @@ def command_attribution(
     return SpanAttribution(
         cpu, memory, gpu, cpu + memory + gpu, dynamic, dynamic, attribution_label(policy), baseline
     )
-
-
-__all__ = [
-    "KINDS",
-    "SpanAttribution",
-    "attribution_label",
-    "command_attribution",
-    "kind_of",
-    "measured_kinds",
-    "share_of_cpu_time",
-]

@@ -300,6 +300,3 @@ def _spent_joules(indices: Sequence[int], start: tuple[float | None, ...], end: 
         if x is not None and y is not None:
             spent += y - x
     return spent
-
-
-__all__ = ["SpanShare"]

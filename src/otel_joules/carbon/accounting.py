@@ -26,8 +26,6 @@ from otel_joules.semconv import (
     ENERGY_CO2EQ_GRAMS,
 )
 
-__all__ = ["CarbonAccounting"]
-
 #: Which share's CO2eq comes from which joules attribute.
 _ATTRIBUTED_CO2EQ = (
     (ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_CO2EQ_GRAMS),

@@ -17,8 +17,6 @@ from otel_joules._fork import register_fork_hook
 from otel_joules.carbon.intensity import CarbonIntensity, resolve_carbon_intensity
 from otel_joules.carbon.providers import LiveProvider
 
-__all__ = ["DEFAULT_REFRESH_S", "RefreshingIntensity"]
-
 #: How often live providers are asked again by default (seconds).
 DEFAULT_REFRESH_S = 900.0
 

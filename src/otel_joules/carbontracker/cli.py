@@ -48,8 +48,6 @@ from otel_joules.delivery.setup import Telemetry, telemetry_from_env
 from otel_joules.config import sdk_disabled
 from otel_joules.errors import ConfigurationError, OtelJoulesError
 
-__all__ = ["build_parser", "main"]
-
 PROG = "python -m otel_joules.carbontracker.cli"
 #: carbontracker's default log directory for its command line.
 DEFAULT_LOG_DIR = "./logs"

@@ -30,8 +30,6 @@ from otel_joules.carbontracker.logs import (
 )
 from otel_joules.training.results import Consumption, ConsumptionKind, EpochResult
 
-__all__ = ["PRINTED_EQUIVALENT_KEYS", "TrackerOutput"]
-
 #: The equivalents carbontracker 2.4.7 prints with ``interpretable=True`` (its conversion
 #: table's latest row: km travelled by car); keys of :data:`otel_joules.carbon.equivalents.FACTORS`.
 PRINTED_EQUIVALENT_KEYS = ("km_by_car",)

@@ -17,16 +17,6 @@ from otel_joules.carbon.units import JOULES_PER_KWH
 from otel_joules.training.logformat import DEFAULT_DECIMAL_PRECISION, MESSAGE_PREFIX, InvalidLogValueError
 from otel_joules.training.results import ConsumptionKind
 
-__all__ = [
-    "PowerValue",
-    "consumption_heading",
-    "format_components_line",
-    "format_consumption",
-    "format_duration",
-    "format_number",
-    "format_power",
-]
-
 # A component name is written as one word ("GPU with device(s) ..." / "for gpu: ..."),
 # so that the parser can find where one component's device list ends.
 _COMPONENT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_-]*$")
@@ -239,5 +229,3 @@ def _format_interval(seconds: float) -> str:
     value = _finite(seconds, "update_interval_seconds")
     # carbontracker prints its integer 900 as "900", not "900.0".
     return str(int(value)) if value.is_integer() else format_number(value)
-
-

@@ -28,22 +28,6 @@ from otel_joules.carbontracker.logs import DEFAULT_DECIMAL_PRECISION, DEFAULT_IN
 from otel_joules.errors import ConfigurationError
 from otel_joules.training.devices import COMPONENT_NAMES, SimulatedDevice
 
-__all__ = [
-    "DEFAULT_SIM_UTILISATION",
-    "DEFAULT_UPDATE_INTERVAL_SECONDS",
-    "KNOWN_API_KEYS",
-    "EpochPlan",
-    "check_api_keys",
-    "check_epochs",
-    "check_output_arguments",
-    "ignored_sim_arguments",
-    "parse_components",
-    "positive_number",
-    "providers_for_api_keys",
-    "resolve_intensity",
-    "simulated_devices",
-]
-
 #: carbontracker 2.4.7's default ``update_interval`` (seconds).
 DEFAULT_UPDATE_INTERVAL_SECONDS = 1
 #: carbontracker's default utilisation of a simulated CPU or GPU.

@@ -59,28 +59,6 @@ from otel_joules.training.logread import (
     parse_standard_log,
 )
 
-__all__ = [
-    "EpochRecord",
-    "LogPair",
-    "LogReadError",
-    "SkippedLogWarning",
-    "StandardLog",
-    "aggregate_consumption",
-    "find_log_pairs",
-    "get_all_logs",
-    "get_avg_power_usages",
-    "get_consumption",
-    "get_devices",
-    "get_early_stop",
-    "get_epoch_durations",
-    "get_most_recent_logs",
-    "parse_all_logs",
-    "parse_duration",
-    "parse_logs",
-    "parse_standard_log",
-    "print_aggregate",
-]
-
 #: carbontracker's dictionary of one consumption block (see :func:`get_consumption`).
 Consumption = Dict[str, Any]
 

@@ -43,8 +43,6 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.exporters.safe_open import open_replace
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED
 
-__all__ = ["EpochPower", "RunReport", "generate_report_from_log", "read_run_report"]
-
 _LOCATION_RE = re.compile(r"at detected location:? (.+?)(?:: \[|\.?[ \t]*$)", re.MULTILINE)
 _ESTIMATE_RE = re.compile(r"ESTIMATE, not a measurement|\((?:estimate|simulated)\)|Using simulated (?:CPU|GPU)")
 

@@ -21,8 +21,6 @@ if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter
     from otel_joules.training.run import TrainingRun
 
-__all__ = ["CarbonTrackerError", "NoComponentsError", "TrackerReadout", "TrackerResult", "TrainingCancelledError"]
-
 
 class CarbonTrackerError(OtelJoulesError):
     """Monitoring failed and ``ignore_errors`` is False; the message says what and what to do.

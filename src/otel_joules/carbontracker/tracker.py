@@ -107,17 +107,6 @@ from otel_joules.training.devices import DeviceSelection
 from otel_joules.training.results import Consumption, EpochResult
 from otel_joules.training.run import TrainingRun, default_tracer_provider
 
-__all__ = [
-    "CarbonTracker",
-    "CarbonTrackerError",
-    "Consumption",
-    "EpochResult",
-    "NoComponentsError",
-    "TrackerResult",
-    "TrainingCancelledError",
-    "parse_components",
-]
-
 #: The instrumentation scope of the tracker's spans.
 INSTRUMENTATION_SCOPE = "otel_joules.carbontracker"
 

@@ -18,8 +18,6 @@ from typing import Any, Callable, Sequence, TextIO
 from otel_joules.cli.summary import format_duration, format_joules
 from otel_joules.meter.meter import EnergyMeter
 
-__all__ = ["EXIT_NOT_EXECUTABLE", "EXIT_NOT_FOUND", "ChildOutcome", "SignalForwarder", "StatusLine", "check_runnable", "run_child"]
-
 #: Exit codes of a shell for a command that cannot be run.
 EXIT_NOT_FOUND = 127
 EXIT_NOT_EXECUTABLE = 126
@@ -207,4 +205,3 @@ def _wait_uninterrupted(wait: Callable[[], int]) -> int:
             return wait()
         except KeyboardInterrupt:
             continue
-

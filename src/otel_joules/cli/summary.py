@@ -24,8 +24,6 @@ from otel_joules.delivery.outcomes import DeliveryReport, iter_failures_by_desti
 from otel_joules.delivery.setup import Telemetry
 from otel_joules.meter.meter import EnergyMeasurement
 
-__all__ = ["RunResult", "failure_line", "format_duration", "format_joules", "summary_lines"]
-
 
 @dataclass
 class RunResult:

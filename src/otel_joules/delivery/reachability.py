@@ -37,8 +37,6 @@ from otel_joules.delivery.destinations import (
 from otel_joules.delivery.outcomes import PROBE_TIMEOUT_S
 from otel_joules.errors import ConfigurationError
 
-__all__ = ["EndpointGate", "sdk_metrics_gate"]
-
 _log = logging.getLogger("otel_joules")
 
 #: The callbacks of one collection ask within milliseconds of each other: one check serves

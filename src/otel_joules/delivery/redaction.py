@@ -67,6 +67,3 @@ def redact_command(command: Sequence[str]) -> list[str]:
 def command_line(command: Sequence[str], *, full: bool = False) -> str:
     """``process.command_line`` for ``command``: shell-quoted, redacted unless ``full``."""
     return shlex.join(command if full else redact_command(command))
-
-
-__all__ = ["REDACTED", "command_line", "redact_argument", "redact_command"]

@@ -22,13 +22,6 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from otel_joules.config import TRACEPARENT, TRACESTATE
 
-__all__ = [
-    "attach_environment_context",
-    "child_environment",
-    "context_from_environment",
-    "environment_for_span",
-]
-
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 

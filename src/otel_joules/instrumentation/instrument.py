@@ -33,8 +33,6 @@ from otel_joules.metrics.instruments import EnergyMetrics
 from otel_joules.tracing._sdk import remove_span_processor, wrap_global_tracer_provider_setter
 from otel_joules.tracing.processor import EnergySpanProcessor
 
-__all__ = ["Instrumentation", "instrument"]
-
 _log = logging.getLogger("otel_joules")
 
 

@@ -101,6 +101,3 @@ class EnergyInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if self._handle is not None:
             self._handle.uninstrument()
             self._handle = None
-
-
-__all__ = ["EnergyInstrumentor"]

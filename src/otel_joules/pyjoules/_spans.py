@@ -67,6 +67,3 @@ class SpanHandle:
             self.span.end()
             return
         end_span_with_measurement(self.span, measurement)
-
-
-__all__ = ["SpanHandle", "TRACER_NAME", "sdk_tracer"]

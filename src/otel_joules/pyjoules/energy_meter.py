@@ -341,20 +341,3 @@ class EnergyContext:
         finally:
             if entered.token is not None:
                 otel_context.detach(entered.token)
-
-
-__all__ = [
-    "CONTEXT_SPAN_NAME",
-    "DeviceFactory",
-    "EnergyContext",
-    "EnergyMeter",
-    "EnergyMeterNotStartedError",
-    "EnergyMeterNotStoppedError",
-    "EnergySample",
-    "EnergyState",
-    "EnergyTrace",
-    "NoNextStateException",
-    "SampleNotFoundError",
-    "StateIsNotFinalError",
-    "measure_energy",
-]

@@ -120,6 +120,3 @@ class EnergyTrace:
             for sample in self._samples
             if all(value >= 0 for value in sample.energy.values()) and all(guard(sample) for guard in guards)
         ]
-
-
-__all__ = ["EnergySample", "EnergyTrace"]

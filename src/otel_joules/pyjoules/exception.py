@@ -44,6 +44,3 @@ class HandlerTypeError(PyJoulesException, ConfigurationError):
 
 class PyJoulesWarning(UserWarning):
     """Some or all requested domains cannot be measured: the code still runs, the message says why."""
-
-
-__all__ = ["DomainTypeError", "HandlerTypeError", "NoSuchDeviceError", "NoSuchDomainError", "PyJoulesException", "PyJoulesWarning"]

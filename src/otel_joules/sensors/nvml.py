@@ -456,21 +456,3 @@ def _wants_any(gpus: Sequence[int | str] | str | None) -> bool:
     if isinstance(gpus, str):
         return bool(gpus.strip(" ,"))
     return len(gpus) > 0
-
-
-__all__ = [
-    "DISCOVERY_DEADLINE_S",
-    "ENERGY_COUNTER_UPDATE_PERIOD_S",
-    "POWER_SAMPLE_PERIOD_S",
-    "UJ_PER_MJ",
-    "GpuSelection",
-    "NvmlChannel",
-    "NvmlEnergyChannel",
-    "NvmlPowerChannel",
-    "NvmlSession",
-    "NvmlUnavailableError",
-    "TimedDiscovery",
-    "default_session",
-    "discover",
-    "discover_within",
-]

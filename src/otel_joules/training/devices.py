@@ -14,8 +14,6 @@ from typing import Mapping, Sequence
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.sensors.base import Domain, HardwareType, Method
 
-__all__ = ["COMPONENT_NAMES", "DeviceSelection", "SimulatedDevice", "component_of", "device_name"]
-
 #: The component names, in the order carbontracker lists them.
 COMPONENT_NAMES = ("gpu", "cpu")
 

@@ -21,8 +21,6 @@ from otel_joules.training.logformat import (
     LogReadError,
 )
 
-__all__ = ["LogPair", "SkippedLogWarning", "check_log_dir", "find_log_pairs", "read_log_text", "warn_skipped"]
-
 
 class SkippedLogWarning(UserWarning):
     """A log file or run was left out of a directory-wide result; the message says which and why."""
@@ -116,5 +114,3 @@ def find_log_pairs(log_dir: str | os.PathLike[str]) -> List[LogPair]:
             continue
         pairs.append(LogPair(stem=stem, std_log=std, output_log=output))
     return pairs
-
-

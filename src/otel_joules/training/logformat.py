@@ -10,31 +10,6 @@ from __future__ import annotations
 
 from otel_joules.errors import OtelJoulesError
 
-__all__ = [
-    "BELOW_RESOLUTION_LOG_PREFIX",
-    "CARBONTRACKER_PUE",
-    "CARBONTRACKER_PUE_SOURCE",
-    "CarbonTrackerLogError",
-    "DEFAULT_DECIMAL_PRECISION",
-    "DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS",
-    "ERR_LOG_SUFFIX",
-    "ESTIMATE_DEVICE_MARKS",
-    "ESTIMATE_LOG_PREFIX",
-    "FILE_TIME_FORMAT",
-    "InvalidLogValueError",
-    "LINE_TIME_FORMAT",
-    "LogFilesNotFoundError",
-    "LogFormatError",
-    "LogWriteError",
-    "MEASURED_LOG_PREFIX",
-    "MESSAGE_PREFIX",
-    "OUTPUT_LOG_SUFFIX",
-    "PROCESS_SHARE_LOG_PREFIX",
-    "SOFTWARE_NAME",
-    "STD_LOG_SUFFIX",
-    "TRACE_ID_LOG_PREFIX",
-]
-
 #: What carbontracker puts before every output-log and console message.
 MESSAGE_PREFIX = "CarbonTracker: "
 #: strftime format of the ``YYYY-mm-dd HH:MM:SS - `` line prefix (local time, as carbontracker).

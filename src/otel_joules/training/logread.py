@@ -27,18 +27,6 @@ from otel_joules.training.logformat import (
     LogFormatError,
 )
 
-__all__ = [
-    "EpochRecord",
-    "StandardLog",
-    "components_line_devices",
-    "consumption_blocks",
-    "get_consumption",
-    "get_early_stop",
-    "looks_like_standard_log",
-    "parse_duration",
-    "parse_standard_log",
-]
-
 #: carbontracker's dictionary of one consumption block (see :func:`get_consumption`).
 Consumption = Dict[str, Any]
 

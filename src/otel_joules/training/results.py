@@ -8,8 +8,6 @@ from typing import Any, Mapping
 
 from otel_joules.carbon.equivalents import Equivalent
 
-__all__ = ["Consumption", "ConsumptionKind", "EpochResult"]
-
 
 class ConsumptionKind(str, enum.Enum):
     """Which consumption block: measured so far, or predicted for the whole training."""

@@ -81,8 +81,6 @@ from otel_joules.tracing.processor import end_span_with_measurement
 from otel_joules.training.devices import DeviceSelection
 from otel_joules.training.results import Consumption, ConsumptionKind, EpochResult
 
-__all__ = ["TrainingRun", "default_tracer_provider"]
-
 #: Stands for "nothing measured" where a span must end without a measurement (a failure
 #: before the closing snapshot): no energy attributes, and no processor measures instead.
 _NOTHING_MEASURED = EnergyMeasurement(0.0, {}, 0.0, 0.0, SOURCE_MEASURED, False)

@@ -241,13 +241,3 @@ class Device:
             joules = snapshot.joules[self._meter.domain_index(domain.domain_id)]
             values.append(None if joules is None else joules_to_microjoules(joules))
         return values
-
-
-__all__ = [
-    "Device",
-    "NotConfiguredDeviceException",
-    "domain_for_id",
-    "joules_to_microjoules",
-    "reads_core_meter",
-    "why_not_measured",
-]

@@ -161,6 +161,3 @@ class DeviceFactory:
             device.configure(group)
             devices.append(device)
         return devices
-
-
-__all__ = ["DEVICE_TYPES", "DeviceFactory", "Selection", "all_available_domains", "check_domains", "select_domains"]

@@ -53,6 +53,3 @@ class Domain:
 
     def __hash__(self) -> int:
         return hash(self.domain_id)
-
-
-__all__ = ["Domain"]

@@ -58,6 +58,3 @@ class MeterDevice(Device):
     """The core meter's domains that are neither RAPL sockets nor NVIDIA GPUs."""
 
     domain_types = (MeterDomain,)
-
-
-__all__ = ["MeterDevice", "MeterDomain"]

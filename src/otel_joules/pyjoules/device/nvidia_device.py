@@ -85,6 +85,3 @@ class NvidiaGPUDevice(Device):
     """
 
     domain_types = (NvidiaGPUDomain,)
-
-
-__all__ = ["GPUDoesNotSupportEnergyMonitoringError", "NvidiaGPUDevice", "NvidiaGPUDomain"]

@@ -113,14 +113,3 @@ class RaplDevice(Device):
     """
 
     domain_types = (RaplDomain,)
-
-
-__all__ = [
-    "RAPL_DOMAIN_CLASSES",
-    "RaplCoreDomain",
-    "RaplDevice",
-    "RaplDomain",
-    "RaplDramDomain",
-    "RaplPackageDomain",
-    "RaplUncoreDomain",
-]

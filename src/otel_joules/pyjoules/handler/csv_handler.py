@@ -203,6 +203,3 @@ class CSVHandler(EnergyHandler):
             "nothing was written and the traces are kept: save to a new file (CSVHandler('other.csv')) or measure "
             "the same domains as that file (domains=[...])"
         )
-
-
-__all__ = ["CSVHandler", "CSVHeaderMismatchError", "CSVPathError", "CSVWriteError", "domain_columns", "format_rows"]

@@ -108,6 +108,3 @@ if hasattr(os, "register_at_fork"):
     # The class-level fallback lock (handlers that skip EnergyHandler.__init__) is shared;
     # a thread holding it at a fork would leave it held in the child.
     os.register_at_fork(after_in_child=_new_fallback_lock)
-
-
-__all__ = ["EnergyHandler", "UnconsistantSamplesError", "register_exit_hook"]

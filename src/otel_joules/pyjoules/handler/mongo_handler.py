@@ -135,6 +135,3 @@ class MongoHandler(EnergyHandler):
                 ) from None
             self.trace_id += len(documents)
             self._forget(len(traces))
-
-
-__all__ = ["MongoHandler", "MongoInitError", "MongoSaveError", "sample_to_dict", "trace_to_dict"]

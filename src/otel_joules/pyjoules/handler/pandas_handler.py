@@ -75,6 +75,3 @@ class PandasHandler(EnergyHandler):
         if not self.traces:
             raise NoSampleProcessedError("no measurement has reached this PandasHandler yet; call the measured code first")
         return trace_to_dataframe(samples)
-
-
-__all__ = ["NoSampleProcessedError", "PandasHandler", "trace_to_dataframe"]

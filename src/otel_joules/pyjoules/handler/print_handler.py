@@ -31,6 +31,3 @@ class PrintHandler(EnergyHandler):
         text = "".join(format_sample(sample) + "\n" for sample in trace)
         if text:
             sys.stdout.write(text)
-
-
-__all__ = ["PrintHandler", "format_sample"]
