@@ -332,6 +332,8 @@ start = time.perf_counter()
 import duckdb
 jsonl_glob, otlp = sys.argv[1], sys.argv[2]
 con = duckdb.connect()
+# A query past 2 s draws a progress bar on stdout, where the figures go.
+con.execute('SET enable_progress_bar = false')
 query_start = time.perf_counter()
 jsonl = con.execute(f'''
     SELECT count(*), sum(attributes."energy.joules"), sum(attributes."energy.attributed.joules")
@@ -370,6 +372,14 @@ def measured(command: Sequence[str], out: Path) -> dict[str, Any]:
     return figures
 
 
+def _last_json_line(path: Path) -> dict[str, Any]:
+    """The last line of ``path`` that is a JSON object (the anchor's figures), or {}."""
+    for line in reversed(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        if line.startswith("{"):
+            return json.loads(line)
+    return {}
+
+
 def report_totals(path: Path) -> dict[str, Any]:
     """The ``totals`` object of a ``--json`` report, read line by line (the runs before it may be GBs)."""
     captured: list[str] = []
@@ -404,7 +414,7 @@ def run_size(size_mb: float, otlp_share: float, by: str | None, workdir: Path | 
             [sys.executable, "-c", _ANCHOR, str(archive / "jsonl" / "*" / "*.jsonl"), str(otlp) if otlp.exists() else ""],
             tmp / "anchor.json",
         )
-        anchor_totals = json.loads((tmp / "anchor.json").read_text().strip().splitlines()[-1]) if anchor["rc"] == 0 else {}
+        anchor_totals = _last_json_line(tmp / "anchor.json") if anchor["rc"] == 0 else {}
         grouped = None
         if by:
             grouped = measured([*cli, "--by", by, "--json", str(archive)], tmp / "groups.json")
