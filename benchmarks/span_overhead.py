@@ -72,7 +72,7 @@ from otel_joules.config import Settings
 from otel_joules.sensors import rapl
 from otel_joules.sensors.base import Channel, Domain, HardwareType
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
-from otel_joules.tracing.processor import _set_attributes
+from otel_joules.tracing._sdk import set_clean_attributes
 from tests.fakes.powercap import make_powercap
 
 #: Issue 10's bounds on instrumented / bare, per mode.
@@ -104,7 +104,7 @@ class _FloorEnd:
         end = processor.read()
         attributes = processor.template.copy()
         attributes.update(zip(processor.keys, map(operator.sub, end, self._start)))
-        _set_attributes(span, attributes)
+        set_clean_attributes(span, attributes)
         type(span).end(span, end_time)
 
 
@@ -255,7 +255,7 @@ def measure_accuracy(max_age_s: float, watts: float = 50.0, span_s: float = 0.02
 def _set_fresh(span, attributes: dict) -> None:  # type: ignore[no-untyped-def]
     """The processor's attribute setter on a span that does not hold these keys yet (as at a span's end)."""
     span._attributes._dict.clear()
-    _set_attributes(span, attributes)
+    set_clean_attributes(span, attributes)
 
 
 def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
@@ -282,7 +282,7 @@ def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
         "thread_cpu_clock_read_ns": best(clock),
         "open_and_close_share_ns": best(lambda: attributor.close_span(attributor.open_span(None), start, end)),
         "build_attributes_ns": best(lambda: plan.add_attribution(attribution, plan.attributes(start, end))),  # type: ignore[arg-type]
-        # What the processor does (tracing.processor._set_attributes) and what the SDK's own call costs.
+        # What the processor does (tracing._sdk.set_clean_attributes) and what the SDK's own call costs.
         "set_all_attributes_ns": best(lambda: _set_fresh(span, merged)),
         "sdk_set_attributes_ns": best(lambda: span.set_attributes(merged)),
         "attributes_count": len(merged),
