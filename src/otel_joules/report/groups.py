@@ -45,19 +45,20 @@ from typing import Any, Sequence
 from otel_joules.errors import ConfigurationError
 from otel_joules.exporters.safe_open import open_replace
 from otel_joules.report.model import ReportError, Skipped
+from otel_joules.semconv import HOST_NAME, SERVICE_NAME
 
 #: The short keys of ``--by``, and what each stands for (the module docstring's table).
 GROUP_KEYS: dict[str, str] = {
-    "service": "service.name",
+    "service": SERVICE_NAME,
     "span": "the span's name",
-    "host": "host.name",
+    "host": HOST_NAME,
     "user": "process.owner, else user.name",
     "job": "slurm.job.id, else torchrun.run_id",
     "day": "the UTC day the span started (YYYY-MM-DD)",
 }
 #: The attributes each short key reads, in order (the first one a span has).
 KEY_ATTRIBUTES: dict[str, tuple[str, ...]] = {
-    "host": ("host.name",),
+    "host": (HOST_NAME,),
     "user": ("process.owner", "user.name"),
     "job": ("slurm.job.id", "torchrun.run_id"),
 }
