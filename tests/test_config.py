@@ -1,4 +1,4 @@
-"""otel_joules.config: the one home of every OTEL_JOULES_* variable, its README table, bad values."""
+"""otel_joules.config: the one home of every OTEL_JOULES_* variable, its documented table (docs/configuration.md), bad values."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from otel_joules import config
 from otel_joules.config import ENVIRONMENT_VARIABLES, Settings
 from otel_joules.errors import ConfigurationError
 
+from tests.helpers.docs import documentation_text
 from tests.helpers.processes import REPO
 
-README = REPO / "README.md"
 SOURCE = REPO / "src" / "otel_joules"
 
 #: The values every variable is fuzzed with (issue 13).
@@ -24,8 +24,8 @@ HOSTILE_VALUES = ("garbage", "-1", "nan", "inf", "1e400", "")
 
 
 def _readme_settings_rows() -> dict[str, str]:
-    """Variable -> default column of the README's settings table (the one headed 'setting | environment variable')."""
-    text = README.read_text()
+    """Variable -> default column of the documentation's settings table (the one headed 'setting | environment variable')."""
+    text = documentation_text()
     table = text[text.index("| setting | environment variable | default |") :]
     rows: dict[str, str] = {}
     for line in table.splitlines()[2:]:
@@ -183,7 +183,7 @@ def test_bad_keywords_in_code_are_errors(overrides: dict[str, object], message: 
 
 
 def test_settings_defaults_are_the_readme_table() -> None:
-    # README "What can be measured here": /sys, 85 W TDP, 0.375 W/GB, 1000 W bound, 0 s snapshot reuse.
+    # docs/configuration.md's settings table: /sys, 85 W TDP, 0.375 W/GB, 1000 W bound, 0 s snapshot reuse.
     assert Settings.from_env({}) == Settings(
         sysfs_root="/sys",
         cpu_tdp_watts=85.0,

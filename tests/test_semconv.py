@@ -1,6 +1,6 @@
-"""The vocabulary is defined once (otel_joules.semconv) and the README's tables say the same.
+"""The vocabulary is defined once (otel_joules.semconv) and the documentation's tables (README.md, docs/*.md) say the same.
 
-- every span attribute, span/event name and metric name/attribute in semconv is in the README's
+- every span attribute, span/event name and metric name/attribute in semconv is in the documentation's
   vocabulary tables, and every dotted name in those tables is in semconv (``energy.<domain>.joules``
   style names as the ``domain_*_key`` patterns);
 - no other module of the package defines a string constant equal to one of semconv's values, and
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from otel_joules import semconv
+from tests.helpers.docs import documentation_text
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "src" / "otel_joules"
-README = ROOT / "README.md"
 
 #: Files allowed to define or alias vocabulary names: none.
 _NOT_YET_CONVERTED: set[str] = set()
@@ -54,10 +54,10 @@ def _vocabulary_names() -> set[str]:
 
 
 def _readme_tables() -> dict[str, list[list[str]]]:
-    """The README's Markdown tables by their first header cell (lowercase), as rows of cells."""
+    """The documentation's (README.md and docs/*.md) Markdown tables by their first header cell (lowercase), as rows of cells."""
     tables: dict[str, list[list[str]]] = {}
     rows: list[list[str]] = []
-    for line in [*README.read_text(encoding="utf-8").splitlines(), ""]:
+    for line in [*documentation_text().splitlines(), ""]:
         if line.startswith("|"):
             rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
             continue
@@ -71,7 +71,7 @@ def _readme_tables() -> dict[str, list[list[str]]]:
 def _vocabulary_tokens() -> set[str]:
     tables = _readme_tables()
     missing = VOCABULARY_TABLES - set(tables)
-    assert not missing, f"README has no table headed {sorted(missing)}"
+    assert not missing, f"the documentation has no table headed {sorted(missing)}"
     return {
         token
         for header in VOCABULARY_TABLES
@@ -82,10 +82,10 @@ def _vocabulary_tokens() -> set[str]:
 
 
 def _readme_prose_tokens() -> set[str]:
-    """Every backticked token of the README outside fenced code blocks (whose ``` would pair wrongly)."""
+    """Every backticked token of the documentation outside fenced code blocks (whose ``` would pair wrongly)."""
     tokens: set[str] = set()
     fenced = False
-    for line in README.read_text(encoding="utf-8").splitlines():
+    for line in documentation_text().splitlines():
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif not fenced:
@@ -112,9 +112,9 @@ def test_every_semconv_name_is_in_the_readme_tables() -> None:
         for value in _vocabulary_names()
         if value not in (readme if value in _RESOURCE_ATTRIBUTES else tokens)
     )
-    assert not missing, f"semconv names missing from the README's tables: {missing}"
+    assert not missing, f"semconv names missing from the documentation's tables: {missing}"
     templates = [key("<domain>") for key in _DOMAIN_KEYS]
-    assert set(templates) <= tokens, f"README tables lack the per-domain names {templates}"
+    assert set(templates) <= tokens, f"the documentation's tables lack the per-domain names {templates}"
     assert {"cpu_estimate", "memory_estimate"} <= tokens
 
 
@@ -125,7 +125,7 @@ def test_every_dotted_name_in_the_readme_tables_is_in_semconv() -> None:
         for token in _vocabulary_tokens()
         if _DOTTED.match(token) and token not in names and not _is_domain_key(token)
     )
-    assert not unknown, f"README names not defined in otel_joules.semconv: {unknown}"
+    assert not unknown, f"documented names not defined in otel_joules.semconv: {unknown}"
 
 
 def test_the_readme_check_catches_an_unknown_name() -> None:

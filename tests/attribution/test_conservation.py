@@ -27,7 +27,7 @@ from tests.fakes.procfs import FakeProcfs, TickingProcfs
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
 #: Long enough that the start of the work weighs little: the first spans of a process that was idle are
-#: priced at a forecast that has no busy period yet (README: the first 0.1 s after the load changes).
+#: priced at a forecast that has no busy period yet (docs/attribution.md: the first 0.1 s after the load changes).
 WORK_S = 5.0
 
 

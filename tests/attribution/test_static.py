@@ -243,7 +243,7 @@ def test_instrument_takes_the_policy_and_refuses_a_bad_one(tmp_path: Path) -> No
 
 @pytest.mark.skipif(os.cpu_count() is None, reason="needs os.cpu_count()")
 def test_the_64_core_example_in_the_readme() -> None:
-    """The README's figures come from the model's prices: 64 cores idling at 100 W, 3 W per busy core, a lone
+    """docs/attribution.md's figures come from the model's prices: 64 cores idling at 100 W, 3 W per busy core, a lone
     20 ms request in a 0.1 s period."""
     from otel_joules.attribution.sampling import policy_prices
 

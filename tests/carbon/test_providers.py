@@ -535,7 +535,7 @@ def test_provider_problems_in_arguments_are_errors() -> None:
         providers_from_env({}, api_keys={"electricitymaps": "k"})
 
 
-# The cache and back-off defaults README.md documents, on the real base class.
+# The cache and back-off defaults docs/carbon.md documents, on the real base class.
 
 
 class _Clock:

@@ -6,11 +6,11 @@ because otel-joules sets ``energy.joules`` as a double; ``{ span.energy.joules >
 does. The same holds for an aggregate over a double attribute (``| sum(span.x) > 10000.0``),
 and the other way round for the integer attributes (``process.pid``).
 
-Which attributes are doubles comes from README.md's span attribute table (doubles unless
+Which attributes are doubles comes from the span attribute table (docs/attributes.md) (doubles unless
 marked ``(string)``, ``(bool)`` or ``(int)``; ``tests/test_semconv.py`` checks that table
 against ``otel_joules.semconv``). The queries are found in every shipped file: the
 dashboards, Grafana's provisioning, the Tempo configuration's comments, collector/README.md
-and README.md.
+and the documentation (README.md, docs/*.md).
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import pytest
 import yaml
 
 from otel_joules import semconv
+from tests.helpers.docs import documentation_files, documentation_text
 from tests.helpers.processes import REPO
 
 COLLECTOR_DIR = REPO / "collector"
-README = REPO / "README.md"
 
 # --- which attributes are doubles -----------------------------------------------------------
 
@@ -72,7 +72,7 @@ def attribute_types(readme: str) -> AttributeTypes:
     return AttributeTypes(tuple(doubles), tuple(integers))
 
 
-TYPES = attribute_types(README.read_text(encoding="utf-8"))
+TYPES = attribute_types(documentation_text())
 
 
 def test_the_attribute_table_is_read_as_the_semconv_module_defines() -> None:
@@ -102,8 +102,8 @@ _COMPARISONS = (
 
 
 def shipped_files() -> list[Path]:
-    """Every file shipped that may hold a query: README.md and collector/'s docs and configs (not the build output)."""
-    files = [README] + sorted(p for p in COLLECTOR_DIR.rglob("*")
+    """Every file shipped that may hold a query: README.md, docs/*.md and collector/'s docs and configs (not the build output)."""
+    files = documentation_files() + sorted(p for p in COLLECTOR_DIR.rglob("*")
                               if p.suffix in {".md", ".json", ".yaml", ".yml"} and "_build" not in p.relative_to(COLLECTOR_DIR).parts)
     return [p for p in files if p.is_file()]
 

@@ -41,6 +41,7 @@ from typing import Any, Iterator
 import pytest
 
 from tests.fakes.powercap import ConstantPower, make_powercap
+from tests.helpers.docs import documentation_files
 from tests.helpers.processes import REPO, clean_env
 from tests.helpers.prometheus import Prometheus, ScrapeJob, free_port, prometheus_binary, start_prometheus
 from tests.helpers.stack import Collector, Jaeger, stack_binary, start_collector, start_jaeger, wait_until
@@ -283,7 +284,7 @@ def readme_expressions(path: Path) -> list[Expression]:
 
 
 EXPRESSIONS = (dashboard_expressions() + readme_expressions(COLLECTOR_DIR / "README.md")
-               + readme_expressions(REPO / "README.md"))
+               + [e for path in documentation_files() for e in readme_expressions(path)])
 
 
 def test_every_place_ships_promql() -> None:
@@ -291,7 +292,7 @@ def test_every_place_ships_promql() -> None:
     assert {"otel-joules-energy.json", "collector/README.md", "README.md"} <= places, places
     # Both paths are exercised, and each README comment that names a path was understood.
     assert {p for e in EXPRESSIONS for p in e.paths} == set(PATHS)
-    for readme in (COLLECTOR_DIR / "README.md", REPO / "README.md"):
+    for readme in (COLLECTOR_DIR / "README.md", *documentation_files()):
         for block in re.findall(r"```promql\n(.*?)```", readme.read_text(encoding="utf-8"), flags=re.S):
             for comment, _ in _commented(block):
                 if re.search(r"(?i)\b(either path|collector|direct scrape)\.\s*$", comment):

@@ -1,9 +1,9 @@
-"""The sensors' figures README.md documents as defaults, checked on the code paths that use them.
+"""The sensors' figures the documentation (README.md, docs/) gives as defaults, checked on the code paths that use them.
 
 Other tests pass these values explicitly (``max_power_watts=1000.0``, ``cache_ttl_s=900``)
 or hand the estimator channels their watts directly, so a changed default or a broken
 sizing of the estimator from this machine's CPU count and memory went unnoticed. Each
-expected number here is the README's figure or arithmetic on inputs the test fixes.
+expected number here is the documentation's figure or arithmetic on inputs the test fixes.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def test_estimator_settings_from_the_environment_size_the_model(monkeypatch: pyt
 
 
 def test_rapl_zone_without_power_constraint_is_sampled_for_1_kw(tmp_path: Path) -> None:
-    # README: four reads per wrap period at the zone's maximum power, else 1 kW.
+    # docs/measuring.md: four reads per wrap period at the zone's maximum power, else 1 kW.
     pc = make_powercap(tmp_path, "amd", range_uj=1_000_000, max_power_uw=None)
     (package, _core) = rapl.discover(Settings.from_env({"OTEL_JOULES_SYSFS_ROOT": pc.sysfs_root})).channels
     assert package.max_read_interval_s == pytest.approx(1.0 / 1000.0 / 4)
