@@ -32,7 +32,6 @@ from typing import Any, Iterator, Sequence
 from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
 from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.model import ReportError, SpanRow
-from otel_joules.report.record_checks import checked_attributes
 from otel_joules.report.sql import (
     FORMAT_CSV,
     FORMAT_JSONL,
@@ -46,6 +45,7 @@ from otel_joules.report.sql import (
     spark_csv_select,
     spark_jsonl_select,
     spark_parquet_select,
+    trace_spans,
 )
 
 #: What to install when pyspark is missing.
@@ -331,34 +331,9 @@ class SparkSpanStore:
             yield self._trace(tuple(row))
 
     def _trace(self, row: tuple[Any, ...]) -> TraceSpans:
-        (trace_id, sources, root_name, root_service, first_service, start, end, stepped, longest, spans) = row
-        groups: tuple[list[SpanRow], ...] = ([], [], [], [])
-        for item in spans or ():
-            span = SpanRow(
-                trace_id=trace_id,
-                span_id=item["span_id"],
-                parent_span_id=item["parent"],
-                name=item["name"],
-                start_unix_nano=item["start"],
-                end_unix_nano=item["end"],
-                service_name=item["service"],
-                attributes=checked_attributes(json.loads(item["attrs"])),
-                source=self._files[item["file"]],
-            )
-            for group, flag in zip(groups, item["flags"]):
-                if flag:
-                    group.append(span)
-        return TraceSpans(
-            trace_id=trace_id,
-            sources=tuple(self._files[i] for i in sources),
-            attributed=tuple(groups[0]),
-            attributed_self=tuple(groups[1]),
-            interval=tuple(groups[2]),
-            epochs=tuple(groups[3]),
-            root_name=root_name,
-            service_name=root_service if root_service is not None else first_service,
-            start_unix_nano=start,
-            end_unix_nano=end,
-            stepped=int(stepped),
-            longest_duration_s=longest,
+        spans = (
+            (item["span_id"], item["parent"], item["name"], item["start"], item["end"], item["service"], item["attrs"],
+             item["file"], *item["flags"])
+            for item in row[9] or ()
         )
+        return trace_spans(self._files, row[:9], spans)

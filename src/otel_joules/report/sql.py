@@ -805,37 +805,7 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
             yield self._trace(figures, spans)
 
     def _trace(self, figures: tuple[Any, ...], spans: list[tuple[Any, ...]]) -> TraceSpans:
-        (trace_id, sources, root_name, root_service, first_service, start, end, stepped, longest) = figures
-        groups: tuple[list[SpanRow], ...] = ([], [], [], [])
-        for span_id, parent, name, span_start, span_end, service, attrs, file_idx, *flags in spans:
-            span = SpanRow(
-                trace_id=trace_id,
-                span_id=span_id,
-                parent_span_id=parent,
-                name=name,
-                start_unix_nano=span_start,
-                end_unix_nano=span_end,
-                service_name=service,
-                attributes=checked_attributes(json.loads(attrs)),
-                source=self._files[file_idx],
-            )
-            for group, flag in zip(groups, flags):
-                if flag:
-                    group.append(span)
-        return TraceSpans(
-            trace_id=trace_id,
-            sources=tuple(self._files[i] for i in sources),
-            attributed=tuple(groups[0]),
-            attributed_self=tuple(groups[1]),
-            interval=tuple(groups[2]),
-            epochs=tuple(groups[3]),
-            root_name=root_name,
-            service_name=root_service if root_service is not None else first_service,
-            start_unix_nano=start,
-            end_unix_nano=end,
-            stepped=int(stepped),
-            longest_duration_s=longest,
-        )
+        return trace_spans(self._files, figures, spans)
 
 
 # -- Spark SQL: the same checks and aggregation in Spark's dialect ---------------------------------------------------
@@ -1299,3 +1269,40 @@ def groups_parquet_bytes(by: Sequence[str], columns: Sequence[str], rows: Sequen
     finally:
         con.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def trace_spans(files: Sequence[str], figures: Sequence[Any], spans: Iterable[Sequence[Any]]) -> TraceSpans:
+    """One trace's :class:`TraceSpans` from its figures (id, sources, root name and service, first service,
+    start, end, clock steps, longest duration) and its counted spans (id, parent, name, start, end, service,
+    attributes as JSON, file index, then a flag per group), as either engine's trace query returns them."""
+    (trace_id, sources, root_name, root_service, first_service, start, end, stepped, longest) = figures
+    groups: tuple[list[SpanRow], ...] = ([], [], [], [])
+    for span_id, parent, name, span_start, span_end, service, attrs, file_idx, *flags in spans:
+        span = SpanRow(
+            trace_id=trace_id,
+            span_id=span_id,
+            parent_span_id=parent,
+            name=name,
+            start_unix_nano=span_start,
+            end_unix_nano=span_end,
+            service_name=service,
+            attributes=checked_attributes(json.loads(attrs)),
+            source=files[file_idx],
+        )
+        for group, flag in zip(groups, flags):
+            if flag:
+                group.append(span)
+    return TraceSpans(
+        trace_id=trace_id,
+        sources=tuple(files[i] for i in sources),
+        attributed=tuple(groups[0]),
+        attributed_self=tuple(groups[1]),
+        interval=tuple(groups[2]),
+        epochs=tuple(groups[3]),
+        root_name=root_name,
+        service_name=root_service if root_service is not None else first_service,
+        start_unix_nano=start,
+        end_unix_nano=end,
+        stepped=int(stepped),
+        longest_duration_s=longest,
+    )
