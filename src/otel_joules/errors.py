@@ -8,6 +8,9 @@ the fault is reported once as a warning (see :mod:`otel_joules.meter`).
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 
 class OtelJoulesError(Exception):
     """Base class of every exception otel-joules raises."""
@@ -35,3 +38,18 @@ class DeviceLostError(SensorReadError):
 
 class MissingExtraError(OtelJoulesError, ImportError):
     """An optional dependency is not installed; the message names the extra to install."""
+
+
+def import_extra(module: str, feature: str, extra: str) -> Any:
+    """Import an optional dependency when a feature first needs it, or say in one line which extra installs it.
+
+    Raises:
+        MissingExtraError: ``module`` cannot be imported: "<feature> needs <module>, which is not installed:
+            pip install 'otel-joules[<extra>]'".
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingExtraError(
+            f"{feature} needs {module.split('.')[0]}, which is not installed: pip install 'otel-joules[{extra}]'"
+        ) from None

@@ -26,27 +26,17 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_joules._fork import register_fork_hook
-from otel_joules.errors import MissingExtraError
+from otel_joules.errors import import_extra
 from otel_joules.exporters.records import SpanRecord, span_record
 
 if TYPE_CHECKING:
     import pandas as pd
 
 
-#: What ``pip install`` needs for :meth:`DataFrameSpanExporter.dataframe`.
-PANDAS_EXTRA = "otel-joules[pandas]"
-
-
 def _pandas() -> Any:
     # Imported when first needed: pandas is an extra (the base install has none), and it takes a
     # noticeable time to import, which a process that only writes CSV should not pay.
-    try:
-        import pandas
-    except ImportError:
-        raise MissingExtraError(
-            f"DataFrameSpanExporter needs pandas, which is not installed: pip install '{PANDAS_EXTRA}'"
-        ) from None
-    return pandas
+    return import_extra("pandas", "DataFrameSpanExporter", "pandas")
 
 
 class DataFrameSpanExporter(SpanExporter):

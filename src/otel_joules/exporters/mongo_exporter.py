@@ -217,7 +217,7 @@ class MongoSpanExporter(RetryingSpanExporter[dict[str, Any]]):
     and closes it). Nothing is contacted at construction: a server that is down then
     only delays the spans (see the module docstring).
 
-    Raises :class:`~otel_joules.exporters.errors.MissingExtraError` when pymongo is
+    Raises :class:`~otel_joules.errors.MissingExtraError` when pymongo is
     needed and not installed, :class:`~otel_joules.errors.ConfigurationError` for
     unusable arguments.
     """

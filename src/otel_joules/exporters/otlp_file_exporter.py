@@ -70,7 +70,7 @@ class OtlpFileSpanExporter(FileSpanExporter):
 
         provider.add_span_processor(BatchSpanProcessor(OtlpFileSpanExporter("traces.otlp.jsonl")))
 
-    Raises :class:`~otel_joules.exporters.errors.MissingExtraError` when the encoder is
+    Raises :class:`~otel_joules.errors.MissingExtraError` when the encoder is
     not installed (``pip install 'otel-joules[otlp-file]'``) and
     :class:`~otel_joules.exporters.errors.ExporterPathError` when ``path`` cannot be written.
     """

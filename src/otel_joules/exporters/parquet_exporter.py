@@ -69,7 +69,7 @@ warning. If writing the Parquet file fails (disk full), the journal stays and ke
 being appended to, with one error; the next rotation tries again.
 
 Needs pyarrow: ``pip install 'otel-joules[parquet]'``
-(:class:`~otel_joules.exporters.errors.MissingExtraError` at construction otherwise).
+(:class:`~otel_joules.errors.MissingExtraError` at construction otherwise).
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._files import ExistingFile, FileSpanExporter
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
 from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN, DEFAULT_ENERGY_COLUMNS
-from otel_joules.errors import MissingExtraError
+from otel_joules.errors import import_extra
 from otel_joules.exporters.errors import ExporterPathError
 from otel_joules.exporters.jsonl_exporter import record_json_line
 from otel_joules.exporters.records import CORE_FIELDS, SpanRecord
@@ -97,8 +97,6 @@ from otel_joules.semconv import ENERGY_SOURCE
 
 _LOGGER = logging.getLogger("otel_joules.exporters")
 
-#: What ``pip install`` needs for this exporter.
-PARQUET_EXTRA = "otel-joules[parquet]"
 #: The files' ``otel_joules.schema`` metadata value: this module's schema, version 1.
 SCHEMA_VERSION = "span_records/1"
 #: Suffix of a file's journal while it is open (with a leading ``.`` on the name).
@@ -113,14 +111,8 @@ ROWS_PER_GROUP = 65_536
 
 
 def _pyarrow() -> tuple[Any, Any]:
-    try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-    except ImportError:
-        raise MissingExtraError(
-            f"the Parquet exporter needs pyarrow, which is not installed: pip install '{PARQUET_EXTRA}'"
-        ) from None
-    return pa, pq
+    feature = "the Parquet exporter"
+    return import_extra("pyarrow", feature, "parquet"), import_extra("pyarrow.parquet", feature, "parquet")
 
 
 def parquet_schema() -> Any:
@@ -365,7 +357,7 @@ class ParquetSpanExporter(FileSpanExporter):
 
         provider.add_span_processor(BatchSpanProcessor(ParquetSpanExporter("out/spans.parquet")))
 
-    Raises :class:`~otel_joules.exporters.errors.MissingExtraError` without pyarrow
+    Raises :class:`~otel_joules.errors.MissingExtraError` without pyarrow
     (``pip install 'otel-joules[parquet]'``) and
     :class:`~otel_joules.exporters.errors.ExporterPathError` when the folder cannot be written.
     """

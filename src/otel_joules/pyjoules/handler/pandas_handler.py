@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Iterable, List
 
-from otel_joules.errors import MissingExtraError
+from otel_joules.errors import import_extra
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace  # noqa: F401 - pyJoules' names
 from otel_joules.pyjoules.exception import PyJoulesException
 from otel_joules.pyjoules.handler.csv_handler import BASE_COLUMNS, domain_columns
@@ -21,19 +21,9 @@ from otel_joules.pyjoules.handler.handler import EnergyHandler, UnconsistantSamp
 if TYPE_CHECKING:
     import pandas
 
-#: What ``pip install`` needs for DataFrames.
-PANDAS_EXTRA = "otel-joules[pandas]"
-
-
 def _pandas() -> Any:
     # Imported when first needed: the base install has no pandas.
-    try:
-        import pandas
-    except ImportError:
-        raise MissingExtraError(
-            f"PandasHandler needs pandas, which is not installed: pip install '{PANDAS_EXTRA}'"
-        ) from None
-    return pandas
+    return import_extra("pandas", "PandasHandler", "pandas")
 
 
 class NoSampleProcessedError(PyJoulesException):
@@ -57,7 +47,7 @@ def trace_to_dataframe(trace: Iterable[EnergySample]) -> "pandas.DataFrame":
 class PandasHandler(EnergyHandler):
     """Collects traces in memory; :meth:`get_dataframe` returns them as one DataFrame.
 
-    Raises :class:`~otel_joules.exporters.errors.MissingExtraError` at construction when
+    Raises :class:`~otel_joules.errors.MissingExtraError` at construction when
     pandas is not installed (``pip install 'otel-joules[pandas]'``), before anything is measured.
     """
 
