@@ -39,6 +39,13 @@ DEVICE_READ_DEADLINE_S = 0.1
 #: so a value at most 1 ms old (1% of that period) is one a fresh read would almost always return.
 #: Back-to-back spans then share one read per millisecond; spans further apart each hand over a read.
 DEVICE_FRESH_S = 0.001
+#: While snapshots keep asking, the device's thread reads again this often, so a span takes a value
+#: about this old without handing a read over and waiting for it (the span path never waits on the
+#: thread then) ...
+DEVICE_REREAD_S = DEVICE_FRESH_S
+#: ... until no snapshot has asked for this long: then the thread sleeps until the next one asks
+#: (which waits for its read, at most DEVICE_READ_DEADLINE_S), so an idle program pays no reads.
+DEVICE_IDLE_S = 0.1
 #: A failing read is retried after this long, doubling after every further failure ...
 READ_RETRY_FIRST_DELAY_S = 0.05
 #: ... and the domain is dropped for good after this many consecutive failures (~6 s).
@@ -68,18 +75,22 @@ def read_retry_window_s() -> float:
 
 
 class _DeviceReader:
-    """Reads one channel that may block (NVML) in its own thread, so a snapshot waits at most a deadline.
+    """Reads one channel that may block (NVML) in its own thread; a snapshot takes its newest value without waiting.
 
-    A read is requested by :meth:`poll`; if it completes within
-    :data:`DEVICE_READ_DEADLINE_S` of its request the caller gets it, else the caller goes on
-    without it and the read's result, when it comes, is handed to the next :meth:`poll`. Only
-    one read is in flight at a time, so a stalled device costs one thread, not one per span.
-    Results are raw counter values or the exception the read raised.
+    The thread swaps each result in whole, as one immutable ``(sequence, started_ns, value)``
+    tuple, and while snapshots keep asking (within :data:`DEVICE_IDLE_S` of the last
+    :meth:`poll`) it reads again every :data:`DEVICE_REREAD_S`: a snapshot then takes the newest
+    value with no lock and no wait, stale only when that value started more than
+    :data:`DEVICE_READ_DEADLINE_S` ago (a stalled device). Only a poll that finds the thread
+    idle (the first after a quiet spell, or after a failed read, which goes through the meter's
+    retry policy) asks for a read and waits for it, at most the deadline from its request. One
+    read is in flight at a time, so a stalled device costs one thread, not one per span. Values
+    are raw counter values or the exception the read raised.
     """
 
     __slots__ = (
-        "_read_uj", "_name", "_deadline_ns", "_fresh_ns", "_cond", "_pending", "_requested_ns", "_result", "_thread",
-        "_closed", "fresh_until_ns", "_last_started_ns",
+        "_read_uj", "_name", "_deadline_ns", "_fresh_ns", "_reread_s", "_idle_ns", "_cond", "_pending",
+        "_requested_ns", "_published", "_taken", "_wanted_until_ns", "_thread", "_closed", "fresh_until_ns",
     )
 
     def __init__(
@@ -88,41 +99,69 @@ class _DeviceReader:
         name: str,
         deadline_s: float = DEVICE_READ_DEADLINE_S,
         fresh_s: float = DEVICE_FRESH_S,
+        reread_s: float = DEVICE_REREAD_S,
+        idle_s: float = DEVICE_IDLE_S,
     ) -> None:
         self._read_uj = read_uj
         self._name = name
         self._deadline_ns = round(deadline_s * 1e9)
         self._fresh_ns = round(fresh_s * 1e9)
+        self._reread_s = reread_s
+        self._idle_ns = round(idle_s * 1e9)
         self._reset()
 
     def _reset(self) -> None:
         self._cond = threading.Condition(threading.Lock())
+        #: A read is asked for: requested by an idle poll, or the thread reading on while polls come.
         self._pending = False
         self._requested_ns = 0
-        self._result: list[int | Exception] = []
+        #: The newest read, swapped in whole by the thread: (sequence, started_ns, raw uJ or exception).
+        self._published: tuple[int, int, int | Exception] | None = None
+        #: Sequence of the newest read handed to the caller.
+        self._taken = 0
+        #: The thread reads on until this instant (each poll moves it on by DEVICE_IDLE_S).
+        self._wanted_until_ns = 0
         self._thread: threading.Thread | None = None
         self._closed = False
-        #: Until this instant the newest read, a success already handed over, counts as fresh
-        #: (DEVICE_FRESH_S): the meter's snapshot checks it inline and then does not poll. Read
-        #: without the lock there: a result appended meanwhile zeroes it and is taken, in order,
-        #: by the next poll.
+        #: Until this instant the newest read handed over, a success, counts as fresh (DEVICE_FRESH_S):
+        #: the meter's snapshot checks it inline and then does not poll.
         self.fresh_until_ns = 0
-        #: When the newest read started, if it succeeded (None after a failure).
-        self._last_started_ns: int | None = None
+
+    def _take(self, published: tuple[int, int, int | Exception] | None) -> list[int | Exception]:
+        """The published read if the caller has not had it yet (single consumer: the meter's lock is held)."""
+        if published is None or published[0] == self._taken:
+            return []
+        self._taken, started_ns, value = published
+        self.fresh_until_ns = 0 if isinstance(value, Exception) else started_ns + self._fresh_ns
+        return [value]
 
     def poll(self) -> tuple[list[int | Exception], bool]:
-        """Results of reads that finished late, then this read's; and whether this read finished in time.
+        """The newest read not yet handed over (a list of at most one), and whether the value is fresh.
 
-        Always asks for a read: whether the last one is still fresh enough to skip this
+        Without a lock or a wait while the thread reads on and its newest value started within the
+        deadline. Whether the last value handed over is still fresh enough to skip this
         (:attr:`fresh_until_ns`) is the caller's check, made before calling (the meter's snapshot).
         """
+        now_ns = time.monotonic_ns()
+        self._wanted_until_ns = now_ns + self._idle_ns
+        published = self._published
+        if (
+            self._pending
+            and published is not None
+            and now_ns - published[1] < self._deadline_ns
+            and not isinstance(published[2], Exception)
+        ):
+            return self._take(published), True
         with self._cond:
-            late, self._result = self._result, []
             if self._closed:
-                return late, False
+                return self._take(self._published), False
             if not self._pending:
+                published = self._published
+                if published is not None and published[0] != self._taken and isinstance(published[2], Exception):
+                    # A failure the caller has not seen: its retry policy decides when to read again.
+                    return self._take(published), True
                 self._pending = True
-                self._requested_ns = time.monotonic_ns()
+                self._requested_ns = now_ns
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._run, name=f"otel-joules-read-{self._name}", daemon=True)
                     self._thread.start()
@@ -130,22 +169,16 @@ class _DeviceReader:
             # The deadline counts from the request: a read that already overran it makes
             # later snapshots go on at once instead of each waiting the deadline again.
             deadline_ns = self._requested_ns + self._deadline_ns
-            while not self._result:
+            while self._published is None or self._published[0] == self._taken:
                 remaining_ns = deadline_ns - time.monotonic_ns()
                 if remaining_ns <= 0:
-                    return late, False
+                    return [], False
                 self._cond.wait(remaining_ns / 1e9)
-            fresh, self._result = self._result, []
-            self._handed_over()
-            return late + fresh, True
-
-    def _handed_over(self) -> None:
-        """The newest result went to the caller (``_cond`` held): reusable for DEVICE_FRESH_S if it succeeded."""
-        started_ns = self._last_started_ns
-        self.fresh_until_ns = 0 if started_ns is None else started_ns + self._fresh_ns
+            return self._take(self._published), True
 
     def _run(self) -> None:
         cond = self._cond
+        sequence = 0
         while True:
             with cond:
                 while not self._pending and not self._closed:
@@ -157,14 +190,15 @@ class _DeviceReader:
                 value: int | Exception = self._read_uj()
             except Exception as exc:  # noqa: BLE001 - handed to the meter's failure policy
                 value = exc
+            sequence += 1
             with cond:
-                self._result.append(value)
-                self._pending = False
-                # Not reusable until handed over; only a success is worth reusing at all (a failure
-                # goes through the meter's retry policy).
-                self.fresh_until_ns = 0
-                self._last_started_ns = None if isinstance(value, Exception) else started_ns
+                self._published = (sequence, started_ns, value)
+                # Read on while polls keep coming; a failure waits to be asked again (the meter's
+                # retry policy decides when).
+                self._pending = not isinstance(value, Exception) and time.monotonic_ns() < self._wanted_until_ns
                 cond.notify_all()
+                if self._pending and not self._closed:
+                    cond.wait(self._reread_s)
 
     def close(self) -> None:
         """Stop the thread (a read in flight finishes on its own; its thread is a daemon)."""
