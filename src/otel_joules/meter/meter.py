@@ -31,9 +31,10 @@ from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
 from otel_joules.meter.channels import _ChannelState
+from otel_joules.meter.energy import EnergyPlan, energy_between
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import agent, estimator, rapl
-from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, SOURCE_PARTIAL
+from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
 from otel_joules.sensors.base import Channel, Domain, Method, Unavailable
 
 _new_tuple = tuple.__new__
@@ -206,11 +207,10 @@ class EnergyMeter:
         #: Domains read through the agent, sorted (``energy.agent.domains``).
         self.agent_domain_ids: tuple[str, ...] = tuple(sorted(d.id for d in self.domains if d.via_agent))
         self._index = {d.id: i for i, d in enumerate(self.domains)}
-        # What measure() needs per domain, unpacked once instead of per span.
-        self._plan = tuple(
-            (d.id, d.method, d.in_total, d.method.is_measurement, d.update_period_s) for d in self.domains
-        )
-        self._in_total = {d.id: d.in_total for d in self.domains}
+        #: What :func:`~otel_joules.meter.energy.energy_between` needs of these domains, unpacked once.
+        self.plan = EnergyPlan(self.domains)
+        self._ids = tuple(d.id for d in self.domains)
+        self._methods = tuple(d.method for d in self.domains)
         self._max_snapshot_age_ns = round(self.settings.max_snapshot_age_s * 1e9)
         self._last_snapshot: EnergySnapshot | None = None
         self._sample = sample
@@ -343,86 +343,47 @@ class EnergyMeter:
             ConfigurationError: ``domains`` names a domain this meter does not measure, or
                 ``constant_watts`` names one it does.
         """
-        duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
-        rows: Iterable[tuple[tuple[str, Method, bool, bool, float], float | None, float | None]] = zip(
-            self._plan, start.joules, end.joules
-        )
-        if domains is not None or constant_watts is not None:
-            # Not for every span: only callers that choose domains pay for building rows.
-            rows = self._selected_rows(rows, domains, constant_watts or {}, duration_s)
+        selected = None if domains is None else self.plan.selection(domains)
+        energy = energy_between(self.plan, start, end, selected)
+        ids = self._ids
+        plan_methods = self._methods
         by_domain: dict[str, float] = {}
         methods: dict[str, Method] = {}
-        total = 0.0
-        measured = estimated = False
-        slowest_update_s = 0.0
-        for (domain_id, method, in_total, is_measurement, update_period_s), a, b in rows:
-            if a is None or b is None:
-                continue
-            joules = b - a
-            by_domain[domain_id] = joules
-            methods[domain_id] = method
-            if in_total:
-                total += joules
-                if is_measurement:
-                    measured = True
-                else:
-                    estimated = True
-            if update_period_s > slowest_update_s:
-                slowest_update_s = update_period_s
-        stale_domains: tuple[str, ...] = ()
-        if start.stale or end.stale:
-            ids = [self.domains[i].id for i in {*start.stale, *end.stale}]
-            stale_domains = tuple(sorted(d for d in ids if d in by_domain))
-        source = SOURCE_MIXED if measured and estimated else SOURCE_ESTIMATE if estimated else SOURCE_MEASURED
-        missing_domains: tuple[str, ...] = ()
-        if start.missing or end.missing:
-            ids = [self.domains[i].id for i in {*start.missing, *end.missing}]
-            missing_domains = tuple(sorted(d for d in ids if domains is None or d in domains))
-            if any(self._in_total[d] for d in missing_domains):
-                source = SOURCE_PARTIAL
-        jumped: tuple[str, ...] = ()
-        if start.jumps != end.jumps:
-            before = start.jumps or (0,) * len(self.domains)
-            after = end.jumps or (0,) * len(self.domains)
-            ids = [d.id for d, a, b in zip(self.domains, before, after) if a != b]
-            jumped = tuple(sorted(d for d in ids if domains is None or d in domains))
+        for i, joules in enumerate(energy.joules):
+            if joules is not None:
+                by_domain[ids[i]] = joules
+                methods[ids[i]] = plan_methods[i]
+        total, source = energy.total_joules, energy.source
+        if constant_watts:
+            measured = any(
+                j is not None and d.in_total and d.method.is_measurement for j, d in zip(energy.joules, self.domains)
+            )
+            for domain_id, watts in constant_watts.items():
+                if domain_id in self._index:
+                    raise ConfigurationError(
+                        f"constant_watts names {domain_id!r}, which this meter measures; give a modelled domain its own id"
+                    )
+                # An estimate that never changes between reads: nothing to be below the resolution of.
+                by_domain[domain_id] = watts * energy.duration_s
+                methods[domain_id] = Method.ESTIMATE
+                total += by_domain[domain_id]
+            if source != SOURCE_PARTIAL:
+                source = SOURCE_MIXED if measured else SOURCE_ESTIMATE
         through_agent = tuple(d for d in self.agent_domain_ids if d in by_domain) if self.agent_domain_ids else ()
+        duration_s = energy.duration_s
         return EnergyMeasurement(
             duration_s,
             by_domain,
             total,
             total / duration_s if duration_s > 0 else 0.0,
             source,
-            duration_s < slowest_update_s,
+            energy.below_resolution,
             methods,
-            stale_domains,
-            missing_domains,
-            jumped,
+            tuple(ids[i] for i in energy.stale),
+            tuple(ids[i] for i in energy.missing),
+            tuple(ids[i] for i in energy.jumped),
             through_agent,
         )
-
-    def _selected_rows(
-        self,
-        rows: Iterable[tuple[tuple[str, Method, bool, bool, float], float | None, float | None]],
-        domains: Collection[str] | None,
-        constant_watts: Mapping[str, float],
-        duration_s: float,
-    ) -> list[tuple[tuple[str, Method, bool, bool, float], float | None, float | None]]:
-        """``measure``'s rows restricted to ``domains``, plus one row per constant-power domain."""
-        if domains is not None:
-            for domain_id in domains:
-                self.domain_index(domain_id)  # raises for a domain not measured here
-            rows = [row for row in rows if row[0][0] in domains]
-        else:
-            rows = list(rows)
-        for domain_id, watts in constant_watts.items():
-            if domain_id in self._index:
-                raise ConfigurationError(
-                    f"constant_watts names {domain_id!r}, which this meter measures; give a modelled domain its own id"
-                )
-            # An estimate that never changes between reads: nothing to be below the resolution of.
-            rows.append(((domain_id, Method.ESTIMATE, True, False, 0.0), 0.0, watts * duration_s))
-        return rows
 
     def domain_index(self, domain_id: str) -> int:
         """Position of ``domain_id`` in :attr:`domains` and in snapshots."""
