@@ -64,6 +64,9 @@ ENERGY_KWH: Final = "energy.kwh"
 #: The domains of the span read through the ``otel-joules agent`` (string array, sorted), because this user
 #: cannot read ``energy_uj``: still measured (``energy.source = measured``); absent when none was.
 ENERGY_AGENT_DOMAINS: Final = "energy.agent.domains"
+#: The meter's domains that add to the host's total (``energy.joules``), each with its kind, space-separated
+#: ``domain_id:kind`` (``"package-0:cpu dram-0:memory nvidia_gpu_0:gpu"``): the same on every span of a meter.
+ENERGY_DOMAIN_KINDS: Final = "energy.domain_kinds"
 
 
 def domain_joules_key(domain_id: str) -> str:

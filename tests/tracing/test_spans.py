@@ -260,10 +260,13 @@ def test_planned_attributes_equal_those_of_a_measurement() -> None:
     ]
     for start, end in cases:
         a, b = EnergySnapshot(*start), EnergySnapshot(*end)
-        expected = measurement_attributes(meter.measure(a, b)) if meter.measure(a, b).joules_by_domain else None
+        measurement = meter.measure(a, b)
+        expected = measurement_attributes(measurement, plan.domain_kinds) if measurement.joules_by_domain else None
         got = plan.attributes(a, b)
         assert got == expected
         assert got is None or list(got) == list(expected)  # type: ignore[arg-type]
+    # Domains outside the total (core_0) are not listed; each listed one carries its kind.
+    assert plan.domain_kinds == "package_0:cpu dram_0:memory nvidia_gpu_0:gpu cpu_estimate:cpu"
     attribution = SpanAttribution(0.25, 0.125, 2.5, 0.5)
     for kinds in ((), ("cpu",), ("cpu", "memory"), ("cpu", "memory", "gpu"), ("memory", "gpu")):
         into = MeterAttributes(meter, kinds).add_attribution(attribution, {"x": 1})

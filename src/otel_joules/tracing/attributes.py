@@ -7,9 +7,10 @@ snapshots on the span processor's path (planned once per meter).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
-from otel_joules.attribution.shares import SpanAttribution
+from otel_joules.attribution.shares import SpanAttribution, kind_of
+from otel_joules.meter.energy import energy_between
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
     ATTRIBUTED_KIND_KEYS,
@@ -24,23 +25,20 @@ from otel_joules.semconv import (
     ENERGY_ATTRIBUTION,
     ENERGY_BASELINE,
     ENERGY_BELOW_RESOLUTION,
+    ENERGY_DOMAIN_KINDS,
     ENERGY_JOULES,
     ENERGY_SOURCE,
     ENERGY_WATTS,
     KIND_CPU,
     KIND_GPU,
     KIND_MEMORY,
-    SOURCE_ESTIMATE,
-    SOURCE_MEASURED,
-    SOURCE_MIXED,
-    SOURCE_PARTIAL,
     domain_joules_key,
     domain_method_key,
     domain_missing_key,
     domain_rejected_jump_key,
     domain_stale_key,
 )
-from otel_joules.sensors.base import Method
+from otel_joules.sensors.base import Domain, Method
 
 #: ``hw.type`` values with an ``energy.attributed.<kind>.joules`` attribute.
 ATTRIBUTED_KINDS = tuple(ATTRIBUTED_KIND_KEYS)
@@ -60,8 +58,21 @@ def _domain_key_pair(domain_id: str) -> tuple[str, str]:
     return pair
 
 
-def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool]:
-    """The span attributes for one measurement."""
+def domain_kinds(domains: Iterable[Domain]) -> str:
+    """``energy.domain_kinds``: ``"package-0:cpu dram-0:memory nvidia_gpu_0:gpu"``, the domains that add to the
+    host's total with their kind, space-separated, in the meter's order."""
+    return " ".join(f"{d.id}:{_kind(d)}" for d in domains if d.in_total)
+
+
+def _kind(domain: Domain) -> str:
+    kind = getattr(domain, "kind", None)  # Domain.kind where the sensors layer has it
+    return kind if isinstance(kind, str) else kind_of(domain.hw_type)
+
+
+def measurement_attributes(
+    measurement: EnergyMeasurement, domain_kinds: str | None = None
+) -> dict[str, float | str | bool | tuple[str, ...]]:
+    """The span attributes for one measurement (``energy.domain_kinds`` last when given)."""
     attributes: dict[str, float | str | bool] = {
         ENERGY_JOULES: measurement.total_joules,
         ENERGY_WATTS: measurement.watts,
@@ -86,6 +97,8 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         attributes[domain_rejected_jump_key(domain_id)] = True
     if measurement.agent_domains:
         attributes[ENERGY_AGENT_DOMAINS] = measurement.agent_domains
+    if domain_kinds is not None:
+        attributes[ENERGY_DOMAIN_KINDS] = domain_kinds
     return attributes
 
 
@@ -124,27 +137,27 @@ class MeterAttributes:
         kinds: The attribution kinds the meter measures (``Attributor.kinds``).
     """
 
-    __slots__ = ("_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions")
+    __slots__ = (
+        "_plan", "_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions",
+        "domain_kinds",
+    )
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
+        self._plan = meter.plan
+        #: (energy.<domain>.joules, (energy.<domain>.method, its value) or None for a counter) per position.
         self._rows = tuple(
-            (
-                domain_joules_key(d.id),
-                None if d.method is Method.COUNTER else (domain_method_key(d.id), d.method.value),
-                d.in_total,
-                d.method.is_measurement,
-                d.update_period_s,
-            )
+            (domain_joules_key(d.id), None if d.method is Method.COUNTER else (domain_method_key(d.id), d.method.value))
             for d in meter.domains
         )
-        # Sorted by domain id, as EnergyMeasurement.stale_domains (and missing, rejected jumps) are.
-        by_id = sorted(enumerate(meter.domains), key=lambda x: x[1].id)
-        self._stale_keys = {i: domain_stale_key(d.id) for i, d in by_id}
-        #: (key, adds to the total) of each domain's missing flag.
-        self._missing_keys = {i: (domain_missing_key(d.id), d.in_total) for i, d in by_id}
-        self._jump_keys = {i: domain_rejected_jump_key(d.id) for i, d in by_id}
+        self._stale_keys = tuple(domain_stale_key(d.id) for d in meter.domains)
+        self._missing_keys = tuple(domain_missing_key(d.id) for d in meter.domains)
+        self._jump_keys = tuple(domain_rejected_jump_key(d.id) for d in meter.domains)
         #: (position, id) of the domains read through the agent, by id (``energy.agent.domains``).
-        self._agent_positions = tuple((i, d.id) for i, d in by_id if d.via_agent)
+        self._agent_positions = tuple(
+            (i, d.id) for i, d in sorted(enumerate(meter.domains), key=lambda x: x[1].id) if d.via_agent
+        )
+        #: ``energy.domain_kinds``: the domains that add to the host's total, with their kind.
+        self.domain_kinds = domain_kinds(meter.domains)
         #: (attribute key, position in SpanAttribution) for each kind measured, in attribution_attributes' order.
         self._kind_positions = tuple(
             (ATTRIBUTED_KIND_KEYS[kind], position)
@@ -155,61 +168,37 @@ class MeterAttributes:
     def attributes(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
         """The span attributes for the interval between two of the meter's snapshots; None when no domain has a
         value and none is missing."""
-        duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
-        # The three totals first, as measurement_attributes orders them; their values are set below.
-        attributes: dict[str, Any] = {ENERGY_JOULES: 0.0, ENERGY_WATTS: 0.0, ENERGY_SOURCE: SOURCE_MEASURED}
-        total = 0.0
-        measured = estimated = present = False
-        slowest_update_s = 0.0
-        for (key, method, in_total, is_measurement, update_period_s), a, b in zip(self._rows, start.joules, end.joules):
-            if a is None or b is None:
+        energy = energy_between(self._plan, start, end)
+        attributes: dict[str, Any] = {
+            ENERGY_JOULES: energy[2],
+            ENERGY_WATTS: energy[3],
+            ENERGY_SOURCE: energy[4],
+        }
+        present = False
+        for (key, method), joules in zip(self._rows, energy[1]):
+            if joules is None:
                 continue
             present = True
-            joules = b - a
             attributes[key] = joules
             if method is not None:
                 attributes[method[0]] = method[1]
-            if in_total:
-                total += joules
-                if is_measurement:
-                    measured = True
-                else:
-                    estimated = True
-            if update_period_s > slowest_update_s:
-                slowest_update_s = update_period_s
-        if not present and not (start.missing or end.missing):
+        stale, missing, jumped = energy[6], energy[7], energy[8]
+        if not present and not missing:
             return None
-        attributes[ENERGY_JOULES] = total
-        attributes[ENERGY_WATTS] = total / duration_s if duration_s > 0 else 0.0
-        if estimated:
-            attributes[ENERGY_SOURCE] = SOURCE_MIXED if measured else SOURCE_ESTIMATE
-        if duration_s < slowest_update_s:
+        if energy[5]:
             attributes[ENERGY_BELOW_RESOLUTION] = True
-        if start.stale or end.stale:
-            stale = {*start.stale, *end.stale}
-            a_joules, b_joules = start.joules, end.joules
-            for i, key in self._stale_keys.items():
-                if i in stale and a_joules[i] is not None and b_joules[i] is not None:
-                    attributes[key] = True
-        if start.missing or end.missing:
-            missing = {*start.missing, *end.missing}
-            for i, (key, in_total) in self._missing_keys.items():
-                if i in missing:
-                    attributes[key] = True
-                    if in_total:
-                        attributes[ENERGY_SOURCE] = SOURCE_PARTIAL
-        if start.jumps != end.jumps:
-            before, after = start.jumps, end.jumps
-            for i, key in self._jump_keys.items():
-                if (before[i] if before else 0) != (after[i] if after else 0):
-                    attributes[key] = True
+        for i in stale:
+            attributes[self._stale_keys[i]] = True
+        for i in missing:
+            attributes[self._missing_keys[i]] = True
+        for i in jumped:
+            attributes[self._jump_keys[i]] = True
         if self._agent_positions:
-            a_joules, b_joules = start.joules, end.joules
-            through_agent = tuple(
-                domain_id for i, domain_id in self._agent_positions if a_joules[i] is not None and b_joules[i] is not None
-            )
+            joules_at_position = energy[1]
+            through_agent = tuple(domain_id for i, domain_id in self._agent_positions if joules_at_position[i] is not None)
             if through_agent:
                 attributes[ENERGY_AGENT_DOMAINS] = through_agent
+        attributes[ENERGY_DOMAIN_KINDS] = self.domain_kinds
         return attributes
 
     def add_attribution(self, attribution: SpanAttribution, into: dict[str, Any]) -> dict[str, Any]:

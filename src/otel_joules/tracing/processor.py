@@ -229,7 +229,8 @@ class EnergySpanProcessor(SpanProcessor):
                     measurement = meter.measure(start, end)  # type: ignore[arg-type]
             measured = measurement is not None and _has_energy(measurement)
             if measured:
-                attributes = measurement_attributes(measurement)  # type: ignore[arg-type]
+                plan = self._plan or self._planned(meter, attributor)
+                attributes = measurement_attributes(measurement, plan.domain_kinds)  # type: ignore[arg-type]
             else:
                 attributes = {} if reason is None else {ENERGY_UNAVAILABLE_REASON: reason}
             if attribution is not None and attributor is not None:
