@@ -168,11 +168,14 @@ class _DeviceReader:
                 self._cond.notify_all()
             # The deadline counts from the request: a read that already overran it makes
             # later snapshots go on at once instead of each waiting the deadline again.
-            deadline_ns = self._requested_ns + self._deadline_ns
-            while self._published is None or self._published[0] == self._taken:
+            # Only a read not yet handed over that started after the request answers it (an older one
+            # may be the thread's last before it went idle).
+            requested_ns = self._requested_ns
+            deadline_ns = requested_ns + self._deadline_ns
+            while self._published is None or self._published[1] < requested_ns or self._published[0] == self._taken:
                 remaining_ns = deadline_ns - time.monotonic_ns()
                 if remaining_ns <= 0:
-                    return [], False
+                    return self._take(self._published), False
                 self._cond.wait(remaining_ns / 1e9)
             return self._take(self._published), True
 
