@@ -49,12 +49,10 @@ a target below a floor cannot be met by this design in Python.
 from __future__ import annotations
 
 import argparse
-import cProfile
 import gc
 import os
 import json
 import operator
-import pstats
 import statistics
 import sys
 import tempfile
@@ -79,8 +77,6 @@ from tests.fakes.powercap import make_powercap
 
 #: Issue 10's bounds on instrumented / bare, per mode.
 TARGET_RATIOS = {"exact": 1.8, "exact_no_attribution": 1.8, "cached": 1.4}
-#: Issue 21: time spent acquiring locks (waiting on another thread), per span in the exact mode under cProfile.
-TARGET_LOCK_WAIT_US = 0.5
 #: The cached mode's window: a fifth of RAPL's ~1 ms update period.
 CACHED_WINDOW_S = 0.0002
 
@@ -168,27 +164,6 @@ def measure_ratio(tracer, processor: EnergySpanProcessor | FloorProcessor, spans
     bare_us = statistics.median(bare) * 1e6
     instrumented_us = statistics.median(instrumented) * 1e6
     return {"bare_us": bare_us, "instrumented_us": instrumented_us, "ratio": instrumented_us / bare_us}
-
-
-def measure_lock_wait(tracer, spans: int) -> dict[str, float]:
-    """Per span, the calls to a lock's ``acquire`` and the time in them, under cProfile.
-
-    ``acquire`` is where a thread waits for another (``Condition.wait``, an explicit
-    ``acquire``): its time is the span path's waits on background threads. A ``with lock:``
-    acquires in C without a profiled call, so an uncontended one costs nothing here, and a
-    contended one shows as the time of the statement that holds it, not as a wait.
-    """
-    profile = cProfile.Profile()
-    profile.enable()
-    _batch_seconds(tracer, spans)
-    profile.disable()
-    calls = 0
-    seconds = 0.0
-    for (_, _, name), (_, primitive_calls, total_s, _, _) in pstats.Stats(profile).stats.items():  # type: ignore[attr-defined]
-        if "acquire" in name and "lock" in name.lower():
-            calls += primitive_calls
-            seconds += total_s
-    return {"spans": spans, "acquire_calls_per_span": calls / spans, "lock_wait_us_per_span": seconds / spans * 1e6}
 
 
 def measure_memory(tracer, spans: int) -> dict[str, float]:
@@ -532,7 +507,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 processor.enabled = True
                 result["memory"] = measure_memory(tracer, args.memory_spans)
                 result["pieces"] = measure_pieces(meter)
-                result["lock_wait"] = measure_lock_wait(tracer, args.spans)
             meter.close()
             if agent_process is not None:
                 agent_process.terminate()
@@ -584,11 +558,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(of which 2 x {pieces['thread_cpu_clock_read_ns'] / 1e3:.2f} us reading the thread's CPU clock), "
         f"{pieces['extra_attributes_ns'] / 1e3:.2f} us for the extra attributes; "
         f"exact with / without: {result['exact']['instrumented_us'] - result['exact_no_attribution']['instrumented_us']:+.2f} us"
-    )
-    lock_wait = result["lock_wait"]
-    print(
-        f"lock waits under cProfile (exact, {lock_wait['spans']} spans): {lock_wait['acquire_calls_per_span']:.3f} "
-        f"acquire calls and {lock_wait['lock_wait_us_per_span']:.2f} us per span (target <= {TARGET_LOCK_WAIT_US} us)"
     )
     memory = result["memory"]
     print(
