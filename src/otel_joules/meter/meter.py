@@ -16,7 +16,7 @@ thread with a deadline, so a stalled device makes a span's value stale
 (``energy.<domain>.stale``), never the span slow.
 
 This module holds the meter and its values; the per-channel read policy is in
-:mod:`otel_joules.meter.channels`, the background sampler in :mod:`otel_joules.meter.sampler`.
+:mod:`otel_joules.meter.channels` (applied in :mod:`otel_joules.meter._channels`), the background sampler in :mod:`otel_joules.meter.sampler`.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
-from otel_joules.meter.channels import _ChannelState
+from otel_joules.meter._channels import _ChannelState
 from otel_joules.meter.energy import EnergyPlan, energy_between
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import agent, estimator, rapl

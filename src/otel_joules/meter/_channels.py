@@ -1,0 +1,433 @@
+"""The per-channel state the meter's snapshot reads (:class:`_ChannelState`) and the device reader thread
+(:class:`_DeviceReader`): the policy of :mod:`otel_joules.meter.channels` applied.
+
+:class:`_ChannelState` is the per-channel bookkeeping the meter's snapshot reads under its lock (the
+snapshot's hot loop touches its fields directly). The policy's numbers are read from
+:mod:`otel_joules.meter.channels` when used.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from otel_joules.errors import DeviceLostError
+from otel_joules.semconv import (
+    ENERGY_JOULES,
+    ENERGY_SOURCE,
+    SOURCE_PARTIAL,
+    domain_missing_key,
+    domain_rejected_jump_key,
+)
+from otel_joules.meter import channels as policy
+from otel_joules.sensors.base import Channel
+
+_log = logging.getLogger("otel_joules")
+
+#: Spans see suspend as elapsed time (their wall clock runs on) but the monotonic clock stops, and a
+#: counter may count on meanwhile (RAPL's package does in s2idle): a forward move is judged over the
+#: time since the last read on CLOCK_BOOTTIME, which includes suspend, where the kernel has it.
+_BOOTTIME = getattr(time, "CLOCK_BOOTTIME", None)
+
+
+def _suspended_ns() -> int:
+    """Nanoseconds the machine has spent suspended since boot (CLOCK_BOOTTIME - CLOCK_MONOTONIC; 0 without it)."""
+    if _BOOTTIME is None:
+        return 0
+    return time.clock_gettime_ns(_BOOTTIME) - time.monotonic_ns()
+
+
+class _DeviceReader:
+    """Reads one channel that may block (NVML) in its own thread; a snapshot takes its newest value without waiting.
+
+    The thread swaps each result in whole, as one immutable ``(sequence, started_ns, value)``
+    tuple, and while snapshots keep asking (within :data:`DEVICE_IDLE_S` of the last
+    :meth:`poll`) it reads again every :data:`DEVICE_REREAD_S`: a snapshot then takes the newest
+    value with no lock and no wait, stale only when that value started more than
+    :data:`DEVICE_READ_DEADLINE_S` ago (a stalled device). Only a poll that finds the thread
+    idle (the first after a quiet spell, or after a failed read, which goes through the meter's
+    retry policy) asks for a read and waits for it, at most the deadline from its request. One
+    read is in flight at a time, so a stalled device costs one thread, not one per span. Values
+    are raw counter values or the exception the read raised.
+    """
+
+    __slots__ = (
+        "_read_uj", "_name", "_deadline_ns", "_fresh_ns", "_reread_s", "_idle_ns", "_cond", "_pending",
+        "_requested_ns", "_published", "_taken", "_wanted_until_ns", "_thread", "_closed", "fresh_until_ns",
+    )
+
+    def __init__(
+        self,
+        read_uj: Callable[[], int],
+        name: str,
+        deadline_s: float = policy.DEVICE_READ_DEADLINE_S,
+        fresh_s: float = policy.DEVICE_FRESH_S,
+        reread_s: float = policy.DEVICE_REREAD_S,
+        idle_s: float = policy.DEVICE_IDLE_S,
+    ) -> None:
+        self._read_uj = read_uj
+        self._name = name
+        self._deadline_ns = round(deadline_s * 1e9)
+        self._fresh_ns = round(fresh_s * 1e9)
+        self._reread_s = reread_s
+        self._idle_ns = round(idle_s * 1e9)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        #: A read is asked for: requested by an idle poll, or the thread reading on while polls come.
+        self._pending = False
+        self._requested_ns = 0
+        #: The newest read, swapped in whole by the thread: (sequence, started_ns, raw uJ or exception).
+        self._published: tuple[int, int, int | Exception] | None = None
+        #: Sequence of the newest read handed to the caller.
+        self._taken = 0
+        #: The thread reads on until this instant (each poll moves it on by DEVICE_IDLE_S).
+        self._wanted_until_ns = 0
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        #: Until this instant the newest read handed over, a success, counts as fresh (DEVICE_FRESH_S):
+        #: the meter's snapshot checks it inline and then does not poll.
+        self.fresh_until_ns = 0
+
+    def _take(self, published: tuple[int, int, int | Exception] | None) -> list[int | Exception]:
+        """The published read if the caller has not had it yet (single consumer: the meter's lock is held)."""
+        if published is None or published[0] == self._taken:
+            return []
+        self._taken, started_ns, value = published
+        self.fresh_until_ns = 0 if isinstance(value, Exception) else started_ns + self._fresh_ns
+        return [value]
+
+    def poll(self) -> tuple[list[int | Exception], bool]:
+        """The newest read not yet handed over (a list of at most one), and whether the value is fresh.
+
+        Without a lock or a wait while the thread reads on and its newest value started within the
+        deadline. Whether the last value handed over is still fresh enough to skip this
+        (:attr:`fresh_until_ns`) is the caller's check, made before calling (the meter's snapshot).
+        """
+        now_ns = time.monotonic_ns()
+        self._wanted_until_ns = now_ns + self._idle_ns
+        published = self._published
+        if (
+            self._pending
+            and published is not None
+            and now_ns - published[1] < self._deadline_ns
+            and not isinstance(published[2], Exception)
+        ):
+            return self._take(published), True
+        with self._cond:
+            if self._closed:
+                return self._take(self._published), False
+            if not self._pending:
+                published = self._published
+                if published is not None and published[0] != self._taken and isinstance(published[2], Exception):
+                    # A failure the caller has not seen: its retry policy decides when to read again.
+                    return self._take(published), True
+                self._pending = True
+                self._requested_ns = now_ns
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._run, name=f"otel-joules-read-{self._name}", daemon=True)
+                    self._thread.start()
+                self._cond.notify_all()
+            # The deadline counts from the request: a read that already overran it makes
+            # later snapshots go on at once instead of each waiting the deadline again.
+            # Only a read not yet handed over that started after the request answers it (an older one
+            # may be the thread's last before it went idle).
+            requested_ns = self._requested_ns
+            deadline_ns = requested_ns + self._deadline_ns
+            while self._published is None or self._published[1] < requested_ns or self._published[0] == self._taken:
+                remaining_ns = deadline_ns - time.monotonic_ns()
+                if remaining_ns <= 0:
+                    return self._take(self._published), False
+                self._cond.wait(remaining_ns / 1e9)
+            return self._take(self._published), True
+
+    def _run(self) -> None:
+        cond = self._cond
+        sequence = 0
+        while True:
+            with cond:
+                while not self._pending and not self._closed:
+                    cond.wait()
+                if self._closed:
+                    return
+            started_ns = time.monotonic_ns()
+            try:
+                value: int | Exception = self._read_uj()
+            except Exception as exc:  # noqa: BLE001 - handed to the meter's failure policy
+                value = exc
+            sequence += 1
+            with cond:
+                self._published = (sequence, started_ns, value)
+                # Read on while polls keep coming; a failure waits to be asked again (the meter's
+                # retry policy decides when).
+                self._pending = not isinstance(value, Exception) and time.monotonic_ns() < self._wanted_until_ns
+                cond.notify_all()
+                if self._pending and not self._closed:
+                    cond.wait(self._reread_s)
+
+    def close(self) -> None:
+        """Stop the thread (a read in flight finishes on its own; its thread is a daemon)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def after_fork_in_child(self) -> None:
+        """The thread does not exist in a child and the condition may be held: start afresh."""
+        self._reset()
+
+
+class _ChannelState:
+    """Per-channel bookkeeping and read policy, touched only under the meter's lock.
+
+    * Wrap or restart: a counter lower than before either wrapped (energy = range - before
+      + after) or restarted from 0 (driver reload, suspend/resume). A wrap that implies more
+      energy than the zone's power bound allows in the time between the reads, when the new
+      value itself fits that bound, was a restart: count from the new origin, say so once.
+    * Jumps: a move the bound rules out (forward by more than it allows, or backward where
+      neither a wrap nor a restart fits) is a counter fault: it counts as no energy, the counter
+      is counted on from its new value, :attr:`jumps` grows (spans across it are flagged
+      ``energy.<domain>.rejected_jump``), and the first is said once. Here, under the meter's
+      lock, so every consumer of the meter (spans, metrics, the pyJoules and carbontracker
+      layers) gets the same answer.
+    * Failures: a failed read is retried with back-off; meanwhile the domain is left out of
+      spans, which the snapshot marks (``energy.<domain>.missing``). The first failure is said
+      at once (what spans carry meanwhile), and the outcome when known: dropped (after
+      :data:`READ_FAILURES_BEFORE_DROP` consecutive failures or a lost device), or back (with
+      how long). The counter is cumulative, so the first good read covers the gap: no energy
+      is invented or lost.
+    * Channels that may block are read through a :class:`_DeviceReader`; :attr:`stale` says
+      the last :meth:`read_joules` returned the last known value instead of a fresh one.
+    """
+
+    __slots__ = (
+        "channel", "read_uj", "wrap_uj", "max_power_watts", "last_raw_uj", "last_ns", "total_uj", "failed",
+        "failures", "retry_at_ns", "first_failure_ns", "first_error", "resets", "reader", "stale", "fd",
+        "jump_free_uj", "jumps", "jump_events", "suspended_ns",
+    )
+
+    def __init__(
+        self,
+        channel: Channel,
+        first_raw_uj: int | None,
+        first_ns: int | None = None,
+        jump_events: list[int] | None = None,
+    ) -> None:
+        self.channel = channel
+        self.read_uj = channel.read_uj  # bound once: this runs twice per span per domain
+        #: Read inline by the snapshot when the channel is a plain counter file (Channel.pread_fd).
+        self.fd = channel.pread_fd
+        self.wrap_uj = channel.wrap_uj
+        self.max_power_watts = channel.max_power_watts
+        self.last_raw_uj = first_raw_uj
+        self.last_ns = time.monotonic_ns() if first_ns is None else first_ns
+        self.total_uj = 0
+        self.failed = False
+        self.failures = 0
+        self.retry_at_ns = 0
+        self.first_failure_ns = 0
+        self.first_error = ""
+        self.resets = 0
+        self.reader = _DeviceReader(channel.read_uj, channel.domain.id) if channel.may_block else None
+        self.stale = False
+        #: A forward move up to this many microjoules fits the power bound whatever the time between
+        #: the reads (its slack alone allows it): the snapshot takes it without reading a clock.
+        #: Without a bound nothing is a jump.
+        self.jump_free_uj: float = (
+            float("inf") if self.max_power_watts is None else self.max_power_watts * policy.RESET_SLACK_S * 1e6
+        )
+        #: Moves rejected as jumps so far (the meter's snapshots carry these counts: a span whose
+        #: ends differ is flagged).
+        self.jumps = 0
+        #: Shared by the meter's channels: bumped at every rejected jump, so one comparison per
+        #: snapshot tells the meter its counts changed.
+        self.jump_events = [0] if jump_events is None else jump_events
+        self.suspended_ns = _suspended_ns() if self.max_power_watts is not None else 0
+
+    def read_joules(self, now_ns: int | None = None) -> float | None:
+        """Read the channel; return wrap-corrected joules since the meter started, None while failing."""
+        if self.failed:
+            return None
+        if now_ns is None:
+            now_ns = time.monotonic_ns()
+        if self.failures and now_ns < self.retry_at_ns:
+            return None  # backing off after a failure
+        if self.reader is not None:
+            return self._read_off_path(now_ns)
+        try:
+            raw = self.read_uj()
+        except Exception as exc:  # noqa: BLE001 - never raise into the user's span
+            self._failed_read(exc, now_ns)
+            return None
+        if raw is None:
+            return None  # its source is away for now (Channel.may_be_away): not a failure
+        self._advance(raw, now_ns)
+        return self.total_uj / 1e6
+
+    def _read_off_path(self, now_ns: int) -> float | None:
+        values, fresh = self.reader.poll()  # type: ignore[union-attr]
+        for value in values:
+            if isinstance(value, Exception):
+                self._failed_read(value, now_ns)
+            else:
+                self._advance(value, now_ns)
+        self.stale = not fresh
+        if self.failed or (values and isinstance(values[-1], Exception)):
+            return None
+        if self.failures and not fresh:
+            return None  # still failing as far as we know
+        return self.total_uj / 1e6
+
+    def _advance(self, raw: int, now_ns: int) -> None:
+        if self.failures:
+            self._recovered(now_ns)
+            if self.last_raw_uj is None:  # the first read of all failed: this one is the origin
+                self.last_raw_uj, self.last_ns = raw, now_ns
+                return
+        delta = raw - self.last_raw_uj  # type: ignore[operator]
+        if delta < 0:
+            if self.wrap_uj is None:
+                delta = raw  # a counter that cannot wrap went backwards: it restarted
+            else:
+                delta = self._backward(raw, delta + self.wrap_uj)
+        elif delta > self.jump_free_uj:
+            delta = self._forward(raw, delta)
+        self.last_raw_uj = raw
+        self.last_ns = now_ns
+        self.total_uj += delta
+
+    def _allowed_uj(self, elapsed_ns: int) -> float:
+        """The most energy the zone's power bound allows in ``elapsed_ns`` (tolerance and slack included)."""
+        return self.max_power_watts * (elapsed_ns / 1e9 * policy.RESET_POWER_TOLERANCE + policy.RESET_SLACK_S) * 1e6  # type: ignore[operator]
+
+    def _elapsed_ns(self) -> int:
+        """Nanoseconds from the previous read to now, read after this read.
+
+        The snapshot's timestamp is taken before its reads: a read delayed after it (the thread
+        preempted, the GIL elsewhere) holds energy of more time than the timestamps say, which
+        the clock read here includes. The previous read's timestamp is at most its start.
+        """
+        return max(0, time.monotonic_ns() - self.last_ns)
+
+    def _backward(self, raw_uj: int, wrapped_uj: int) -> int:
+        """The energy of a move to a lower value: a wrap, a restart (counted from the new value), or a jump (none)."""
+        if self.max_power_watts is None:
+            return wrapped_uj
+        elapsed_ns = self._elapsed_ns()
+        allowed_uj = self._allowed_uj(elapsed_ns)
+        if wrapped_uj <= allowed_uj:
+            return wrapped_uj
+        if raw_uj > allowed_uj:
+            # Neither a wrap nor a restart from 0 fits the bound: the counter jumped.
+            return self._rejected(raw_uj, raw_uj - self.last_raw_uj, elapsed_ns, allowed_uj)  # type: ignore[operator]
+        self.resets += 1
+        if self.resets == 1:
+            _log.warning(
+                "otel-joules: the %s counter restarted (%d uJ -> %d uJ in %.3f s; a wrap would mean %.0f J, more than "
+                "its %.0f W bound allows): counting from the new value (driver reload or suspend/resume?)",
+                self.channel.domain.id,
+                self.last_raw_uj,
+                raw_uj,
+                elapsed_ns / 1e9,
+                wrapped_uj / 1e6,
+                self.max_power_watts,
+            )
+        return raw_uj
+
+    def _forward(self, raw_uj: int, delta_uj: int) -> int:
+        """The energy of a move up by more than the bound's slack: the move, unless the bound rules it out."""
+        elapsed_ns = self._elapsed_ns()
+        # Time suspended since the last check counts as elapsed (judged on CLOCK_BOOTTIME).
+        suspended_ns = _suspended_ns()
+        elapsed_ns += max(0, suspended_ns - self.suspended_ns)
+        self.suspended_ns = suspended_ns
+        allowed_uj = self._allowed_uj(elapsed_ns)
+        if delta_uj <= allowed_uj:
+            return delta_uj
+        return self._rejected(raw_uj, delta_uj, elapsed_ns, allowed_uj)
+
+    def _rejected(self, raw_uj: int, delta_uj: int, elapsed_ns: int, allowed_uj: float) -> int:
+        """Count a move the power bound rules out as no energy (the counter goes on from ``raw_uj``); say the first."""
+        self.jumps += 1
+        self.jump_events[0] += 1
+        if self.jumps == 1:
+            domain_id = self.channel.domain.id
+            _log.warning(
+                "otel-joules: the %s counter jumped by %+.1f J (%d uJ -> %d uJ) in %.3f s, more than its %.0f W bound "
+                "allows (%.1f J): not counted as energy, and counted on from the new value. Spans across such a jump "
+                "carry %s = true (a counter fault; later ones are not said again).",
+                domain_id,
+                delta_uj / 1e6,
+                self.last_raw_uj,
+                raw_uj,
+                elapsed_ns / 1e9,
+                self.max_power_watts,
+                allowed_uj / 1e6,
+                domain_rejected_jump_key(domain_id),
+            )
+        return 0
+
+    def _failed_read(self, exc: BaseException, now_ns: int) -> None:
+        # Said when it starts (what spans carry meanwhile) and when its outcome is known: dropped
+        # (here) or back (_recovered). A lost device is dropped at once: one message.
+        self.failures += 1
+        if self.failures == 1:
+            self.first_failure_ns = now_ns
+            self.first_error = str(exc)
+        if not (isinstance(exc, DeviceLostError) or self.failures >= policy.READ_FAILURES_BEFORE_DROP):
+            self.retry_at_ns = now_ns + round(policy.READ_RETRY_FIRST_DELAY_S * 2 ** (self.failures - 1) * 1e9)
+            if self.failures == 1:
+                self._retrying(exc)
+            return
+        self.failed = True
+        if self.reader is not None:
+            self.reader.close()
+        domain_id = self.channel.domain.id
+        _log.warning(
+            "otel-joules: stopped measuring %s%s: %s. Other domains are still measured; "
+            "spans and metrics leave %s out from now on (without %s: it is no longer measured here).",
+            domain_id,
+            "" if self.failures == 1 else f" after {self.failures} failed reads over {(now_ns - self.first_failure_ns) / 1e9:.1f} s",
+            exc,
+            domain_id,
+            domain_missing_key(domain_id),
+        )
+
+    def _retrying(self, exc: BaseException) -> None:
+        domain = self.channel.domain
+        _log.warning(
+            "otel-joules: %s could not be read (%s): retrying with back-off, for up to %.1f s before it is dropped. "
+            "Until it reads again, spans leave it out and carry %s = true%s.",
+            domain.id,
+            exc,
+            policy.read_retry_window_s(),
+            domain_missing_key(domain.id),
+            f" and {ENERGY_SOURCE} = {SOURCE_PARTIAL!r} (their {ENERGY_JOULES} is low)" if domain.in_total else "",
+        )
+
+    def _recovered(self, now_ns: int) -> None:
+        _log.warning(
+            "otel-joules: %s reads again after %d failed read(s) over %.1f s (%s): spans that started or ended "
+            "meanwhile left it out (flagged %s); it is measured again (its counter is cumulative, so nothing spent "
+            "in the gap is lost).",
+            self.channel.domain.id,
+            self.failures,
+            (now_ns - self.first_failure_ns) / 1e9,
+            self.first_error,
+            domain_missing_key(self.channel.domain.id),
+        )
+        self.failures = 0
+
+    def close(self) -> None:
+        """Stop the device reader, if any, and release the channel."""
+        if self.reader is not None:
+            self.reader.close()
+        self.channel.close()
+
+    def after_fork_in_child(self) -> None:
+        """Re-create what a forked child does not inherit in a usable state."""
+        if self.reader is not None:
+            self.reader.after_fork_in_child()
+        self.channel.reset_after_fork()
