@@ -8,23 +8,10 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.meter.energy import EnergyPlan, energy_between, joules_at
 from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
-from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
+from tests.helpers.domains import FixedChannel, five_domains
 
 
-class _FixedChannel(Channel):
-    """A domain whose reads the test never uses: only its Domain matters to the plan."""
-
-    def read_uj(self) -> int:
-        return 0
-
-
-DOMAINS = [
-    Domain("package_0", HardwareType.CPU, "p", "p0"),
-    Domain("core_0", HardwareType.CPU, "c", "c0", in_total=False),
-    Domain("dram_0", HardwareType.MEMORY, "d", "d0"),
-    Domain("nvidia_gpu_0", HardwareType.GPU, "g", "g0", method=Method.POWER_INTEGRATION, update_period_s=0.1),
-    Domain("cpu_estimate", HardwareType.CPU, "e", "e0", method=Method.ESTIMATE, update_period_s=0.01),
-]
+DOMAINS = five_domains()
 
 
 def test_energy_between_gives_joules_totals_watts_and_flags_by_position() -> None:
@@ -57,7 +44,7 @@ def test_a_selection_counts_only_its_domains() -> None:
 
 
 def test_the_meters_measurement_is_energy_between_by_domain_id() -> None:
-    meter = EnergyMeter(channels=[_FixedChannel(d) for d in DOMAINS], sample=False)
+    meter = EnergyMeter(channels=[FixedChannel(d) for d in DOMAINS], sample=False)
     try:
         start = EnergySnapshot(0, (1.0, 2.0, 3.0, 4.0, 5.0), (4,), (), ())
         end = EnergySnapshot(1_000_000_000, (1.5, 2.25, 3.5, 9.0, 5.5), (), (1,), (0, 0, 0, 2, 0))

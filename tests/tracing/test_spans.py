@@ -15,10 +15,10 @@ from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import SpanAttribution
 from otel_joules.attribution.shares import measured_kinds
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
 
 from tests.fakes.powercap import make_powercap
+from tests.helpers.domains import FixedChannel, five_domains
 
 
 @pytest.fixture
@@ -230,25 +230,12 @@ def test_instrument_without_attribution_keeps_energy_only(tracer_provider, span_
 
 
 
-class _FixedChannel(Channel):
-    """A domain whose reads the test never uses: only its Domain matters to MeterAttributes."""
-
-    def read_uj(self) -> int:
-        return 0
-
-
 def test_planned_attributes_equal_those_of_a_measurement() -> None:
     """The processor's per-span path (MeterAttributes) gives exactly measurement_attributes(meter.measure(...)):
     same keys in the same order, same floats, for counters, integrated power, estimates, domains outside the
     total, a failed domain, stale domains and intervals below a counter's resolution."""
-    domains = [
-        Domain("package_0", HardwareType.CPU, "p", "p0"),
-        Domain("core_0", HardwareType.CPU, "c", "c0", in_total=False),
-        Domain("dram_0", HardwareType.MEMORY, "d", "d0"),
-        Domain("nvidia_gpu_0", HardwareType.GPU, "g", "g0", method=Method.POWER_INTEGRATION, update_period_s=0.1),
-        Domain("cpu_estimate", HardwareType.CPU, "e", "e0", method=Method.ESTIMATE, update_period_s=0.01),
-    ]
-    meter = EnergyMeter(channels=[_FixedChannel(d) for d in domains], sample=False)
+    domains = five_domains()
+    meter = EnergyMeter(channels=[FixedChannel(d) for d in domains], sample=False)
     plan = MeterAttributes(meter, measured_kinds(meter.domains))
     cases = [
         ((0, (1.0, 2.0, 3.0, 4.0, 5.0), ()), (2_000_000_000, (1.5, 2.25, 3.125, 9.0, 5.5), ())),
