@@ -31,7 +31,7 @@ def _points(reader: InMemoryMetricReader) -> dict[str, list]:
 def test_energy_and_power_per_domain_and_host(powercap, tracer_provider) -> None:
     meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
     reader = InMemoryMetricReader()
-    handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), energy_meter=meter)
+    handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), meter=meter)
     powercap.zones["package_0"].advance_joules(30.0)
     powercap.zones["core_0"].advance_joules(20.0)
     powercap.zones["dram_0"].advance_joules(6.0)
@@ -64,7 +64,7 @@ def test_energy_and_power_per_domain_and_host(powercap, tracer_provider) -> None
 def test_estimates_are_labelled_in_metrics(tmp_path, tracer_provider) -> None:
     meter = EnergyMeter(sysfs_root=str(tmp_path), gpus=[], sample=False)
     reader = InMemoryMetricReader()
-    handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), energy_meter=meter)
+    handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), meter=meter)
     points = _points(reader)
     assert {a["energy.source"] for a, _ in points["hw.energy"][1]} == {"estimate"}
     assert {a["energy.method"] for a, _ in points["hw.energy"][1]} == {"estimate"}
@@ -134,7 +134,7 @@ def test_process_energy_and_power_are_this_processs_share_per_kind(powercap, tmp
     # busy: the period's whole CPU-side energy over its busy seconds, whatever its baseline.
     attributor = Attributor(meter, sample=False, policy="busy")
     reader = InMemoryMetricReader()
-    EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), attributor=attributor)
+    EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), attribution=attributor)
     time.sleep(0.06)  # a window long enough to set prices
     powercap.zones["package_0"].advance_joules(40.0)
     powercap.zones["dram_0"].advance_joules(8.0)
@@ -216,7 +216,7 @@ def test_unattributed_energy_is_the_hosts_and_the_same_from_every_process(powerc
             static_watts={"package_0": 100.0, "dram_0": 20.0},
         )
         reader = InMemoryMetricReader()
-        EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), host_id="host-a", attributor=attributor)
+        EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), host_id="host-a", attribution=attributor)
         readers.append(reader)
         attributors.append(attributor)
     time.sleep(0.2)  # one 0.2 s period: the baselines' static joules are 20 J package, 4 J dram
