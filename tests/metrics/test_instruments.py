@@ -7,6 +7,7 @@ import time
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
 
 import otel_joules
 from otel_joules import EnergyMeter
@@ -163,6 +164,47 @@ def test_estimated_process_energy_says_estimate(tmp_path) -> None:
     _, energy = _points(reader)["process.energy"]
     assert {attrs["energy.source"] for attrs, _ in energy} == {"estimate"}
     metrics.attributor.close()
+    meter.close()
+
+
+_SHARE_METRICS = {"process.energy", "process.power", "energy.unattributed", "energy.baseline.power"}
+
+
+def test_attribution_false_registers_the_hardware_instruments_only(powercap, tracer_provider) -> None:
+    """The processor's spelling: ``attribution=False``, on EnergyMetrics and through instrument() alike."""
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    reader = InMemoryMetricReader()
+    metrics = EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), attribution=False)
+    assert metrics.attributor is None
+    powercap.zones["package_0"].advance_joules(5.0)
+    time.sleep(0.1)  # older than the snapshot reuse window
+    points = _points(reader)
+    assert not _SHARE_METRICS & set(points)
+    assert [v for _, v in points["hw.host.energy"][1]] == [5.0]
+
+    instrumented = InMemoryMetricReader()
+    handle = otel_joules.instrument(
+        tracer_provider, MeterProvider(metric_readers=[instrumented]), meter=meter, attribution=False
+    )
+    assert handle.meter is meter and handle.processor.attributor is None and handle.metrics.attributor is None
+    points = _points(instrumented)
+    assert "hw.energy" in points and not _SHARE_METRICS & set(points)
+    handle.uninstrument()
+    meter.close()
+
+
+@pytest.mark.parametrize("attribution", [None, "off", 0])
+def test_attribution_that_is_not_a_bool_or_an_attributor_is_refused(powercap, attribution) -> None:
+    from otel_joules.errors import ConfigurationError
+    from otel_joules.tracing import EnergySpanProcessor
+
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    with pytest.raises(ConfigurationError, match="False \\(no attribution\\)"):
+        EnergyMetrics(meter, MeterProvider(metric_readers=[InMemoryMetricReader()]), attribution=attribution)
+    with pytest.raises(ConfigurationError, match="False \\(no attribution\\)"):
+        EnergySpanProcessor(meter, attribution=attribution)
+    with pytest.raises(ConfigurationError, match="False \\(no attribution\\)"):
+        otel_joules.instrument(TracerProvider(), meter=meter, metrics_enabled=False, attribution=attribution)
     meter.close()
 
 
