@@ -219,6 +219,14 @@ def test_every_process_measures_the_host_whatever_its_rank(
     handle.uninstrument()
 
 
+def test_instrument_refuses_a_keyword_it_does_not_take_and_names_meter(tracer_provider, meter) -> None:
+    with pytest.raises(ConfigurationError, match="no option energy_meter: give a meter of your own as meter="):
+        otel_joules.instrument(tracer_provider, energy_meter=meter, metrics_enabled=False)
+    handle = otel_joules.instrument(tracer_provider, meter=meter, metrics_enabled=False)
+    assert handle.meter is meter
+    handle.uninstrument()
+
+
 def test_instrument_without_attribution_keeps_energy_only(tracer_provider, span_exporter, powercap) -> None:
     handle = otel_joules.instrument(tracer_provider, sysfs_root=powercap.sysfs_root, gpus=[], attribution=False)
     with tracer_provider.get_tracer("t").start_as_current_span("x"):

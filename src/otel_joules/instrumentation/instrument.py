@@ -12,6 +12,7 @@ the moment ``trace.set_tracer_provider(...)`` sets one (:func:`_call_when_global
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import weakref
@@ -197,7 +198,8 @@ def instrument(
     Raises:
         ConfigurationError: ``tracer_provider``, or the global provider once set, is not an
             SDK ``TracerProvider`` (it has no ``add_span_processor``), or the options are
-            invalid (an unknown country, a PUE below 1, ...).
+            invalid (an unknown country, a PUE below 1, a keyword that is neither
+            ``instrument()``'s nor an ``EnergyMeter``'s, ...).
     """
     if sdk_disabled():
         _log.info("otel-joules: OTEL_SDK_DISABLED=true, energy is not measured")
@@ -212,6 +214,7 @@ def instrument(
     resolve_synchronizer(synchronize)
     check_attribution(attribution)
     check_attribution_options(attribution_policy, static_watts)
+    _check_meter_options(options)
 
     def attach(handle: Instrumentation, sdk_provider: Any) -> Instrumentation:
         used = meter or get_energy_meter(**options)
@@ -238,6 +241,17 @@ def instrument(
     if waiting:
         return _handles.get_or_create(provider, lambda: _wait_for_global_provider(attach))
     return _handles.get_or_create(provider, lambda: attach(Instrumentation(active=True), provider))
+
+
+def _check_meter_options(options: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigurationError` for a keyword that is neither ``instrument()``'s nor an :class:`EnergyMeter`'s."""
+    meter_keywords = [name for name in inspect.signature(EnergyMeter.__init__).parameters if name != "self"]
+    unknown = sorted(set(options) - set(meter_keywords))
+    if unknown:
+        raise ConfigurationError(
+            f"instrument() has no option {', '.join(unknown)}: give a meter of your own as meter=, or the shared "
+            f"meter's EnergyMeter keywords ({', '.join(meter_keywords)})"
+        )
 
 
 def _not_sdk_provider(provider: Any, explicit: bool) -> str:
