@@ -47,10 +47,10 @@ spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
 tracer_provider, meter_provider = TracerProvider(), MeterProvider(metric_readers=[reader])
 tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
 handle = otel_joules.instrument(tracer_provider, meter_provider, sysfs_root=sysfs_root, gpus=[])
-meter = handle.energy_meter
+meter = handle.meter
 attributor = handle.metrics.attributor
 intensity = CarbonIntensity(gco2eq_per_kwh=300.0, source="explicit", region=None, year=None, detail="")
-tracker = CarbonTracker(epochs=2, energy_meter=meter, intensity_gco2eq_per_kwh=300.0, log_dir=log_dir,
+tracker = CarbonTracker(epochs=2, meter=meter, intensity_gco2eq_per_kwh=300.0, log_dir=log_dir,
                         tracer_provider=tracer_provider, verbose=0)
 locks = {
     "meter": (meter, "_lock"),
