@@ -233,7 +233,7 @@ def _run_measured(
     energy_metrics = None
     if telemetry is not None and telemetry.meter_provider is not None:
         # No process.* here: this process only waits; the command's share is on its span.
-        energy_metrics = EnergyMetrics(meter, telemetry.meter_provider, attributor=None)
+        energy_metrics = EnergyMetrics(meter, telemetry.meter_provider, attribution=False)
     span = provider.get_tracer(INSTRUMENTATION_SCOPE).start_span(
         args.span_name or name,
         context=context_from_environment(),
