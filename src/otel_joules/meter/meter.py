@@ -328,7 +328,9 @@ class EnergyMeter:
         *,
         constant_watts: Mapping[str, float] | None = None,
     ) -> EnergyMeasurement:
-        """Energy spent between two snapshots of this meter.
+        """Energy spent between two snapshots of this meter, by domain id.
+
+        Computed by :func:`~otel_joules.meter.energy.energy_between`, as spans' energy is.
 
         Args:
             start: The earlier snapshot.
