@@ -80,7 +80,7 @@ class Instrumentation:
             _handles.forget(self)
 
 
-class _HandleRegistry:
+class InstrumentationRegistry:
     """Active instrumentations by tracer provider, so ``instrument()`` is idempotent."""
 
     def __init__(self) -> None:
@@ -122,7 +122,7 @@ class _HandleRegistry:
                 del self._by_provider[provider]
 
 
-_handles = _HandleRegistry()
+_handles = InstrumentationRegistry()
 
 
 def instrument(
