@@ -243,4 +243,3 @@ def test_only_package_inits_say_what_is_public() -> None:
         if path.name != "__init__.py" and any(line.startswith("__all__") for line in path.read_text().splitlines())
     ]
     assert not with_all
-
