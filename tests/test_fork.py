@@ -38,7 +38,7 @@ from otel_joules.carbon.spans import SpanCarbon
 from otel_joules.carbontracker.tracker import CarbonTracker
 from otel_joules.delivery.outcomes import DeliveryReport
 from otel_joules.meter.registry import default_registry
-from otel_joules.pyjoules.energy_meter import _SelectionCache
+from otel_joules.pyjoules.energy_meter import SelectionCache
 import importlib
 instrument_module = importlib.import_module("otel_joules.instrumentation.instrument")
 
@@ -68,7 +68,7 @@ locks = {
     "carbontracker": (tracker, "_lock"),
     "carbontracker_intensity": (tracker._intensity, "_lock"),
     "delivery_report": (DeliveryReport(), "_lock"),
-    "pyjoules_selection": (_SelectionCache(None, "f"), "_lock"),
+    "pyjoules_selection": (SelectionCache(None, "f"), "_lock"),
 }
 held, release = threading.Event(), threading.Event()
 

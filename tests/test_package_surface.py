@@ -6,6 +6,7 @@ everything already.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
@@ -194,6 +195,44 @@ def test_the_instrumentor_is_also_reachable_from_the_package() -> None:
     from otel_joules.instrumentation import EnergyInstrumentor
 
     assert EnergyInstrumentor is importlib.import_module("otel_joules.instrumentation.zero_code").EnergyInstrumentor
+
+
+#: Public modules of the other engineers' areas that still define ``_``-prefixed classes; each is fixed in its
+#: own branch (an internal moves to a ``_`` module or becomes a documented public class), then leaves this list.
+PRIVATE_CLASSES_NOT_YET_MOVED = frozenset(
+    {
+        "attribution/baseline.py",
+        "attribution/command.py",
+        "meter/channels.py",
+        "meter/sync.py",
+        "report/readers.py",
+        "report/trace_runs.py",
+        "tracing/processor.py",
+    }
+)
+
+
+def _private_classes(path: Path) -> list[str]:
+    return [node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef) and node.name.startswith("_")]
+
+
+def test_no_public_module_defines_a_private_class() -> None:
+    """A public module (no ``_`` in any part of its path) holds public names; its internals live in ``_`` modules."""
+    root = Path(otel_joules.__file__).resolve().parent
+    public = [
+        path
+        for path in sorted(root.rglob("*.py"))
+        if not any(part.startswith("_") for part in path.relative_to(root).with_suffix("").parts if part != "__init__")
+    ]
+    found = {
+        str(path.relative_to(root)): names
+        for path in public
+        if str(path.relative_to(root)) not in PRIVATE_CLASSES_NOT_YET_MOVED and (names := _private_classes(path))
+    }
+    assert not found, f"move these internals to a _-prefixed module, or name and document them as public: {found}"
+    # The list holds only modules that still need it, so emptying it is visible.
+    stale = sorted(name for name in PRIVATE_CLASSES_NOT_YET_MOVED if not _private_classes(root / name))
+    assert not stale, f"these modules define no private class any more; drop them from PRIVATE_CLASSES_NOT_YET_MOVED: {stale}"
 
 
 def test_only_package_inits_say_what_is_public() -> None:

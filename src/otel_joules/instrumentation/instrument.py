@@ -82,7 +82,7 @@ class Instrumentation:
             _handles.forget(self)
 
 
-class _HandleRegistry:
+class InstrumentationRegistry:
     """Active instrumentations by tracer provider, so ``instrument()`` is idempotent."""
 
     def __init__(self) -> None:
@@ -124,7 +124,7 @@ class _HandleRegistry:
                 del self._by_provider[provider]
 
 
-_handles = _HandleRegistry()
+_handles = InstrumentationRegistry()
 
 
 def instrument(
