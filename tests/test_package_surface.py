@@ -203,11 +203,8 @@ PRIVATE_CLASSES_NOT_YET_MOVED = frozenset(
     {
         "attribution/baseline.py",
         "attribution/command.py",
-        "meter/channels.py",
-        "meter/sync.py",
         "report/readers.py",
         "report/trace_runs.py",
-        "tracing/processor.py",
     }
 )
 

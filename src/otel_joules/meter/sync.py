@@ -76,8 +76,11 @@ def _cupy_sync() -> None:
 _BY_NAME: dict[str, Callable[[], None]] = {"torch": _torch_sync, "auto": _auto_sync, "jax": _jax_sync, "cupy": _cupy_sync}
 
 
-class _Guarded:
-    """Calls a synchronizer; one that raises is logged once and skipped from then on."""
+class GuardedSynchronizer:
+    """Calls a synchronizer; one that raises is logged once and skipped from then on.
+
+    What :func:`resolve_synchronizer` returns for a ``synchronize=`` option.
+    """
 
     __slots__ = ("_call", "_name")
 
@@ -111,13 +114,13 @@ def resolve_synchronizer(option: Synchronize) -> Callable[[], None] | None:
     if option is None or option is False:
         return None
     if callable(option):
-        return _Guarded(option, getattr(option, "__qualname__", repr(option)))
+        return GuardedSynchronizer(option, getattr(option, "__qualname__", repr(option)))
     if isinstance(option, str):
         name = option.strip().lower()
         if name in ("", "none", "off", "false"):
             return None
         if name in _BY_NAME:
-            return _Guarded(_BY_NAME[name], name)
+            return GuardedSynchronizer(_BY_NAME[name], name)
     raise ConfigurationError(
         f"synchronize={option!r} is not one of {', '.join(SYNC_CHOICES)} or a callable; "
         "pass e.g. synchronize='torch' to wait for CUDA work at span boundaries"

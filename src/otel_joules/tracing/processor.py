@@ -161,13 +161,13 @@ class EnergySpanProcessor(SpanProcessor):
                 attributor = self.attributor
             share = None
             if attributor is not None:
-                # A measured parent's ``end`` is its _MeasuringEnd (an instance attribute, found before the class's method).
+                # A measured parent's ``end`` is its MeasuringEnd (an instance attribute, found before the class's method).
                 parent_end = get_current_span(parent_context).end
-                share = attributor.open_span(parent_end._share if type(parent_end) is _MeasuringEnd else None)
+                share = attributor.open_span(parent_end._share if type(parent_end) is MeasuringEnd else None)
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
             self._report_failure(exc)
             return
-        span.end = _MeasuringEnd(  # type: ignore[method-assign]
+        span.end = MeasuringEnd(  # type: ignore[method-assign]
             span, self._self_ref, start, attributor, share, offset_ns, stated_start_ns
         )
         if self._rank_attributes is not None:
@@ -303,8 +303,10 @@ def _stated_interval(
     return meter.measure(first, last), None
 
 
-class _MeasuringEnd:
+class MeasuringEnd:
     """Stands in for one span's ``end``: measures, sets the attributes, then really ends it.
+
+    Set by :meth:`EnergySpanProcessor.on_start` as the span's ``end``; not made by hand.
 
     Holds its span and processor weakly (a strong reference would make span -> end ->
     span a cycle) and calls the span class's own ``end`` function. A span dropped without
@@ -409,7 +411,7 @@ def end_span_with_measurement(
     intensity and PUE) has the final word on its span.
     """
     end = getattr(span, "end", None)
-    if type(end) is _MeasuringEnd:
+    if type(end) is MeasuringEnd:
         end._end(end_time, measurement, attributes)
         return
     if span.is_recording():
