@@ -214,10 +214,13 @@ SOURCE_MIXED: Final = "mixed"
 #: the domains present say how they were obtained (``energy.<domain>.method``).
 SOURCE_PARTIAL: Final = "partial"
 
-#: ``hw.type`` values of the attribution kinds, each with an ``energy.attributed.<kind>.joules``.
+#: A domain's kind (``Domain.kind``, ``energy.domain_kinds``); cpu, memory and gpu are also the attribution
+#: kinds, each with an ``energy.attributed.<kind>.joules``, and the ``hw.type`` of their domains.
 KIND_CPU: Final = "cpu"
 KIND_MEMORY: Final = "memory"
 KIND_GPU: Final = "gpu"
+#: A domain's kind: the whole platform (RAPL psys); its ``hw.type`` is ``enclosure``, its attribution kind cpu.
+KIND_PLATFORM: Final = "platform"
 #: ``energy.attributed.<kind>.joules`` by kind.
 ATTRIBUTED_KIND_KEYS: Final = {
     KIND_CPU: ENERGY_ATTRIBUTED_CPU_JOULES,

@@ -15,7 +15,8 @@ from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import SpanAttribution
 from otel_joules.attribution.shares import measured_kinds
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
+from otel_joules.sensors.base import Channel, Domain, Method
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
 
 from tests.fakes.powercap import make_powercap
@@ -242,11 +243,11 @@ def test_planned_attributes_equal_those_of_a_measurement() -> None:
     same keys in the same order, same floats, for counters, integrated power, estimates, domains outside the
     total, a failed domain, stale domains and intervals below a counter's resolution."""
     domains = [
-        Domain("package_0", HardwareType.CPU, "p", "p0"),
-        Domain("core_0", HardwareType.CPU, "c", "c0", in_total=False),
-        Domain("dram_0", HardwareType.MEMORY, "d", "d0"),
-        Domain("nvidia_gpu_0", HardwareType.GPU, "g", "g0", method=Method.POWER_INTEGRATION, update_period_s=0.1),
-        Domain("cpu_estimate", HardwareType.CPU, "e", "e0", method=Method.ESTIMATE, update_period_s=0.01),
+        Domain("package_0", KIND_CPU, "p", "p0"),
+        Domain("core_0", KIND_CPU, "c", "c0", in_total=False),
+        Domain("dram_0", KIND_MEMORY, "d", "d0"),
+        Domain("nvidia_gpu_0", KIND_GPU, "g", "g0", method=Method.POWER_INTEGRATION, update_period_s=0.1),
+        Domain("cpu_estimate", KIND_CPU, "e", "e0", method=Method.ESTIMATE, update_period_s=0.01),
     ]
     meter = EnergyMeter(channels=[_FixedChannel(d) for d in domains], sample=False)
     plan = MeterAttributes(meter, measured_kinds(meter.domains))

@@ -26,7 +26,7 @@ from otel_joules.attribution.sampling import (
     _SummaryBucket,
     _wall_offset_ns,
 )
-from otel_joules.attribution.shares import KINDS, attribution_label, kind_of, measured_kinds
+from otel_joules.attribution.shares import ATTRIBUTION_KIND, KINDS, attribution_label, measured_kinds
 from otel_joules.attribution.spans import _SpanPath
 from otel_joules.config import ATTRIBUTION_POLICIES, static_watts_problem
 from otel_joules.errors import ConfigurationError
@@ -94,7 +94,7 @@ class Attributor(_SpanPath):
         self.kind_indices: dict[str, tuple[int, ...]] = {kind: () for kind in KINDS}
         for i, domain in enumerate(meter.domains):
             if domain.in_total:
-                kind = kind_of(domain.hw_type)
+                kind = ATTRIBUTION_KIND[domain.kind]
                 self.kind_indices[kind] += (i,)
         self.kinds = measured_kinds(meter.domains)
         # Capped per span (Attributor._cap). GPUs are not: their share is power x time, not a price
@@ -124,7 +124,7 @@ class Attributor(_SpanPath):
         self._fit_positions = tuple(range(fitted))
         # The CPU-time estimate (busy CPU seconds x TDP per CPU) has no static part by construction.
         self._configured_watts = {
-            d.id: 0.0 for d in meter.domains if d.in_total and d.method is Method.ESTIMATE and kind_of(d.hw_type) == KIND_CPU
+            d.id: 0.0 for d in meter.domains if d.in_total and d.method is Method.ESTIMATE and ATTRIBUTION_KIND[d.kind] == KIND_CPU
         }
         self._configured_watts.update(meter.settings.static_watts)
         self.baselines = Baselines(
