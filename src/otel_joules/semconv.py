@@ -64,6 +64,10 @@ ENERGY_KWH: Final = "energy.kwh"
 #: The domains of the span read through the ``otel-joules agent`` (string array, sorted), because this user
 #: cannot read ``energy_uj``: still measured (``energy.source = measured``); absent when none was.
 ENERGY_AGENT_DOMAINS: Final = "energy.agent.domains"
+#: Span attribute: the meter's domains that add to ``energy.joules``, each with its kind, space-separated
+#: ``domain_id:kind`` (``package_0:cpu dram_0:memory nvidia_gpu_0:gpu``), so a reader of an export
+#: classifies domains without knowing their ids.
+ENERGY_DOMAIN_KINDS: Final = "energy.domain_kinds"
 
 
 def domain_joules_key(domain_id: str) -> str:

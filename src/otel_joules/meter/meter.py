@@ -34,7 +34,7 @@ from otel_joules.meter.channels import _ChannelState
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import agent, estimator, rapl
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MEASURED, SOURCE_MIXED, SOURCE_PARTIAL
-from otel_joules.sensors.base import Channel, Domain, Method, Unavailable
+from otel_joules.sensors.base import Channel, Domain, Method, Unavailable, domain_kinds
 
 _new_tuple = tuple.__new__
 _pread = os.pread
@@ -89,6 +89,9 @@ class EnergyMeasurement:
         rejected_jump_domains: Domains whose counter jumped in between by more than its power
             bound allows: the jump is not in their joules.
         agent_domains: Domains in :attr:`joules_by_domain` read through ``otel-joules agent``.
+        domain_kinds: ``energy.domain_kinds``: the domains counted in the total with their kinds
+            (:func:`~otel_joules.sensors.base.domain_kinds`); None where the measurement cannot say
+            (constant-power simulated devices, a caller's own measurement).
 
     Not frozen: one is built for every span, and a frozen dataclass's ``__init__`` costs
     several times more. Treat it as read-only.
@@ -105,6 +108,7 @@ class EnergyMeasurement:
     missing_domains: tuple[str, ...] = ()
     rejected_jump_domains: tuple[str, ...] = ()
     agent_domains: tuple[str, ...] = ()
+    domain_kinds: str | None = None
 
 
 class EnergyMeter:
@@ -211,6 +215,8 @@ class EnergyMeter:
             (d.id, d.method, d.in_total, d.method.is_measurement, d.update_period_s) for d in self.domains
         )
         self._in_total = {d.id: d.in_total for d in self.domains}
+        #: ``energy.domain_kinds`` of every measurement over all domains, built once.
+        self.domain_kinds = domain_kinds(self.domains)
         self._max_snapshot_age_ns = round(self.settings.max_snapshot_age_s * 1e9)
         self._last_snapshot: EnergySnapshot | None = None
         self._sample = sample
@@ -399,7 +405,17 @@ class EnergyMeter:
             missing_domains,
             jumped,
             through_agent,
+            self._kinds_of(domains, constant_watts),
         )
+
+    def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> str | None:
+        """``energy.domain_kinds`` of a measurement over ``domains`` (None: all); None with simulated devices,
+        which have no kind here."""
+        if constant_watts:
+            return None
+        if domains is None:
+            return self.domain_kinds
+        return domain_kinds(d for d in self.domains if d.id in domains)
 
     def _selected_rows(
         self,

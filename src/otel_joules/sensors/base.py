@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, KIND_PLATFORM, SOURCE_ESTIMATE
 
@@ -100,6 +101,21 @@ class Domain:
     def hw_type(self) -> HardwareType:
         """``hw.type`` for metrics, from the kind (platform reads ``enclosure``)."""
         return HW_TYPES[self.kind]
+
+
+def domain_kinds(domains: Iterable[Domain]) -> str:
+    """``energy.domain_kinds``'s value: the domains that add to the total with their kind, ``package_0:cpu dram_0:memory``."""
+    return " ".join(f"{d.id}:{d.kind}" for d in domains if d.in_total)
+
+
+def parse_domain_kinds(value: str) -> dict[str, str]:
+    """``{domain id: kind}`` from an ``energy.domain_kinds`` value (:func:`domain_kinds`); an entry without a kind is skipped."""
+    kinds: dict[str, str] = {}
+    for entry in value.split():
+        domain_id, _, kind = entry.rpartition(":")
+        if domain_id and kind:
+            kinds[domain_id] = kind
+    return kinds
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from otel_joules.semconv import (
     ENERGY_ATTRIBUTION,
     ENERGY_BASELINE,
     ENERGY_BELOW_RESOLUTION,
+    ENERGY_DOMAIN_KINDS,
     ENERGY_JOULES,
     ENERGY_SOURCE,
     ENERGY_WATTS,
@@ -67,6 +68,8 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         ENERGY_WATTS: measurement.watts,
         ENERGY_SOURCE: measurement.source,
     }
+    if measurement.domain_kinds is not None:
+        attributes[ENERGY_DOMAIN_KINDS] = measurement.domain_kinds
     methods = measurement.methods_by_domain
     keys = _domain_keys
     for domain_id, joules in measurement.joules_by_domain.items():
@@ -124,7 +127,7 @@ class MeterAttributes:
         kinds: The attribution kinds the meter measures (``Attributor.kinds``).
     """
 
-    __slots__ = ("_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions")
+    __slots__ = ("_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions", "_domain_kinds")
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
         self._rows = tuple(
@@ -143,6 +146,8 @@ class MeterAttributes:
         #: (key, adds to the total) of each domain's missing flag.
         self._missing_keys = {i: (domain_missing_key(d.id), d.in_total) for i, d in by_id}
         self._jump_keys = {i: domain_rejected_jump_key(d.id) for i, d in by_id}
+        #: ``energy.domain_kinds``, the meter's string: one dict entry per span, no string built.
+        self._domain_kinds = meter.domain_kinds
         #: (position, id) of the domains read through the agent, by id (``energy.agent.domains``).
         self._agent_positions = tuple((i, d.id) for i, d in by_id if d.via_agent)
         #: (attribute key, position in SpanAttribution) for each kind measured, in attribution_attributes' order.
@@ -156,8 +161,13 @@ class MeterAttributes:
         """The span attributes for the interval between two of the meter's snapshots; None when no domain has a
         value and none is missing."""
         duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
-        # The three totals first, as measurement_attributes orders them; their values are set below.
-        attributes: dict[str, Any] = {ENERGY_JOULES: 0.0, ENERGY_WATTS: 0.0, ENERGY_SOURCE: SOURCE_MEASURED}
+        # The three totals and the kinds first, as measurement_attributes orders them; the totals are set below.
+        attributes: dict[str, Any] = {
+            ENERGY_JOULES: 0.0,
+            ENERGY_WATTS: 0.0,
+            ENERGY_SOURCE: SOURCE_MEASURED,
+            ENERGY_DOMAIN_KINDS: self._domain_kinds,
+        }
         total = 0.0
         measured = estimated = present = False
         slowest_update_s = 0.0
