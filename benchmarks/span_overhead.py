@@ -80,6 +80,8 @@ from tests.fakes.powercap import make_powercap
 TARGET_RATIOS = {"exact": 1.8, "exact_no_attribution": 1.8, "cached": 1.4}
 #: The cached mode's window: a fifth of RAPL's ~1 ms update period.
 CACHED_WINDOW_S = 0.0002
+#: Issue 21: seconds per span the span path may spend acquiring locks or waiting on a condition, under cProfile.
+TARGET_LOCK_WAIT_US = 0.5
 
 
 class DropExporter(SpanExporter):
@@ -165,6 +167,45 @@ def measure_ratio(tracer, processor: EnergySpanProcessor | FloorProcessor, spans
     bare_us = statistics.median(bare) * 1e6
     instrumented_us = statistics.median(instrumented) * 1e6
     return {"bare_us": bare_us, "instrumented_us": instrumented_us, "ratio": instrumented_us / bare_us}
+
+
+def _is_lock_wait(function: tuple[str, int, str]) -> bool:
+    """A cProfile entry that takes a lock or waits on one: ``acquire``/``__enter__`` of a lock, ``Condition.wait``."""
+    filename, _, name = function
+    if filename == "~":  # a builtin: "<method 'acquire' of '_thread.lock' objects>"
+        return ("_thread.lock" in name or "_thread.RLock" in name) and ("acquire" in name or "__enter__" in name)
+    return filename.endswith("threading.py") and name in ("wait", "acquire", "__enter__")
+
+
+def measure_lock_waits(tracer, processor: EnergySpanProcessor, spans: int) -> dict[str, float]:
+    """Lock acquisitions and the time spent in them per instrumented span, under cProfile.
+
+    Profiles the calling thread only: time the span path spends taking a lock (or waiting on a
+    condition) that a background thread may hold. The bare-span part (the SDK's own locks) is
+    profiled apart and subtracted, so the figure is what the energy processor adds.
+    """
+    import cProfile
+    import pstats
+
+    def profiled(enabled: bool) -> tuple[float, float]:
+        processor.enabled = enabled
+        profile = cProfile.Profile()
+        profile.enable()
+        _batch_seconds(tracer, spans)
+        profile.disable()
+        stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+        calls = sum(entry[1] for function, entry in stats.items() if _is_lock_wait(function))
+        seconds = sum(entry[2] for function, entry in stats.items() if _is_lock_wait(function))
+        return calls / spans, seconds / spans
+
+    bare_calls, bare_s = profiled(False)
+    calls, seconds = profiled(True)
+    processor.enabled = True
+    return {
+        "lock_calls_per_span": calls - bare_calls,
+        "lock_wait_us_per_span": (seconds - bare_s) * 1e6,
+        "target_us": TARGET_LOCK_WAIT_US,
+    }
 
 
 def measure_memory(tracer, spans: int) -> dict[str, float]:
@@ -504,6 +545,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # span read 25 us against 14 us in the modes after it).
             measure_ratio(tracer, processor, max(2000, args.spans // 10))
             result[mode] = measure_ratio(tracer, processor, args.spans)
+            result[mode]["locks"] = measure_lock_waits(tracer, processor, max(2000, args.spans // 5))
             if mode == "exact":
                 processor.enabled = True
                 result["memory"] = measure_memory(tracer, args.memory_spans)
@@ -531,6 +573,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{mode} ({label}):")
         print(f"  bare span {timing['bare_us']:.2f} us, instrumented {timing['instrumented_us']:.2f} us")
         print(f"  ratio {timing['ratio']:.2f}x (target <= {TARGET_RATIOS[mode]}x)")
+        locks = timing["locks"]
+        print(
+            f"  locks on the span path (cProfile, over a bare span): {locks['lock_calls_per_span']:.2f} per span, "
+            f"{locks['lock_wait_us_per_span']:.2f} us per span (target <= {TARGET_LOCK_WAIT_US} us)"
+        )
         if "accuracy" in timing:
             acc = timing["accuracy"]
             print(
@@ -559,6 +606,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(of which 2 x {pieces['thread_cpu_clock_read_ns'] / 1e3:.2f} us reading the thread's CPU clock), "
         f"{pieces['extra_attributes_ns'] / 1e3:.2f} us for the extra attributes; "
         f"exact with / without: {result['exact']['instrumented_us'] - result['exact_no_attribution']['instrumented_us']:+.2f} us"
+    )
+    itemized_us = (2 * pieces["snapshot_ns"] + pieces["open_and_close_share_ns"] + pieces["build_attributes_ns"]
+                   + pieces["set_all_attributes_ns"]) / 1e3
+    overhead_us = result["exact"]["instrumented_us"] - result["exact"]["bare_us"]
+    print(
+        f"itemized {itemized_us:.2f} us against a measured overhead of {overhead_us:.2f} us "
+        f"({itemized_us / overhead_us:.0%} accounted for; target within 15%)"
     )
     memory = result["memory"]
     print(

@@ -54,7 +54,7 @@ def main() -> int:
         with tracer.start_as_current_span("sort_numbers"):
             sort_numbers(1_500_000)
 
-    meter = handle.energy_meter
+    meter = handle.meter
     spans = exporter.get_finished_spans()
     source = spans[-1].attributes["energy.source"]
     print("otel-joules quickstart: energy of an example workload, one span per step\n")

@@ -38,7 +38,7 @@ from otel_joules.carbon.spans import SpanCarbon
 from otel_joules.carbontracker.tracker import CarbonTracker
 from otel_joules.delivery.outcomes import DeliveryReport
 from otel_joules.meter.registry import default_registry
-from otel_joules.pyjoules.energy_meter import _SelectionCache
+from otel_joules.pyjoules.energy_meter import SelectionCache
 import importlib
 instrument_module = importlib.import_module("otel_joules.instrumentation.instrument")
 
@@ -47,18 +47,20 @@ spans, reader = InMemorySpanExporter(), InMemoryMetricReader()
 tracer_provider, meter_provider = TracerProvider(), MeterProvider(metric_readers=[reader])
 tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
 handle = otel_joules.instrument(tracer_provider, meter_provider, sysfs_root=sysfs_root, gpus=[])
-meter = handle.energy_meter
+meter = handle.meter
 attributor = handle.metrics.attributor
 intensity = CarbonIntensity(gco2eq_per_kwh=300.0, source="explicit", region=None, year=None, detail="")
-tracker = CarbonTracker(epochs=2, energy_meter=meter, intensity_gco2eq_per_kwh=300.0, log_dir=log_dir,
+tracker = CarbonTracker(epochs=2, meter=meter, intensity_gco2eq_per_kwh=300.0, log_dir=log_dir,
                         tracer_provider=tracer_provider, verbose=0)
 locks = {
     "meter": (meter, "_lock"),
     "meter_registry": (default_registry(), "_lock"),
     "metrics": (handle.metrics, "_lock"),
-    "attribution_reading": (attributor, "_reading_lock"),
-    "attribution_sample": (attributor, "_sample_lock"),
-    "attribution_gpu": (attributor, "_gpu_lock"),
+    "attribution_reading": (attributor.prices, "_reading_lock"),
+    "attribution_sample": (attributor.prices, "_sample_lock"),
+    "attribution_ledgers": (attributor.ledger, "_ledgers_lock"),
+    "attribution_gpu": (attributor.ledger, "_gpu_lock"),
+    "attribution_starting": (attributor.prices, "_starting_lock"),
     "attribution_registry": (attribution_registry._registry, "_lock"),
     "instrument_registry": (instrument_module._handles, "_lock"),
     "span_carbon_refresh": (SpanCarbon(intensity), "_refreshing"),
@@ -66,7 +68,7 @@ locks = {
     "carbontracker": (tracker, "_lock"),
     "carbontracker_intensity": (tracker._intensity, "_lock"),
     "delivery_report": (DeliveryReport(), "_lock"),
-    "pyjoules_selection": (_SelectionCache(None, "f"), "_lock"),
+    "pyjoules_selection": (SelectionCache(None, "f"), "_lock"),
 }
 held, release = threading.Event(), threading.Event()
 

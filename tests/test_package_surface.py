@@ -6,9 +6,11 @@ everything already.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -195,6 +197,44 @@ def test_the_instrumentor_is_also_reachable_from_the_package() -> None:
     assert EnergyInstrumentor is importlib.import_module("otel_joules.instrumentation.zero_code").EnergyInstrumentor
 
 
+#: Public modules of the other engineers' areas that still define ``_``-prefixed classes; each is fixed in its
+#: own branch (an internal moves to a ``_`` module or becomes a documented public class), then leaves this list.
+PRIVATE_CLASSES_NOT_YET_MOVED = frozenset(
+    {
+        "attribution/baseline.py",
+        "attribution/command.py",
+        "meter/channels.py",
+        "meter/sync.py",
+        "report/readers.py",
+        "report/trace_runs.py",
+        "tracing/processor.py",
+    }
+)
+
+
+def _private_classes(path: Path) -> list[str]:
+    return [node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ClassDef) and node.name.startswith("_")]
+
+
+def test_no_public_module_defines_a_private_class() -> None:
+    """A public module (no ``_`` in any part of its path) holds public names; its internals live in ``_`` modules."""
+    root = Path(otel_joules.__file__).resolve().parent
+    public = [
+        path
+        for path in sorted(root.rglob("*.py"))
+        if not any(part.startswith("_") for part in path.relative_to(root).with_suffix("").parts if part != "__init__")
+    ]
+    found = {
+        str(path.relative_to(root)): names
+        for path in public
+        if str(path.relative_to(root)) not in PRIVATE_CLASSES_NOT_YET_MOVED and (names := _private_classes(path))
+    }
+    assert not found, f"move these internals to a _-prefixed module, or name and document them as public: {found}"
+    # The list holds only modules that still need it, so emptying it is visible.
+    stale = sorted(name for name in PRIVATE_CLASSES_NOT_YET_MOVED if not _private_classes(root / name))
+    assert not stale, f"these modules define no private class any more; drop them from PRIVATE_CLASSES_NOT_YET_MOVED: {stale}"
+
+
 def test_only_package_inits_say_what_is_public() -> None:
     """``__all__`` is a package's front door; a plain module's public names are those without a leading underscore."""
     root = Path(otel_joules.__file__).resolve().parent
@@ -204,3 +244,89 @@ def test_only_package_inits_say_what_is_public() -> None:
         if path.name != "__init__.py" and any(line.startswith("__all__") for line in path.read_text().splitlines())
     ]
     assert not with_all
+
+
+#: Lists, for every public module of the package but the pyJoules look-alike, each parameter of a
+#: public function, class or method that takes a meter or an attributor, or is named for attribution.
+_SIGNATURES_PROBE = textwrap.dedent(
+    """
+    import importlib, inspect, json, pkgutil, re
+    import otel_joules
+
+    found = []
+    for info in pkgutil.walk_packages(otel_joules.__path__, "otel_joules."):
+        if any(part.startswith("_") for part in info.name.split(".")[1:]) or info.name.startswith("otel_joules.pyjoules"):
+            continue
+        try:
+            module = importlib.import_module(info.name)
+        except ModuleNotFoundError:  # an extra that is not installed: its module has nothing to check here
+            continue
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__:
+                continue
+            if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+                continue
+            callables = [(name, obj)]
+            if inspect.isclass(obj):
+                for member, value in vars(obj).items():
+                    value = value.__func__ if isinstance(value, (classmethod, staticmethod)) else value
+                    if not member.startswith("_") and inspect.isfunction(value):
+                        callables.append((name + "." + member, value))
+            for label, function in callables:
+                try:
+                    parameters = inspect.signature(function).parameters.values()
+                except (TypeError, ValueError):
+                    continue
+                for p in parameters:
+                    annotation = str(p.annotation)
+                    if re.search(r"\\bEnergyMeter\\b|\\bAttributor\\b", annotation) or "attribut" in p.name:
+                        found.append({
+                            "where": module.__name__ + ":" + label, "name": p.name, "annotation": annotation,
+                            "default": None if p.default is p.empty else repr(p.default),
+                        })
+    print(json.dumps(found))
+    """
+)
+
+
+def _meter_and_attribution_parameters() -> list[dict[str, str | None]]:
+    """Every public parameter that takes a meter or an attributor (see :data:`_SIGNATURES_PROBE`), from a fresh interpreter."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (PACKAGE_PARENT, os.environ.get("PYTHONPATH")) if p))
+    result = subprocess.run(
+        [sys.executable, "-c", _SIGNATURES_PROBE], capture_output=True, text=True, env=env, timeout=300, check=True
+    )
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_one_name_for_the_meter_and_one_way_to_turn_attribution_off() -> None:
+    """Issue 21: a meter is always ``meter``; whatever can turn attribution off takes ``attribution: bool | Attributor = True``.
+
+    Operands (a required Attributor that a function works on) are not switches; the pyJoules
+    look-alike keeps pyJoules' names.
+    """
+    parameters = _meter_and_attribution_parameters()
+    wheres = {p["where"] for p in parameters}
+    # The scan sees the callables the issue names, so an empty or broken scan fails here.
+    assert {
+        "otel_joules.instrumentation.instrument:instrument",
+        "otel_joules.instrumentation.instrument:Instrumentation",
+        "otel_joules.metrics.instruments:EnergyMetrics",
+        "otel_joules.tracing.processor:EnergySpanProcessor",
+        "otel_joules.carbontracker.tracker:CarbonTracker",
+    } <= wheres
+    meters = [p for p in parameters if re.search(r"\bEnergyMeter\b", p["annotation"])]
+    assert [p for p in meters if p["name"] != "meter"] == []
+    switches = [
+        p for p in parameters
+        if p["default"] is not None and ("Attributor" in p["annotation"] or "bool" in p["annotation"])
+        and p["name"] != "attribution_policy"
+    ]
+    assert {p["where"] for p in switches} >= {
+        "otel_joules.instrumentation.instrument:instrument",
+        "otel_joules.metrics.instruments:EnergyMetrics",
+        "otel_joules.tracing.processor:EnergySpanProcessor",
+    }
+    spelled_otherwise = [
+        p for p in switches if (p["name"], p["annotation"], p["default"]) != ("attribution", "bool | Attributor", "True")
+    ]
+    assert spelled_otherwise == []

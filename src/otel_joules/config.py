@@ -237,7 +237,7 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
-class _Reported:
+class ReportedProblems:
     """Which bad values were already reported, so each is said once per process, not per read."""
 
     def __init__(self) -> None:
@@ -260,7 +260,7 @@ class _Reported:
         self._lock = threading.Lock()
 
 
-_REPORTED = _Reported()
+_REPORTED = ReportedProblems()
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_REPORTED._after_fork_in_child)
 

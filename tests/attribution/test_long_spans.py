@@ -110,7 +110,7 @@ def test_the_summary_stays_bounded_and_still_prices_a_span_older_than_all_of_it(
     try:
         attributor.sample()
         share = attributor.open_span()
-        while periods < 400 or len(attributor._summary) < HISTORY_SUMMARY_BUCKETS:
+        while periods < 400 or len(attributor.prices.view.summary) < HISTORY_SUMMARY_BUCKETS:
             time.sleep(0.002)
             proc.add_thread(PID, tid, 0.01)
             proc.add_host(busy_s=0.05)
@@ -118,7 +118,7 @@ def test_the_summary_stays_bounded_and_still_prices_a_span_older_than_all_of_it(
             attributor.sample()
             periods += 1
         attributed = attributor.close_span(share)
-        summary_buckets = len(attributor._summary)
+        summary_buckets = len(attributor.prices.view.summary)
     finally:
         meter.close()
     assert summary_buckets == HISTORY_SUMMARY_BUCKETS

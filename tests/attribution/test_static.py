@@ -222,9 +222,9 @@ def test_instrument_takes_the_policy_and_refuses_a_bad_one(tmp_path: Path) -> No
     exporter = InMemorySpanExporter()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with pytest.raises(ConfigurationError, match="attribution_policy"):
-        otel_joules.instrument(provider, energy_meter=meter, metrics_enabled=False, attribution_policy="most")
+        otel_joules.instrument(provider, meter=meter, metrics_enabled=False, attribution_policy="most")
     handle = otel_joules.instrument(
-        provider, energy_meter=meter, metrics_enabled=False, attribution_policy="none", static_watts={"package_0": 1.0}
+        provider, meter=meter, metrics_enabled=False, attribution_policy="none", static_watts={"package_0": 1.0}
     )
     try:
         with provider.get_tracer("t").start_as_current_span("work"):

@@ -54,7 +54,7 @@ def _no_country(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_epochs_zero_with_no_epoch_left(tmp_path: Path, powercap: FakePowercap, capsys) -> None:
     # A resumed training at its last epoch: CarbonTracker(epochs=max_epochs - start) is 0, the loop never runs.
-    tracker = CarbonTracker(epochs=0, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, log_dir=tmp_path / "logs")
+    tracker = CarbonTracker(epochs=0, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, log_dir=tmp_path / "logs")
     result = tracker.stop()
     assert result.predicted is None
     assert result.actual.epochs == 0 and result.actual.energy_joules == 0.0
@@ -67,7 +67,7 @@ def test_epochs_zero_with_no_epoch_left(tmp_path: Path, powercap: FakePowercap, 
 
 
 def test_epochs_zero_measures_every_epoch_until_stop(tmp_path: Path, powercap: FakePowercap, capsys) -> None:
-    tracker = CarbonTracker(epochs=0, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, log_dir=tmp_path / "logs")
+    tracker = CarbonTracker(epochs=0, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, log_dir=tmp_path / "logs")
     for _ in range(3):
         _epoch(tracker, powercap)
     assert tracker.monitoring  # "all 0 epochs" is no limit: stop() ends monitoring
@@ -84,7 +84,7 @@ def test_epochs_zero_measures_every_epoch_until_stop(tmp_path: Path, powercap: F
 
 
 def test_epochs_zero_with_monitor_epochs_reports_by_itself(powercap: FakePowercap) -> None:
-    tracker = CarbonTracker(epochs=0, monitor_epochs=2, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
+    tracker = CarbonTracker(epochs=0, monitor_epochs=2, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
     _epoch(tracker, powercap)
     _epoch(tracker, powercap)
     assert not tracker.monitoring
@@ -107,7 +107,7 @@ def test_sim_numbers_without_a_name_are_ignored_as_carbontracker_does(
     options, named, tmp_path: Path, powercap: FakePowercap, capsys
 ) -> None:
     tracker = CarbonTracker(
-        epochs=1, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, log_dir=tmp_path / "logs", **options
+        epochs=1, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, log_dir=tmp_path / "logs", **options
     )
     _epoch(tracker, powercap)
     # The real hardware is measured, as carbontracker does when sim_cpu/sim_gpu is None.
@@ -130,7 +130,7 @@ def electricity_maps(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
 
 
 def test_set_api_keys_switches_to_the_live_provider(powercap: FakePowercap, electricity_maps: list[str]) -> None:
-    tracker = CarbonTracker(epochs=2, energy_meter=_meter(powercap), country="DE", verbose=0)
+    tracker = CarbonTracker(epochs=2, meter=_meter(powercap), country="DE", verbose=0)
     assert tracker.intensity.source == "offline"
     tracker.set_api_keys({"electricitymaps": "MY-KEY"})
     assert tracker.api_keys == {"electricitymaps": "MY-KEY"}
@@ -145,7 +145,7 @@ def test_set_api_keys_switches_to_the_live_provider(powercap: FakePowercap, elec
 
 
 def test_set_api_keys_refuses_unknown_services(powercap: FakePowercap) -> None:
-    tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
+    tracker = CarbonTracker(epochs=1, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
     with pytest.raises(ConfigurationError, match="unknown provider 'wattime'"):
         tracker.set_api_keys({"wattime": "k"})
     with pytest.raises(ConfigurationError, match="must be a dict"):
@@ -189,7 +189,7 @@ def test_equivalent_lines_are_carbontrackers(interpretable: bool, tmp_path: Path
     )
     assert theirs.returncode == 0, theirs.stderr
     tracker = CarbonTracker(
-        epochs=2, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, interpretable=interpretable
+        epochs=2, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, interpretable=interpretable
     )
     _epoch(tracker, powercap)
     _epoch(tracker, powercap)

@@ -36,7 +36,7 @@ def _pages(pdf: Path) -> int:
 
 def test_report_of_a_tracker_run_shows_the_runs_total(tmp_path: Path, powercap: FakePowercap) -> None:
     tracker = CarbonTracker(
-        epochs=3, energy_meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False),
+        epochs=3, meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False),
         intensity_gco2eq_per_kwh=210.9, log_dir=tmp_path / "logs", verbose=0,
     )
     for joules in (100.0, 200.0, 300.0):

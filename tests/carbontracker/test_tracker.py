@@ -78,7 +78,7 @@ def _no_country(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_training_loop_gives_exact_joules_kwh_and_grams(powercap, tracer_provider, span_exporter, capsys) -> None:
     tracker = CarbonTracker(
-        epochs=4, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=200.0, tracer_provider=tracer_provider
+        epochs=4, meter=_meter(powercap), intensity_gco2eq_per_kwh=200.0, tracer_provider=tracer_provider
     )
     _train(tracker, powercap, 4)
     result = tracker.stop()
@@ -164,14 +164,14 @@ def test_own_meter_from_a_sysfs_root_and_epochs_of_a_few_milliseconds(powercap) 
     # Short epochs are measured, not None (carbontracker needs 1 s per CPU sample).
     assert all(e.power_watts_by_component["cpu"] is not None for e in result.epochs)
     assert all(e.duration_s >= 0.002 for e in result.epochs)
-    assert tracker.energy_meter is None  # its own meter is closed once monitoring has ended
+    assert tracker.meter is None  # its own meter is closed once monitoring has ended
 
 
 def test_time_between_epochs_is_in_the_training_span_not_in_actual_consumption(
     powercap, tracer_provider, span_exporter
 ) -> None:
     tracker = CarbonTracker(
-        epochs=2, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, tracer_provider=tracer_provider, verbose=0
+        epochs=2, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, tracer_provider=tracer_provider, verbose=0
     )
     tracker.epoch_start()
     _spend(powercap)
@@ -192,7 +192,7 @@ def _logged_run(tmp_path: Path, pc: FakePowercap, **options) -> CarbonTracker:
     tracker = CarbonTracker(
         epochs=3,
         log_dir=tmp_path / "logs",
-        energy_meter=_meter(pc),
+        meter=_meter(pc),
         intensity_gco2eq_per_kwh=250.0,
         verbose=0,
         **options,
@@ -264,7 +264,7 @@ def test_early_stop_counts_the_open_epoch_and_both_parsers_see_it(tmp_path, powe
     from carbontracker import parser as ct_parser
 
     tracker = CarbonTracker(
-        epochs=10, log_dir=tmp_path / "logs", energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, verbose=0
+        epochs=10, log_dir=tmp_path / "logs", meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, verbose=0
     )
     _train(tracker, powercap, 2, sleep_s=0.02)
     tracker.epoch_start()
@@ -289,7 +289,7 @@ def test_early_stop_counts_the_open_epoch_and_both_parsers_see_it(tmp_path, powe
 
 def test_no_prediction_and_partial_monitoring(tmp_path, powercap, capsys) -> None:
     tracker = CarbonTracker(
-        epochs=5, epochs_before_pred=0, monitor_epochs=2, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0,
+        epochs=5, epochs_before_pred=0, monitor_epochs=2, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0,
         log_dir=tmp_path / "logs",
     )
     _train(tracker, powercap, 5)  # epochs 3..5 are not monitored
@@ -305,7 +305,7 @@ def test_no_prediction_and_partial_monitoring(tmp_path, powercap, capsys) -> Non
 
 def test_interpretable_false_and_precision(powercap, capsys) -> None:
     tracker = CarbonTracker(
-        epochs=1, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, interpretable=False, decimal_precision=3
+        epochs=1, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, interpretable=False, decimal_precision=3
     )
     _train(tracker, powercap, 1)
     out = capsys.readouterr().out
@@ -315,7 +315,7 @@ def test_interpretable_false_and_precision(powercap, capsys) -> None:
 
 
 def test_verbose_zero_prints_nothing(powercap, capsys) -> None:
-    tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
+    tracker = CarbonTracker(epochs=1, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
     _train(tracker, powercap, 1)
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == ""
@@ -382,7 +382,7 @@ def test_ignore_errors_true_stops_monitoring_and_training_goes_on(
 ) -> None:
     log_dir = tmp_path / "logs"
     tracker = CarbonTracker(
-        epochs=4, ignore_errors=True, log_dir=log_dir, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0,
+        epochs=4, ignore_errors=True, log_dir=log_dir, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0,
         tracer_provider=tracer_provider, verbose=0,
     )
     _break_logs_after_first_epoch(tracker, powercap, log_dir)
@@ -406,7 +406,7 @@ def test_ignore_errors_true_stops_monitoring_and_training_goes_on(
 def test_ignore_errors_false_raises_a_clear_error_in_the_training_thread(tmp_path, powercap) -> None:
     log_dir = tmp_path / "logs"
     tracker = CarbonTracker(
-        epochs=4, log_dir=log_dir, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, verbose=0
+        epochs=4, log_dir=log_dir, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, verbose=0
     )
     _break_logs_after_first_epoch(tracker, powercap, log_dir)
     with pytest.raises(CarbonTrackerError, match="ignore_errors=True") as caught:
@@ -419,15 +419,15 @@ def test_ignore_errors_false_raises_a_clear_error_in_the_training_thread(tmp_pat
 
 
 def test_misuse_goes_through_ignore_errors(powercap) -> None:
-    tracker = CarbonTracker(epochs=2, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
+    tracker = CarbonTracker(epochs=2, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
     with pytest.raises(CarbonTrackerError, match="before any epoch_start"):
         tracker.epoch_end()
-    tracker = CarbonTracker(epochs=2, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
+    tracker = CarbonTracker(epochs=2, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
     tracker.epoch_start()
     with pytest.raises(CarbonTrackerError, match="still running"):
         tracker.epoch_start()
     lenient = CarbonTracker(
-        epochs=2, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0, ignore_errors=True
+        epochs=2, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0, ignore_errors=True
     )
     lenient.epoch_end()
     assert lenient.monitoring is False and "before any epoch_start" in lenient.result.error
@@ -435,8 +435,8 @@ def test_misuse_goes_through_ignore_errors(powercap) -> None:
 
 def test_no_measurable_component(powercap) -> None:
     with pytest.raises(NoComponentsError, match="gpu"):
-        CarbonTracker(epochs=2, components="gpu", energy_meter=_meter(powercap), verbose=0)
-    tracker = CarbonTracker(epochs=2, components="gpu", energy_meter=_meter(powercap), ignore_errors=True, verbose=0)
+        CarbonTracker(epochs=2, components="gpu", meter=_meter(powercap), verbose=0)
+    tracker = CarbonTracker(epochs=2, components="gpu", meter=_meter(powercap), ignore_errors=True, verbose=0)
     assert tracker.monitoring is False
     tracker.epoch_start()
     tracker.epoch_end()
@@ -457,7 +457,7 @@ def test_stop_and_confirm_without_a_terminal_goes_on_and_says_so(powercap, monke
     stdin = io.StringIO("n\n")  # not a terminal: must not be read
     monkeypatch.setattr(sys, "stdin", stdin)
     tracker = CarbonTracker(
-        epochs=3, stop_and_confirm=True, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0,
+        epochs=3, stop_and_confirm=True, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0,
         log_dir=tmp_path / "logs",
     )
     _train(tracker, powercap, 3)
@@ -470,7 +470,7 @@ def test_stop_and_confirm_without_a_terminal_goes_on_and_says_so(powercap, monke
 
 def test_stop_and_confirm_yes_continues_no_cancels(powercap, capsys) -> None:
     tracker = CarbonTracker(
-        epochs=3, stop_and_confirm=True, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0,
+        epochs=3, stop_and_confirm=True, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0,
         stdin=_Terminal("maybe\ny\n"),
     )
     _train(tracker, powercap, 3)
@@ -479,7 +479,7 @@ def test_stop_and_confirm_yes_continues_no_cancels(powercap, capsys) -> None:
     assert tracker.actual.epochs == 3
 
     tracker = CarbonTracker(
-        epochs=3, stop_and_confirm=True, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, stdin=_Terminal("n\n")
+        epochs=3, stop_and_confirm=True, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, stdin=_Terminal("n\n")
     )
     tracker.epoch_start()
     _spend(powercap)
@@ -550,20 +550,20 @@ def test_stop_and_confirm_on_a_real_terminal(tmp_path) -> None:
 )
 def test_invalid_arguments_are_clear_errors(options, message, powercap) -> None:
     with pytest.raises(ConfigurationError, match=message.replace("(", r"\(").replace("[", r"\[")):
-        CarbonTracker(**{"energy_meter": _meter(powercap), "ignore_errors": True, "verbose": 0, **options})
+        CarbonTracker(**{"meter": _meter(powercap), "ignore_errors": True, "verbose": 0, **options})
 
 
 # ------------------------------------------------------------- carbon intensity
 
 
 def test_offline_country_and_world_average_are_said(powercap, capsys) -> None:
-    tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap), country="DK")
+    tracker = CarbonTracker(epochs=1, meter=_meter(powercap), country="DK")
     _train(tracker, powercap, 1)
     assert tracker.intensity.source == "offline" and tracker.intensity.region == "DK"
     dk = tracker.intensity.gco2eq_per_kwh
     assert tracker.actual.co2eq_grams == pytest.approx(EPOCH_J / J_PER_KWH * PUE * dk)
     assert "Source: offline" in capsys.readouterr().out
-    tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap))
+    tracker = CarbonTracker(epochs=1, meter=_meter(powercap))
     _train(tracker, powercap, 1)
     assert tracker.actual.intensity_gco2eq_per_kwh == 445.0
     assert tracker.actual.intensity_source == "world_average"
@@ -573,14 +573,14 @@ def test_offline_country_and_world_average_are_said(powercap, capsys) -> None:
 def test_live_provider_value_is_used(powercap) -> None:
     with electricity_maps_server() as (base_url, _):
         provider = ElectricityMapsProvider("key", "DE", base_url=base_url)
-        tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap), intensity_providers=[provider], verbose=0)
+        tracker = CarbonTracker(epochs=1, meter=_meter(powercap), intensity_providers=[provider], verbose=0)
         _train(tracker, powercap, 1)
     assert tracker.actual.intensity_source == "electricitymaps"
     assert tracker.actual.co2eq_grams == pytest.approx(EPOCH_J / J_PER_KWH * PUE * 321.0)
 
 
 def test_pue_is_a_parameter(powercap, capsys) -> None:
-    tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, pue=1.0)
+    tracker = CarbonTracker(epochs=1, meter=_meter(powercap), intensity_gco2eq_per_kwh=100.0, pue=1.0)
     _train(tracker, powercap, 1)
     assert tracker.actual.energy_kwh == pytest.approx(EPOCH_J / J_PER_KWH)
     assert "PUE coefficient of 1." in capsys.readouterr().out
@@ -593,7 +593,7 @@ def test_cpu_estimate_is_said_to_be_one(tmp_path, capsys) -> None:
     empty = tmp_path / "sys"
     empty.mkdir()
     meter = EnergyMeter(sysfs_root=str(empty), gpus=[], sample=False)
-    tracker = CarbonTracker(epochs=1, energy_meter=meter, intensity_gco2eq_per_kwh=1.0, log_dir=tmp_path / "logs")
+    tracker = CarbonTracker(epochs=1, meter=meter, intensity_gco2eq_per_kwh=1.0, log_dir=tmp_path / "logs")
     tracker.epoch_start()
     sum(i * i for i in range(20000))
     tracker.epoch_end()
@@ -626,7 +626,7 @@ def test_simulated_cpu_is_a_constant_power_estimate(tracer_provider, span_export
 
 def test_spans_without_an_sdk_provider_still_exist(powercap, monkeypatch) -> None:
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: NoOpTracerProvider())
-    tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
+    tracker = CarbonTracker(epochs=1, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
     _train(tracker, powercap, 1)
     assert isinstance(tracker.tracer_provider, TracerProvider)
     assert [s.name for s in tracker.spans] == ["epoch", "training"]
@@ -635,7 +635,7 @@ def test_spans_without_an_sdk_provider_still_exist(powercap, monkeypatch) -> Non
 
 def test_global_sdk_provider_is_used(powercap, monkeypatch, tracer_provider, span_exporter) -> None:
     monkeypatch.setattr(trace, "get_tracer_provider", lambda: tracer_provider)
-    tracker = CarbonTracker(epochs=1, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
+    tracker = CarbonTracker(epochs=1, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, verbose=0)
     _train(tracker, powercap, 1)
     assert sorted(s.name for s in span_exporter.get_finished_spans()) == ["epoch", "training"]
 
@@ -643,11 +643,11 @@ def test_global_sdk_provider_is_used(powercap, monkeypatch, tracer_provider, spa
 def test_user_spans_nest_in_epochs_and_instrument_does_not_overwrite(powercap, tracer_provider, span_exporter, tmp_path) -> None:
     other = make_powercap(tmp_path / "other", "amd")
     handle = otel_joules.instrument(
-        tracer_provider, energy_meter=EnergyMeter(sysfs_root=other.sysfs_root, gpus=[], sample=False), metrics_enabled=False
+        tracer_provider, meter=EnergyMeter(sysfs_root=other.sysfs_root, gpus=[], sample=False), metrics_enabled=False
     )
     try:
         tracker = CarbonTracker(
-            epochs=1, energy_meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, tracer_provider=tracer_provider, verbose=0
+            epochs=1, meter=_meter(powercap), intensity_gco2eq_per_kwh=1.0, tracer_provider=tracer_provider, verbose=0
         )
         tracker.epoch_start()
         with tracer_provider.get_tracer("user").start_as_current_span("batch"):
@@ -702,7 +702,7 @@ def test_summary_shows_this_processs_share_beside_the_hosts_consumption(tmp_path
     proc = FakeProcfs(tmp_path / "proc")
     proc.add_process(os.getpid(), 0.0)
     meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
-    tracker = CarbonTracker(epochs=2, energy_meter=meter, intensity_gco2eq_per_kwh=100.0, epochs_before_pred=0)
+    tracker = CarbonTracker(epochs=2, meter=meter, intensity_gco2eq_per_kwh=100.0, epochs_before_pred=0)
     time.sleep(0.35)  # a few sampler periods: prices come from a window, not from one instant
     for _ in range(2):
         tracker.epoch_start()
@@ -721,7 +721,7 @@ def test_summary_shows_this_processs_share_beside_the_hosts_consumption(tmp_path
 
 def test_prediction_is_the_mean_of_the_first_epochs_times_all_epochs(powercap) -> None:
     meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
-    tracker = CarbonTracker(epochs=4, epochs_before_pred=2, energy_meter=meter, intensity_gco2eq_per_kwh=100.0, verbose=0)
+    tracker = CarbonTracker(epochs=4, epochs_before_pred=2, meter=meter, intensity_gco2eq_per_kwh=100.0, verbose=0)
     for joules in (10.0, 30.0, 50.0, 70.0):  # package joules per epoch; nothing else moves
         tracker.epoch_start()
         powercap.zones["package_0"].advance_joules(joules)

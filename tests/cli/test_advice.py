@@ -145,13 +145,13 @@ def test_tracker_advice_for_a_component_that_cannot_be_measured_works(tmp_path: 
     empty = tmp_path / "nosys"
     empty.mkdir()
     with pytest.raises(NoComponentsError) as raised:
-        CarbonTracker(epochs=1, components="gpu", energy_meter=EnergyMeter(sysfs_root=str(empty), gpus=[], sample=False),
+        CarbonTracker(epochs=1, components="gpu", meter=EnergyMeter(sysfs_root=str(empty), gpus=[], sample=False),
                       intensity_gco2eq_per_kwh=100.0, verbose=0)
     assert "Run `otel-joules devices` to see what this machine exposes, or choose other components." in str(raised.value)
     env = clean_env(tmp_path, {"OTEL_JOULES_SYSFS_ROOT": str(empty)})
     devices = _cli("devices", env=env).stdout
     assert "Not measured:" in devices and "what to do:" in devices  # why, and what to do
-    tracker = CarbonTracker(epochs=1, components="cpu", energy_meter=EnergyMeter(sysfs_root=str(empty), gpus=[], sample=False),
+    tracker = CarbonTracker(epochs=1, components="cpu", meter=EnergyMeter(sysfs_root=str(empty), gpus=[], sample=False),
                             intensity_gco2eq_per_kwh=100.0, verbose=0)
     tracker.epoch_start()
     tracker.epoch_end()

@@ -152,7 +152,7 @@ def test_carbontracker_epoch_spans_keep_their_number_in_csv(tmp_path: Path) -> N
     tracker = CarbonTracker(
         epochs=3,
         log_dir=tmp_path / "logs",
-        energy_meter=EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False),
+        meter=EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False),
         intensity_gco2eq_per_kwh=250.0,
         tracer_provider=provider,
         verbose=0,

@@ -56,7 +56,7 @@ def test_one_callback_gives_a_training_span_with_epochs_within_5_percent(
     tmp_path: Path, powercap: FakePowercap, tracer_provider, span_exporter
 ) -> None:
     callback = EnergyCallback(
-        energy_meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False), tracer_provider=tracer_provider,
+        meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False), tracer_provider=tracer_provider,
         intensity_gco2eq_per_kwh=100.0, verbose=0, step_spans=True, step_span_every=64,
     )
     assert isinstance(callback, pl.Callback)
@@ -86,7 +86,7 @@ def test_with_instrument_on_the_same_provider_the_runs_measurement_is_kept(
     handle = otel_joules.instrument(tracer_provider, sysfs_root=powercap.sysfs_root, gpus=[], metrics_enabled=False)
     try:
         callback = EnergyCallback(
-            energy_meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False), components="cpu",
+            meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False), components="cpu",
             tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0, verbose=0,
         )
         with ConstantPower(powercap, WATTS):

@@ -31,7 +31,7 @@ def _train(energy: TrainerEnergy, pc: FakePowercap, epochs: int, planned: int | 
 
 
 def _energy(pc: FakePowercap, tracer_provider, **settings) -> TrainerEnergy:
-    return TrainerEnergy(energy_meter=EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False),
+    return TrainerEnergy(meter=EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False),
                          tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0, **settings)
 
 

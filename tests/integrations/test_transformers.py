@@ -61,7 +61,7 @@ def test_one_callback_gives_a_training_span_with_epochs_within_5_percent(
     tmp_path: Path, powercap: FakePowercap, tracer_provider, span_exporter
 ) -> None:
     callback = EnergyCallback(
-        energy_meter=_meter(powercap), tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0,
+        meter=_meter(powercap), tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0,
         log_dir=tmp_path / "logs", verbose=0,
     )
     with ConstantPower(powercap, WATTS):
@@ -97,7 +97,7 @@ def test_one_callback_gives_a_training_span_with_epochs_within_5_percent(
 
 def test_step_spans_are_sampled_children_of_their_epoch(tmp_path: Path, powercap: FakePowercap, tracer_provider, span_exporter) -> None:
     callback = EnergyCallback(
-        energy_meter=_meter(powercap), tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0, verbose=0,
+        meter=_meter(powercap), tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0, verbose=0,
         step_spans=True, step_span_every=3,
     )
     _trainer(tmp_path, callback, epochs=1, samples=32).train()  # 32 samples / 4 = 8 steps
@@ -116,7 +116,7 @@ def test_synchronize_is_called_at_every_boundary(tmp_path: Path, powercap: FakeP
         calls.append("sync")
 
     callback = EnergyCallback(
-        energy_meter=_meter(powercap), tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0, verbose=0,
+        meter=_meter(powercap), tracer_provider=tracer_provider, intensity_gco2eq_per_kwh=100.0, verbose=0,
         synchronize=record, step_spans=True, step_span_every=4,
     )
     _trainer(tmp_path, callback, epochs=1, samples=32).train()  # 8 steps

@@ -234,7 +234,7 @@ for _ in range({spans}):
         result = "done"
         time.sleep({work_s})
     spans.append(time.monotonic() - t0)
-print(json.dumps({{"result": result, "wall_s": spans, "domains": [d.id for d in handle.energy_meter.domains],
+print(json.dumps({{"result": result, "wall_s": spans, "domains": [d.id for d in handle.meter.domains],
                    "attributes": [dict(s.attributes) for s in exporter.get_finished_spans()],
                    "durations_s": [(s.end_time - s.start_time) / 1e9 for s in exporter.get_finished_spans()]}}))
 """
@@ -295,8 +295,8 @@ with provider.get_tracer("t").start_as_current_span("step"):
     result = "done"
 (span,) = exporter.get_finished_spans()
 print(json.dumps({{"result": result, "instrument_s": instrument_s,
-                   "domains": [d.id for d in handle.energy_meter.domains],
-                   "unavailable": [u.reason for u in handle.energy_meter.unavailable],
+                   "domains": [d.id for d in handle.meter.domains],
+                   "unavailable": [u.reason for u in handle.meter.unavailable],
                    "joules": span.attributes["energy.joules"]}}))
 """
 

@@ -7,6 +7,7 @@ import time
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
 
 import otel_joules
 from otel_joules import EnergyMeter
@@ -31,7 +32,7 @@ def _points(reader: InMemoryMetricReader) -> dict[str, list]:
 def test_energy_and_power_per_domain_and_host(powercap, tracer_provider) -> None:
     meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
     reader = InMemoryMetricReader()
-    handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), energy_meter=meter)
+    handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), meter=meter)
     powercap.zones["package_0"].advance_joules(30.0)
     powercap.zones["core_0"].advance_joules(20.0)
     powercap.zones["dram_0"].advance_joules(6.0)
@@ -64,7 +65,7 @@ def test_energy_and_power_per_domain_and_host(powercap, tracer_provider) -> None
 def test_estimates_are_labelled_in_metrics(tmp_path, tracer_provider) -> None:
     meter = EnergyMeter(sysfs_root=str(tmp_path), gpus=[], sample=False)
     reader = InMemoryMetricReader()
-    handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), energy_meter=meter)
+    handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), meter=meter)
     points = _points(reader)
     assert {a["energy.source"] for a, _ in points["hw.energy"][1]} == {"estimate"}
     assert {a["energy.method"] for a, _ in points["hw.energy"][1]} == {"estimate"}
@@ -134,7 +135,7 @@ def test_process_energy_and_power_are_this_processs_share_per_kind(powercap, tmp
     # busy: the period's whole CPU-side energy over its busy seconds, whatever its baseline.
     attributor = Attributor(meter, sample=False, policy="busy")
     reader = InMemoryMetricReader()
-    EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), attributor=attributor)
+    EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), attribution=attributor)
     time.sleep(0.06)  # a window long enough to set prices
     powercap.zones["package_0"].advance_joules(40.0)
     powercap.zones["dram_0"].advance_joules(8.0)
@@ -163,6 +164,47 @@ def test_estimated_process_energy_says_estimate(tmp_path) -> None:
     _, energy = _points(reader)["process.energy"]
     assert {attrs["energy.source"] for attrs, _ in energy} == {"estimate"}
     metrics.attributor.close()
+    meter.close()
+
+
+_SHARE_METRICS = {"process.energy", "process.power", "energy.unattributed", "energy.baseline.power"}
+
+
+def test_attribution_false_registers_the_hardware_instruments_only(powercap, tracer_provider) -> None:
+    """The processor's spelling: ``attribution=False``, on EnergyMetrics and through instrument() alike."""
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    reader = InMemoryMetricReader()
+    metrics = EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), attribution=False)
+    assert metrics.attributor is None
+    powercap.zones["package_0"].advance_joules(5.0)
+    time.sleep(0.1)  # older than the snapshot reuse window
+    points = _points(reader)
+    assert not _SHARE_METRICS & set(points)
+    assert [v for _, v in points["hw.host.energy"][1]] == [5.0]
+
+    instrumented = InMemoryMetricReader()
+    handle = otel_joules.instrument(
+        tracer_provider, MeterProvider(metric_readers=[instrumented]), meter=meter, attribution=False
+    )
+    assert handle.meter is meter and handle.processor.attributor is None and handle.metrics.attributor is None
+    points = _points(instrumented)
+    assert "hw.energy" in points and not _SHARE_METRICS & set(points)
+    handle.uninstrument()
+    meter.close()
+
+
+@pytest.mark.parametrize("attribution", [None, "off", 0])
+def test_attribution_that_is_not_a_bool_or_an_attributor_is_refused(powercap, attribution) -> None:
+    from otel_joules.errors import ConfigurationError
+    from otel_joules.tracing import EnergySpanProcessor
+
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    with pytest.raises(ConfigurationError, match="False \\(no attribution\\)"):
+        EnergyMetrics(meter, MeterProvider(metric_readers=[InMemoryMetricReader()]), attribution=attribution)
+    with pytest.raises(ConfigurationError, match="False \\(no attribution\\)"):
+        EnergySpanProcessor(meter, attribution=attribution)
+    with pytest.raises(ConfigurationError, match="False \\(no attribution\\)"):
+        otel_joules.instrument(TracerProvider(), meter=meter, metrics_enabled=False, attribution=attribution)
     meter.close()
 
 
@@ -216,7 +258,7 @@ def test_unattributed_energy_is_the_hosts_and_the_same_from_every_process(powerc
             static_watts={"package_0": 100.0, "dram_0": 20.0},
         )
         reader = InMemoryMetricReader()
-        EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), host_id="host-a", attributor=attributor)
+        EnergyMetrics(meter, MeterProvider(metric_readers=[reader]), host_id="host-a", attribution=attributor)
         readers.append(reader)
         attributors.append(attributor)
     time.sleep(0.2)  # one 0.2 s period: the baselines' static joules are 20 J package, 4 J dram

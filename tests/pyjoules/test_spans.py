@@ -123,7 +123,7 @@ def test_no_double_measurement_with_instrument(
     powercap: FakePowercap, shared_meter: CoreEnergyMeter, global_tracing: GlobalTracing, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     instrumentation = otel_joules.instrument(metrics_enabled=False)
-    assert instrumentation.energy_meter is shared_meter
+    assert instrumentation.meter is shared_meter
     # Once the sampler has a forecast: before it, a span's close reads the counters once more to price
     # its CPU time (attribution's first_forecast), which is not the processor measuring twice.
     attributor = attributor_for(shared_meter)

@@ -47,7 +47,7 @@ def _estimated_run(tmp_path: Path, epochs: int = 3) -> CarbonTracker:
     # line keeps: the report must not recompute the grams from that rounded figure.
     tracker = CarbonTracker(
         epochs=epochs,
-        energy_meter=_estimating_meter(tmp_path),
+        meter=_estimating_meter(tmp_path),
         intensity_gco2eq_per_kwh=123.4567,
         log_dir=tmp_path / "logs",
         verbose=0,
@@ -118,7 +118,7 @@ def test_measured_run_says_measured_and_short_epochs_say_below_resolution(
 ) -> None:
     tracker = CarbonTracker(
         epochs=2,
-        energy_meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False),
+        meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False),
         intensity_gco2eq_per_kwh=100.0,
         log_dir=tmp_path / "logs",
     )
@@ -152,7 +152,7 @@ def test_measured_run_says_measured_and_short_epochs_say_below_resolution(
 def test_simulated_gpu_beside_measured_cpu_is_mixed(powercap: FakePowercap, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     tracker = CarbonTracker(
         epochs=1,
-        energy_meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False),
+        meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False),
         intensity_gco2eq_per_kwh=100.0,
         log_dir=tmp_path / "logs",
         sim_gpu="Fake A100",
@@ -199,7 +199,7 @@ def test_tracker_spans_and_logs_count_once_and_the_epochs_total_is_named(tmp_pat
     provider.add_span_processor(SimpleSpanProcessor(JsonLinesSpanExporter(tmp_path / "spans.jsonl")))
     tracker = CarbonTracker(
         epochs=2,
-        energy_meter=_estimating_meter(tmp_path),
+        meter=_estimating_meter(tmp_path),
         intensity_gco2eq_per_kwh=100.0,
         log_dir=tmp_path / "logs",
         tracer_provider=provider,

@@ -311,7 +311,7 @@ def test_tracker_spans_and_logs_report_the_trackers_numbers(tmp_path) -> None:
     (tmp_path / "out").mkdir()
     provider = _provider(FileSpanExporter(str(tmp_path / "out" / "otlp.jsonl")), CsvSpanExporter(tmp_path / "out" / "spans.csv"))
     tracker = CarbonTracker(
-        epochs=3, log_dir=tmp_path / "out" / "logs", energy_meter=EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False),
+        epochs=3, log_dir=tmp_path / "out" / "logs", meter=EnergyMeter(sysfs_root=pc.sysfs_root, gpus=[], sample=False),
         intensity_gco2eq_per_kwh=250.0, tracer_provider=provider, verbose=0,
     )
     for _ in range(3):

@@ -22,7 +22,7 @@ provider = TracerProvider()
 exporter = InMemorySpanExporter()
 provider.add_span_processor(SimpleSpanProcessor(exporter))
 handle = otel_joules.instrument(provider, sysfs_root={sysfs!r})
-meter = handle.energy_meter
+meter = handle.meter
 zone = FakeZone(__import__("pathlib").Path({package_path!r}), "package-0", {range_uj})
 with provider.get_tracer("t").start_as_current_span("step"):
     t0 = time.monotonic()

@@ -30,7 +30,7 @@ def meter(powercap) -> EnergyMeter:
 
 
 def test_instrument_adds_energy_seen_by_a_processor_registered_before(tracer_provider, span_exporter, powercap, meter) -> None:
-    handle = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    handle = otel_joules.instrument(tracer_provider, meter=meter)
     tracer = tracer_provider.get_tracer("test")
     with tracer.start_as_current_span("work"):
         powercap.zones["package_0"].advance_joules(10.0)
@@ -53,8 +53,8 @@ def test_instrument_adds_energy_seen_by_a_processor_registered_before(tracer_pro
 
 
 def test_instrument_is_idempotent_and_uninstrument_stops(tracer_provider, span_exporter, powercap, meter) -> None:
-    first = otel_joules.instrument(tracer_provider, energy_meter=meter)
-    assert otel_joules.instrument(tracer_provider, energy_meter=meter) is first
+    first = otel_joules.instrument(tracer_provider, meter=meter)
+    assert otel_joules.instrument(tracer_provider, meter=meter) is first
     tracer = tracer_provider.get_tracer("test")
     with tracer.start_as_current_span("measured"):
         powercap.zones["package_0"].advance_joules(1.0)
@@ -65,14 +65,14 @@ def test_instrument_is_idempotent_and_uninstrument_stops(tracer_provider, span_e
     measured, plain = span_exporter.get_finished_spans()
     assert measured.attributes["energy.package_0.joules"] == 1.0  # one processor, not two
     assert not any(k.startswith("energy.") for k in plain.attributes)
-    again = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    again = otel_joules.instrument(tracer_provider, meter=meter)
     assert again is not first and again.active
     again.uninstrument()
 
 
 def test_otel_sdk_disabled_measures_nothing(monkeypatch, tracer_provider, span_exporter, meter) -> None:
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
-    handle = otel_joules.instrument(tracer_provider, energy_meter=meter)
+    handle = otel_joules.instrument(tracer_provider, meter=meter)
     assert not handle.active
     with tracer_provider.get_tracer("t").start_as_current_span("x"):
         pass
@@ -202,7 +202,7 @@ def test_default_shared_meter_with_sysfs_root_keyword(tracer_provider, span_expo
     with tracer_provider.get_tracer("t").start_as_current_span("x"):
         pc.zones["package_0"].advance_joules(2.0)
     assert span_exporter.get_finished_spans()[0].attributes["energy.joules"] == 2.0
-    assert handle.energy_meter is otel_joules.get_energy_meter()
+    assert handle.meter is otel_joules.get_energy_meter()
     handle.uninstrument()
 
 
@@ -219,6 +219,14 @@ def test_every_process_measures_the_host_whatever_its_rank(
     attributes = span_exporter.get_finished_spans()[0].attributes
     assert attributes["energy.package_0.joules"] == 1.0
     assert "energy.attributed.joules" in attributes
+    handle.uninstrument()
+
+
+def test_instrument_refuses_a_keyword_it_does_not_take_and_names_meter(tracer_provider, meter) -> None:
+    with pytest.raises(ConfigurationError, match="no option energy_meter: give a meter of your own as meter="):
+        otel_joules.instrument(tracer_provider, energy_meter=meter, metrics_enabled=False)
+    handle = otel_joules.instrument(tracer_provider, meter=meter, metrics_enabled=False)
+    assert handle.meter is meter
     handle.uninstrument()
 
 

@@ -139,7 +139,7 @@ def test_the_runs_carbon_wins_over_instrument_carbon_on_the_same_provider(powerc
     meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
-    handle = otel_joules.instrument(provider, energy_meter=meter, carbon_intensity=999.0, metrics_enabled=False)
+    handle = otel_joules.instrument(provider, meter=meter, carbon_intensity=999.0, metrics_enabled=False)
     try:
         selection = DeviceSelection.select(meter, ("gpu", "cpu"))
         run = TrainingRun(meter, selection, RefreshingIntensity(INTENSITY), PUE, provider, 4, "test")

@@ -75,7 +75,9 @@ class AgentSetupError(Exception):
 
 
 @dataclass
-class _Client:
+class AgentClient:
+    """One connected client of the agent: its socket, its peer uid, and the bytes waiting each way."""
+
     sock: socket.socket
     uid: int
     accepted_s: float
@@ -85,7 +87,9 @@ class _Client:
 
 
 @dataclass
-class _Bucket:
+class TokenBucket:
+    """One uid's token bucket of connections: how many more it may open now, refilled at CONNECTS_PER_S."""
+
     tokens: float
     updated_s: float
 
@@ -269,8 +273,8 @@ class AgentServer:
         self._interval_s = min_interval_s
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, None)
-        self._clients: dict[int, _Client] = {}
-        self._buckets: dict[int, _Bucket] = {}
+        self._clients: dict[int, AgentClient] = {}
+        self._buckets: dict[int, TokenBucket] = {}
         self._refused_uids: set[int] = set()
         self._stopping = False
         self._answer = encode(
@@ -328,7 +332,7 @@ class AgentServer:
                 client.outbox += frame
                 self._flush(client)
 
-    def _flush(self, client: _Client) -> None:
+    def _flush(self, client: AgentClient) -> None:
         try:
             sent = client.sock.send(client.outbox)
         except BlockingIOError:
@@ -369,7 +373,7 @@ class AgentServer:
         now_s = time.monotonic()
         bucket = self._buckets.get(uid)
         if bucket is None:
-            bucket = self._buckets[uid] = _Bucket(CONNECT_BURST, now_s)
+            bucket = self._buckets[uid] = TokenBucket(CONNECT_BURST, now_s)
         bucket.tokens = min(CONNECT_BURST, bucket.tokens + (now_s - bucket.updated_s) * CONNECTS_PER_S)
         bucket.updated_s = now_s
         per_uid = sum(1 for c in self._clients.values() if c.uid == uid)
@@ -377,7 +381,7 @@ class AgentServer:
             sock.close()  # flooding: not worth an answer
             return
         bucket.tokens -= 1
-        client = _Client(sock, uid, now_s)
+        client = AgentClient(sock, uid, now_s)
         self._clients[sock.fileno()] = client
         self._selector.register(sock, selectors.EVENT_READ, client)
 
@@ -391,7 +395,7 @@ class AgentServer:
             self._refused_uids.add(uid)
             _log.warning("otel-joules agent: refused a client: %s", why)
 
-    def _receive(self, client: _Client) -> None:
+    def _receive(self, client: AgentClient) -> None:
         try:
             chunk = client.sock.recv(MAX_REQUEST_BYTES + 4 - len(client.inbox))
         except BlockingIOError:
@@ -423,7 +427,7 @@ class AgentServer:
         client.outbox += self._answer + self._latest
         self._flush(client)
 
-    def _refuse_client(self, client: _Client, why: str) -> None:
+    def _refuse_client(self, client: AgentClient, why: str) -> None:
         self._forget(client)
         self._refuse(client.sock, client.uid, why)
 
@@ -431,14 +435,14 @@ class AgentServer:
         for client in [c for c in self._clients.values() if not c.subscribed and now_s - c.accepted_s > SUBSCRIBE_DEADLINE_S]:
             self._close(client)
 
-    def _forget(self, client: _Client) -> None:
+    def _forget(self, client: AgentClient) -> None:
         if self._clients.pop(client.sock.fileno(), None) is not None:
             try:
                 self._selector.unregister(client.sock)
             except (KeyError, ValueError):
                 pass
 
-    def _close(self, client: _Client) -> None:
+    def _close(self, client: AgentClient) -> None:
         self._forget(client)
         try:
             client.sock.close()

@@ -1,41 +1,30 @@
 """The attributor: one meter's energy attributed to this process and to its spans.
 
-:class:`Attributor` is built from three layers, each a module: :class:`~.sampling._Sampling`
-(the sampler thread, the history and its prices), :class:`~.history._History` (what readers get
-from that history) and :class:`~.spans._SpanPath` (the span path). It sets up the state they
-share, and renews it in a forked child. The model it implements is described in
-:mod:`otel_joules.attribution.model`.
+:class:`Attributor` composes two objects, each owning its state: a
+:class:`~.history.PriceHistory` (the sampler thread, the history, its prices and baselines) and a
+:class:`~.spans.SpanLedger` (each thread's ledger of open spans, priced by that history). It forwards
+their public methods, and renews both, in that order, in a forked child. The model it implements is
+described in :mod:`otel_joules.attribution.model`.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 from typing import TYPE_CHECKING, Mapping
 
 from otel_joules._fork import register_fork_hook
-from otel_joules.attribution.baseline import Baselines
+from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.procfs import CpuClocks
-from otel_joules.attribution.sampling import (
-    HISTORY_PERIOD_S,
-    HISTORY_S,
-    HISTORY_SUMMARY_PERIOD_S,
-    IDLE_PERIOD_MAX_S,
-    HistorySample,
-    _Rates,
-    _SummaryBucket,
-    _wall_offset_ns,
-)
-from otel_joules.attribution.shares import ATTRIBUTION_KIND, KINDS, attribution_label, measured_kinds
-from otel_joules.attribution.spans import _SpanPath
+from otel_joules.attribution.sampling import HISTORY_PERIOD_S, HISTORY_S, HistorySample
+from otel_joules.attribution.shares import ATTRIBUTION_KIND, SpanAttribution
+from otel_joules.attribution.spans import SpanLedger, SpanShare
 from otel_joules.config import ATTRIBUTION_POLICIES, static_watts_problem
 from otel_joules.errors import ConfigurationError
-from otel_joules.meter.sampler import PeriodicThread
-from otel_joules.sensors.base import Method
-from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
+from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.semconv import KIND_GPU
 
 if TYPE_CHECKING:
     from otel_joules.attribution.gpu import NvmlProcessShares
+    from otel_joules.attribution.baseline import Baselines
     from otel_joules.meter.meter import EnergyMeter
 
 
@@ -54,7 +43,7 @@ def check_attribution_options(policy: object = None, static_watts: object = None
             raise ConfigurationError(f"static_watts={{{domain!r}: {watts!r}}}: {problem}")
 
 
-class Attributor(_SpanPath):
+class Attributor:
     """Attributes a meter's energy to this process and to spans (:mod:`otel_joules.attribution.model`).
 
     Use :func:`~otel_joules.attribution.registry.attributor_for` for the shared one of a meter.
@@ -90,56 +79,34 @@ class Attributor(_SpanPath):
         static_watts: Mapping[str, float] | None = None,
     ) -> None:
         self.meter = meter
-        self.clocks = clocks or CpuClocks(meter.settings.procfs_root)
-        self.kind_indices: dict[str, tuple[int, ...]] = {kind: () for kind in KINDS}
-        for i, domain in enumerate(meter.domains):
-            if domain.in_total:
-                kind = ATTRIBUTION_KIND[domain.kind]
-                self.kind_indices[kind] += (i,)
-        self.kinds = measured_kinds(meter.domains)
-        # Capped per span (Attributor._cap). GPUs are not: their share is power x time, not a price
-        # per CPU second that could lag, and a span's GPU snapshot may be the sampler's latest read.
-        self._cpu_indices = self.kind_indices[KIND_CPU]
-        self._memory_indices = self.kind_indices[KIND_MEMORY]
-        self.has_gpu = bool(self.kind_indices[KIND_GPU])
-        if gpu_shares is None and self.has_gpu:
-            from otel_joules.attribution.gpu import NvmlProcessShares
+        clocks = clocks or CpuClocks(meter.settings.procfs_root)
+        if gpu_shares is None:
+            gpu_uuids = [d.hw_id for d in meter.domains if d.in_total and ATTRIBUTION_KIND[d.kind] == KIND_GPU]
+            if gpu_uuids:
+                from otel_joules.attribution.gpu import NvmlProcessShares
 
-            gpu_shares = NvmlProcessShares([meter.domains[i].hw_id for i in self.kind_indices[KIND_GPU]])
-        self.gpu_shares = gpu_shares
-        self.period_s = period_s
-        self.history_s = history_s
-        self._max_samples = max(2, int(history_s / period_s) + 1)
-        self._history_ns = round(history_s * 1e9)
-        self._summary_period_ns = max(1, round(max(period_s, min(HISTORY_SUMMARY_PERIOD_S, history_s / 5)) * 1e9))
-        # Every sample reads every counter: the idle back-off never reads less often than the
-        # meter's wrap-safe interval, so no counter can wrap twice unseen (see _next_period_s).
-        wrap_safe_s = meter.sample_period_s
-        self._idle_period_max_s = IDLE_PERIOD_MAX_S if wrap_safe_s is None else min(IDLE_PERIOD_MAX_S, wrap_safe_s)
-        self._sample_enabled = sample
-        self._generation = 0
-        order = self.kind_indices[KIND_CPU] + self.kind_indices[KIND_MEMORY] + self.kind_indices[KIND_GPU]
-        self._baseline_index = {i: k for k, i in enumerate(order)}
-        fitted = len(self.kind_indices[KIND_CPU]) + len(self.kind_indices[KIND_MEMORY])
-        self._fit_positions = tuple(range(fitted))
-        # The CPU-time estimate (busy CPU seconds x TDP per CPU) has no static part by construction.
-        self._configured_watts = {
-            d.id: 0.0 for d in meter.domains if d.in_total and d.method is Method.ESTIMATE and ATTRIBUTION_KIND[d.kind] == KIND_CPU
-        }
-        self._configured_watts.update(meter.settings.static_watts)
-        self.baselines = Baselines(
-            [meter.domains[i].id for i in order], [k < fitted for k in range(len(order))], {}, self._history_ns
+                gpu_shares = NvmlProcessShares(gpu_uuids)
+        #: The sampler thread, the history, its prices and baselines.
+        self.prices = PriceHistory(
+            meter, clocks=clocks, gpu_shares=gpu_shares, sample=sample, period_s=period_s, history_s=history_s
         )
-        self.policy = meter.settings.attribution_policy
-        self.attribution_label = attribution_label(self.policy)
+        #: Each thread's ledger of open spans, priced by :attr:`prices`.
+        self.ledger = SpanLedger(self.prices)
+        self.prices.spans_open = self.ledger.spans_open
         self.configure(policy=policy, static_watts=static_watts)
-        self._reset_state()
-        # Every attributor, shared or not: its sampler thread holds _reading_lock across reads.
+        # Every attributor, shared or not: its sampler thread holds locks across reads.
         register_fork_hook(self, "_after_fork_in_child")
-        self.clocks.host()  # fail now, with a clear error, rather than at the first span
-        self.sample()
+        clocks.host()  # fail now, with a clear error, rather than at the first span
+        self.prices.sample()
         # Sampling from now on, not from the first span: the first spans then find prices.
-        self.ensure_sampling()
+        self.prices.ensure_sampling()
+
+    def _after_fork_in_child(self) -> None:
+        # The one re-initialisation after fork: the history first, so the ledgers start from its prices.
+        self.prices.after_fork_in_child()
+        self.ledger.after_fork_in_child()
+
+    # -- configuration and what the history says ------------------------------------------------
 
     def configure(self, *, policy: str | None = None, static_watts: Mapping[str, float] | None = None) -> None:
         """Set the policy and add configured static watts (by domain id; they win over the settings'), from the
@@ -150,69 +117,138 @@ class Attributor(_SpanPath):
                 entry is not a domain id with watts between 0 and the bound.
         """
         check_attribution_options(policy, static_watts)
-        lock = getattr(self, "_sample_lock", None) or threading.Lock()
-        with lock:
-            if policy is not None:
-                self.policy = policy
-                self.attribution_label = attribution_label(policy)
-            if static_watts:
-                self._configured_watts.update({domain: float(watts) for domain, watts in static_watts.items()})
-            self.baselines.configure(self._configured_watts)
-            self.baseline_state = self.baselines.state(self._fit_positions)
+        self.prices.configure(policy=policy, static_watts=static_watts)
 
-    def _reset_state(self) -> None:
-        self.wall_offset_ns = _wall_offset_ns()
-        self._sample_lock = threading.Lock()
-        self._reading_lock = threading.Lock()
-        self._local = threading.local()
-        self._history: list[HistorySample] = []
-        self._times: list[int] = []
-        self._summary: list[_SummaryBucket] = []
-        self._rates = _Rates(0, 0.0, 0.0, 0.0, 0.0, 0.0)
-        self._process_watts = (0.0, 0.0, 0.0)
-        self._late_ticks_s = 0.0
-        self._gpu_lock = threading.Lock()
-        self._gpu_acc_j = 0.0
-        self._gpu_dynamic_acc_j = 0.0
-        self._unattributed_j = [0.0, 0.0]
-        self._gpu_t_ns = time.monotonic_ns()
-        self._gpu_leaves = 0
-        self._sampler: PeriodicThread | None = None
-        self._idle_period_s = self.period_s
-        self._idle_since_ns = None
-        self._tick_last = None
-        self._dozing = False
-        self._fractions: list[float] = []
-        self._fractions_changed = False
-        self._ledgers: list = []
-        self._ledgers_alive = 0
-        self._ledgers_lock = threading.Lock()
-        self._closed = False
-        self._failure_reported = False
-        self._implausible_reported = False
-        self.stat_fault = False
-        self._stat_read_ns = 0
-        self._stat_cpus = 0
+    @property
+    def clocks(self) -> CpuClocks:
+        """Where CPU times come from."""
+        return self.prices.clocks
 
-    def _after_fork_in_child(self) -> None:
-        # Ledgers, locks and the sampler thread belong to the parent: start those afresh, and
-        # make spans opened before the fork (their ledgers' generation) end without attribution.
-        # The history and prices describe the host, so the child keeps them; its own CPU time
-        # restarts, so its process totals restart from the latest sample.
-        self._generation += 1
-        history, times, rates, summary = self._history, self._times, self._rates, self._summary
-        self._reset_state()
-        self._history, self._times, self._rates, self._summary = list(history), list(times), rates, list(summary)
-        if self._history:
-            last = self._history[-1]
-            self._history[-1] = HistorySample(
-                last.monotonic_ns,
-                last.wall_offset_ns,
-                last.snapshot,
-                last.busy_s,
-                self.clocks.process_cpu_s() if self.clocks.native else last.process_cpu_s,
-                last.idle_s,
-                (0.0, 0.0, 0.0),
-                last.priced,
-                last.period,
-            )
+    @property
+    def gpu_shares(self) -> "NvmlProcessShares | None":
+        """This process's fraction of each GPU domain (None: no GPU measured)."""
+        return self.prices.gpu_shares
+
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The attribution kinds the meter measures."""
+        return self.prices.kinds
+
+    @property
+    def kind_indices(self) -> dict[str, tuple[int, ...]]:
+        """The meter's domain indices of each kind (domains that add to the total)."""
+        return self.prices.kind_indices
+
+    @property
+    def has_gpu(self) -> bool:
+        """Whether a GPU domain adds to the total."""
+        return self.prices.has_gpu
+
+    @property
+    def period_s(self) -> float:
+        """The sampler period."""
+        return self.prices.period_s
+
+    @property
+    def history_s(self) -> float:
+        """How much history is kept."""
+        return self.prices.history_s
+
+    @property
+    def policy(self) -> str:
+        """Who carries static energy (``capacity``, ``busy``, ``none``)."""
+        return self.prices.policy
+
+    @property
+    def attribution_label(self) -> str:
+        """``energy.attribution``'s value (``cpu_time_share/<policy>``)."""
+        return self.prices.attribution_label
+
+    @property
+    def baselines(self) -> "Baselines":
+        """The domains' static watts."""
+        return self.prices.baselines
+
+    @property
+    def baseline_state(self) -> str:
+        """``energy.baseline`` of the CPU-side and memory domains."""
+        return self.prices.baseline_state
+
+    @property
+    def stat_fault(self) -> bool:
+        """True while ``/proc/stat``'s latest read failed or was implausible: spans that end get no share."""
+        return self.prices.stat_fault
+
+    @property
+    def wall_offset_ns(self) -> int:
+        """``time.time_ns() - time.monotonic_ns()`` at the latest sample (spans state wall times)."""
+        return self.prices.wall_offset_ns
+
+    @property
+    def history(self) -> tuple[HistorySample, ...]:
+        """The samples kept, oldest first."""
+        return self.prices.history
+
+    @property
+    def oldest_ns(self) -> int | None:
+        """Monotonic time of the oldest sample kept, None before the first."""
+        return self.prices.oldest_ns
+
+    def sample(self) -> HistorySample | None:
+        """Read ``/proc/stat``, this process's CPU time, the counters (and GPU shares); extend the history."""
+        return self.prices.sample()
+
+    def ensure_sampling(self) -> None:
+        """Start the sampler thread unless it runs, sampling is off or the attributor is closed."""
+        self.prices.ensure_sampling()
+
+    def close(self) -> None:
+        """Stop the sampler thread. Idempotent."""
+        self.prices.close()
+
+    def process_joules(self) -> dict[str, float]:
+        """This process's attributed joules per kind since the attributor started (up to the latest sample)."""
+        return self.prices.process_joules()
+
+    def process_joules_since(self, monotonic_ns: int) -> dict[str, float] | None:
+        """This process's attributed joules per kind from an instant to now (:meth:`.PriceHistory.process_joules_since`)."""
+        return self.prices.process_joules_since(monotonic_ns)
+
+    def process_watts(self) -> dict[str, float]:
+        """This process's attributed power per kind over the latest sampler period."""
+        return self.prices.process_watts()
+
+    def unattributed_joules(self) -> dict[str, float]:
+        """The host's joules the model gave to no process (:meth:`.PriceHistory.unattributed_joules`)."""
+        return self.prices.unattributed_joules()
+
+    def baseline_watts(self) -> list[tuple[int, float | None, str]]:
+        """(the meter's domain index, static watts or None while nothing is known, ``energy.baseline``) of every
+        domain that adds to the total."""
+        return self.prices.baseline_watts()
+
+    def price(self, t0_ns: int, t1_ns: int) -> tuple[float, float, float]:
+        """Joules per CPU second (CPU-side, memory: the policy's; dynamic) for CPU time spent between two
+        monotonic instants (:meth:`.PriceHistory.price`)."""
+        return self.prices.price(t0_ns, t1_ns)
+
+    def first_forecast(self, snapshot: EnergySnapshot | None = None) -> tuple[float, ...]:
+        """The forecast before the sampler's second sample (:meth:`.PriceHistory.first_forecast`)."""
+        return self.prices.first_forecast(snapshot)
+
+    def snapshot_at(self, monotonic_ns: int, latest: EnergySnapshot) -> EnergySnapshot | None:
+        """The meter's cumulative joules at a past instant, interpolated in the history
+        (:meth:`.PriceHistory.snapshot_at`)."""
+        return self.prices.snapshot_at(monotonic_ns, latest)
+
+    # -- the span path ------------------------------------------------------------------------
+
+    def open_span(self, parent: SpanShare | None = None) -> SpanShare:
+        """Start attributing to a new span on the calling thread, a child of ``parent`` if that is local."""
+        return self.ledger.open_span(parent)
+
+    def close_span(
+        self, share: SpanShare, start: EnergySnapshot | None = None, end: EnergySnapshot | None = None
+    ) -> SpanAttribution | None:
+        """Stop attributing to ``share``'s span and return what it was attributed (:meth:`.SpanLedger.close_span`)."""
+        return self.ledger.close_span(share, start, end)

@@ -1,26 +1,666 @@
-"""What readers get from the attributor's history: process totals, past prices, past snapshots.
+"""The price history: the sampler thread, the host's samples and summary, the prices and the baselines.
 
-This process's attributed joules and watts (the metric instruments), the price of CPU time
-spent between two instants (each sampler period at its own price, the forecast after the
-latest sample: the span path), and the meter's joules at a past instant (spans with explicit
-start and end times). :class:`_History` is that part of
-:class:`~otel_joules.attribution.attributor.Attributor`, over :class:`~.sampling._Sampling`.
+:class:`PriceHistory` owns all of it. Its sampler thread takes the samples (:mod:`.sampling` holds
+the constants, :class:`~.sampling.HistorySample` and :func:`~.sampling.policy_prices`), splits each
+period's energy into static (the domains' baselines, :mod:`.baseline`) and dynamic, prices it under
+the policy and publishes the result for the span path. Readers get this process's totals, the price
+of CPU time spent between two instants (each sampler period at its own price, the forecast after the
+latest sample: the span path) and the meter's joules at a past instant (spans with explicit start and
+end times).
 """
 
 from __future__ import annotations
 
 import bisect
+import logging
+import os
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Mapping
 
-from otel_joules.attribution.sampling import HistorySample, _Sampling
-from otel_joules.attribution.shares import KINDS
+from otel_joules.attribution._prices import (
+    _NO_PRICES,
+    _NO_RATES,
+    _Period,
+    _Prices,
+    _Rates,
+    _SummaryBucket,
+    _View,
+    _busy_and_capacity,
+    _gpu_joules_at,
+)
+from otel_joules.attribution.baseline import Baselines
+from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, HostCpuTimes, ProcfsReadError
+from otel_joules.attribution.sampling import (
+    _IDLE_BELOW_S,
+    HISTORY_PERIOD_S,
+    HISTORY_S,
+    HISTORY_SUMMARY_BUCKETS,
+    HISTORY_SUMMARY_PERIOD_S,
+    IDLE_AFTER_S,
+    IDLE_CPU_FRACTION,
+    IDLE_PERIOD_MAX_S,
+    MIN_RATE_WINDOW_S,
+    RATE_WINDOW,
+    STAT_SLACK_TICKS_PER_CPU,
+    STAT_TICKS_TOLERANCE,
+    HistorySample,
+    policy_prices,
+)
+from otel_joules.attribution.shares import ATTRIBUTION_KIND, KINDS, attribution_label, measured_kinds
+from otel_joules.config import POLICY_BUSY, POLICY_CAPACITY
+from otel_joules.meter.clock import wall_offset_ns as _wall_offset_ns
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.semconv import KIND_CPU, KIND_MEMORY
+from otel_joules.meter.sampler import PeriodicThread
+from otel_joules.semconv import ENERGY_ATTRIBUTED_NAMESPACE, ENERGY_JOULES, KIND_CPU, KIND_GPU, KIND_MEMORY
+from otel_joules.sensors.base import Method
 
+if TYPE_CHECKING:
+    from otel_joules.attribution.gpu import NvmlProcessShares
+    from otel_joules.meter.meter import EnergyMeter
+
+_log = logging.getLogger("otel_joules")
 _new_tuple = tuple.__new__
 _EDGE_TOLERANCE_NS = 1_000_000
 
 
-class _History(_Sampling):
+def _no_spans_open() -> bool:
+    return False
+
+
+class PriceHistory:
+    """The host's sampled history of energy and busy CPU time, its prices, and the sampler thread taking it.
+
+    Owns the sampler thread, the samples and summary buckets, the prices, the policy and the domains'
+    baselines. After every sample it publishes what the span path reads (:attr:`view`: the prices, the
+    samples and the summary, all immutable) by one reference assignment: readers never wait for the
+    sampler, whose reads (``/proc``, the counters, NVML) happen under :attr:`_reading_lock` alone.
+
+    Args:
+        meter: Where the joules come from.
+        clocks: Where CPU times come from.
+        gpu_shares: This process's fraction of each GPU domain (None: no GPU measured).
+        sample: Run the sampler thread (started by :meth:`ensure_sampling`).
+        period_s: Sampler period.
+        history_s: How much history to keep.
+
+    Attributes:
+        view: The latest published prices, samples and summary.
+        dozing: True while the sampler waits longer than its period: a span that opens wakes it
+            (:meth:`wake_sampler`).
+        spans_open: Says whether a span is open on any thread (the idle back-off asks it); the
+            attributor sets its span ledger's.
+        stat_fault: True while /proc/stat's latest read failed or was implausible: spans that end get no share.
+        policy: Who carries static energy (``config.ATTRIBUTION_POLICIES``).
+        attribution_label: ``energy.attribution``'s value (``cpu_time_share/<policy>``).
+        baselines: The domains' static watts (:class:`~.baseline.Baselines`).
+        baseline_state: ``energy.baseline`` of the CPU-side and memory domains.
+    """
+
+    def __init__(
+        self,
+        meter: "EnergyMeter",
+        *,
+        clocks: CpuClocks,
+        gpu_shares: "NvmlProcessShares | None",
+        sample: bool = True,
+        period_s: float = HISTORY_PERIOD_S,
+        history_s: float = HISTORY_S,
+    ) -> None:
+        self.meter = meter
+        self.clocks = clocks
+        self.kind_indices: dict[str, tuple[int, ...]] = {kind: () for kind in KINDS}
+        for i, domain in enumerate(meter.domains):
+            if domain.in_total:
+                kind = ATTRIBUTION_KIND[domain.kind]
+                self.kind_indices[kind] += (i,)
+        self.kinds = measured_kinds(meter.domains)
+        self.has_gpu = bool(self.kind_indices[KIND_GPU])
+        self.gpu_shares = gpu_shares
+        self.period_s = period_s
+        self.history_s = history_s
+        self._max_samples = max(2, int(history_s / period_s) + 1)
+        self._history_ns = round(history_s * 1e9)
+        self._summary_period_ns = max(1, round(max(period_s, min(HISTORY_SUMMARY_PERIOD_S, history_s / 5)) * 1e9))
+        # Every sample reads every counter: the idle back-off never reads less often than the
+        # meter's wrap-safe interval, so no counter can wrap twice unseen (see _next_period_s).
+        wrap_safe_s = meter.sample_period_s
+        self._idle_period_max_s = IDLE_PERIOD_MAX_S if wrap_safe_s is None else min(IDLE_PERIOD_MAX_S, wrap_safe_s)
+        self._sample_enabled = sample
+        order = self.kind_indices[KIND_CPU] + self.kind_indices[KIND_MEMORY] + self.kind_indices[KIND_GPU]
+        #: The meter's domain indices in the baselines' order (kinds' indices, CPU-side, memory, GPU).
+        self._baseline_index = {i: k for k, i in enumerate(order)}
+        fitted = len(self.kind_indices[KIND_CPU]) + len(self.kind_indices[KIND_MEMORY])
+        #: The baselines' positions of the CPU-side and memory domains (their ``energy.baseline``).
+        self._fit_positions = tuple(range(fitted))
+        # The CPU-time estimate (busy CPU seconds x TDP per CPU) has no static part by construction.
+        self._configured_watts = {
+            d.id: 0.0 for d in meter.domains if d.in_total and d.method is Method.ESTIMATE and ATTRIBUTION_KIND[d.kind] == KIND_CPU
+        }
+        self._configured_watts.update(meter.settings.static_watts)
+        self.baselines = Baselines(
+            [meter.domains[i].id for i in order], [k < fitted for k in range(len(order))], {}, self._history_ns
+        )
+        self.policy = meter.settings.attribution_policy
+        self.attribution_label = attribution_label(self.policy)
+        self.spans_open: Callable[[], bool] = _no_spans_open
+        self._history: list[HistorySample] = []
+        self._times: list[int] = []
+        #: The periods that left the history, oldest first (:data:`HISTORY_SUMMARY_PERIOD_S`).
+        self._summary: list[_SummaryBucket] = []
+        self._rates = _NO_RATES
+        self._reset()
+        self.configure()
+
+    def _reset(self) -> None:
+        """The state that is this process's, not the host's: new at start, and in a forked child."""
+        self.view = _View(self._rates, tuple(self._history), tuple(self._times), tuple(self._summary))
+        self.wall_offset_ns = _wall_offset_ns()
+        # _sample_lock: the few lines that change the history; _reading_lock: held across a sample's reads
+        # (they serialise samplers only); _starting_lock: starting the thread (never held across I/O).
+        self._sample_lock = threading.Lock()
+        self._reading_lock = threading.Lock()
+        self._starting_lock = threading.Lock()
+        self._process_watts = (0.0, 0.0, 0.0)
+        self._late_ticks_s = 0.0
+        #: The host's unattributed joules (CPU-side, memory) since the attributor started.
+        self._unattributed_j = [0.0, 0.0]
+        self._sampler: PeriodicThread | None = None
+        #: The back-off's current period; when the process's idleness began (None while it is not idle);
+        #: (sample, the process's and the sampler thread's CPU seconds just after it) at the thread's last tick.
+        self._idle_period_s = self.period_s
+        self._idle_since_ns: int | None = None
+        self._tick_last: "tuple[HistorySample, float, float] | None" = None
+        self.dozing = False
+        #: The GPU fractions of the latest sample, and whether they changed since the sampler's last tick.
+        self._fractions: list[float] = []
+        self._fractions_changed = False
+        self._closed = False
+        self._failure_reported = False
+        self._implausible_reported = False
+        self.stat_fault = False
+        #: When the latest /proc/stat read that became a sample started, and how many CPUs it listed.
+        self._stat_read_ns = 0
+        self._stat_cpus = 0
+
+    def after_fork_in_child(self) -> None:
+        """Start this process's state afresh in a forked child (the parent's locks and thread are not its own).
+
+        The history and prices describe the host, so the child keeps them; its own CPU time restarts,
+        so its process totals restart from the latest sample.
+        """
+        if self._history:
+            last = self._history[-1]
+            self._history[-1] = HistorySample(
+                last.monotonic_ns,
+                last.wall_offset_ns,
+                last.snapshot,
+                last.busy_s,
+                self.clocks.process_cpu_s() if self.clocks.native else last.process_cpu_s,
+                last.idle_s,
+                (0.0, 0.0, 0.0),
+                last.priced,
+                last.period,
+            )
+        self._reset()
+
+    def configure(self, *, policy: str | None = None, static_watts: Mapping[str, float] | None = None) -> None:
+        """Set the policy and add configured static watts (by domain id; they win over the settings'), from the
+        next sampler period on: what was priced stays as it was (checked by the attributor's ``configure``)."""
+        with self._sample_lock:
+            if policy is not None:
+                self.policy = policy
+                self.attribution_label = attribution_label(policy)
+            if static_watts:
+                self._configured_watts.update({domain: float(watts) for domain, watts in static_watts.items()})
+            self.baselines.configure(self._configured_watts)
+            self.baseline_state = self.baselines.state(self._fit_positions)
+
+    # -- the sampler side ---------------------------------------------------------------------
+
+    def sample(self) -> HistorySample | None:
+        """Read ``/proc/stat``, this process's CPU time, the counters (and GPU shares); extend the history."""
+        # The reads (NVML may be slow) serialise samplers only: the span path reads the published view.
+        with self._reading_lock:
+            try:
+                snapshot = self.meter.snapshot()
+                read_ns = time.monotonic_ns()
+                host = self.clocks.host()
+                process_cpu_s = self.clocks.process_cpu_s()
+                # Not for the first sample (nothing to split yet): it is taken in instrument(),
+                # where a stalled NVML's process lists must not hold the program up.
+                fractions = self.gpu_shares.fractions() if self.gpu_shares is not None and self._history else []
+            except (ProcfsReadError, OSError) as exc:
+                self.stat_fault = True
+                self._report(exc)
+                return None
+            if self.meter.closed:
+                # Nothing more to sample. Asked, not read from the snapshot: a meter without
+                # domains (a tracker's simulated devices only) reads the same open or closed.
+                self._closed = True
+                return None
+            if fractions != self._fractions:
+                self._fractions, self._fractions_changed = fractions, True
+            problem = self._implausible(host, time.monotonic_ns())
+            with self._sample_lock:
+                sample = self._append(snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions, problem is None)
+            self._stat_read_ns, self._stat_cpus = read_ns, host.cpus
+            self.stat_fault = problem is not None
+            if problem is not None:
+                self._report_implausible(problem)
+            return sample
+
+    def _implausible(self, host: HostCpuTimes, read_end_ns: int) -> str | None:
+        """What is wrong with ``/proc/stat``'s counts against the latest sample's, or None when they are plausible."""
+        if not self._history:
+            return None
+        previous = self._history[-1]
+        # The most time that can have passed between the two reads: from the start of the last to
+        # the end of this one (a read delayed by the scheduler only widens it).
+        elapsed_s = max(0, read_end_ns - self._stat_read_ns) / 1e9
+        cpus = max(host.cpus, self._stat_cpus)  # a CPU taken offline meanwhile counted until then
+        slack_s = cpus * STAT_SLACK_TICKS_PER_CPU / CLOCK_TICKS_PER_S
+        d_busy_s, d_idle_s = host.busy_s - previous.busy_s, host.idle_s - previous.idle_s
+        if d_busy_s < -slack_s or d_idle_s < -slack_s:
+            return (
+                f"its CPU times went backwards (busy {previous.busy_s:.2f} s -> {host.busy_s:.2f} s, "
+                f"idle {previous.idle_s:.2f} s -> {host.idle_s:.2f} s)"
+            )
+        limit_s = cpus * elapsed_s * STAT_TICKS_TOLERANCE + slack_s
+        if cpus and (d_busy_s > limit_s or d_idle_s > limit_s):
+            return (
+                f"it counts {d_busy_s:.2f} busy and {d_idle_s:.2f} idle CPU seconds in {elapsed_s:.3f} s, where its "
+                f"{cpus} CPUs can count at most {limit_s:.2f} s of each"
+            )
+        return None
+
+    def _append(
+        self,
+        snapshot: EnergySnapshot,
+        busy_s: float,
+        idle_s: float,
+        process_cpu_s: float,
+        fractions: list[float],
+        priced: bool = True,
+    ) -> HistorySample:
+        """Extend the history with one sample's reads and update the prices (``_sample_lock`` held).
+
+        ``priced`` False: the host's CPU times since the previous sample are unknown (an implausible
+        /proc/stat): the period prices nothing, and its counts are the next period's base.
+        """
+        now_ns = snapshot.monotonic_ns
+        previous = self._history[-1] if self._history else None
+        process_joules = (0.0, 0.0, 0.0)
+        period = None
+        if previous is not None:
+            period = self._split_period(previous, snapshot, busy_s, idle_s, process_cpu_s, priced)
+            process_joules = self._advance_rates(
+                previous, snapshot, busy_s, idle_s, process_cpu_s, fractions, priced, period
+            )
+        sample = HistorySample(
+            now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules, priced, period
+        )
+        # time.time_ns() - time.monotonic_ns() at the latest sample, for explicit span times.
+        self.wall_offset_ns = sample.wall_offset_ns
+        self._history.append(sample)
+        self._times.append(now_ns)
+        self._trim(now_ns)
+        # One assignment: the span path sees the new prices with the samples they came from, or neither.
+        self.view = _View(self._rates, tuple(self._history), tuple(self._times), tuple(self._summary))
+        return sample
+
+    def _trim(self, now_ns: int) -> None:
+        """Move the periods older than the history (or beyond its sample count) into the summary (``_sample_lock`` held).
+
+        The history keeps the latest sample at or before ``now - history_s``, so it reaches back that far.
+        """
+        history, times = self._history, self._times
+        drop = max(0, len(history) - self._max_samples)
+        horizon_ns = now_ns - self._history_ns
+        while drop + 2 < len(history) and times[drop + 1] <= horizon_ns:
+            drop += 1
+        if not drop:
+            return
+        for k in range(drop):
+            self._summarise(history[k], history[k + 1], self._period_rates(k))
+        del history[:drop]
+        del times[:drop]
+
+    def _summarise(self, a: HistorySample, b: HistorySample, rates: _Prices) -> None:
+        """Add the period from ``a`` to ``b``, at its prices, to the summary buckets it overlaps."""
+        summary, bucket_ns = self._summary, self._summary_period_ns
+        lo = a.monotonic_ns
+        while lo < b.monotonic_ns:
+            start = lo - lo % bucket_ns
+            hi = min(b.monotonic_ns, start + bucket_ns)
+            ns = hi - lo
+            last = summary[-1] if summary else None
+            if last is not None and last.start_ns == start:
+                summary[-1] = last._replace(
+                    hi_ns=hi,
+                    cpu_j_ns=last.cpu_j_ns + rates[0] * ns,
+                    memory_j_ns=last.memory_j_ns + rates[1] * ns,
+                    dynamic_j_ns=last.dynamic_j_ns + rates[2] * ns,
+                )
+            else:
+                summary.append(
+                    _SummaryBucket(start, lo, hi, rates[0] * ns, rates[1] * ns, a.process_joules, rates[2] * ns)
+                )
+            lo = hi
+        while len(summary) > HISTORY_SUMMARY_BUCKETS:
+            first, second = summary[0], summary[1]
+            summary[1] = second._replace(
+                lo_ns=first.lo_ns,
+                process_joules=first.process_joules,
+                cpu_j_ns=second.cpu_j_ns + first.cpu_j_ns,
+                memory_j_ns=second.memory_j_ns + first.memory_j_ns,
+                dynamic_j_ns=second.dynamic_j_ns + first.dynamic_j_ns,
+            )
+            del summary[0]
+
+    def _period_rates(self, k: int) -> _Prices:
+        """The prices of the sampler period from sample ``k`` to ``k + 1``, as set when it entered the history:
+        its own energy over its own CPU seconds (none where its CPU times are unknown: its energy is nobody's)."""
+        period = self._history[k + 1].period
+        return _NO_PRICES if period is None else period.prices
+
+    def _split_period(
+        self,
+        previous: HistorySample,
+        snapshot: EnergySnapshot,
+        busy_s: float,
+        idle_s: float,
+        process_cpu_s: float,
+        priced: bool,
+    ) -> _Period:
+        """The period from ``previous`` to the new reads: into the baselines' fit, split, priced, and its
+        unattributed energy counted (``_sample_lock`` held)."""
+        dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
+        d_busy, d_idle = busy_s - previous.busy_s, idle_s - previous.idle_s
+        joules = self._period_joules(previous.snapshot, snapshot)
+        baselines = self.baselines
+        if priced:
+            baselines.add_period(snapshot.monotonic_ns, dt_s, d_busy, joules)
+        sums = self._kind_sums(joules, dt_s)
+        busy, capacity = _busy_and_capacity(d_busy, d_idle, max(0.0, process_cpu_s - previous.process_cpu_s))
+        prices = policy_prices(self.policy, *sums, busy, capacity) if priced else _NO_PRICES
+        period = _Period(sums[0], sums[1], sums[2], sums[3], busy, capacity, prices)
+        # What the model gives to nobody: idle capacity's static energy, idle and unpriced periods' energy.
+        self._unattributed_j[0] += max(0.0, sums[0] - prices.cpu * busy)
+        self._unattributed_j[1] += max(0.0, sums[2] - prices.memory * busy)
+        self.baseline_state = baselines.state(self._fit_positions)
+        return period
+
+    def _period_joules(self, a: EnergySnapshot, b: EnergySnapshot) -> list[float | None]:
+        """Per baseline index, the joules between two snapshots (None where either has no value)."""
+        x, y = a.joules, b.joules
+        return [None if x[i] is None or y[i] is None else y[i] - x[i] for i in self._baseline_index]  # type: ignore[operator]
+
+    def _kind_sums(self, joules: list[float | None], dt_s: float) -> list[float]:
+        """CPU-side joules, their static part, memory joules and theirs, of ``joules`` over ``dt_s`` seconds."""
+        index, baselines = self._baseline_index, self.baselines
+        sums = [0.0, 0.0, 0.0, 0.0]
+        for kind, offset in ((KIND_CPU, 0), (KIND_MEMORY, 2)):
+            for i in self.kind_indices[kind]:
+                j = joules[index[i]]
+                if j is not None:
+                    sums[offset] += j
+                    sums[offset + 1] += baselines.static_joules(index[i], j, dt_s)
+        return sums
+
+    def first_forecast(self, snapshot: EnergySnapshot | None = None) -> _Rates:
+        """The forecast before the sampler's second sample: the prices since its first sample, read now.
+
+        The periods start at the first sample (taken in ``instrument()``); until the second there is
+        no forecast, and a span ending meanwhile (the first request, moments after start-up) would
+        be priced at nothing. Its CPU time is priced instead over the time since the first sample, by
+        the same rules as a period. The history is not extended, so every process's periods stay on
+        the aligned instants. Costs a ``/proc/stat`` read per span event until a forecast exists (at
+        most the first sampler period), and a counter read unless ``snapshot`` (read now) is given;
+        GPUs' shares start with the second sample.
+        """
+        view = self.view
+        rates = view.rates
+        if rates.since_ns or not view.samples:
+            return rates
+        try:
+            if snapshot is None:
+                snapshot = self.meter.snapshot()
+            host = self.clocks.host()
+            process_cpu_s = self.clocks.process_cpu_s()
+        except (ProcfsReadError, OSError):
+            return rates
+        if self.view.rates.since_ns:
+            return self.view.rates  # the sampler's second sample came first
+        first = view.samples[0]
+        dt_s = (snapshot.monotonic_ns - first.monotonic_ns) / 1e9
+        busy, _ = _busy_and_capacity(
+            host.busy_s - first.busy_s, host.idle_s - first.idle_s, max(0.0, process_cpu_s - first.process_cpu_s)
+        )
+        # A few ticks per CPU over so short a time: the capacity is the CPUs' wall time instead.
+        capacity = max(dt_s * max(host.cpus, 1), busy)
+        joules = self._kind_sums(self._period_joules(first.snapshot, snapshot), dt_s)
+        prices = policy_prices(self.policy, *joules, busy, capacity)
+        # Not kept: the next event prices over a longer, steadier time, until the sampler's forecast.
+        return _Rates(first.monotonic_ns, prices.cpu, prices.memory, 0.0, prices.dynamic, 0.0)
+
+    def _advance_rates(
+        self,
+        previous: HistorySample,
+        snapshot: EnergySnapshot,
+        busy_s: float,
+        idle_s: float,
+        process_cpu_s: float,
+        fractions: list[float],
+        priced: bool,
+        period: _Period,
+    ) -> tuple[float, float, float]:
+        dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
+        d_process = max(0.0, process_cpu_s - previous.process_cpu_s)
+        # The process's share of this period: the period's own energy over its own busy time. Mixing
+        # periods would price an idle period's energy into the busy ones next to it (not conservative).
+        # /proc/stat may count a tick of work done in one period in the next: this process's CPU time
+        # beyond a period's busy ticks is owed by the next period's, so the late ticks neither lower
+        # this period's price (it is priced at max(busy, own CPU)) nor the next one's.
+        host_busy_s = busy_s - previous.busy_s - self._late_ticks_s
+        host_idle_s = idle_s - previous.idle_s
+        if priced:
+            busy, capacity = _busy_and_capacity(host_busy_s, host_idle_s, d_process)
+            own_cpu, own_memory, _ = policy_prices(
+                self.policy, period.cpu_j, period.cpu_static_j, period.memory_j, period.memory_static_j, busy, capacity
+            )
+            # At most a tick per CPU can be late; more means /proc/stat does not see this process's work.
+            cpus = (busy_s - previous.busy_s + host_idle_s) / dt_s if dt_s > 0 else 0.0
+            self._late_ticks_s = min(max(0.0, d_process - max(host_busy_s, 0.0)), max(cpus, 0.0) / CLOCK_TICKS_PER_S)
+        else:
+            own_cpu = own_memory = self._late_ticks_s = 0.0  # unknown CPU times: the period's energy is nobody's
+        forward = self._forward_rates(snapshot, period, priced)
+        gpu_joules = gpu_dynamic = 0.0
+        for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
+            a, b = previous.snapshot.joules[i], snapshot.joules[i]
+            if a is not None and b is not None:
+                # A GPU's processes hold all of it while they run on it: its static energy goes with their
+                # fraction under capacity and busy alike; under none, only the dynamic part does.
+                static = self.baselines.static_joules(self._baseline_index[i], b - a, dt_s)
+                gpu_joules += (b - a - (static if self.policy not in (POLICY_CAPACITY, POLICY_BUSY) else 0.0)) * fraction
+                gpu_dynamic += (b - a - static) * fraction
+        gpu_watts = gpu_joules / dt_s if dt_s > 0 else 0.0
+        gpu_dynamic_watts = gpu_dynamic / dt_s if dt_s > 0 else 0.0
+        # The GPU joules credited up to this sample at the old watts: the new watts count from here on.
+        old_gpu_j, old_gpu_dynamic_j = _gpu_joules_at(self._rates, snapshot.monotonic_ns)
+        self._rates = _Rates(
+            snapshot.monotonic_ns,
+            forward.cpu,
+            forward.memory,
+            gpu_watts,
+            forward.dynamic,
+            gpu_dynamic_watts,
+            old_gpu_j,
+            old_gpu_dynamic_j,
+        )
+        mine = (own_cpu * d_process, own_memory * d_process, gpu_joules)
+        self._process_watts = tuple(j / dt_s for j in mine) if dt_s > 0 else (0.0, 0.0, 0.0)  # type: ignore[assignment]
+        return tuple(p + m for p, m in zip(previous.process_joules, mine))  # type: ignore[return-value]
+
+    def _forward_rates(self, snapshot: EnergySnapshot, period: _Period, priced: bool = True) -> _Prices:
+        """The prices for CPU time after the new sample, until the next (``_sample_lock`` held).
+
+        Only a forecast: spans' CPU time after the latest sample is priced at it (and capped at what
+        the host spent during the span); the process's share never is. Over the busy periods among
+        the last :data:`RATE_WINDOW` (with the new one): a period's busy time is off by up to a tick per
+        CPU, which a window shrinks; idle periods price nothing, so they are left out, and so are
+        periods whose CPU times are unknown (not priced). Kept as they were when the window is too
+        short or has no busy period.
+        """
+        window = self._history[-RATE_WINDOW:]
+        periods = [(s.period, s.priced) for s in window[1:]] + [(period, priced)]
+        sums = [0.0] * 6  # CPU-side, its static, memory, its static, busy, capacity
+        for each, known in periods:
+            if each is None or not known or each.busy_s < _IDLE_BELOW_S:
+                continue
+            for k, value in enumerate(each[:6]):
+                sums[k] += value
+        window_s = (snapshot.monotonic_ns - window[0].monotonic_ns) / 1e9 if window else 0.0
+        rates = self._rates
+        if rates.since_ns and (window_s < MIN_RATE_WINDOW_S or sums[4] <= 0):
+            # Too short, or nothing busy, to say what a CPU second costs: keep the prices.
+            return _Prices(rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s)
+        if sums[4] <= 0:
+            return _NO_PRICES  # no price yet and nothing busy: CPU time now is priced as idle
+        return policy_prices(self.policy, *sums)
+
+    def _report(self, exc: BaseException) -> None:
+        if not self._failure_reported:
+            self._failure_reported = True
+            _log.warning(
+                "otel-joules: cannot attribute energy to this process and its spans (%s): spans that end while "
+                "/proc/stat cannot be read keep %s but carry no %s*; shares resume, the gap priced, once it reads "
+                "again. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
+                exc,
+                ENERGY_JOULES,
+                ENERGY_ATTRIBUTED_NAMESPACE,
+            )
+
+    def _report_implausible(self, problem: str) -> None:
+        if not self._implausible_reported:
+            self._implausible_reported = True
+            _log.warning(
+                "otel-joules: %s is implausible: %s. Not used: the sampler period ending there prices no CPU time "
+                "(its energy is nobody's) and counting goes on from the new counts; spans that end while /proc/stat "
+                "reads implausibly keep %s but carry no %s* (said once).",
+                os.path.join(self.clocks.procfs_root, "stat"),
+                problem,
+                ENERGY_JOULES,
+                ENERGY_ATTRIBUTED_NAMESPACE,
+            )
+
+    # -- the sampler thread's pace ----------------------------------------------------------
+
+    def _tick(self) -> float:
+        """The sampler thread's tick: one sample, then the seconds until the next (the idle back-off)."""
+        # The process's CPU time around the sample: what the sample itself costs (this thread's reads,
+        # and a GPU's reader thread's) is not the process's work, so only the time between ticks
+        # counts, less this thread's own share of it (its wait and wake-up).
+        own_before_s = time.thread_time() if self.clocks.native else 0.0
+        before_s = self._process_cpu_s()
+        sample = self.sample()
+        after_s = self._process_cpu_s()
+        own_after_s = time.thread_time() if self.clocks.native else 0.0
+        others_s = None
+        last = self._tick_last
+        if last is not None and before_s is not None:
+            others_s = (before_s - last[1]) - (own_before_s - last[2])
+        self._tick_last = None if sample is None or after_s is None else (sample, after_s, own_after_s)
+        return self._next_period_s(sample, None if last is None else last[0], others_s)
+
+    def _process_cpu_s(self) -> float | None:
+        try:
+            return self.clocks.process_cpu_s()
+        except (ProcfsReadError, OSError):
+            return None
+
+    def _next_period_s(
+        self, sample: HistorySample | None, last_sample: HistorySample | None, others_cpu_s: float | None
+    ) -> float:
+        """:attr:`period_s`, or longer while this process is idle (:data:`IDLE_PERIOD_MAX_S`).
+
+        ``last_sample``: the sampler thread's previous sample; ``others_cpu_s``: the process's CPU
+        seconds since, outside the samples and the sampler thread (None: unknown).
+
+        Wrap safety is not at stake: every sample reads every counter, and the back-off stops at
+        the meter's wrap-safe read interval (``EnergyMeter.sample_period_s``: a quarter of the time
+        the fastest counter needs to wrap at its zone's maximum power), so even a meter that does not
+        sample itself is read at least four times per wrap while this process is idle.
+        """
+        changed, self._fractions_changed = self._fractions_changed, False
+        if (
+            sample is None
+            or last_sample is None
+            or others_cpu_s is None
+            or changed
+            or self._idle_period_max_s <= self.period_s
+        ):
+            return self._awake()
+        elapsed_s = (sample.monotonic_ns - last_sample.monotonic_ns) / 1e9
+        if others_cpu_s > IDLE_CPU_FRACTION * elapsed_s:
+            return self._awake()
+        # Said before looking for open spans: a span opening meanwhile either is seen here or sees
+        # this and wakes the thread (the GIL orders the two).
+        self.dozing = True
+        if self.spans_open():
+            return self._awake()
+        if self._idle_since_ns is None:
+            self._idle_since_ns = last_sample.monotonic_ns
+        if sample.monotonic_ns - self._idle_since_ns < IDLE_AFTER_S * 1e9:
+            self.dozing = False  # not yet: the period stays (a span opening meanwhile needs no wake)
+            return self._aligned_period_s()
+        self._idle_period_s = min(self._idle_period_s * 2, self._idle_period_max_s)
+        return self._idle_period_s
+
+    def _awake(self) -> float:
+        self.dozing = False
+        self._idle_since_ns = None
+        self._idle_period_s = self.period_s
+        return self._aligned_period_s()
+
+    def _aligned_period_s(self) -> float:
+        """The wait until the next multiple of :attr:`period_s` on the monotonic clock at least half a period away.
+
+        Every process's sampler on a host then samples at nearly the same instants (CLOCK_MONOTONIC is the
+        host's): their periods are the same periods at the same prices, so the shares of all processes and
+        the unattributed remainder add up to the host's energy period by period, whatever the policy.
+        """
+        period_ns = round(self.period_s * 1e9)
+        if period_ns <= 0:
+            return self.period_s
+        now_ns = time.monotonic_ns()
+        target_ns = ((now_ns + period_ns // 2) // period_ns + 1) * period_ns
+        return (target_ns - now_ns) / 1e9
+
+    def wake_sampler(self) -> None:
+        """A span opened while the sampler dozed: sample now, and at :attr:`period_s` while spans are open."""
+        self.dozing = False
+        sampler = self._sampler
+        if sampler is not None:
+            sampler.wake()
+
+    def ensure_sampling(self) -> None:
+        """Start the sampler thread unless it runs, sampling is off or the attributor is closed."""
+        if self._sampler is None and self._sample_enabled and not self._closed:
+            with self._starting_lock:
+                if self._sampler is None and not self._closed:
+                    self._sampler = PeriodicThread(self, _sample_price_history, self.period_s, "otel-joules-attribution")
+                    self._sampler.start()
+
+    def close(self) -> None:
+        """Stop the sampler thread. Idempotent."""
+        self._closed = True
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.stop()
+
+
+
     """Reads the sampled history: process totals, prices of past intervals, snapshots at past instants."""
 
     # -- what readers get ---------------------------------------------------------------------
@@ -28,11 +668,12 @@ class _History(_Sampling):
     @property
     def history(self) -> tuple[HistorySample, ...]:
         """The samples kept, oldest first."""
-        return tuple(self._history)
+        return self.view.samples
 
     def process_joules(self) -> dict[str, float]:
         """This process's attributed joules per kind since the attributor started (up to the latest sample)."""
-        latest = self._history[-1].process_joules if self._history else (0.0, 0.0, 0.0)
+        samples = self.view.samples
+        latest = samples[-1].process_joules if samples else (0.0, 0.0, 0.0)
         return {kind: latest[KINDS.index(kind)] for kind in self.kinds}
 
     def process_joules_since(self, monotonic_ns: int) -> dict[str, float] | None:
@@ -46,11 +687,11 @@ class _History(_Sampling):
         latest = self.sample()
         if latest is None:
             return None
-        with self._sample_lock:
-            history = list(self._history)
-            older = None  # the summary's bases at or before an instant older than the history
-            if history and monotonic_ns < history[0].monotonic_ns:
-                older = [bucket.process_joules for bucket in self._summary if bucket.lo_ns <= monotonic_ns]
+        view = self.view
+        history = view.samples
+        older = None  # the summary's bases at or before an instant older than the history
+        if history and monotonic_ns < history[0].monotonic_ns:
+            older = [bucket.process_joules for bucket in view.summary if bucket.lo_ns <= monotonic_ns]
         if not history:
             return None
         # From the sample (or bucket) at or before the instant: the period holding it counts whole (its
@@ -60,7 +701,7 @@ class _History(_Sampling):
                 return None
             base = older[-1]
         else:
-            base = history[max(0, bisect.bisect_right([h.monotonic_ns for h in history], monotonic_ns) - 1)].process_joules
+            base = history[max(0, bisect.bisect_right(view.times, monotonic_ns) - 1)].process_joules
         return {kind: latest.process_joules[KINDS.index(kind)] - base[KINDS.index(kind)] for kind in self.kinds}
 
     def process_watts(self) -> dict[str, float]:
@@ -90,54 +731,37 @@ class _History(_Sampling):
         after the latest sample is priced at the forecast (:meth:`_forward_rates`), time before the
         history at its summary buckets' mean prices (:data:`~.sampling.HISTORY_SUMMARY_PERIOD_S`).
         """
-        rates = self._rates
+        view = self.view
+        rates = view.rates
         if t0_ns >= rates.since_ns or t1_ns <= t0_ns:
             return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s
-        with self._sample_lock:
-            history = self._history
-            times = self._times
-            weight = cpu = memory = dynamic = 0.0
-            if self._summary and history and t0_ns < times[0]:
-                weight, cpu, memory, dynamic = self._summary_price(t0_ns, min(t1_ns, times[0]))
-            start = max(0, bisect.bisect_right(times, t0_ns) - 1)
-            for k in range(start, len(history) - 1):
-                a, b = history[k], history[k + 1]
-                lo, hi = max(t0_ns, a.monotonic_ns), min(t1_ns, b.monotonic_ns)
-                if hi <= lo:
-                    if a.monotonic_ns >= t1_ns:
-                        break
-                    continue
-                r_cpu, r_memory, r_dynamic = self._period_rates(k)
-                w = hi - lo
-                weight += w
-                cpu += r_cpu * w
-                memory += r_memory * w
-                dynamic += r_dynamic * w
-            tail = t1_ns - max(t0_ns, rates.since_ns)
-            if tail > 0:
-                weight += tail
-                cpu += rates.cpu_j_per_cpu_s * tail
-                memory += rates.memory_j_per_cpu_s * tail
-                dynamic += rates.dynamic_j_per_cpu_s * tail
+        history, times = view.samples, view.times
+        weight = cpu = memory = dynamic = 0.0
+        if view.summary and history and t0_ns < times[0]:
+            weight, cpu, memory, dynamic = _summary_price(view.summary, t0_ns, min(t1_ns, times[0]))
+        start = max(0, bisect.bisect_right(times, t0_ns) - 1)
+        for k in range(start, len(history) - 1):
+            a, b = history[k], history[k + 1]
+            lo, hi = max(t0_ns, a.monotonic_ns), min(t1_ns, b.monotonic_ns)
+            if hi <= lo:
+                if a.monotonic_ns >= t1_ns:
+                    break
+                continue
+            r_cpu, r_memory, r_dynamic = _NO_PRICES if b.period is None else b.period.prices
+            w = hi - lo
+            weight += w
+            cpu += r_cpu * w
+            memory += r_memory * w
+            dynamic += r_dynamic * w
+        tail = t1_ns - max(t0_ns, rates.since_ns)
+        if tail > 0:
+            weight += tail
+            cpu += rates.cpu_j_per_cpu_s * tail
+            memory += rates.memory_j_per_cpu_s * tail
+            dynamic += rates.dynamic_j_per_cpu_s * tail
         if weight <= 0:
             return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s
         return cpu / weight, memory / weight, dynamic / weight
-
-    def _summary_price(self, t0_ns: int, t1_ns: int) -> tuple[float, float, float, float]:
-        """(nanoseconds, CPU-side, memory and dynamic J/CPU-s x ns) of the summary between two instants
-        (``_sample_lock`` held)."""
-        weight = cpu = memory = dynamic = 0.0
-        for bucket in reversed(self._summary):
-            if bucket.hi_ns <= t0_ns:
-                break
-            ns = min(t1_ns, bucket.hi_ns) - max(t0_ns, bucket.lo_ns)
-            if ns > 0:
-                span_ns = bucket.hi_ns - bucket.lo_ns
-                weight += ns
-                cpu += bucket.cpu_j_ns / span_ns * ns
-                memory += bucket.memory_j_ns / span_ns * ns
-                dynamic += bucket.dynamic_j_ns / span_ns * ns
-        return weight, cpu, memory, dynamic
 
     # -- history for spans with explicit times -----------------------------------------------
 
@@ -147,8 +771,7 @@ class _History(_Sampling):
         ``latest`` (a snapshot taken now) extends the history to the present. None when the
         instant is older than the history or later than ``latest``.
         """
-        with self._sample_lock:
-            points = [(s.monotonic_ns, s.snapshot) for s in self._history]
+        points = [(s.monotonic_ns, s.snapshot) for s in self.view.samples]
         if not points or points[-1][0] < latest.monotonic_ns:
             points.append((latest.monotonic_ns, latest))
         # Wall-to-monotonic conversion is good to microseconds: an instant just outside an end is that end.
@@ -173,4 +796,29 @@ class _History(_Sampling):
     @property
     def oldest_ns(self) -> int | None:
         """Monotonic time of the oldest sample kept, None before the first."""
-        return self._history[0].monotonic_ns if self._history else None
+        samples = self.view.samples
+        return samples[0].monotonic_ns if samples else None
+
+
+def _summary_price(summary: tuple[_SummaryBucket, ...], t0_ns: int, t1_ns: int) -> tuple[float, float, float, float]:
+    """(nanoseconds, CPU-side, memory and dynamic J/CPU-s x ns) of the summary between two instants."""
+    weight = cpu = memory = dynamic = 0.0
+    for bucket in reversed(summary):
+        if bucket.hi_ns <= t0_ns:
+            break
+        ns = min(t1_ns, bucket.hi_ns) - max(t0_ns, bucket.lo_ns)
+        if ns > 0:
+            span_ns = bucket.hi_ns - bucket.lo_ns
+            weight += ns
+            cpu += bucket.cpu_j_ns / span_ns * ns
+            memory += bucket.memory_j_ns / span_ns * ns
+            dynamic += bucket.dynamic_j_ns / span_ns * ns
+    return weight, cpu, memory, dynamic
+
+
+
+def _sample_price_history(history: PriceHistory) -> bool | float:
+    """The sampler thread's tick (its :class:`PeriodicThread`): seconds to the next; ends once the history is closed."""
+    if history._closed:
+        return False
+    return history._tick()

@@ -38,7 +38,8 @@ Model ``cpu_time_share``; ``energy.attribution`` names it with the policy: ``cpu
   its CPU-side and memory self shares are capped at what the host spent of them during it, its
   dynamic self share at its self share. The ledger accrues the policy's and the dynamic price side by side.
 * **GPUs within the process**: the GPU energy during a span is split equally among the leaf spans
-  open at each moment (all threads), at the power of the latest sampler period.
+  open at each moment (all threads), at the power of the latest sampler period (each period's
+  power from the sample that ends it on).
 * ``self`` joules are what a span accrued as a leaf; ``inclusive`` = self + the inclusive
   joules of its children that ended before it. Summed over all spans, ``self`` counts every
   joule once, whatever the nesting, concurrency or remote parents.
@@ -50,10 +51,14 @@ samples at multiples of its period on the monotonic clock, which every process o
 shares: all processes' samplers split the host's time into the same periods at the same prices,
 so their shares and the unattributed remainder add up period by period.
 
+The span path never waits for the sampler: after every sample the sampler publishes the prices,
+the samples and the summary as one immutable value, and spans read that.
+
 Where each part lives: :mod:`.shares` (the kinds, :class:`SpanAttribution`, a whole command's
-share), :mod:`.baseline` (the domains' idle baselines), :mod:`.sampling` (the sampler thread, the history,
-its static/dynamic split and prices), :mod:`.history` (what
-readers get from the history), :mod:`.spans` (the span path), :mod:`.attributor` (the
-:class:`Attributor` built from those) and :mod:`.registry` (one attributor per meter). This
+share), :mod:`.baseline` (the domains' idle baselines), :mod:`.sampling` (the sampler's constants,
+its samples and the policies' prices), :mod:`.history` (:class:`~.history.PriceHistory`: the sampler
+thread, the history, its static/dynamic split and prices, and what readers get from it),
+:mod:`.spans` (:class:`~.spans.SpanLedger`: the span path), :mod:`.attributor` (the
+:class:`Attributor` composing those two) and :mod:`.registry` (one attributor per meter). This
 module holds the description only: each name is imported from where it is defined.
 """

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable
 from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.attributor import Attributor
 from otel_joules.attribution.procfs import ProcfsReadError
+from otel_joules.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter
@@ -79,3 +80,25 @@ _registry = AttributionRegistry()
 def attributor_for(meter: "EnergyMeter") -> Attributor | None:
     """The shared :class:`Attributor` of ``meter`` (see :class:`AttributionRegistry`)."""
     return _registry.get(meter)
+
+
+def check_attribution(attribution: object) -> None:
+    """Raise :class:`ConfigurationError` unless ``attribution`` is True, False or an :class:`Attributor`."""
+    if not isinstance(attribution, (bool, Attributor)):
+        raise ConfigurationError(
+            f"attribution={attribution!r} is not True (the meter's shared attributor), False (no attribution) "
+            "or an otel_joules.attribution.Attributor"
+        )
+
+
+def attributor_from(attribution: "bool | Attributor", meter: "EnergyMeter") -> Attributor | None:
+    """What ``attribution=`` means wherever it is taken: True the meter's shared attributor
+    (:func:`attributor_for`), an :class:`Attributor` that one, False none.
+
+    Raises:
+        ConfigurationError: ``attribution`` is none of those.
+    """
+    check_attribution(attribution)
+    if isinstance(attribution, Attributor):
+        return attribution
+    return attributor_for(meter) if attribution else None

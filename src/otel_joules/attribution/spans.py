@@ -1,51 +1,29 @@
 """The span path: each thread's ledger of CPU time and the joules its leaf spans accrue.
 
-:meth:`_SpanPath.open_span` and :meth:`_SpanPath.close_span` run at every span start and
-end, so they only read the calling thread's CPU clock and add to its :class:`_Ledger` (the
-integral trick: O(1) per event however many spans are open); CPU time is priced by
-:class:`~.history._History` (the periods it was spent in, the forecast after the latest
-sample), GPU energy is spread over the open leaf spans at the latest period's power, and a
-span's :class:`SpanShare` is capped at what the host spent during it. The rules are in
-:mod:`otel_joules.attribution.model`'s docstring.
+:meth:`SpanLedger.open_span` and :meth:`SpanLedger.close_span` run at every span start and
+end, so they only read the calling thread's CPU clock and add to its ledger (the
+integral trick: O(1) per event however many spans are open); CPU time is priced by the
+:class:`~.history.PriceHistory` the span ledger holds (the periods it was spent in, the forecast
+after the latest sample: read from its published view, without a lock), GPU energy is spread
+over the open leaf spans at each period's power, and a span's :class:`SpanShare` is capped at
+what the host spent during it. The rules are in :mod:`otel_joules.attribution.model`'s docstring.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, Sequence
+import weakref
+from typing import Sequence
 
-from otel_joules.attribution.history import _History
+from otel_joules.attribution._ledger import _Ledger
+from otel_joules.attribution._prices import _gpu_joules_at
+from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.meter.meter import EnergySnapshot
+from otel_joules.semconv import KIND_CPU, KIND_MEMORY
 
 _new_tuple = tuple.__new__
-
-
-class _Ledger:
-    """One thread's CPU clock and the joules it has accrued per leaf span (the integral trick).
-
-    ``acc_*_j`` grows by (CPU seconds x price) / leaves at every event, so a span that is a
-    leaf from event a to event b accrued ``acc(b) - acc(a)``: O(1) per event however many
-    spans are open on the thread. ``acc_dynamic_j`` does the same at the dynamic price.
-    """
-
-    __slots__ = (
-        "lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "acc_dynamic_j", "leaves", "generation", "owner",
-        "__weakref__",
-    )
-
-    def __init__(self, clock: Callable[[], float], generation: int, owner: "_SpanPath") -> None:
-        self.owner = owner
-        self.lock = threading.Lock()
-        self.clock = clock
-        self.cpu_s = _read_clock(clock, 0.0)
-        self.t_ns = time.monotonic_ns()
-        self.acc_cpu_j = 0.0
-        self.acc_memory_j = 0.0
-        self.acc_dynamic_j = 0.0
-        self.leaves = 0
-        self.generation = generation
 
 
 class SpanShare:
@@ -78,31 +56,66 @@ class SpanShare:
                 pass
 
 
-def _read_clock(clock: Callable[[], float], fallback: float) -> float:
-    try:
-        return clock()
-    except (OSError, ValueError):
-        return fallback  # the thread has exited: it spends nothing more
+class SpanLedger:
+    """Opens and closes spans' shares on the calling thread's ledger, priced by a :class:`PriceHistory`.
 
+    Owns the per-thread ledgers of open spans (the idle back-off asks :meth:`spans_open`) and the
+    process's GPU energy spread over the open leaf spans. Takes no lock the sampler thread takes: the
+    prices come from the history's published view, and the GPU section's lock is the span threads' own.
 
-class _SpanPath(_History):
-    """Opens and closes spans' shares on the calling thread's ledger (the span side of an attributor).
-
-    The state is set up by :class:`~otel_joules.attribution.attributor.Attributor`.
+    Args:
+        prices: Where CPU time's prices and the process's GPU watts come from.
     """
 
-    _local: threading.local
-    _generation: int
-    _cpu_indices: tuple[int, ...]
-    _memory_indices: tuple[int, ...]
-    _gpu_lock: threading.Lock
-    _gpu_acc_j: float
-    _gpu_dynamic_acc_j: float
-    _gpu_t_ns: int
-    _gpu_leaves: int
-    stat_fault: bool
-    #: ``energy.attribution``'s value (``cpu_time_share/<policy>``).
-    attribution_label: str
+    def __init__(self, prices: PriceHistory) -> None:
+        self.prices = prices
+        # Capped per span (_cap). GPUs are not: their share is power x time, not a price per CPU
+        # second that could lag.
+        self._cpu_indices = prices.kind_indices[KIND_CPU]
+        self._memory_indices = prices.kind_indices[KIND_MEMORY]
+        self.has_gpu = prices.has_gpu
+        self._generation = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._local = threading.local()
+        #: Weak references to every thread's ledger, under their lock: the open spans.
+        self._ledgers: list[weakref.ref[_Ledger]] = []
+        self._ledgers_alive = 0
+        self._ledgers_lock = threading.Lock()
+        # The GPU accounts are shared by every thread's leaves; only span events take this lock.
+        self._gpu_lock = threading.Lock()
+        self._gpu_acc_j = 0.0
+        self._gpu_dynamic_acc_j = 0.0
+        #: The process's cumulative GPU joules (the policy's, the dynamic ones) credited so far.
+        self._gpu_seen_j, self._gpu_seen_dynamic_j = _gpu_joules_at(self.prices.view.rates, time.monotonic_ns())
+        self._gpu_leaves = 0
+
+    def after_fork_in_child(self) -> None:
+        """Start the ledgers afresh in a forked child: spans opened before the fork (their ledgers'
+        generation) end without attribution, their threads do not exist here."""
+        self._generation += 1
+        self._reset()
+
+    def spans_open(self) -> bool:
+        """Whether a span is open on any thread (a thread with an open span has a leaf on its ledger)."""
+        with self._ledgers_lock:
+            ledgers = self._prune_ledgers()
+        return any(ledger.leaves for ledger in ledgers)
+
+    def _register_ledger(self, ledger: _Ledger) -> None:
+        """Keep a new thread's ledger in view of :meth:`spans_open` (once per thread; threads that ended are pruned)."""
+        with self._ledgers_lock:
+            self._ledgers.append(weakref.ref(ledger))
+            if len(self._ledgers) > 2 * self._ledgers_alive + 16:
+                self._prune_ledgers()
+
+    def _prune_ledgers(self) -> list[_Ledger]:
+        """The live ledgers; forget those of threads that ended (``_ledgers_lock`` held)."""
+        ledgers = [ledger for ledger in (ref() for ref in self._ledgers) if ledger is not None]
+        self._ledgers[:] = [weakref.ref(ledger) for ledger in ledgers]
+        self._ledgers_alive = len(ledgers)
+        return ledgers
 
     def _advance(self, ledger: _Ledger, now_ns: int, snapshot: EnergySnapshot | None = None) -> None:
         """Credit the thread's CPU time since its last event to its leaf spans (ledger lock held).
@@ -116,45 +129,49 @@ class _SpanPath(_History):
         if leaves:
             delta = cpu_s - ledger.cpu_s
             if delta > 0:
-                rates = self._rates
+                rates = self.prices.view.rates
                 if not rates[0]:
-                    rates = self.first_forecast(snapshot)
+                    rates = self.prices.first_forecast(snapshot)
                 per_leaf = delta / leaves
                 if ledger.t_ns >= rates[0]:
                     ledger.acc_cpu_j += per_leaf * rates[1]
                     ledger.acc_memory_j += per_leaf * rates[2]
                     ledger.acc_dynamic_j += per_leaf * rates[4]
                 else:
-                    r_cpu, r_memory, r_dynamic = self.price(ledger.t_ns, now_ns)
+                    r_cpu, r_memory, r_dynamic = self.prices.price(ledger.t_ns, now_ns)
                     ledger.acc_cpu_j += per_leaf * r_cpu
                     ledger.acc_memory_j += per_leaf * r_memory
                     ledger.acc_dynamic_j += per_leaf * r_dynamic
         ledger.cpu_s = cpu_s
         ledger.t_ns = now_ns
 
-    def _credit_gpu(self, now_ns: int) -> None:
-        """Spread the process's GPU energy since the last event over the open leaf spans (GPU lock taken here)."""
-        with self._gpu_lock:
-            self._credit_gpu_locked(now_ns)
-
     def _credit_gpu_locked(self, now_ns: int) -> None:
-        """:meth:`_credit_gpu` with ``_gpu_lock`` already held (the span path's one GPU section per event)."""
-        dt_ns = now_ns - self._gpu_t_ns
-        if dt_ns > 0:
-            if self._gpu_leaves:
-                rates = self._rates
-                self._gpu_acc_j += rates.gpu_watts * dt_ns / 1e9 / self._gpu_leaves
-                self._gpu_dynamic_acc_j += rates.gpu_dynamic_watts * dt_ns / 1e9 / self._gpu_leaves
-            self._gpu_t_ns = now_ns
+        """Spread the process's GPU energy since the last event over the open leaf spans (``_gpu_lock`` held).
+
+        The published prices give the process's cumulative GPU joules at any instant, each sampler
+        period at its own watts: the difference since the last event is the energy to spread. A new
+        price published after the last event can put that event's total a little high; the next
+        events then credit nothing until the total passes it, so nothing is credited twice.
+        """
+        gpu_j, gpu_dynamic_j = _gpu_joules_at(self.prices.view.rates, now_ns)
+        leaves = self._gpu_leaves
+        if gpu_j > self._gpu_seen_j:
+            if leaves:
+                self._gpu_acc_j += (gpu_j - self._gpu_seen_j) / leaves
+            self._gpu_seen_j = gpu_j
+        if gpu_dynamic_j > self._gpu_seen_dynamic_j:
+            if leaves:
+                self._gpu_dynamic_acc_j += (gpu_dynamic_j - self._gpu_seen_dynamic_j) / leaves
+            self._gpu_seen_dynamic_j = gpu_dynamic_j
 
     def open_span(self, parent: SpanShare | None = None) -> SpanShare:
         """Start attributing to a new span on the calling thread, a child of ``parent`` if that is local."""
         try:
             ledger = self._local.ledger
         except AttributeError:
-            ledger = self._local.ledger = _Ledger(self.clocks.thread_clock(), self._generation, self)
+            ledger = self._local.ledger = _Ledger(self.prices.clocks.thread_clock(), self._generation, self)
             self._register_ledger(ledger)
-            self.ensure_sampling()
+            self.prices.ensure_sampling()
         now_ns = time.monotonic_ns()
         off_parent: SpanShare | None = None  # the parent this span stops being a leaf
         with ledger.lock:
@@ -179,8 +196,8 @@ class _SpanPath(_History):
             share = SpanShare(ledger, parent, ledger.acc_cpu_j, ledger.acc_memory_j, ledger.acc_dynamic_j)
             ledger.leaves += 1
             if self.has_gpu:
-                # One GPU-lock section per event (it was three): credit the time so far at the old
-                # leaf count, then move the parent off the leaves and this span on.
+                # One GPU-lock section per event: credit the time so far at the old leaf count, then
+                # move the parent off the leaves and this span on.
                 with self._gpu_lock:
                     self._credit_gpu_locked(now_ns)
                     acc_gpu_j, acc_gpu_dynamic_j = self._gpu_acc_j, self._gpu_dynamic_acc_j
@@ -190,8 +207,9 @@ class _SpanPath(_History):
                     else:
                         self._gpu_leaves += 1
                     share.gpu0, share.gpu_dynamic0 = acc_gpu_j, acc_gpu_dynamic_j
-        if self._dozing:
-            self._wake_sampler()  # after the leaf is counted: the sampler either sees it or was dozing (_next_period_s)
+        prices = self.prices
+        if prices.dozing:
+            prices.wake_sampler()  # after the leaf is counted: the sampler either sees it or was dozing (_next_period_s)
         return share
 
     def close_span(
@@ -204,7 +222,7 @@ class _SpanPath(_History):
         to a sampler period, and a span right after a quiet period must still not be given more
         than the host spent.
 
-        None too while ``/proc/stat`` cannot be read or reads implausibly (:attr:`stat_fault`): the
+        None too while ``/proc/stat`` cannot be read or reads implausibly (:attr:`PriceHistory.stat_fault`): the
         share would be priced at a forecast the sampler can no longer renew. The bookkeeping is
         done all the same, so the span's parent and siblings are unaffected.
         """
@@ -240,7 +258,7 @@ class _SpanPath(_History):
                     ledger.leaves += 1
                     on_parent = local
             if self.has_gpu:
-                # One GPU-lock section per event (it was three), as in open_span.
+                # One GPU-lock section per event, as in open_span.
                 with self._gpu_lock:
                     self._credit_gpu_locked(now_ns)
                     acc_gpu_j, acc_gpu_dynamic_j = self._gpu_acc_j, self._gpu_dynamic_acc_j
@@ -271,10 +289,11 @@ class _SpanPath(_History):
                     parent.child_memory += memory
                     parent.child_gpu += gpu
                     parent.child_dynamic += dynamic
-        if self.stat_fault:
+        prices = self.prices
+        if prices.stat_fault:
             return None
         return _new_tuple(
-            SpanAttribution, (cpu, memory, gpu, own, dynamic, own_dynamic, self.attribution_label, self.baseline_state)
+            SpanAttribution, (cpu, memory, gpu, own, dynamic, own_dynamic, prices.attribution_label, prices.baseline_state)
         )
 
     def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:

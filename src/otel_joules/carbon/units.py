@@ -55,11 +55,13 @@ def validate_pue(pue: float) -> float:
     return number
 
 
-class _HasIntensity(Protocol):
+class HasIntensity(Protocol):
+    """Anything that carries a carbon intensity in gCO2eq/kWh (an intensity reading, a run)."""
+
     gco2eq_per_kwh: float
 
 
-def co2eq_grams(joules: float, gco2eq_per_kwh: "float | _HasIntensity", pue: float = 1.0) -> float:
+def co2eq_grams(joules: float, gco2eq_per_kwh: "float | HasIntensity", pue: float = 1.0) -> float:
     """Grams of CO2-equivalent for ``joules`` of IT energy.
 
     ``grams = joules / 3.6e6 * pue * gco2eq_per_kwh``. ``gco2eq_per_kwh`` is a number

@@ -163,7 +163,7 @@ def track_command(args: argparse.Namespace, command: Sequence[str]) -> int:
             tracker.epoch_start()
             # The tracker made the epoch span current: the child's spans become its children.
             env = child_environment(trace.get_current_span())
-            meter = tracker.energy_meter
+            meter = tracker.meter
             if meter is None:  # the tracker failed to start (with ignore_errors=False it raised already)
                 raise OtelJoulesError("the tracker could not start measuring")
             outcome = run_child(command, env, meter, name, show_status=False)

@@ -111,7 +111,9 @@ def _components(log: StandardLog, source: str) -> Dict[str, Dict[str, Any]]:
 
 
 @dataclass(frozen=True)
-class _Run:
+class ParsedRun:
+    """One run read from its log pair: the standard log, its actual and predicted consumption, its components."""
+
     pair: LogPair
     std: StandardLog
     actual: Optional[Consumption]
@@ -119,8 +121,8 @@ class _Run:
     components: Dict[str, Dict[str, Any]]
 
 
-def _runs(log_dir: str | os.PathLike[str]) -> List[_Run]:
-    runs: List[_Run] = []
+def _runs(log_dir: str | os.PathLike[str]) -> List[ParsedRun]:
+    runs: List[ParsedRun] = []
     for pair in find_log_pairs(log_dir):
         try:
             std_text = read_log_text(pair.std_log)
@@ -136,7 +138,7 @@ def _runs(log_dir: str | os.PathLike[str]) -> List[_Run]:
         except CarbonTrackerLogError as exc:
             warn_skipped(f"skipped the run {pair.stem!r}: {exc}")
             continue
-        runs.append(_Run(pair=pair, std=std, actual=actual, pred=pred, components=components))
+        runs.append(ParsedRun(pair=pair, std=std, actual=actual, pred=pred, components=components))
     return runs
 
 
@@ -252,7 +254,7 @@ def parse_logs(
 # -------------------------------------------------------------------------- aggregate
 
 
-def _choose(run: _Run) -> Optional[Consumption]:
+def _choose(run: ParsedRun) -> Optional[Consumption]:
     actual, pred = run.actual, run.pred
     if actual is None or pred is None:
         return actual if actual is not None else pred
@@ -264,7 +266,9 @@ def _choose(run: _Run) -> Optional[Consumption]:
 
 
 @dataclass
-class _Totals:
+class RunTotals:
+    """The runs of an aggregate added up: energy, CO2eq, equivalents, and what their writers say the figures are."""
+
     energy_kwh: float = 0.0
     co2eq_grams: float = 0.0
     equivalents: Dict[str, float] = field(default_factory=dict)
@@ -274,8 +278,8 @@ class _Totals:
     below_resolution_runs: int = 0
 
 
-def _aggregate(log_dir: str | os.PathLike[str]) -> _Totals:
-    totals = _Totals()
+def _aggregate(log_dir: str | os.PathLike[str]) -> RunTotals:
+    totals = RunTotals()
     for run in _runs(log_dir):
         chosen = _choose(run)
         if chosen is None:

@@ -140,6 +140,6 @@ class TrackerReadout:
         return self._tracer_provider
 
     @property
-    def energy_meter(self) -> EnergyMeter | None:
+    def meter(self) -> EnergyMeter | None:
         """The meter behind the measurements (None if it could not be created)."""
         return self._meter

@@ -150,7 +150,7 @@ class CarbonTracker(TrackerReadout):
             refreshed in the background every 900 s; added to those ``api_keys`` selects.
         tracer_provider: Where the spans go (default: the global SDK provider, else a
             private one).
-        energy_meter: Use this meter (its domains filtered by ``components``); the tracker
+        meter: Use this meter (its domains filtered by ``components``); the tracker
             does not close it. Default: a meter of its own, closed when monitoring ends.
         sysfs_root: Where sysfs is mounted, for the tracker's own meter.
         gpus: GPUs to measure (NVML indices or UUIDs), for the tracker's own meter.
@@ -193,7 +193,7 @@ class CarbonTracker(TrackerReadout):
         country: str | None = None,
         intensity_providers: Sequence[LiveProvider] = (),
         tracer_provider: Any = None,
-        energy_meter: EnergyMeter | None = None,
+        meter: EnergyMeter | None = None,
         sysfs_root: str | None = None,
         gpus: Sequence[int | str] | None = None,
         stdin: TextIO | None = None,
@@ -247,21 +247,21 @@ class CarbonTracker(TrackerReadout):
         self._error: str | None = None
         self._out = TrackerOutput(None, self.verbose, self.decimal_precision, self.interpretable)
         self._meter: EnergyMeter | None = None
-        self._owns_meter = energy_meter is None
+        self._owns_meter = meter is None
         self._run: TrainingRun | None = None
         self._tracer_provider = tracer_provider if tracer_provider is not None else default_tracer_provider()
         self._parent_span_context = parent_span_context
         self._span_attributes = span_attributes
-        self._start(energy_meter, sysfs_root, gpus)
+        self._start(meter, sysfs_root, gpus)
 
     # -- setup --------------------------------------------------------------------------
 
-    def _start(self, energy_meter: EnergyMeter | None, sysfs_root: str | None, gpus: Sequence[int | str] | None) -> None:
+    def _start(self, meter: EnergyMeter | None, sysfs_root: str | None, gpus: Sequence[int | str] | None) -> None:
         """Open the logs and the meter, choose the devices, write the header (failures go through ignore_errors)."""
         try:
             if self.log_dir is not None:
                 self._out.writer = CarbonTrackerLogWriter(self.log_dir, self.log_file_prefix)
-            self._meter = energy_meter if energy_meter is not None else self._build_meter(sysfs_root, gpus)
+            self._meter = meter if meter is not None else self._build_meter(sysfs_root, gpus)
             selection = DeviceSelection.select(self._meter, self._component_names, self._sims)
             if not selection.devices or (selection.missing and not self._all_requested):
                 reasons = "; ".join(f"{u.what}: {u.reason}" for u in self._meter.unavailable) or "no sensor found"

@@ -233,7 +233,7 @@ def _run_measured(
     energy_metrics = None
     if telemetry is not None and telemetry.meter_provider is not None:
         # No process.* here: this process only waits; the command's share is on its span.
-        energy_metrics = EnergyMetrics(meter, telemetry.meter_provider, attributor=None)
+        energy_metrics = EnergyMetrics(meter, telemetry.meter_provider, attribution=False)
     span = provider.get_tracer(INSTRUMENTATION_SCOPE).start_span(
         args.span_name or name,
         context=context_from_environment(),
@@ -246,7 +246,7 @@ def _run_measured(
     # Our own snapshots: with OTEL_SDK_DISABLED the span does not record, and the summary still
     # reports the energy.
     first = meter.snapshot()
-    usage = _CommandUsage(meter, first)
+    usage = CommandUsage(meter, first)
     started = time.monotonic()
 
     def on_start(pid: int) -> None:
@@ -296,7 +296,7 @@ def _set_outcome(span: Span, child: ChildOutcome) -> None:
     span.set_attribute(PROCESS_EXIT_CODE, child.exit_code)
 
 
-class _CommandUsage:
+class CommandUsage:
     """What the command used while it ran: the host's and its reaped processes' CPU time, its processes'
     GPU energy, and the domains' idle baselines, learned meanwhile (the spans' model: static and dynamic)."""
 

@@ -23,7 +23,7 @@ from otel_joules.delivery.outcomes import DeliveryReport
 from otel_joules.tracing._sdk import metric_exporter_preferences
 
 
-class _Bounded:
+class BoundedCalls:
     """Runs an exporter's calls on a helper thread and stops waiting after ``timeout_s``.
 
     A call that overruns is left to finish on its (daemon) thread; while it runs, further
@@ -111,7 +111,7 @@ class BoundedSpanExporter(SpanExporter):
         probe_address: tuple[str, int] | None = None,
     ) -> None:
         self.inner = inner
-        self._bounded = _Bounded(destination, report, timeout_s, probe_address)
+        self._bounded = BoundedCalls(destination, report, timeout_s, probe_address)
 
     @property
     def destination(self) -> Destination:
@@ -152,7 +152,7 @@ class BoundedMetricExporter(MetricExporter):
         temporality, aggregation = metric_exporter_preferences(inner)
         super().__init__(preferred_temporality=temporality, preferred_aggregation=aggregation)
         self.inner = inner
-        self._bounded = _Bounded(destination, report, timeout_s, probe_address)
+        self._bounded = BoundedCalls(destination, report, timeout_s, probe_address)
 
     @property
     def destination(self) -> Destination:

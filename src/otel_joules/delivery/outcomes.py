@@ -35,7 +35,9 @@ class DeliveryFailure:
 
 
 @dataclass
-class _EndpointState:
+class EndpointState:
+    """What is known of one endpoint: whether a delivery succeeded, when it last failed and why."""
+
     good: bool = False
     failed_at: float | None = None
     reason: str = ""
@@ -55,7 +57,7 @@ class DeliveryReport:
         # Pull destinations: how long shutdown waited for a final scrape, and whether one came.
         self._final_scrape: dict[Destination, tuple[bool, float]] = {}
         self._failures: list[DeliveryFailure] = []
-        self._endpoints: dict[tuple[str, int], _EndpointState] = {}
+        self._endpoints: dict[tuple[str, int], EndpointState] = {}
         self.sdk_messages: list[str] = []
 
     def _new_lock(self) -> None:
@@ -107,7 +109,7 @@ class DeliveryReport:
     def _endpoint_check(self, address: tuple[str, int], timeout_s: float) -> str | None:
         """None when ``address`` may be sent to now, else the reason it may not."""
         with self._lock:
-            state = self._endpoints.setdefault(address, _EndpointState())
+            state = self._endpoints.setdefault(address, EndpointState())
             if state.good:
                 return None
             if state.failed_at is not None and time.monotonic() - state.failed_at < RETRY_AFTER_S:
@@ -119,11 +121,11 @@ class DeliveryReport:
 
     def _endpoint_answered(self, address: tuple[str, int]) -> None:
         with self._lock:
-            self._endpoints[address] = _EndpointState(good=True)
+            self._endpoints[address] = EndpointState(good=True)
 
     def _endpoint_failed(self, address: tuple[str, int], reason: str) -> None:
         with self._lock:
-            self._endpoints[address] = _EndpointState(good=False, failed_at=time.monotonic(), reason=reason)
+            self._endpoints[address] = EndpointState(good=False, failed_at=time.monotonic(), reason=reason)
 
 
 def _scrape_outcome(scrapes: int, final: tuple[bool, float] | None) -> str:
@@ -138,7 +140,7 @@ def _scrape_outcome(scrapes: int, final: tuple[bool, float] | None) -> str:
     return f"scraped {scrapes} time(s), not after the final measurement: its last joules were not scraped ({hint})"
 
 
-class _SdkLogCapture(logging.Handler):
+class SdkLogCapture(logging.Handler):
     """Keeps the OpenTelemetry SDK's log messages for the report instead of printing them."""
 
     def __init__(self, report: DeliveryReport) -> None:
@@ -162,7 +164,7 @@ class capture_sdk_logs:  # noqa: N801 - used as a context manager, like contextl
 
     def __init__(self, report: DeliveryReport, logger_name: str = "opentelemetry") -> None:
         self._logger = logging.getLogger(logger_name)
-        self._handler = _SdkLogCapture(report)
+        self._handler = SdkLogCapture(report)
         self._propagate = True
 
     def __enter__(self) -> DeliveryReport:

@@ -261,14 +261,14 @@ def _sync_folder(folder: str) -> None:
 
 
 @dataclass(frozen=True)
-class _Naming:
+class ParquetFileNaming:
     """Where the files of one exporter path go, and what they are called."""
 
     folder: str
     stem: str
 
     @classmethod
-    def of(cls, path: str) -> "_Naming":
+    def of(cls, path: str) -> "ParquetFileNaming":
         if os.path.isdir(path) or path.endswith(os.sep):
             return cls(path.rstrip(os.sep) or os.sep, DEFAULT_STEM)
         folder, name = os.path.split(path)
@@ -307,7 +307,7 @@ def _lock(fd: int) -> bool:
     return True
 
 
-def _recover(naming: _Naming) -> None:
+def _recover(naming: ParquetFileNaming) -> None:
     """Write the journals that no live exporter holds (their process ended without shutdown) as Parquet files."""
     for journal in naming.journals():
         try:
@@ -379,7 +379,7 @@ class ParquetSpanExporter(FileSpanExporter):
         self._max_bytes = int(_check_bound("max_bytes", max_bytes, settings.parquet_max_bytes))
         self._max_age_s = _check_bound("max_age_s", max_age_s, settings.parquet_max_age_s)
         self._base = base
-        self._naming = _Naming.of(base)
+        self._naming = ParquetFileNaming.of(base)
         if not os.path.isdir(self._naming.folder):
             raise ExporterPathError(
                 f"cannot write Parquet files for {base!r}: the folder {self._naming.folder!r} does not exist; create it first"

@@ -12,6 +12,7 @@ the moment ``trace.set_tracer_provider(...)`` sets one (:func:`_call_when_global
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import weakref
@@ -21,7 +22,8 @@ from typing import Any, Callable, Mapping
 from opentelemetry import metrics, trace
 
 from otel_joules._fork import register_fork_hook
-from otel_joules.attribution.attributor import check_attribution_options
+from otel_joules.attribution.attributor import Attributor, check_attribution_options
+from otel_joules.attribution.registry import check_attribution
 from otel_joules.carbon.spans import span_carbon_from_settings
 from otel_joules.config import sdk_disabled
 from otel_joules.errors import ConfigurationError
@@ -45,14 +47,14 @@ class Instrumentation:
             waiting for one to be set globally).
         processor: The span processor added to it.
         metrics: The metric instruments, if a meter provider was instrumented.
-        energy_meter: The meter behind both.
+        meter: The meter behind both.
         active: True from :func:`instrument` (waiting included) until :meth:`uninstrument`.
     """
 
     tracer_provider: Any = None
     processor: EnergySpanProcessor | None = None
     metrics: EnergyMetrics | None = None
-    energy_meter: EnergyMeter | None = None
+    meter: EnergyMeter | None = None
     active: bool = field(default=False)
     # Stops the wait for a global SDK provider; None once attached (or never waiting).
     _cancel_wait: Callable[[], None] | None = field(default=None, repr=False)
@@ -80,7 +82,7 @@ class Instrumentation:
             _handles.forget(self)
 
 
-class _HandleRegistry:
+class InstrumentationRegistry:
     """Active instrumentations by tracer provider, so ``instrument()`` is idempotent."""
 
     def __init__(self) -> None:
@@ -122,19 +124,19 @@ class _HandleRegistry:
                 del self._by_provider[provider]
 
 
-_handles = _HandleRegistry()
+_handles = InstrumentationRegistry()
 
 
 def instrument(
     tracer_provider: Any = None,
     meter_provider: Any = None,
     *,
-    energy_meter: EnergyMeter | None = None,
+    meter: EnergyMeter | None = None,
     metrics_enabled: bool = True,
     carbon_intensity: float | None = None,
     country: str | None = None,
     pue: float = 1.0,
-    attribution: bool = True,
+    attribution: bool | Attributor = True,
     metrics_gate: Callable[[], bool] | None = None,
     synchronize: Synchronize = None,
     attribution_policy: str | None = None,
@@ -148,7 +150,7 @@ def instrument(
             when none is set yet: see Returns).
         meter_provider: Where ``hw.energy``/``hw.power`` go; the global one when omitted.
             Metrics are skipped when no SDK meter provider is configured.
-        energy_meter: The meter to read; the process-wide shared meter when omitted.
+        meter: The meter to read; the process-wide shared meter when omitted.
         metrics_enabled: Register the metric instruments.
         carbon_intensity: gCO2eq/kWh to put CO2eq on spans with (``energy.co2eq.grams``,
             ``energy.attributed.co2eq.grams``, ``energy.attributed.self.co2eq.grams``,
@@ -158,8 +160,11 @@ def instrument(
             intensity is resolved once, here; see :mod:`otel_joules.carbon.spans`.
         country: ISO 3166 code for the carbon intensity (default ``OTEL_JOULES_COUNTRY``).
         pue: Data-centre PUE applied to the CO2eq (>= 1.0).
-        attribution: Give spans their share (``energy.attributed.*``, about 5-8 µs per span);
-            False keeps only ``energy.joules`` and friends, for the lowest overhead.
+        attribution: Give spans their share (``energy.attributed.*``, about 5-8 µs per span) and
+            export ``process.energy`` and the other share metrics: True (default) from the
+            meter's shared :class:`~otel_joules.attribution.Attributor`, an Attributor from that
+            one, False neither: only ``energy.joules`` and friends and ``hw.*``, for the lowest
+            overhead.
         metrics_gate: Asked at each metric collection; while it returns False the energy
             instruments report nothing (zero-code passes
             :func:`~otel_joules.delivery.reachability.sdk_metrics_gate`, so a collector that
@@ -193,7 +198,8 @@ def instrument(
     Raises:
         ConfigurationError: ``tracer_provider``, or the global provider once set, is not an
             SDK ``TracerProvider`` (it has no ``add_span_processor``), or the options are
-            invalid (an unknown country, a PUE below 1, ...).
+            invalid (an unknown country, a PUE below 1, a keyword that is neither
+            ``instrument()``'s nor an ``EnergyMeter``'s, ...).
     """
     if sdk_disabled():
         _log.info("otel-joules: OTEL_SDK_DISABLED=true, energy is not measured")
@@ -206,13 +212,15 @@ def instrument(
     # Resolved before the handle exists, so a bad setting fails instrument() itself.
     span_carbon = span_carbon_from_settings(carbon_intensity, country, pue)
     resolve_synchronizer(synchronize)
+    check_attribution(attribution)
     check_attribution_options(attribution_policy, static_watts)
+    _check_meter_options(options)
 
     def attach(handle: Instrumentation, sdk_provider: Any) -> Instrumentation:
-        meter = energy_meter or get_energy_meter(**options)
-        announce_estimates(meter)
+        used = meter or get_energy_meter(**options)
+        announce_estimates(used)
         processor = EnergySpanProcessor(
-            meter,
+            used,
             on_measurement=span_carbon,
             attribution=attribution,
             synchronize=synchronize,
@@ -226,13 +234,24 @@ def instrument(
             mp = meter_provider or metrics.get_meter_provider()
             # The API's no-op/proxy providers would silently drop the instruments.
             if type(mp).__module__.startswith("opentelemetry.sdk"):
-                energy_metrics = EnergyMetrics(meter, mp, gate=metrics_gate)
-        handle.tracer_provider, handle.processor, handle.metrics, handle.energy_meter = sdk_provider, processor, energy_metrics, meter
+                energy_metrics = EnergyMetrics(used, mp, attribution=attribution, gate=metrics_gate)
+        handle.tracer_provider, handle.processor, handle.metrics, handle.meter = sdk_provider, processor, energy_metrics, used
         return handle
 
     if waiting:
         return _handles.get_or_create(provider, lambda: _wait_for_global_provider(attach))
     return _handles.get_or_create(provider, lambda: attach(Instrumentation(active=True), provider))
+
+
+def _check_meter_options(options: Mapping[str, Any]) -> None:
+    """Raise :class:`ConfigurationError` for a keyword that is neither ``instrument()``'s nor an :class:`EnergyMeter`'s."""
+    meter_keywords = [name for name in inspect.signature(EnergyMeter.__init__).parameters if name != "self"]
+    unknown = sorted(set(options) - set(meter_keywords))
+    if unknown:
+        raise ConfigurationError(
+            f"instrument() has no option {', '.join(unknown)}: give a meter of your own as meter=, or the shared "
+            f"meter's EnergyMeter keywords ({', '.join(meter_keywords)})"
+        )
 
 
 def _not_sdk_provider(provider: Any, explicit: bool) -> str:
@@ -269,7 +288,7 @@ def _wait_for_global_provider(attach: Callable[[Instrumentation, Any], Instrumen
                 if existing is not None:
                     # Instrumented by hand before it was set globally: one processor, not two.
                     handle.tracer_provider, handle.processor = existing.tracer_provider, existing.processor
-                    handle.metrics, handle.energy_meter = existing.metrics, existing.energy_meter
+                    handle.metrics, handle.meter = existing.metrics, existing.meter
                 else:
                     attach(handle, provider)
                     _handles.put(provider, handle)

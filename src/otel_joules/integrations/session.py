@@ -1,7 +1,7 @@
 """What both trainer callbacks do, without the frameworks: a CarbonTracker driven by trainer events.
 
 :class:`TrainerEnergy` takes CarbonTracker's settings (``epochs_before_pred``, ``components``,
-``log_dir``, ``pue``, ``intensity_gco2eq_per_kwh``, ``tracer_provider``, ``energy_meter``, ...;
+``log_dir``, ``pue``, ``intensity_gco2eq_per_kwh``, ``tracer_provider``, ``meter``, ...;
 see :class:`~otel_joules.carbontracker.tracker.CarbonTracker`) and the callbacks' own:
 
 - ``step_spans`` (default False): a ``step`` span (``training.step``) for every

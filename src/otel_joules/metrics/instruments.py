@@ -43,7 +43,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from otel_joules._fork import register_fork_hook
 from otel_joules._version import __version__
 from otel_joules.attribution.attributor import Attributor
-from otel_joules.attribution.registry import attributor_for
+from otel_joules.attribution.registry import attributor_from
 from otel_joules.attribution.shares import ATTRIBUTION_KIND
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.sensors.base import Domain
@@ -72,19 +72,19 @@ INSTRUMENTATION_SCOPE = "otel_joules"
 #: One collection calls the four callbacks within microseconds of each other; they
 #: share a snapshot younger than this, and two collections never do.
 _SNAPSHOT_REUSE_S = 0.05
-#: ``attributor`` not given: use the meter's shared one.
-_DEFAULT = object()
 
 
 class EnergyMetrics:
     """Registers the energy instruments on a meter provider and feeds them from an :class:`EnergyMeter`.
 
     Args:
-        energy_meter: Where the joules come from.
+        meter: Where the joules come from.
         meter_provider: The OpenTelemetry ``MeterProvider``; the global one when omitted.
         host_id: ``hw.id`` of the host total (default: the host name).
-        attributor: Where ``process.energy``/``process.power`` come from: the meter's shared
-            attributor when omitted; None registers no ``process.*`` instruments.
+        attribution: Where ``process.*``, ``energy.unattributed`` and ``energy.baseline.power``
+            come from, as for :class:`~otel_joules.tracing.EnergySpanProcessor`: True (default)
+            the meter's shared :class:`~otel_joules.attribution.Attributor`, an Attributor that
+            one, False none of those instruments (``hw.*`` only).
         gate: Asked at each collection; while it returns False the instruments report
             nothing, so an exporter with nowhere to send (a collector that is not there,
             :class:`~otel_joules.delivery.reachability.EndpointGate`) is given nothing of
@@ -94,29 +94,29 @@ class EnergyMetrics:
 
     def __init__(
         self,
-        energy_meter: EnergyMeter,
+        meter: EnergyMeter,
         meter_provider: metrics.MeterProvider | None = None,
         host_id: str | None = None,
-        attributor: Attributor | None | object = _DEFAULT,
+        attribution: bool | Attributor = True,
         gate: Callable[[], bool] | None = None,
     ) -> None:
-        self.energy_meter = energy_meter
+        self.meter = meter
         self.enabled = True
         self._gate = gate
         self._host_attributes = {HW_ID: host_id or socket.gethostname(), HW_NAME: host_id or socket.gethostname()}
-        self._domain_attributes = [_domain_attributes(domain) for domain in energy_meter.domains]
+        self._domain_attributes = [_domain_attributes(domain) for domain in meter.domains]
         self._lock = threading.Lock()
         # The metric reader's thread holds the lock across counter reads: a fork at that
         # moment must not leave the child's collections (and its exit-time freeze) waiting.
         register_fork_hook(self, "_new_lock")
-        self._previous = energy_meter.snapshot()
+        self._previous = meter.snapshot()
         self._current = self._previous
         self._current_at = time.monotonic()
-        self._last_known = [0.0] * len(energy_meter.domains)
+        self._last_known = [0.0] * len(meter.domains)
         self._remember(self._current)
         self._frozen = False
-        self._has_host_total = any(domain.in_total for domain in energy_meter.domains)
-        self._host_energy_attributes = {**self._host_attributes, ENERGY_SOURCE: _host_source(energy_meter)}
+        self._has_host_total = any(domain.in_total for domain in meter.domains)
+        self._host_energy_attributes = {**self._host_attributes, ENERGY_SOURCE: _host_source(meter)}
         # At exit the SDK's meter provider collects once more, after the shared meter and
         # NVML have shut down (atexit runs hooks last-registered-first, and the provider
         # usually exists before instrument()). Freezing here, in a hook registered after
@@ -125,9 +125,8 @@ class EnergyMetrics:
         provider = meter_provider or metrics.get_meter_provider()
         otel_meter = provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
         self._register_hardware(otel_meter)
-        self.attributor: Attributor | None = (
-            attributor_for(energy_meter) if attributor is _DEFAULT else attributor  # type: ignore[assignment]
-        )
+        #: The attributor behind the share instruments (None: attribution is off, or CPU times cannot be read).
+        self.attributor: Attributor | None = attributor_from(attribution, meter)
         if self.attributor is not None:
             self._register_shares(otel_meter, self.attributor)
 
@@ -148,9 +147,9 @@ class EnergyMetrics:
 
     def _register_shares(self, otel_meter: metrics.Meter, attributor: Attributor) -> None:
         """The attributor's instruments: this process's share, the host's unattributed energy, the baselines."""
-        energy_meter = self.energy_meter
+        meter = self.meter
         self._process_attributes = {
-            kind: {HW_TYPE: kind, ENERGY_SOURCE: _source(energy_meter, kind)} for kind in attributor.kinds
+            kind: {HW_TYPE: kind, ENERGY_SOURCE: _source(meter, kind)} for kind in attributor.kinds
         }
         self._last_process_sample = time.monotonic()
         otel_meter.create_observable_counter(
@@ -166,7 +165,7 @@ class EnergyMetrics:
             description="This process's attributed share of the host's power, per hw.type",
         )
         self._unattributed_attributes = {
-            kind: {**self._host_attributes, HW_TYPE: kind, ENERGY_SOURCE: _source(energy_meter, kind)}
+            kind: {**self._host_attributes, HW_TYPE: kind, ENERGY_SOURCE: _source(meter, kind)}
             for kind in attributor.kinds
         }
         otel_meter.create_observable_counter(
@@ -218,7 +217,7 @@ class EnergyMetrics:
         with self._lock:
             now = time.monotonic()
             if not self._frozen and now - self._current_at >= _SNAPSHOT_REUSE_S:
-                self._previous, self._current = self._current, self.energy_meter.snapshot()
+                self._previous, self._current = self._current, self.meter.snapshot()
                 self._current_at = now
                 self._remember(self._current)
             return self._previous, self._current
@@ -241,7 +240,7 @@ class EnergyMetrics:
     def _interval(self) -> EnergyMeasurement | None:
         """Energy between the two latest snapshots; None before time has passed."""
         previous, current = self._snapshots()
-        measurement = self.energy_meter.measure(previous, current)
+        measurement = self.meter.measure(previous, current)
         return measurement if measurement.duration_s > 0 else None
 
     def _observe_power(self, options: CallbackOptions) -> Iterable[Observation]:
@@ -250,7 +249,7 @@ class EnergyMetrics:
             return []
         return [
             Observation(measurement.joules_by_domain[domain.id] / measurement.duration_s, attributes)
-            for domain, attributes in zip(self.energy_meter.domains, self._domain_attributes)
+            for domain, attributes in zip(self.meter.domains, self._domain_attributes)
             if domain.id in measurement.joules_by_domain
         ]
 
@@ -262,7 +261,7 @@ class EnergyMetrics:
         self._snapshots()
         # Last known values: a domain that fails keeps its joules in the total, so the
         # host counter never goes backwards.
-        total = sum(joules for joules, domain in zip(self._last_known, self.energy_meter.domains) if domain.in_total)
+        total = sum(joules for joules, domain in zip(self._last_known, self.meter.domains) if domain.in_total)
         return [Observation(total, self._host_energy_attributes)]
 
     def _observe_host_power(self, options: CallbackOptions) -> Iterable[Observation]:
@@ -329,16 +328,16 @@ def _domain_attributes(domain: Domain) -> dict[str, str]:
     return attributes
 
 
-def _host_source(energy_meter: EnergyMeter) -> str:
+def _host_source(meter: EnergyMeter) -> str:
     """``energy.source`` of the host total, fixed by which domains add to it."""
-    return _source(energy_meter, None)
+    return _source(meter, None)
 
 
-def _source(energy_meter: EnergyMeter, kind: str | None) -> str:
+def _source(meter: EnergyMeter, kind: str | None) -> str:
     """``energy.source`` of the domains adding to the total (of one attribution kind, or all)."""
     methods = {
         d.method.is_measurement
-        for d in energy_meter.domains
+        for d in meter.domains
         if d.in_total and (kind is None or ATTRIBUTION_KIND[d.kind] == kind)
     }
     if methods == {True}:

@@ -86,7 +86,7 @@ CONTEXT_SPAN_NAME = "EnergyContext"
 # -- selection for the decorator and the context ------------------------------------------
 
 
-class _SelectionCache:
+class SelectionCache:
     """The domain selection of one decorated function or context, per core meter.
 
     The process-wide core meter is looked up at every call (it is created on first use
@@ -218,7 +218,7 @@ def measure_energy(
 
     def decorator(function: F) -> F:
         tag = function.__name__
-        selections = _SelectionCache(checked, f"{getattr(function, '__qualname__', tag)}()")
+        selections = SelectionCache(checked, f"{getattr(function, '__qualname__', tag)}()")
 
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -250,7 +250,7 @@ def measure_energy(
 # -- the context manager -------------------------------------------------------------------
 
 
-class _ContextSpans:
+class ContextSpans:
     """The parent span of one ``with EnergyContext(...)`` block and its segment spans."""
 
     def __init__(self, meter: EnergyMeter, parent: SpanHandle) -> None:
@@ -268,10 +268,12 @@ class _ContextSpans:
 
 
 @dataclass
-class _Entered:
+class EnteredContext:
+    """What entering one ``EnergyContext`` set up, for its exit to undo: meter, selection, spans, context token."""
+
     meter: EnergyMeter
     selection: Optional[Selection]
-    spans: Optional[_ContextSpans]
+    spans: Optional[ContextSpans]
     token: Any
 
 
@@ -300,10 +302,10 @@ class EnergyContext:
     ) -> None:
         self.handler = _check_handler(handler)
         self.start_tag = start_tag
-        self._selections = _SelectionCache(check_domains(domains), "the EnergyContext block")
+        self._selections = SelectionCache(check_domains(domains), "the EnergyContext block")
         #: The meter of the innermost active ``with`` block (pyJoules' attribute).
         self.energy_meter: Optional[EnergyMeter] = None
-        self._entered: List[_Entered] = []
+        self._entered: List[EnteredContext] = []
 
     def __enter__(self) -> EnergyMeter:
         selection, devices = self._selections.get(stacklevel=2)
@@ -311,11 +313,11 @@ class EnergyContext:
         parent = SpanHandle.start(CONTEXT_SPAN_NAME)
         spans = token = None
         if parent is not None:
-            spans = _ContextSpans(meter, parent)
+            spans = ContextSpans(meter, parent)
             meter._on_state = spans.on_state
             # The block's own spans become children of the parent span.
             token = otel_context.attach(trace.set_span_in_context(parent.span))
-        self._entered.append(_Entered(meter, selection, spans, token))
+        self._entered.append(EnteredContext(meter, selection, spans, token))
         self.energy_meter = meter
         meter.start(self.start_tag)
         return meter

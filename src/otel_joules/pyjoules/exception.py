@@ -1,9 +1,9 @@
 """pyJoules' exceptions (``pyJoules.exception``), rooted in otel-joules' own base class.
 
 The names and constructor arguments are pyJoules 0.5.1's, so ``except NoSuchDomainError``
-keeps working after the import prefix changes; the messages now say what is wrong and
-what to do. :class:`PyJoulesWarning` is new: the adapter warns (once per decorated
-function or context) where pyJoules crashed after the user's code had already run.
+keeps working after the import prefix changes; unlike pyJoules', the messages say what is
+wrong and what to do. :class:`PyJoulesWarning` is otel-joules' own: the adapter warns (once per
+decorated function or context) where pyJoules crashed after the user's code had already run.
 """
 
 from __future__ import annotations

@@ -190,7 +190,7 @@ class NvmlPowerChannel(NvmlChannel):
 
 
 @dataclass
-class _Inventory:
+class GpuInventory:
     """The GPUs NVML lists, their handles, and the ones that could not be queried."""
 
     gpus: list[GpuInfo] = field(default_factory=list)
@@ -227,8 +227,8 @@ def _mig_uuids(nvml: ModuleType, handle: Any) -> tuple[str, ...]:
     return tuple(uuids)
 
 
-def _inventory(nvml: ModuleType) -> _Inventory:
-    found = _Inventory()
+def _inventory(nvml: ModuleType) -> GpuInventory:
+    found = GpuInventory()
     count = int(nvml.nvmlDeviceGetCount())
     for index in range(count):
         try:

@@ -188,7 +188,7 @@ class NvmlSession:
         self._initialised_pid = None
 
 
-class _DefaultSessionProvider:
+class DefaultSessionProvider:
     """Holds the one process-wide :class:`NvmlSession`, created on first use."""
 
     def __init__(self) -> None:
@@ -208,7 +208,7 @@ class _DefaultSessionProvider:
             return self._session
 
 
-_PROVIDER = _DefaultSessionProvider()
+_PROVIDER = DefaultSessionProvider()
 
 
 def default_session() -> NvmlSession:

@@ -53,7 +53,9 @@ PERMISSION_REMEDY = (
 
 
 @dataclass(frozen=True)
-class _Zone:
+class PowercapZone:
+    """One powercap zone directory: its path, its name (``package-0``, ``dram``) and its interface."""
+
     path: Path
     name: str
     interface: str  # "intel-rapl" or "intel-rapl-mmio"
@@ -137,9 +139,9 @@ class RaplChannel(Channel):
             self._fd = -1
 
 
-def _list_zones(powercap: Path) -> list[tuple[_Zone, list[_Zone]]]:
+def _list_zones(powercap: Path) -> list[tuple[PowercapZone, list[PowercapZone]]]:
     """Top-level RAPL zones with their sub-zones, in a stable order."""
-    zones: list[tuple[_Zone, list[_Zone]]] = []
+    zones: list[tuple[PowercapZone, list[PowercapZone]]] = []
     for entry in sorted(powercap.iterdir(), key=lambda p: p.name):
         top = _TOP_ZONE.match(entry.name)
         if not top or not entry.is_dir():
@@ -147,14 +149,14 @@ def _list_zones(powercap: Path) -> list[tuple[_Zone, list[_Zone]]]:
         name = _read_text(entry / "name")
         if name is None:
             continue
-        subs: list[_Zone] = []
+        subs: list[PowercapZone] = []
         for child in sorted(entry.iterdir(), key=lambda p: p.name):
             sub = _SUB_ZONE.match(child.name)
             if sub and sub.group(2) == top.group(2) and child.is_dir():
                 sub_name = _read_text(child / "name")
                 if sub_name is not None:
-                    subs.append(_Zone(child, sub_name, sub.group(1)))
-        zones.append((_Zone(entry, name, top.group(1)), subs))
+                    subs.append(PowercapZone(child, sub_name, sub.group(1)))
+        zones.append((PowercapZone(entry, name, top.group(1)), subs))
     return zones
 
 
@@ -215,7 +217,7 @@ def _exclude_psys(channel: Channel) -> Channel:
 
 
 def _open_zone(
-    zone: _Zone,
+    zone: PowercapZone,
     domain_id: str,
     kind: str,
     in_total: bool,

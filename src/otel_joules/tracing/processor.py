@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import get_current_span
 
 from otel_joules.attribution.attributor import Attributor, check_attribution_options
-from otel_joules.attribution.registry import attributor_for
+from otel_joules.attribution.registry import attributor_for, check_attribution
 from otel_joules.attribution.sampling import HISTORY_S
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.attribution.spans import SpanShare
@@ -95,6 +95,7 @@ class EnergySpanProcessor(SpanProcessor):
         attribution_policy: str | None = None,
         static_watts: Mapping[str, float] | None = None,
     ) -> None:
+        check_attribution(attribution)
         check_attribution_options(attribution_policy, static_watts)
         self._attribution_options = (attribution_policy, static_watts)
         self._meter = meter

@@ -12,7 +12,8 @@ Format (pyJoules 0.5.1)::
   domain, the GPU included. A domain missing from one sample (its counter failed
   during the run) is an empty cell. UTF-8, rows end in ``\\n``. A cell containing
   ``;``, ``"`` or a line break (only possible in a tag) is quoted as in RFC 4180, so a
-  tag can no longer break the file; every other cell is exactly as pyJoules wrote it.
+  tag cannot break the file (pyJoules writes it unquoted); every other cell is exactly as
+  pyJoules writes it.
 
 Fixed pyJoules bugs:
 
