@@ -70,7 +70,8 @@ from otel_joules.attribution import SpanAttribution, attributor_for
 from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.config import Settings
 from otel_joules.sensors import rapl
-from otel_joules.sensors.base import Channel, Domain, HardwareType
+from otel_joules.sensors.base import Channel, Domain
+from otel_joules.semconv import KIND_CPU, KIND_GPU
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
 from otel_joules.tracing._sdk import set_clean_attributes
 from tests.fakes.powercap import make_powercap
@@ -237,7 +238,7 @@ class ClockCounterChannel(Channel):
 
     def __init__(self, watts: float, update_period_s: float = 0.001) -> None:
         super().__init__(
-            Domain("package_0", HardwareType.CPU, "clock-driven RAPL stand-in", "clock", update_period_s=update_period_s)
+            Domain("package_0", KIND_CPU, "clock-driven RAPL stand-in", "clock", update_period_s=update_period_s)
         )
         self._step_uj = round(watts * update_period_s * 1e6)
         self._period_ns = round(update_period_s * 1e9)
@@ -252,7 +253,7 @@ class ClockGpuChannel(ClockCounterChannel):
 
     def __init__(self, watts: float = 300.0) -> None:
         Channel.__init__(
-            self, Domain("nvidia_gpu_0", HardwareType.GPU, "clock-driven NVML stand-in", "GPU-bench", update_period_s=0.1)
+            self, Domain("nvidia_gpu_0", KIND_GPU, "clock-driven NVML stand-in", "GPU-bench", update_period_s=0.1)
         )
         self._step_uj = round(watts * 0.1 * 1e6)
         self._period_ns = 100_000_000
@@ -356,7 +357,7 @@ class CoarsenedClockChannel(ClockCounterChannel):
 
     def __init__(self, watts: float, interval_s: float, phase_s: float) -> None:
         super().__init__(watts)
-        self.domain = Domain("package_0", HardwareType.CPU, "coarsened stand-in", "clock", update_period_s=interval_s)
+        self.domain = Domain("package_0", KIND_CPU, "coarsened stand-in", "clock", update_period_s=interval_s)
         self._interval_ns = round(interval_s * 1e9)
         self._phase_ns = round(phase_s * 1e9)
 

@@ -64,8 +64,9 @@ ENERGY_KWH: Final = "energy.kwh"
 #: The domains of the span read through the ``otel-joules agent`` (string array, sorted), because this user
 #: cannot read ``energy_uj``: still measured (``energy.source = measured``); absent when none was.
 ENERGY_AGENT_DOMAINS: Final = "energy.agent.domains"
-#: The meter's domains that add to the host's total (``energy.joules``), each with its kind, space-separated
-#: ``domain_id:kind`` (``"package-0:cpu dram-0:memory nvidia_gpu_0:gpu"``): the same on every span of a meter.
+#: Span attribute: the meter's domains that add to ``energy.joules``, each with its kind, space-separated
+#: ``domain_id:kind`` (``package_0:cpu dram_0:memory nvidia_gpu_0:gpu``), so a reader of an export
+#: classifies domains without knowing their ids.
 ENERGY_DOMAIN_KINDS: Final = "energy.domain_kinds"
 
 
@@ -217,10 +218,13 @@ SOURCE_MIXED: Final = "mixed"
 #: the domains present say how they were obtained (``energy.<domain>.method``).
 SOURCE_PARTIAL: Final = "partial"
 
-#: ``hw.type`` values of the attribution kinds, each with an ``energy.attributed.<kind>.joules``.
+#: A domain's kind (``Domain.kind``, ``energy.domain_kinds``); cpu, memory and gpu are also the attribution
+#: kinds, each with an ``energy.attributed.<kind>.joules``, and the ``hw.type`` of their domains.
 KIND_CPU: Final = "cpu"
 KIND_MEMORY: Final = "memory"
 KIND_GPU: Final = "gpu"
+#: A domain's kind: the whole platform (RAPL psys); its ``hw.type`` is ``enclosure``, its attribution kind cpu.
+KIND_PLATFORM: Final = "platform"
 #: ``energy.attributed.<kind>.joules`` by kind.
 ATTRIBUTED_KIND_KEYS: Final = {
     KIND_CPU: ENERGY_ATTRIBUTED_CPU_JOULES,

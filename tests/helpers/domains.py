@@ -7,7 +7,8 @@ attributes built from it are checked against.
 
 from __future__ import annotations
 
-from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
+from otel_joules.sensors.base import Channel, Domain, Method
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
 
 
 class FixedChannel(Channel):
@@ -20,9 +21,9 @@ class FixedChannel(Channel):
 def five_domains() -> list[Domain]:
     """package_0, core_0 (not in the total), dram_0, nvidia_gpu_0 (power integration, 100 ms), cpu_estimate (10 ms)."""
     return [
-        Domain("package_0", HardwareType.CPU, "p", "p0"),
-        Domain("core_0", HardwareType.CPU, "c", "c0", in_total=False),
-        Domain("dram_0", HardwareType.MEMORY, "d", "d0"),
-        Domain("nvidia_gpu_0", HardwareType.GPU, "g", "g0", method=Method.POWER_INTEGRATION, update_period_s=0.1),
-        Domain("cpu_estimate", HardwareType.CPU, "e", "e0", method=Method.ESTIMATE, update_period_s=0.01),
+        Domain("package_0", KIND_CPU, "p", "p0"),
+        Domain("core_0", KIND_CPU, "c", "c0", in_total=False),
+        Domain("dram_0", KIND_MEMORY, "d", "d0"),
+        Domain("nvidia_gpu_0", KIND_GPU, "g", "g0", method=Method.POWER_INTEGRATION, update_period_s=0.1),
+        Domain("cpu_estimate", KIND_CPU, "e", "e0", method=Method.ESTIMATE, update_period_s=0.01),
     ]

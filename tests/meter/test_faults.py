@@ -31,7 +31,8 @@ from otel_joules.config import ENVIRONMENT_VARIABLES, OTEL_JOULES_SYSFS_ROOT
 from otel_joules.errors import SensorReadError
 from otel_joules.meter import channels
 from otel_joules.meter.registry import default_registry, get_energy_meter
-from otel_joules.sensors.base import Channel, Domain, HardwareType
+from otel_joules.sensors.base import Channel, Domain
+from otel_joules.semconv import KIND_CPU, KIND_GPU
 
 from tests.fakes.nvml import FakeCard, FakeNvml, run_python, uuid_for
 from tests.fakes.powercap import INTEL_RANGE_UJ, make_powercap, root_only_powercap
@@ -156,7 +157,7 @@ class _FlakyChannel(Channel):
     """An in-memory counter that raises SensorReadError while ``broken`` (a GPU mid-reset, say)."""
 
     def __init__(self, domain_id: str) -> None:
-        super().__init__(Domain(domain_id, HardwareType.GPU, "flaky", domain_id))
+        super().__init__(Domain(domain_id, KIND_GPU, "flaky", domain_id))
         self.value_uj = 0
         self.broken = False
 
@@ -396,7 +397,7 @@ class _BlockingChannel(Channel):
     """A counter whose read can be held mid-call (by whichever thread reads it)."""
 
     def __init__(self, domain_id: str, *, may_block: bool = False) -> None:
-        super().__init__(Domain(domain_id, HardwareType.CPU, "blocking", domain_id))
+        super().__init__(Domain(domain_id, KIND_CPU, "blocking", domain_id))
         self._may_block = may_block
         self.value_uj = 0
         self.entered = threading.Event()
@@ -485,7 +486,7 @@ class _WrappingCounter(Channel):
     """A cheap in-memory counter: +7 uJ per read, wrapping at 1000 uJ (a wrap every ~143 reads)."""
 
     def __init__(self) -> None:
-        super().__init__(Domain("package_0", HardwareType.CPU, "fake", "fake"))
+        super().__init__(Domain("package_0", KIND_CPU, "fake", "fake"))
         self.raw_uj = 0
         self.reads = 0
 

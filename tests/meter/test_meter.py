@@ -11,7 +11,8 @@ import pytest
 
 from otel_joules import ConfigurationError, EnergyMeter, get_energy_meter
 from otel_joules.meter.sampler import SAMPLER_FLOOR_S
-from otel_joules.sensors.base import Channel, Domain, HardwareType, Method
+from otel_joules.sensors.base import Channel, Domain, Method
+from otel_joules.semconv import KIND_GPU
 
 from tests.fakes.powercap import make_powercap
 
@@ -304,7 +305,7 @@ class ScriptedCounter(Channel):
     """A counter without a wrap range (like NVML's) that returns the given microjoules in turn."""
 
     def __init__(self, values_uj: list[int]) -> None:
-        super().__init__(Domain("nvidia_gpu_0", HardwareType.GPU, "scripted GPU", "GPU-scripted", update_period_s=0.0))
+        super().__init__(Domain("nvidia_gpu_0", KIND_GPU, "scripted GPU", "GPU-scripted", update_period_s=0.0))
         self._values_uj = values_uj
 
     def read_uj(self) -> int:

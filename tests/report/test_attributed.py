@@ -214,3 +214,37 @@ def test_cli_json_carries_both_figures(tmp_path: Path, capsys: pytest.CaptureFix
     bases = {run["run_id"]: (run["energy_basis"], run["energy_joules"], run["host_interval_joules"]) for run in data["runs"]}
     assert bases == {TRACE: ("attributed share", 30.0, 100.0), "1" * 32: ("interval energy", 100.0, None)}
     assert data["totals"]["energy_joules"] == 130.0
+
+
+def _one_span(attributes: dict[str, Any]) -> list[dict[str, Any]]:
+    (span,) = [s for s in _spans() if s["parent_span_id"] is None]
+    return [{**span, "attributes": {"energy.source": "measured", **attributes}}]
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_a_domain_the_id_rules_do_not_know_is_classified_by_energy_domain_kinds(tmp_path: Path, name: str) -> None:
+    domains = {"energy.joules": 100.0, "energy.soc-0.joules": 70.0, "energy.dram_0.joules": 10.0, "energy.nvidia_gpu_0.joules": 20.0}
+    WRITERS[name](tmp_path / name, _one_span({**domains, "energy.domain_kinds": "soc-0:cpu dram_0:memory nvidia_gpu_0:gpu"}))
+    (run,) = build_report([tmp_path / name]).runs
+    assert [(p.kind, p.joules) for p in run.parts] == [("cpu", 70.0), ("memory", 10.0), ("gpu", 20.0)]
+    # The same span exported before spans carried the kinds: the id rules know no "soc", its energy is "other".
+    (tmp_path / "old").mkdir()
+    WRITERS[name](tmp_path / "old" / name, _one_span(domains))
+    (old,) = build_report([tmp_path / "old" / name]).runs
+    assert [(p.kind, p.joules) for p in old.parts] == [("memory", 10.0), ("gpu", 20.0), ("other", 70.0)]
+
+
+@pytest.mark.parametrize("name", sorted(WRITERS))
+def test_a_domain_absent_from_energy_domain_kinds_adds_to_no_kind(tmp_path: Path, name: str) -> None:
+    # dram_0 is on the span (a domain measured as detail) but not in the total: the attribute leaves it out,
+    # where the id rules would have made it memory (and the parts would no longer add up to energy.joules).
+    attributes = {
+        "energy.joules": 90.0,
+        "energy.package_0.joules": 70.0,
+        "energy.dram_0.joules": 10.0,
+        "energy.nvidia_gpu_0.joules": 20.0,
+        "energy.domain_kinds": "package_0:cpu nvidia_gpu_0:gpu",
+    }
+    WRITERS[name](tmp_path / name, _one_span(attributes))
+    (run,) = build_report([tmp_path / name]).runs
+    assert [(p.kind, p.joules) for p in run.parts] == [("cpu", 70.0), ("gpu", 20.0)]

@@ -14,7 +14,8 @@ import pytest
 from otel_joules.config import Settings
 from otel_joules.errors import SensorReadError
 from otel_joules.sensors import rapl
-from otel_joules.sensors.base import HardwareType
+from otel_joules.sensors.base import Domain, HardwareType, domain_kinds, parse_domain_kinds
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_PLATFORM
 
 from tests.fakes.powercap import make_powercap, root_only_powercap
 
@@ -57,6 +58,22 @@ def test_psys_counts_where_no_package_exists(tmp_path: Path) -> None:
     pc = make_powercap(tmp_path, "psys_only")
     found = rapl.discover(Settings(sysfs_root=pc.sysfs_root))
     assert [(c.domain.id, c.domain.in_total) for c in found.channels] == [("psys", True)]
+
+
+def test_each_zone_has_one_kind_and_hw_type_follows_it(tmp_path: Path) -> None:
+    """The kind is the one classification: hw.type comes from it (psys is the platform, ``enclosure``), and
+    energy.domain_kinds lists only the domains that add to the total (psys beside packages does not)."""
+    pc = make_powercap(tmp_path, "two_sockets")
+    domains = [c.domain for c in rapl.discover(Settings(sysfs_root=pc.sysfs_root)).channels]
+    kinds = {d.id: (d.kind, d.hw_type) for d in domains}
+    assert kinds["package_1"] == ("cpu", HardwareType.CPU)
+    assert kinds["core_0"] == ("cpu", HardwareType.CPU)
+    assert kinds["dram_1"] == ("memory", HardwareType.MEMORY)
+    assert kinds["psys"] == ("platform", HardwareType.PLATFORM)
+    assert HardwareType.PLATFORM.value == "enclosure"
+    assert sorted(domain_kinds(domains).split()) == ["dram_0:memory", "dram_1:memory", "package_0:cpu", "package_1:cpu"]
+    alone = [c.domain for c in rapl.discover(Settings(sysfs_root=make_powercap(tmp_path / "alone", "psys_only").sysfs_root)).channels]
+    assert domain_kinds(alone) == "psys:platform"
 
 
 def test_amd_package_and_core_only(tmp_path: Path) -> None:
@@ -141,3 +158,22 @@ def test_root_only_energy_files_are_reported_with_remedy() -> None:
     assert channel_count == "0"
     assert [what.split()[0] for what, _, _ in unavailable] == ["package_0", "core_0", "uncore_0", "dram_0"]
     assert all("not readable" in reason and "CVE-2020-8694" in remedy for _, reason, remedy in unavailable)
+
+
+def test_a_domain_with_a_kind_outside_the_vocabulary_is_refused() -> None:
+    """A typo'd kind would silently count as no hardware at all: the error lists the kinds to choose from."""
+    with pytest.raises(ValueError, match=r"kind 'enclosure' is not one of \['cpu', 'gpu', 'memory', 'platform'\]"):
+        Domain("psys", "enclosure", "RAPL psys", "intel-rapl:1")
+
+
+def test_domain_kinds_parse_back_to_the_domains_that_add_to_the_total() -> None:
+    domains = [
+        Domain("package_0", KIND_CPU, "p", "p0"),
+        Domain("core_0", KIND_CPU, "c", "c0", in_total=False),
+        Domain("nvidia_gpu_0", KIND_GPU, "g", "g0"),
+        Domain("psys", KIND_PLATFORM, "s", "s0"),
+    ]
+    value = domain_kinds(domains)
+    assert value == "package_0:cpu nvidia_gpu_0:gpu psys:platform"
+    assert parse_domain_kinds(value) == {"package_0": KIND_CPU, "nvidia_gpu_0": KIND_GPU, "psys": KIND_PLATFORM}
+    assert parse_domain_kinds("") == {}

@@ -14,7 +14,8 @@ from tests.fakes.powercap import make_powercap
 
 from otel_joules import EnergyMeter, EnergySpanProcessor
 from otel_joules.meter.channels import DEVICE_FRESH_S
-from otel_joules.sensors.base import Channel, Domain, HardwareType
+from otel_joules.sensors.base import Channel, Domain
+from otel_joules.semconv import KIND_GPU
 
 
 def _spans(tmp_path, limits: SpanLimits | None = None, *, before: dict | None = None):
@@ -66,7 +67,7 @@ class _CountingDevice(Channel):
     """A channel read off the span path (like NVML) that counts its reads and can fail."""
 
     def __init__(self) -> None:
-        super().__init__(Domain("nvidia_gpu_0", HardwareType.GPU, "test GPU", "GPU-test", update_period_s=0.1))
+        super().__init__(Domain("nvidia_gpu_0", KIND_GPU, "test GPU", "GPU-test", update_period_s=0.1))
         self.reads = 0
         self.fail = False
         self.value_uj = 0

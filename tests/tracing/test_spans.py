@@ -44,6 +44,8 @@ def test_instrument_adds_energy_seen_by_a_processor_registered_before(tracer_pro
     assert a["energy.uncore_0.joules"] == 0.0
     assert a["energy.dram_0.joules"] == 2.0
     assert a["energy.source"] == "measured"
+    # The domains that add to energy.joules, with their kinds: a reader needs no rules about domain ids.
+    assert a["energy.domain_kinds"] == "package_0:cpu dram_0:memory"
     duration_s = (span.end_time - span.start_time) / 1e9
     assert a["energy.watts"] == pytest.approx(12.0 / duration_s, rel=0.05)
     handle.uninstrument()
@@ -256,7 +258,7 @@ def test_planned_attributes_equal_those_of_a_measurement() -> None:
     for start, end in cases:
         a, b = EnergySnapshot(*start), EnergySnapshot(*end)
         measurement = meter.measure(a, b)
-        expected = measurement_attributes(measurement, plan.domain_kinds) if measurement.joules_by_domain else None
+        expected = measurement_attributes(measurement) if measurement.joules_by_domain else None
         got = plan.attributes(a, b)
         assert got == expected
         assert got is None or list(got) == list(expected)  # type: ignore[arg-type]

@@ -19,10 +19,11 @@ from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError, read_host_cpu_times
 from otel_joules.attribution.registry import AttributionRegistry, attributor_for
 from otel_joules.attribution.sampling import HISTORY_PERIOD_S, HISTORY_S, HistorySample
-from otel_joules.attribution.shares import KINDS, SpanAttribution, command_attribution, kind_of, share_of_cpu_time
+from otel_joules.attribution.shares import ATTRIBUTION_KIND, KINDS, SpanAttribution, command_attribution, share_of_cpu_time
 from otel_joules.attribution.spans import SpanLedger, SpanShare
 
 __all__ = [
+    "ATTRIBUTION_KIND",
     "HISTORY_PERIOD_S",
     "HISTORY_S",
     "KINDS",
@@ -38,7 +39,6 @@ __all__ = [
     "SpanShare",
     "attributor_for",
     "command_attribution",
-    "kind_of",
     "read_host_cpu_times",
     "share_of_cpu_time",
 ]

@@ -15,7 +15,7 @@ from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.attribution.sampling import HISTORY_PERIOD_S, HISTORY_S, HistorySample
-from otel_joules.attribution.shares import SpanAttribution, kind_of
+from otel_joules.attribution.shares import ATTRIBUTION_KIND, SpanAttribution
 from otel_joules.attribution.spans import SpanLedger, SpanShare
 from otel_joules.config import ATTRIBUTION_POLICIES, static_watts_problem
 from otel_joules.errors import ConfigurationError
@@ -81,7 +81,7 @@ class Attributor:
         self.meter = meter
         clocks = clocks or CpuClocks(meter.settings.procfs_root)
         if gpu_shares is None:
-            gpu_uuids = [d.hw_id for d in meter.domains if d.in_total and kind_of(d.hw_type) == KIND_GPU]
+            gpu_uuids = [d.hw_id for d in meter.domains if d.in_total and ATTRIBUTION_KIND[d.kind] == KIND_GPU]
             if gpu_uuids:
                 from otel_joules.attribution.gpu import NvmlProcessShares
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 
 from otel_joules.attribution.procfs import process_tree
 from otel_joules.attribution.sampling import HISTORY_PERIOD_S
-from otel_joules.attribution.shares import kind_of
+from otel_joules.attribution.shares import ATTRIBUTION_KIND
 from otel_joules.semconv import KIND_GPU
 
 if TYPE_CHECKING:
@@ -213,9 +213,9 @@ class CommandGpuShares:
     ) -> None:
         self._meter = meter
         self._static_watts = static_watts
-        self._dynamic_j = [0.0] * sum(1 for d in meter.domains if d.in_total and kind_of(d.hw_type) == KIND_GPU)
+        self._dynamic_j = [0.0] * sum(1 for d in meter.domains if d.in_total and ATTRIBUTION_KIND[d.kind] == KIND_GPU)
         self._start = self._previous = start
-        self._indices = [i for i, d in enumerate(meter.domains) if d.in_total and kind_of(d.hw_type) == KIND_GPU]
+        self._indices = [i for i, d in enumerate(meter.domains) if d.in_total and ATTRIBUTION_KIND[d.kind] == KIND_GPU]
         self._pid: int | None = None
         if shares is None and self._indices:
             shares = NvmlProcessShares([meter.domains[i].hw_id for i in self._indices], our_pids=self._tree)

@@ -47,7 +47,7 @@ from otel_joules.attribution.sampling import (
     HistorySample,
     policy_prices,
 )
-from otel_joules.attribution.shares import KINDS, attribution_label, kind_of, measured_kinds
+from otel_joules.attribution.shares import ATTRIBUTION_KIND, KINDS, attribution_label, measured_kinds
 from otel_joules.config import POLICY_BUSY, POLICY_CAPACITY
 from otel_joules.meter.clock import wall_offset_ns as _wall_offset_ns
 from otel_joules.meter.meter import EnergySnapshot
@@ -112,7 +112,7 @@ class PriceHistory:
         self.kind_indices: dict[str, tuple[int, ...]] = {kind: () for kind in KINDS}
         for i, domain in enumerate(meter.domains):
             if domain.in_total:
-                kind = kind_of(domain.hw_type)
+                kind = ATTRIBUTION_KIND[domain.kind]
                 self.kind_indices[kind] += (i,)
         self.kinds = measured_kinds(meter.domains)
         self.has_gpu = bool(self.kind_indices[KIND_GPU])
@@ -135,7 +135,7 @@ class PriceHistory:
         self._fit_positions = tuple(range(fitted))
         # The CPU-time estimate (busy CPU seconds x TDP per CPU) has no static part by construction.
         self._configured_watts = {
-            d.id: 0.0 for d in meter.domains if d.in_total and d.method is Method.ESTIMATE and kind_of(d.hw_type) == KIND_CPU
+            d.id: 0.0 for d in meter.domains if d.in_total and d.method is Method.ESTIMATE and ATTRIBUTION_KIND[d.kind] == KIND_CPU
         }
         self._configured_watts.update(meter.settings.static_watts)
         self.baselines = Baselines(

@@ -13,27 +13,20 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 from otel_joules.attribution.sampling import policy_prices
 from otel_joules.config import DEFAULT_ATTRIBUTION_POLICY
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.semconv import ATTRIBUTION_CPU_TIME_SHARE, BASELINE_UNKNOWN, KIND_CPU, KIND_GPU, KIND_MEMORY
-from otel_joules.sensors.base import Domain, HardwareType
+from otel_joules.semconv import ATTRIBUTION_CPU_TIME_SHARE, BASELINE_UNKNOWN, KIND_CPU, KIND_GPU, KIND_MEMORY, KIND_PLATFORM
+from otel_joules.sensors.base import Domain
 
 if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter
 
 KINDS = (KIND_CPU, KIND_MEMORY, KIND_GPU)
-
-
-def kind_of(hw_type: HardwareType) -> str:
-    """The attribution kind of a domain's hardware type (psys counts as CPU-side)."""
-    if hw_type is HardwareType.MEMORY:
-        return KIND_MEMORY
-    if hw_type is HardwareType.GPU:
-        return KIND_GPU
-    return KIND_CPU
+#: The attribution kind (one of :data:`KINDS`) of each ``Domain.kind``: the platform (psys) counts as CPU-side.
+ATTRIBUTION_KIND: dict[str, str] = {KIND_CPU: KIND_CPU, KIND_MEMORY: KIND_MEMORY, KIND_GPU: KIND_GPU, KIND_PLATFORM: KIND_CPU}
 
 
 def measured_kinds(domains: Iterable[Domain]) -> tuple[str, ...]:
     """The kinds (in :data:`KINDS` order) that domains adding to the host's total cover."""
-    present = {kind_of(d.hw_type) for d in domains if d.in_total}
+    present = {ATTRIBUTION_KIND[d.kind] for d in domains if d.in_total}
     return tuple(kind for kind in KINDS if kind in present)
 
 
@@ -104,7 +97,7 @@ def command_attribution(
     for i, domain in enumerate(meter.domains):
         a, b = start.joules[i], end.joules[i]
         if domain.in_total and a is not None and b is not None:
-            kind = kind_of(domain.hw_type)
+            kind = ATTRIBUTION_KIND[domain.kind]
             spent = b - a
             joules[kind] += spent
             watts = None if static_watts is None else static_watts[i]

@@ -35,7 +35,7 @@ from otel_joules.meter.energy import EnergyPlan, energy_between
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import agent, estimator, rapl
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
-from otel_joules.sensors.base import Channel, Domain, Method, Unavailable
+from otel_joules.sensors.base import Channel, Domain, Method, Unavailable, domain_kinds
 
 _new_tuple = tuple.__new__
 _pread = os.pread
@@ -90,6 +90,9 @@ class EnergyMeasurement:
         rejected_jump_domains: Domains whose counter jumped in between by more than its power
             bound allows: the jump is not in their joules.
         agent_domains: Domains in :attr:`joules_by_domain` read through ``otel-joules agent``.
+        domain_kinds: ``energy.domain_kinds``: the domains counted in the total with their kinds
+            (:func:`~otel_joules.sensors.base.domain_kinds`); None where the measurement cannot say
+            (constant-power simulated devices, a caller's own measurement).
 
     Not frozen: one is built for every span, and a frozen dataclass's ``__init__`` costs
     several times more. Treat it as read-only.
@@ -106,6 +109,7 @@ class EnergyMeasurement:
     missing_domains: tuple[str, ...] = ()
     rejected_jump_domains: tuple[str, ...] = ()
     agent_domains: tuple[str, ...] = ()
+    domain_kinds: str | None = None
 
 
 class EnergyMeter:
@@ -211,6 +215,8 @@ class EnergyMeter:
         self.plan = EnergyPlan(self.domains)
         self._ids = tuple(d.id for d in self.domains)
         self._methods = tuple(d.method for d in self.domains)
+        #: ``energy.domain_kinds`` of every measurement over all domains, built once.
+        self.domain_kinds = domain_kinds(self.domains)
         self._max_snapshot_age_ns = round(self.settings.max_snapshot_age_s * 1e9)
         self._last_snapshot: EnergySnapshot | None = None
         self._sample = sample
@@ -385,7 +391,17 @@ class EnergyMeter:
             tuple(ids[i] for i in energy.missing),
             tuple(ids[i] for i in energy.jumped),
             through_agent,
+            self._kinds_of(domains, constant_watts),
         )
+
+    def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> str | None:
+        """``energy.domain_kinds`` of a measurement over ``domains`` (None: all); None with simulated devices,
+        which have no kind here."""
+        if constant_watts:
+            return None
+        if domains is None:
+            return self.domain_kinds
+        return domain_kinds(d for d in self.domains if d.id in domains)
 
     def domain_index(self, domain_id: str) -> int:
         """Position of ``domain_id`` in :attr:`domains` and in snapshots."""

@@ -44,7 +44,7 @@ from otel_joules._fork import register_fork_hook
 from otel_joules._version import __version__
 from otel_joules.attribution.attributor import Attributor
 from otel_joules.attribution.registry import attributor_from
-from otel_joules.attribution.shares import kind_of
+from otel_joules.attribution.shares import ATTRIBUTION_KIND
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.sensors.base import Domain
 from otel_joules.semconv import (
@@ -338,7 +338,7 @@ def _source(meter: EnergyMeter, kind: str | None) -> str:
     methods = {
         d.method.is_measurement
         for d in meter.domains
-        if d.in_total and (kind is None or kind_of(d.hw_type) == kind)
+        if d.in_total and (kind is None or ATTRIBUTION_KIND[d.kind] == kind)
     }
     if methods == {True}:
         return SOURCE_MEASURED

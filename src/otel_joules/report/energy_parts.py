@@ -1,7 +1,12 @@
 """A span's or epoch's energy split by kind (CPU, memory, GPU, other), each labelled measured or estimate.
 
 Kinds come from the per-domain attributes (``energy.<domain>.joules``) or, for an
-attributed share, the per-kind shares; what no kind covers is ``other``. A ``partial`` span
+attributed share, the per-kind shares; what no kind covers is ``other``. A domain's kind is the
+one the span's ``energy.domain_kinds`` gives it (the platform, psys, counts as CPU, as in
+attribution); a domain it does not list adds to no kind. Only a span without that attribute, from
+an export written before spans carried it (or a training run's with simulated devices), is
+classified by its domain ids (``package*``, ``dram*``, ``nvidia_gpu*``, the estimates, the
+simulated devices; core, uncore and a psys beside a package add to none). A ``partial`` span
 (a domain missing at its start or end) labels the domains it has by their methods, as a
 ``mixed`` one does; its ``partial`` label goes to the run (:func:`merge_sources`).
 """
@@ -11,9 +16,11 @@ from __future__ import annotations
 import re
 from typing import Iterable, Mapping
 
+from otel_joules.attribution.shares import ATTRIBUTION_KIND
 from otel_joules.report.model import EnergyPart, SpanRow
 from otel_joules.semconv import (
     ATTRIBUTED_KIND_KEYS,
+    ENERGY_DOMAIN_KINDS,
     ENERGY_SOURCE,
     KIND_CPU,
     KIND_GPU,
@@ -26,20 +33,21 @@ from otel_joules.semconv import (
     domain_method_key,
     domain_missing_key,
 )
-from otel_joules.sensors.base import Method
+from otel_joules.sensors.base import Method, parse_domain_kinds
 
 
 # ``energy.<domain>.joules``: a domain id has no dot, which leaves out energy.joules and the
 # per-kind and self shares (energy.attributed.joules itself matches as "attributed", a name
-# _domain_kind does not know, so it adds to no kind).
+# no domain is named, so it adds to no kind).
 _DOMAIN_JOULES_RE = re.compile(r"^energy\.([A-Za-z0-9_\-]+)\.joules$")
 # ``energy.<domain>.missing``, from semconv's pattern.
 _MISSING_PREFIX, _MISSING_SUFFIX = domain_missing_key("\0").split("\0")
 _DOMAIN_MISSING_RE = re.compile(f"^{re.escape(_MISSING_PREFIX)}([A-Za-z0-9_\\-]+){re.escape(_MISSING_SUFFIX)}$")
 
 
-def _domain_kind(domain_id: str, has_package: bool) -> str | None:
-    """The kind a domain adds to; None for one inside another (core, uncore; psys beside a package)."""
+def _kind_by_id(domain_id: str, has_package: bool) -> str | None:
+    """The kind a domain adds to, by its id: only for spans exported without ``energy.domain_kinds``. None for one
+    inside another (core, uncore; psys beside a package) and for an id these rules do not know."""
     if domain_id.startswith(("core", "uncore")):
         return None
     if domain_id.startswith("psys"):
@@ -89,9 +97,15 @@ def span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tuple
     """``{kind: (joules, source)}`` of one span; what no kind covers is ``other``."""
     domains: dict[str, list[tuple[float, str | None]]] = {}
     ids = [m.group(1) for key in span.attributes if (m := _DOMAIN_JOULES_RE.match(key))]
+    carried = span.attributes.get(ENERGY_DOMAIN_KINDS)
+    listed = parse_domain_kinds(carried) if isinstance(carried, str) else None
     has_package = any(i.startswith("package") for i in ids)
     for domain_id in ids:
-        kind = _domain_kind(domain_id, has_package)
+        if listed is not None:
+            # The attribute lists exactly the domains that add to the total; the others are detail.
+            kind = ATTRIBUTION_KIND.get(listed[domain_id]) if domain_id in listed else None
+        else:
+            kind = _kind_by_id(domain_id, has_package)
         value = span.number(domain_joules_key(domain_id))
         if kind is not None and value is not None:
             domains.setdefault(kind, []).append((value, _domain_source(span, domain_id)))

@@ -33,8 +33,9 @@ from otel_joules.sensors.agent_protocol import (
     decode_frames,
     encode,
 )
-from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.base import HW_TYPES, Channel, Discovery, Domain, Method, Unavailable
 from otel_joules.sensors.rapl import RAPL_UPDATE_PERIOD_S
+from otel_joules.semconv import KIND_CPU
 
 _log = logging.getLogger("otel_joules")
 
@@ -406,7 +407,8 @@ class AgentChannel(Channel):
             self._link.release()
 
 
-_HW_TYPES = {t.value: t for t in HardwareType}
+#: The kind of each ``hw_type`` the agent sends (its wire format carries hw.type), from the one table.
+_KINDS_BY_HW_TYPE = {hw_type.value: kind for kind, hw_type in HW_TYPES.items()}
 
 
 def discover(settings: Settings) -> Discovery:
@@ -431,7 +433,7 @@ def discover(settings: Settings) -> Discovery:
             parent = zone.get("hw_parent")
             domain = Domain(
                 id=str(zone["id"]),
-                hw_type=_HW_TYPES.get(str(zone.get("hw_type")), HardwareType.CPU),
+                kind=_KINDS_BY_HW_TYPE.get(str(zone.get("hw_type")), KIND_CPU),
                 hw_name=str(zone.get("hw_name", zone["id"])),
                 hw_id=str(zone.get("hw_id", zone["id"])),
                 method=Method.COUNTER,

@@ -13,20 +13,30 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass, field
+from typing import Iterable
 
-from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, SOURCE_ESTIMATE
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, KIND_PLATFORM, SOURCE_ESTIMATE
 
 
 class HardwareType(str, enum.Enum):
-    """``hw.type`` of the OpenTelemetry hardware semantic conventions."""
+    """``hw.type`` of the OpenTelemetry hardware semantic conventions, derived from a domain's kind (:data:`HW_TYPES`)."""
 
-    # The attribution kinds' names (semconv), so a domain's hw.type is its kind's name.
+    # The kinds' names (semconv), so a domain's hw.type is its kind's name where the conventions have one.
     CPU = KIND_CPU
     MEMORY = KIND_MEMORY
     GPU = KIND_GPU
     #: psys: the whole platform (SoC and more). The conventions have no "platform"
     #: type; "enclosure" is their name for the whole box.
     PLATFORM = "enclosure"
+
+
+#: The ``hw.type`` of each domain kind; its keys are the kinds a :class:`Domain` may have.
+HW_TYPES: dict[str, HardwareType] = {
+    KIND_CPU: HardwareType.CPU,
+    KIND_MEMORY: HardwareType.MEMORY,
+    KIND_GPU: HardwareType.GPU,
+    KIND_PLATFORM: HardwareType.PLATFORM,
+}
 
 
 class Method(str, enum.Enum):
@@ -54,7 +64,9 @@ class Domain:
     Attributes:
         id: Domain id as pyJoules names it (``package_0``, ``dram_0``, ``psys``,
             ``nvidia_gpu_0``) or ``cpu_estimate``/``memory_estimate``.
-        hw_type: ``hw.type`` for metrics.
+        kind: What the domain measures, one of :data:`HW_TYPES`' keys (semconv ``KIND_CPU``,
+            ``KIND_MEMORY``, ``KIND_GPU``, ``KIND_PLATFORM``): the one classification of hardware
+            that ``hw.type``, the attribution kinds and ``energy.domain_kinds`` are derived from.
         hw_name: Human-readable name (``hw.name``), e.g. the GPU's product name.
         hw_id: Stable identifier (``hw.id``), e.g. the powercap zone path or GPU UUID.
         method: Counter, integrated power or estimate.
@@ -72,7 +84,7 @@ class Domain:
     """
 
     id: str
-    hw_type: HardwareType
+    kind: str
     hw_name: str
     hw_id: str
     method: Method = Method.COUNTER
@@ -80,6 +92,30 @@ class Domain:
     update_period_s: float = 0.001
     hw_parent: str | None = None
     via_agent: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in HW_TYPES:
+            raise ValueError(f"domain {self.id!r}: kind {self.kind!r} is not one of {sorted(HW_TYPES)}; pass a semconv KIND_* value")
+
+    @property
+    def hw_type(self) -> HardwareType:
+        """``hw.type`` for metrics, from the kind (platform reads ``enclosure``)."""
+        return HW_TYPES[self.kind]
+
+
+def domain_kinds(domains: Iterable[Domain]) -> str:
+    """``energy.domain_kinds``'s value: the domains that add to the total with their kind, ``package_0:cpu dram_0:memory``."""
+    return " ".join(f"{d.id}:{d.kind}" for d in domains if d.in_total)
+
+
+def parse_domain_kinds(value: str) -> dict[str, str]:
+    """``{domain id: kind}`` from an ``energy.domain_kinds`` value (:func:`domain_kinds`); an entry without a kind is skipped."""
+    kinds: dict[str, str] = {}
+    for entry in value.split():
+        domain_id, _, kind = entry.rpartition(":")
+        if domain_id and kind:
+            kinds[domain_id] = kind
+    return kinds
 
 
 @dataclass(frozen=True)

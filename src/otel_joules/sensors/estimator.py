@@ -24,7 +24,8 @@ from typing import Callable
 import psutil
 
 from otel_joules.config import Settings
-from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
+from otel_joules.semconv import KIND_CPU, KIND_MEMORY
 
 _log = logging.getLogger("otel_joules")
 
@@ -78,7 +79,7 @@ class CpuTimeEstimateChannel(Channel):
         super().__init__(
             Domain(
                 id="cpu_estimate",
-                hw_type=HardwareType.CPU,
+                kind=KIND_CPU,
                 hw_name="CPU (estimated from CPU time x TDP)",
                 hw_id="cpu_estimate",
                 method=Method.ESTIMATE,
@@ -101,7 +102,7 @@ class MemoryEstimateChannel(Channel):
         super().__init__(
             Domain(
                 id="memory_estimate",
-                hw_type=HardwareType.MEMORY,
+                kind=KIND_MEMORY,
                 hw_name="Memory (estimated from size x W/GB)",
                 hw_id="memory_estimate",
                 method=Method.ESTIMATE,

@@ -47,7 +47,7 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
-from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
 from otel_joules.sensors.gpu_selection import GpuInfo, GpuSelection, select_gpus
 from otel_joules.sensors.nvml_session import (  # noqa: F401 - the session's public names, also importable from here
     _LOST_CODES,
@@ -59,6 +59,7 @@ from otel_joules.sensors.nvml_session import (  # noqa: F401 - the session's pub
     _error_code,
     default_session,
 )
+from otel_joules.semconv import KIND_GPU
 
 _log = logging.getLogger("otel_joules")
 
@@ -272,7 +273,7 @@ def _running_pids(nvml: ModuleType, handles: Mapping[int, Any]) -> dict[int, Col
 def _gpu_domain(gpu: GpuInfo, method: Method) -> Domain:
     return Domain(
         id=gpu.domain_id,
-        hw_type=HardwareType.GPU,
+        kind=KIND_GPU,
         hw_name=gpu.name,
         hw_id=gpu.uuid,
         method=method,

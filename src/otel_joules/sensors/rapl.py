@@ -25,7 +25,8 @@ from pathlib import Path
 
 from otel_joules.config import DEFAULT_AGENT_SOCKET, OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_SYSFS_ROOT, Settings
 from otel_joules.errors import SensorReadError
-from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
+from otel_joules.semconv import KIND_CPU, KIND_MEMORY, KIND_PLATFORM
 
 _TOP_ZONE = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+)$")
 _SUB_ZONE = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+):(\d+)$")
@@ -67,19 +68,19 @@ def _read_text(path: Path) -> str | None:
         return None
 
 
-def _domain_for(name: str, parent_package: int | None) -> tuple[str, HardwareType, bool] | None:
-    """Map a zone name to (domain id, hw type, counts in total); None for names we do not know."""
+def _domain_for(name: str, parent_package: int | None) -> tuple[str, str, bool] | None:
+    """Map a zone name to (domain id, kind, counts in total); None for names we do not know."""
     match = _PACKAGE_NAME.match(name)
     if match and parent_package is None:
-        return f"package_{int(match.group(1))}", HardwareType.CPU, True
+        return f"package_{int(match.group(1))}", KIND_CPU, True
     if name == "psys" and parent_package is None:
         # psys covers the whole platform; whether it joins the total is decided
         # once all zones are known (only where no package zone exists).
-        return "psys", HardwareType.PLATFORM, True
+        return "psys", KIND_PLATFORM, True
     if parent_package is not None and name in ("core", "uncore"):
-        return f"{name}_{parent_package}", HardwareType.CPU, False
+        return f"{name}_{parent_package}", KIND_CPU, False
     if parent_package is not None and name == "dram":
-        return f"dram_{parent_package}", HardwareType.MEMORY, True
+        return f"dram_{parent_package}", KIND_MEMORY, True
     return None
 
 
@@ -193,8 +194,8 @@ def discover(settings: Settings) -> Discovery:
             mapped = _domain_for(zone.name, parent)
             if mapped is None or mapped[0] in seen:
                 continue
-            domain_id, hw_type, in_total = mapped
-            channel = _open_zone(zone, domain_id, hw_type, in_total, parent, settings, found)
+            domain_id, kind, in_total = mapped
+            channel = _open_zone(zone, domain_id, kind, in_total, parent, settings, found)
             if channel is not None:
                 seen.add(domain_id)
                 found.channels.append(channel)
@@ -218,7 +219,7 @@ def _exclude_psys(channel: Channel) -> Channel:
 def _open_zone(
     zone: PowercapZone,
     domain_id: str,
-    hw_type: HardwareType,
+    kind: str,
     in_total: bool,
     parent_package: int | None,
     settings: Settings,
@@ -247,7 +248,7 @@ def _open_zone(
     max_power_watts = _max_power_watts(zone.path) or settings.max_power_watts
     domain = Domain(
         id=domain_id,
-        hw_type=hw_type,
+        kind=kind,
         hw_name=f"RAPL {zone.name}",
         hw_id=str(zone.path.name),
         method=Method.COUNTER,

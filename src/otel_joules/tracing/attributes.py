@@ -7,9 +7,9 @@ snapshots on the span processor's path (planned once per meter).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any
 
-from otel_joules.attribution.shares import SpanAttribution, kind_of
+from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.meter.energy import energy_between
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
@@ -38,7 +38,7 @@ from otel_joules.semconv import (
     domain_rejected_jump_key,
     domain_stale_key,
 )
-from otel_joules.sensors.base import Domain, Method
+from otel_joules.sensors.base import Method
 
 #: ``hw.type`` values with an ``energy.attributed.<kind>.joules`` attribute.
 ATTRIBUTED_KINDS = tuple(ATTRIBUTED_KIND_KEYS)
@@ -58,26 +58,15 @@ def _domain_key_pair(domain_id: str) -> tuple[str, str]:
     return pair
 
 
-def domain_kinds(domains: Iterable[Domain]) -> str:
-    """``energy.domain_kinds``: ``"package-0:cpu dram-0:memory nvidia_gpu_0:gpu"``, the domains that add to the
-    host's total with their kind, space-separated, in the meter's order."""
-    return " ".join(f"{d.id}:{_kind(d)}" for d in domains if d.in_total)
-
-
-def _kind(domain: Domain) -> str:
-    kind = getattr(domain, "kind", None)  # Domain.kind where the sensors layer has it
-    return kind if isinstance(kind, str) else kind_of(domain.hw_type)
-
-
-def measurement_attributes(
-    measurement: EnergyMeasurement, domain_kinds: str | None = None
-) -> dict[str, float | str | bool | tuple[str, ...]]:
-    """The span attributes for one measurement (``energy.domain_kinds`` last when given)."""
+def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool | tuple[str, ...]]:
+    """The span attributes for one measurement."""
     attributes: dict[str, float | str | bool] = {
         ENERGY_JOULES: measurement.total_joules,
         ENERGY_WATTS: measurement.watts,
         ENERGY_SOURCE: measurement.source,
     }
+    if measurement.domain_kinds is not None:
+        attributes[ENERGY_DOMAIN_KINDS] = measurement.domain_kinds
     methods = measurement.methods_by_domain
     keys = _domain_keys
     for domain_id, joules in measurement.joules_by_domain.items():
@@ -97,8 +86,6 @@ def measurement_attributes(
         attributes[domain_rejected_jump_key(domain_id)] = True
     if measurement.agent_domains:
         attributes[ENERGY_AGENT_DOMAINS] = measurement.agent_domains
-    if domain_kinds is not None:
-        attributes[ENERGY_DOMAIN_KINDS] = domain_kinds
     return attributes
 
 
@@ -156,8 +143,8 @@ class MeterAttributes:
         self._agent_positions = tuple(
             (i, d.id) for i, d in sorted(enumerate(meter.domains), key=lambda x: x[1].id) if d.via_agent
         )
-        #: ``energy.domain_kinds``: the domains that add to the host's total, with their kind.
-        self.domain_kinds = domain_kinds(meter.domains)
+        #: ``energy.domain_kinds``, the meter's string: one dict entry per span, no string built.
+        self.domain_kinds = meter.domain_kinds
         #: (attribute key, position in SpanAttribution) for each kind measured, in attribution_attributes' order.
         self._kind_positions = tuple(
             (ATTRIBUTED_KIND_KEYS[kind], position)
@@ -173,6 +160,7 @@ class MeterAttributes:
             ENERGY_JOULES: energy[2],
             ENERGY_WATTS: energy[3],
             ENERGY_SOURCE: energy[4],
+            ENERGY_DOMAIN_KINDS: self.domain_kinds,
         }
         present = False
         for (key, method), joules in zip(self._rows, energy[1]):
@@ -198,7 +186,6 @@ class MeterAttributes:
             through_agent = tuple(domain_id for i, domain_id in self._agent_positions if joules_at_position[i] is not None)
             if through_agent:
                 attributes[ENERGY_AGENT_DOMAINS] = through_agent
-        attributes[ENERGY_DOMAIN_KINDS] = self.domain_kinds
         return attributes
 
     def add_attribution(self, attribution: SpanAttribution, into: dict[str, Any]) -> dict[str, Any]:

@@ -231,7 +231,7 @@ class EnergySpanProcessor(SpanProcessor):
             measured = measurement is not None and _has_energy(measurement)
             if measured:
                 plan = self._plan or self._planned(meter, attributor)
-                attributes = measurement_attributes(measurement, plan.domain_kinds)  # type: ignore[arg-type]
+                attributes = measurement_attributes(measurement)  # type: ignore[arg-type]
             else:
                 attributes = {} if reason is None else {ENERGY_UNAVAILABLE_REASON: reason}
             if attribution is not None and attributor is not None:

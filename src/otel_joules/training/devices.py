@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
-from otel_joules.sensors.base import Domain, HardwareType, Method
+from otel_joules.semconv import KIND_GPU, KIND_MEMORY
+from otel_joules.sensors.base import Domain, Method
 
 #: The component names, in the order carbontracker lists them.
 COMPONENT_NAMES = ("gpu", "cpu")
@@ -37,25 +38,16 @@ class SimulatedDevice:
 
 def device_name(domain: Domain) -> str:
     """The device name carbontracker would print for a domain (``cpu:0``, ``dram:0``, the GPU's name)."""
-    if domain.hw_type is HardwareType.GPU:
+    if domain.kind == KIND_GPU:
         return domain.hw_name
     if domain.method is Method.ESTIMATE:
-        return "dram (estimate)" if domain.hw_type is HardwareType.MEMORY else "cpu (estimate)"
+        return "dram (estimate)" if domain.kind == KIND_MEMORY else "cpu (estimate)"
     prefix, _, number = domain.id.rpartition("_")
     if prefix == "package" and number.isdigit():
         return f"cpu:{number}"
     if prefix == "dram" and number.isdigit():
         return f"dram:{number}"
     return domain.id
-
-
-def component_of(domain: Domain) -> str | None:
-    """``gpu`` for GPUs; ``cpu`` for every other domain that adds to the total (package, dram, estimates)."""
-    if not domain.in_total:
-        # core/uncore are inside their package, psys covers the platform: adding them
-        # would count energy twice.
-        return None
-    return "gpu" if domain.hw_type is HardwareType.GPU else "cpu"
 
 
 @dataclass(frozen=True)
@@ -84,19 +76,22 @@ class DeviceSelection:
         sims = tuple(sim for sim in simulated if sim.component in components)
         measured = tuple(name for name in components if name not in {sim.component for sim in sims})
         selected: list[Domain] = []
+        by_domain: dict[str, str] = {}
         for domain in meter.domains:
-            component = component_of(domain)
-            if component is not None and component in measured:
-                selected.append(domain)
-            elif component is None and domain.hw_type is not HardwareType.GPU and "cpu" in measured:
-                # core/uncore (inside their package) stay on the spans as detail; they are not added.
-                selected.append(domain)
-        by_domain = {d.id: c for d in selected if (c := component_of(d)) is not None}
+            # carbontracker's two components: gpu is the GPUs, cpu every other kind (package, dram, estimates).
+            component = "gpu" if domain.kind == KIND_GPU else "cpu"
+            if component not in measured:
+                continue
+            selected.append(domain)
+            # core/uncore sit inside their package and psys beside one covers the platform: they stay on
+            # the spans as detail; adding them would count energy twice.
+            if domain.in_total:
+                by_domain[domain.id] = component
         by_domain.update({sim.domain_id: sim.component for sim in sims})
         devices: dict[str, tuple[str, ...]] = {}
         for name in components:
             names = [sim.name for sim in sims if sim.component == name]
-            names += [device_name(d) for d in selected if component_of(d) == name]
+            names += [device_name(d) for d in selected if by_domain.get(d.id) == name]
             if names:
                 devices[name] = tuple(names)
         return cls(tuple(components), tuple(selected), sims, by_domain, devices)
