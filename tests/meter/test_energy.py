@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from otel_joules.errors import ConfigurationError
-from otel_joules.meter.energy import EnergyPlan, energy_between, joules_at
+from otel_joules.meter.energy import EnergyPlan, energy_between, spent_joules
 from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
 from tests.helpers.domains import FixedChannel, five_domains
@@ -25,7 +25,9 @@ def test_energy_between_gives_joules_totals_watts_and_flags_by_position() -> Non
     assert energy.source == SOURCE_PARTIAL  # dram_0 adds to the total and is missing
     assert (energy.stale, energy.missing, energy.jumped) == ((3,), (2,), (1,))
     assert not energy.below_resolution
-    assert joules_at(energy, plan.positions(["package_0", "cpu_estimate", "dram_0"])) == 1.0
+    positions = plan.positions(["package_0", "cpu_estimate", "dram_0"])
+    assert spent_joules(positions, start, end) == 1.0  # dram_0 has no value at the end: left out
+    assert spent_joules(positions, start, end) == sum(energy.joules[i] or 0.0 for i in positions)
 
 
 def test_a_selection_counts_only_its_domains() -> None:

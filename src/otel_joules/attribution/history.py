@@ -50,6 +50,7 @@ from otel_joules.attribution.sampling import (
 from otel_joules.attribution.shares import ATTRIBUTION_KIND, KINDS, attribution_label, measured_kinds
 from otel_joules.config import POLICY_BUSY, POLICY_CAPACITY
 from otel_joules.meter.clock import wall_offset_ns as _wall_offset_ns
+from otel_joules.meter.energy import energy_between
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.meter.sampler import PeriodicThread
 from otel_joules.semconv import ENERGY_ATTRIBUTED_NAMESPACE, ENERGY_JOULES, KIND_CPU, KIND_GPU, KIND_MEMORY
@@ -393,8 +394,8 @@ class PriceHistory:
 
     def _period_joules(self, a: EnergySnapshot, b: EnergySnapshot) -> list[float | None]:
         """Per baseline index, the joules between two snapshots (None where either has no value)."""
-        x, y = a.joules, b.joules
-        return [None if x[i] is None or y[i] is None else y[i] - x[i] for i in self._baseline_index]  # type: ignore[operator]
+        joules = energy_between(self.meter.plan, a, b).joules
+        return [joules[i] for i in self._baseline_index]
 
     def _kind_sums(self, joules: list[float | None], dt_s: float) -> list[float]:
         """CPU-side joules, their static part, memory joules and theirs, of ``joules`` over ``dt_s`` seconds."""

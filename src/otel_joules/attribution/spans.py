@@ -14,12 +14,12 @@ from __future__ import annotations
 import threading
 import time
 import weakref
-from typing import Sequence
 
 from otel_joules.attribution._ledger import _Ledger
 from otel_joules.attribution._prices import _gpu_joules_at
 from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.shares import SpanAttribution
+from otel_joules.meter.energy import spent_joules
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.semconv import KIND_CPU, KIND_MEMORY
 
@@ -299,23 +299,12 @@ class SpanLedger:
     def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:
         """Limit ``share``'s own CPU-side and memory joules to what the host spent of each during the span, and
         its own dynamic joules to its own joules so far (the dynamic price never exceeds the policy's)."""
-        a, b = start.joules, end.joules
-        cap = _spent_joules(self._cpu_indices, a, b) - share.child_cpu
+        cap = spent_joules(self._cpu_indices, start, end) - share.child_cpu
         if share.own_cpu > cap:
             share.own_cpu = max(0.0, cap)
-        cap = _spent_joules(self._memory_indices, a, b) - share.child_memory
+        cap = spent_joules(self._memory_indices, start, end) - share.child_memory
         if share.own_memory > cap:
             share.own_memory = max(0.0, cap)
         own = share.own_cpu + share.own_memory + share.own_gpu
         if share.own_dynamic > own:
             share.own_dynamic = own
-
-
-def _spent_joules(indices: Sequence[int], start: tuple[float | None, ...], end: tuple[float | None, ...]) -> float:
-    """Joules the domains at ``indices`` spent between two snapshots' values (failed domains left out)."""
-    spent = 0.0
-    for i in indices:
-        x, y = start[i], end[i]
-        if x is not None and y is not None:
-            spent += y - x
-    return spent

@@ -4,7 +4,7 @@ Spans (:class:`~otel_joules.tracing.attributes.MeterAttributes`), :meth:`EnergyM
 <otel_joules.meter.meter.EnergyMeter.measure>` and through it the metrics, the pyJoules layer and
 CarbonTracker, all compute joules, totals, watts and flags here, so they cannot disagree. It works
 on positions (the meter's domain order), planned once per meter (:class:`EnergyPlan`), so the span
-path pays no lookups by domain id; :func:`joules_at` sums selected positions (per-kind sums).
+path pays no lookups by domain id; :func:`spent_joules` sums selected positions (per-kind sums).
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class EnergyPlan:
         return tuple(d.id in domain_ids for d in self.domains)
 
     def positions(self, domain_ids: Collection[str]) -> tuple[int, ...]:
-        """Positions of ``domain_ids`` (for :func:`joules_at`)."""
+        """Positions of ``domain_ids`` (for :func:`spent_joules`)."""
         return tuple(i for i, keep in enumerate(self.selection(domain_ids)) if keep)
 
 
@@ -157,12 +157,14 @@ def energy_between(
     )
 
 
-def joules_at(energy: Energy, positions: Sequence[int]) -> float:
-    """Joules the domains at ``positions`` spent (those without a value left out): a per-kind sum."""
-    joules = energy.joules
+def spent_joules(positions: Sequence[int], start: EnergySnapshot, end: EnergySnapshot) -> float:
+    """Joules the domains at ``positions`` spent between two snapshots (those without a value at either end left
+    out): :func:`energy_between`'s per-position joules summed, without building an :class:`Energy`, for the
+    attribution's per-kind caps on every span's end."""
+    a_joules, b_joules = start[1], end[1]
     spent = 0.0
     for i in positions:
-        value = joules[i]
-        if value is not None:
-            spent += value
+        a, b = a_joules[i], b_joules[i]
+        if a is not None and b is not None:
+            spent += b - a
     return spent
