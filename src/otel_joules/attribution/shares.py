@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from otel_joules.attribution.sampling import policy_prices
 from otel_joules.config import DEFAULT_ATTRIBUTION_POLICY
+from otel_joules.meter.energy import energy_between
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.semconv import ATTRIBUTION_CPU_TIME_SHARE, BASELINE_UNKNOWN, KIND_CPU, KIND_GPU, KIND_MEMORY, KIND_PLATFORM
 from otel_joules.sensors.base import Domain
@@ -93,12 +94,11 @@ def command_attribution(
     """
     joules = {kind: 0.0 for kind in KINDS}
     static = {kind: 0.0 for kind in KINDS}
-    duration_s = max(0, end.monotonic_ns - start.monotonic_ns) / 1e9
-    for i, domain in enumerate(meter.domains):
-        a, b = start.joules[i], end.joules[i]
-        if domain.in_total and a is not None and b is not None:
+    energy = energy_between(meter.plan, start, end)
+    duration_s = energy.duration_s
+    for i, (domain, spent) in enumerate(zip(meter.domains, energy.joules)):
+        if domain.in_total and spent is not None:
             kind = ATTRIBUTION_KIND[domain.kind]
-            spent = b - a
             joules[kind] += spent
             watts = None if static_watts is None else static_watts[i]
             static[kind] += max(spent, 0.0) if watts is None else min(max(watts * duration_s, 0.0), max(spent, 0.0))
