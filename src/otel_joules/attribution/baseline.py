@@ -45,7 +45,7 @@ MIN_FIT_PERIODS = 30
 MIN_FIT_SPREAD_CORES = 0.25
 
 
-class _Fit:
+class BaselineFit:
     """One domain's running weighted sums of (busy cores, watts) and its floor."""
 
     __slots__ = ("sw", "swx", "swy", "swxx", "swxy", "n", "floor", "window", "window_s", "window_j")
@@ -106,7 +106,7 @@ class Baselines:
     ) -> None:
         self.ids = tuple(ids)
         self._fitted = tuple(fitted)
-        self._fits = [_Fit() for _ in self.ids]
+        self._fits = [BaselineFit() for _ in self.ids]
         self._configured = tuple(configured.get(i) for i in self.ids)
         self._history_ns = history_ns
         #: (end ns, weight s, busy cores, watts per domain (None: no value)) of the periods in the fit.

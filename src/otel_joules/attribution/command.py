@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter
 
 
-class _HostClocks(CpuClocks):
+class HostOnlyClocks(CpuClocks):
     """The host's CPU times only: the waiting parent's own CPU time counts as none (it is not the work)."""
 
     def __init__(self, procfs_root: str) -> None:
@@ -27,13 +27,15 @@ class _HostClocks(CpuClocks):
         self.native = False
 
     def process_cpu_s(self) -> float:
+        """Always 0.0: the parent only waits; the command's CPU seconds are counted from its children."""
         return 0.0
 
 
-class _NoGpuShares:
+class NoGpuShares:
     """No GPU fractions for the parent: the command's are :class:`~.gpu.CommandGpuShares`' (NVML is read once)."""
 
     def fractions(self) -> list[float]:
+        """No GPU fractions: an empty list."""
         return []
 
 
@@ -49,7 +51,7 @@ class CommandBaselines:
         self.policy = meter.settings.attribution_policy
         try:
             self._attributor: Attributor | None = Attributor(
-                meter, clocks=_HostClocks(meter.settings.procfs_root), gpu_shares=_NoGpuShares()  # type: ignore[arg-type]
+                meter, clocks=HostOnlyClocks(meter.settings.procfs_root), gpu_shares=NoGpuShares()  # type: ignore[arg-type]
             )
         except (ProcfsReadError, OSError):
             self._attributor = None  # the share is missing anyway (run says why)

@@ -128,7 +128,7 @@ def read_inputs(paths: Iterable[str | os.PathLike[str]], store: SpanStore | None
     seen: set[tuple[int, int]] = set()
     # Files are looked at in order; what each yields (skip reasons, spans) is taken in the same order once DuckDB
     # has loaded the files it takes, all of a format in one query.
-    plan: list[Skipped | _SpanFile] = []
+    plan: list[Skipped | SpanFile] = []
     for file in files:
         try:
             info = os.stat(file)
@@ -155,7 +155,7 @@ def read_inputs(paths: Iterable[str | os.PathLike[str]], store: SpanStore | None
             continue
         plan.append(_plan_file(file, store))
     if store is not None:
-        _load_planned(store, [item for item in plan if isinstance(item, _SpanFile)])
+        _load_planned(store, [item for item in plan if isinstance(item, SpanFile)])
     for item in plan:
         if isinstance(item, Skipped):
             inputs.skipped.append(item)
@@ -167,7 +167,7 @@ def read_inputs(paths: Iterable[str | os.PathLike[str]], store: SpanStore | None
 
 
 @dataclass
-class _SpanFile:
+class SpanFile:
     """A file to read spans from: its format if DuckDB may read it, and what loading it gave."""
 
     path: str
@@ -182,7 +182,7 @@ def _in_progress(name: str) -> bool:
     return name.startswith(".") and name.endswith(IN_PROGRESS_SUFFIXES)
 
 
-def _plan_file(file: Path, store: SpanStore | None) -> Skipped | _SpanFile:
+def _plan_file(file: Path, store: SpanStore | None) -> Skipped | SpanFile:
     """How ``file`` will be read: a reason to skip it, or a span file (with a format DuckDB may read it as)."""
     path = str(file)
     try:
@@ -192,7 +192,7 @@ def _plan_file(file: Path, store: SpanStore | None) -> Skipped | _SpanFile:
     with handle:
         if size > MAX_FILE_BYTES:
             return Skipped(path, f"is {size} bytes, over the {MAX_FILE_BYTES}-byte limit of a span export")
-        planned = _SpanFile(path, store.register(path) if store is not None else -1)
+        planned = SpanFile(path, store.register(path) if store is not None else -1)
         if handle.read(len(PARQUET_MAGIC)) == PARQUET_MAGIC:
             planned.format = FORMAT_PARQUET
         elif store is not None:
@@ -201,9 +201,9 @@ def _plan_file(file: Path, store: SpanStore | None) -> Skipped | _SpanFile:
         return planned
 
 
-def _load_planned(store: SpanStore, planned: list[_SpanFile]) -> None:
+def _load_planned(store: SpanStore, planned: list[SpanFile]) -> None:
     """Load every file DuckDB may read, one query per format (and CSV header)."""
-    groups: dict[tuple[str, tuple[str, ...]], list[_SpanFile]] = {}
+    groups: dict[tuple[str, tuple[str, ...]], list[SpanFile]] = {}
     for item in planned:
         if item.format is not None:
             groups.setdefault((item.format, item.header), []).append(item)
@@ -213,7 +213,7 @@ def _load_planned(store: SpanStore, planned: list[_SpanFile]) -> None:
             item.loaded = counts.get(item.index)
 
 
-def _take(item: _SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
+def _take(item: SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
     """What a span file gave: its spans counted (loaded by DuckDB), or read now by the Python reader."""
     if item.format == FORMAT_PARQUET:
         _take_parquet(item, inputs, store)
@@ -236,7 +236,7 @@ def _take(item: _SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
         inputs.spans.clear()
 
 
-def _take_parquet(item: _SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
+def _take_parquet(item: SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
     path = item.path
     if store is None:
         inputs.skipped.append(Skipped(path, "is a Parquet file: read by the DuckDB engine only"))

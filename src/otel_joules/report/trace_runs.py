@@ -42,7 +42,7 @@ from otel_joules.semconv import (
 
 
 @dataclass(frozen=True)
-class _Basis:
+class EnergyBasis:
     """Which attribute a trace's energy is summed from, and over which spans."""
 
     name: str
@@ -51,17 +51,17 @@ class _Basis:
     spans: list[SpanRow]
 
 
-def _basis(trace: TraceSpans) -> _Basis | None:
+def _basis(trace: TraceSpans) -> EnergyBasis | None:
     """Attributed shares when the export has them (topmost ``energy.attributed.joules``, else
     every span's ``energy.attributed.self.joules``); interval energy for older exports."""
     if trace.attributed:
-        return _Basis(BASIS_ATTRIBUTED, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_CO2EQ_GRAMS, list(trace.attributed))
+        return EnergyBasis(BASIS_ATTRIBUTED, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_CO2EQ_GRAMS, list(trace.attributed))
     if trace.attributed_self:
-        return _Basis(
+        return EnergyBasis(
             BASIS_ATTRIBUTED, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS, list(trace.attributed_self)
         )
     if trace.interval:
-        return _Basis(BASIS_INTERVAL, ENERGY_JOULES, ENERGY_CO2EQ_GRAMS, list(trace.interval))
+        return EnergyBasis(BASIS_INTERVAL, ENERGY_JOULES, ENERGY_CO2EQ_GRAMS, list(trace.interval))
     return None
 
 
