@@ -87,7 +87,10 @@ def test_report_on_the_exports_of_a_real_otel_joules_run(tmp_path: Path, capsys:
     whose counters the command advances by 3 J (package) + 0.5 J (DRAM)."""
     pc = make_powercap(tmp_path / "sys", "one_socket")
     csv_path, jsonl_path = tmp_path / "run.csv", tmp_path / "run.jsonl"
-    advance = [sys.executable, "-c", ADVANCE,
+    # The command also keeps a core busy for 0.3 s: a share needs busy ticks in /proc/stat (a 10 ms
+    # command may see none, and then its energy is nobody's, which is right but not what is tested here).
+    busy_then_advance = "import time\nend = time.monotonic() + 0.3\nwhile time.monotonic() < end: pass\n" + ADVANCE
+    advance = [sys.executable, "-c", busy_then_advance,
                str(pc.zones["package_0"].path / "energy_uj"), "3000000",
                str(pc.zones["dram_0"].path / "energy_uj"), "500000"]
     result = subprocess.run(
