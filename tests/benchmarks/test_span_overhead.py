@@ -75,7 +75,7 @@ def test_a_short_run_reports_every_mode_beside_its_floor(capsys: pytest.CaptureF
         assert timing["ratio"] == pytest.approx(timing["instrumented_us"] / timing["bare_us"])
     # The floors set as many attributes as the exact mode does: 4 RAPL domains and a GPU, with shares
     # (inclusive, self, per kind, dynamic and dynamic self, the baseline's origin).
-    assert result["pieces"]["attributes_count"] == 18
+    assert result["pieces"]["attributes_count"] == 19  # energy.domain_kinds included
     assert result["domains"] == "4 RAPL + 1 GPU"
 
 
@@ -85,7 +85,7 @@ def test_a_short_run_through_a_real_agent_reads_the_agent_and_names_it(capsys: p
     result = json.loads(capsys.readouterr().out)
     assert result["source"] == "agent"
     # One attribute more than direct reads (4 RAPL domains and the shares): energy.agent.domains.
-    assert result["pieces"]["attributes_count"] == 17
+    assert result["pieces"]["attributes_count"] == 18  # energy.domain_kinds included
 
 
 def test_the_coarsened_counter_reports_the_value_of_its_last_push() -> None:
