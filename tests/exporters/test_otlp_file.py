@@ -19,7 +19,7 @@ from otel_joules.exporters import ExporterPathError, MissingExtraError, OtlpFile
 
 from tests.fakes.powercap import make_powercap
 from tests.helpers.known_spans import CHILD_ATTRIBUTES, CHILD_NAME, CHILD_SPAN_ID, ROOT_ATTRIBUTES, ROOT_SPAN_ID, TRACE_ID, emit_train_and_epoch, make_provider
-from tests.helpers.processes import ADVANCE, clean_env, otel_joules_command
+from tests.helpers.processes import BUSY_THEN_ADVANCE, clean_env, otel_joules_command
 
 _ID_FIELDS = ("traceId", "spanId", "parentSpanId")
 
@@ -145,7 +145,7 @@ def test_run_writes_otlp_json_that_parses_and_report_reads(tmp_path):
     pc = make_powercap(tmp_path / "sys", "one_socket")
     path = tmp_path / "run.otlp.jsonl"
     env = clean_env(tmp_path, {"OTEL_JOULES_SYSFS_ROOT": pc.sysfs_root})
-    child = [sys.executable, "-c", ADVANCE, str(pc.zones["package_0"].path / "energy_uj"), "3000000",
+    child = [sys.executable, "-c", BUSY_THEN_ADVANCE, str(pc.zones["package_0"].path / "energy_uj"), "3000000",
              str(pc.zones["dram_0"].path / "energy_uj"), "500000"]
     result = subprocess.run(otel_joules_command("run", "--exporter", f"otlp-file:{path}", "--span-name", "bench",
                                                 "--carbon-intensity", "400", "--service-name", "svc", "--", *child),

@@ -96,6 +96,10 @@ for path, uj in zip(args[::2], args[1::2]):
         f.write(f"{value + int(uj)}\\n")
 """
 
+#: ADVANCE after keeping a core busy for 0.3 s: a command whose share is tested must show /proc/stat the two
+#: busy ticks a share needs (attribution's MIN_BUSY_S); a 10 ms one sometimes shows one and is rightly nobody's.
+BUSY_THEN_ADVANCE = "import time\nend = time.monotonic() + 0.3\nwhile time.monotonic() < end: pass\n" + ADVANCE
+
 
 def stop_by_pid(process: subprocess.Popen[Any], timeout_s: float = 10.0, kill_timeout_s: float | None = None) -> None:
     """Stop a test's process by its pid: SIGTERM, SIGKILL after ``timeout_s``, then wait (``kill_timeout_s``,

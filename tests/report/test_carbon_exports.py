@@ -20,7 +20,7 @@ from otel_joules.exporters import CsvSpanExporter, JsonLinesSpanExporter
 
 from tests.fakes.powercap import make_powercap
 from tests.helpers.known_spans import RUN_NAME, TRACE_ID, emit_run, make_provider
-from tests.helpers.processes import ADVANCE, clean_env, otel_joules_command
+from tests.helpers.processes import BUSY_THEN_ADVANCE, clean_env, otel_joules_command
 
 JOULES = 3.5
 PUE = 1.2
@@ -87,10 +87,7 @@ def test_report_on_the_exports_of_a_real_otel_joules_run(tmp_path: Path, capsys:
     whose counters the command advances by 3 J (package) + 0.5 J (DRAM)."""
     pc = make_powercap(tmp_path / "sys", "one_socket")
     csv_path, jsonl_path = tmp_path / "run.csv", tmp_path / "run.jsonl"
-    # The command also keeps a core busy for 0.3 s: a share needs busy ticks in /proc/stat (a 10 ms
-    # command may see none, and then its energy is nobody's, which is right but not what is tested here).
-    busy_then_advance = "import time\nend = time.monotonic() + 0.3\nwhile time.monotonic() < end: pass\n" + ADVANCE
-    advance = [sys.executable, "-c", busy_then_advance,
+    advance = [sys.executable, "-c", BUSY_THEN_ADVANCE,
                str(pc.zones["package_0"].path / "energy_uj"), "3000000",
                str(pc.zones["dram_0"].path / "energy_uj"), "500000"]
     result = subprocess.run(
