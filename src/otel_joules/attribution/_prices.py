@@ -41,6 +41,8 @@ class _Period(NamedTuple):
     busy_s: float
     capacity_s: float
     prices: _Prices
+    #: Each GPU's joules in the period (the meter's GPU positions' order; None: no value at either end).
+    gpu_j: tuple[float | None, ...] = ()
 
 
 class _Rates(NamedTuple):

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Sequence
 from otel_joules.attribution.procfs import process_tree
 from otel_joules.attribution.sampling import HISTORY_PERIOD_S
 from otel_joules.attribution.shares import ATTRIBUTION_KIND
+from otel_joules.meter.energy import energy_between
 from otel_joules.semconv import KIND_GPU
 
 if TYPE_CHECKING:
@@ -243,9 +244,9 @@ class CommandGpuShares:
         with self._lock:
             self._account(end, [last if last is not None else (0.0, _UNSEEN) for last in self._last])
             charges = []
+            spent = energy_between(self._meter.plan, self._start, end).joules
             for k, i in enumerate(self._indices):
-                a, b = self._start.joules[i], end.joules[i]
-                measured = max(b - a, 0.0) if a is not None and b is not None else 0.0
+                measured = max(spent[i] or 0.0, 0.0)
                 charged = min(max(self._charged_j[k], 0.0), measured)
                 dynamic = min(max(self._dynamic_j[k], 0.0), charged)
                 charges.append(
@@ -272,16 +273,16 @@ class CommandGpuShares:
     def _account(self, snapshot: "EnergySnapshot", observed: Sequence[tuple[float, str]]) -> None:
         """Charge the period from the previous snapshot to ``snapshot`` by ``observed`` (lock held)."""
         watts = self._static_watts() if self._static_watts is not None else None
-        dt_s = max(0, snapshot.monotonic_ns - self._previous.monotonic_ns) / 1e9
+        period = energy_between(self._meter.plan, self._previous, snapshot)
         for k, (i, (fraction, why)) in enumerate(zip(self._indices, observed)):
-            a, b = self._previous.joules[i], snapshot.joules[i]
-            if a is None or b is None:
+            spent = period.joules[i]
+            if spent is None:
                 continue
-            self._charged_j[k] += (b - a) * fraction
+            self._charged_j[k] += spent * fraction
             static_w = None if watts is None else watts[i]
             if static_w is not None:
-                self._dynamic_j[k] += max(0.0, b - a - min(static_w * dt_s, max(b - a, 0.0))) * fraction
-            self._joules_by_why[k][why] = self._joules_by_why[k].get(why, 0.0) + max(b - a, 0.0)
+                self._dynamic_j[k] += max(0.0, spent - min(static_w * period.duration_s, max(spent, 0.0))) * fraction
+            self._joules_by_why[k][why] = self._joules_by_why[k].get(why, 0.0) + max(spent, 0.0)
         self._previous = snapshot
 
 

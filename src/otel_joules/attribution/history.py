@@ -385,7 +385,8 @@ class PriceHistory:
         sums = self._kind_sums(joules, dt_s)
         busy, capacity = _busy_and_capacity(d_busy, d_idle, max(0.0, process_cpu_s - previous.process_cpu_s))
         prices = policy_prices(self.policy, *sums, busy, capacity) if priced else _NO_PRICES
-        period = _Period(sums[0], sums[1], sums[2], sums[3], busy, capacity, prices)
+        gpu_j = tuple(joules[self._baseline_index[i]] for i in self.kind_indices[KIND_GPU])
+        period = _Period(sums[0], sums[1], sums[2], sums[3], busy, capacity, prices, gpu_j)
         # What the model gives to nobody: idle capacity's static energy, idle and unpriced periods' energy.
         self._unattributed_j[0] += max(0.0, sums[0] - prices.cpu * busy)
         self._unattributed_j[1] += max(0.0, sums[2] - prices.memory * busy)
@@ -477,14 +478,13 @@ class PriceHistory:
             own_cpu = own_memory = self._late_ticks_s = 0.0  # unknown CPU times: the period's energy is nobody's
         forward = self._forward_rates(snapshot, period, priced)
         gpu_joules = gpu_dynamic = 0.0
-        for i, fraction in zip(self.kind_indices[KIND_GPU], fractions):
-            a, b = previous.snapshot.joules[i], snapshot.joules[i]
-            if a is not None and b is not None:
+        for i, spent, fraction in zip(self.kind_indices[KIND_GPU], period.gpu_j, fractions):
+            if spent is not None:
                 # A GPU's processes hold all of it while they run on it: its static energy goes with their
                 # fraction under capacity and busy alike; under none, only the dynamic part does.
-                static = self.baselines.static_joules(self._baseline_index[i], b - a, dt_s)
-                gpu_joules += (b - a - (static if self.policy not in (POLICY_CAPACITY, POLICY_BUSY) else 0.0)) * fraction
-                gpu_dynamic += (b - a - static) * fraction
+                static = self.baselines.static_joules(self._baseline_index[i], spent, dt_s)
+                gpu_joules += (spent - (static if self.policy not in (POLICY_CAPACITY, POLICY_BUSY) else 0.0)) * fraction
+                gpu_dynamic += (spent - static) * fraction
         gpu_watts = gpu_joules / dt_s if dt_s > 0 else 0.0
         gpu_dynamic_watts = gpu_dynamic / dt_s if dt_s > 0 else 0.0
         # The GPU joules credited up to this sample at the old watts: the new watts count from here on.
