@@ -76,7 +76,7 @@ from otel_joules.delivery.setup import (
     telemetry_from_env,
 )
 from otel_joules.errors import ConfigurationError
-from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
+from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.notice import announce_estimates
 from otel_joules.metrics.instruments import EnergyMetrics
 from otel_joules.semconv import (
@@ -234,14 +234,7 @@ def _run_measured(
     if telemetry is not None and telemetry.meter_provider is not None:
         # No process.* here: this process only waits; the command's share is on its span.
         energy_metrics = EnergyMetrics(meter, telemetry.meter_provider, attribution=False)
-    span = provider.get_tracer(INSTRUMENTATION_SCOPE).start_span(
-        args.span_name or name,
-        context=context_from_environment(),
-        attributes={
-            PROCESS_COMMAND_LINE: command_line(command, full=Settings.from_env().full_command_line),
-            PROCESS_EXECUTABLE_NAME: name,
-        },
-    )
+    span = _command_span(provider, args, command, name)
     show_status = args.status if args.status is not None else (not args.quiet and sys.stderr.isatty())
     # Our own snapshots: with OTEL_SDK_DISABLED the span does not record, and the summary still
     # reports the energy.
@@ -258,14 +251,8 @@ def _run_measured(
     duration_s = time.monotonic() - started
     last = meter.snapshot()
     attribution, gpu_charges, host_problem = usage.finish(first, last)
-    if attribution is not None and span.is_recording() and meter.domains:
-        span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))
-    measurement = meter.measure(first, last)
+    measurement = _end_command_span(span, meter, accounting, first, last, attribution)
     grams = accounting.co2eq_grams(measurement.total_joules)
-    carbon = None
-    if measurement.joules_by_domain or measurement.missing_domains:
-        carbon = accounting.span_attributes(measurement.total_joules, getattr(span, "attributes", None))
-    end_span_with_measurement(span, measurement, attributes=carbon)
     if energy_metrics is not None:
         energy_metrics.refresh()  # the final collection must not reuse an older read
     return RunResult(
@@ -283,6 +270,37 @@ def _run_measured(
         gpu_charges,
         None if attribution is not None else host_problem,
     )
+
+
+def _command_span(provider: TracerProvider, args: argparse.Namespace, command: Sequence[str], name: str) -> Span:
+    """The command's span, started in the caller's trace (``TRACEPARENT``) with its command line."""
+    return provider.get_tracer(INSTRUMENTATION_SCOPE).start_span(
+        args.span_name or name,
+        context=context_from_environment(),
+        attributes={
+            PROCESS_COMMAND_LINE: command_line(command, full=Settings.from_env().full_command_line),
+            PROCESS_EXECUTABLE_NAME: name,
+        },
+    )
+
+
+def _end_command_span(
+    span: Span,
+    meter: EnergyMeter,
+    accounting: CarbonAccounting,
+    first: EnergySnapshot,
+    last: EnergySnapshot,
+    attribution: SpanAttribution | None,
+) -> EnergyMeasurement:
+    """End the span with the energy between our two snapshots, the command's share and its carbon."""
+    if attribution is not None and span.is_recording() and meter.domains:
+        span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))
+    measurement = meter.measure(first, last)
+    carbon = None
+    if measurement.joules_by_domain or measurement.missing_domains:
+        carbon = accounting.span_attributes(measurement.total_joules, getattr(span, "attributes", None))
+    end_span_with_measurement(span, measurement, attributes=carbon)
+    return measurement
 
 
 def _set_outcome(span: Span, child: ChildOutcome) -> None:
