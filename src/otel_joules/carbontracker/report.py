@@ -313,9 +313,15 @@ def generate_report_from_log(log_file_path: str | os.PathLike[str], output_path:
 
 
 def _draw(figure: Any, report: RunReport) -> None:
-    from matplotlib.patches import FancyBboxPatch
-    from matplotlib.ticker import MaxNLocator
+    """carbontracker's report page, top to bottom: header, key figures, power table, power over time, per-epoch bars."""
+    _draw_header(figure, report)
+    _draw_summary(figure, report)
+    _draw_power_table(figure, report)
+    _draw_power_over_time(figure, report)
+    _draw_epoch_bars(figure, report)
 
+
+def _draw_header(figure: Any, report: RunReport) -> None:
     writer = report.software or "carbontracker"
     version = f" v{report.version}" if report.version else ""
     figure.text(0.5, 0.955, "Carbon Emissions Report", ha="center", va="center", fontsize=24, color=_PRIMARY, weight="bold")
@@ -324,6 +330,10 @@ def _draw(figure: Any, report: RunReport) -> None:
         ha="center", va="center", fontsize=10, color=_MUTED,
     )
     figure.text(0.08, 0.885, "Summary", fontsize=16, color=_PRIMARY, weight="bold", va="center")
+
+
+def _draw_summary(figure: Any, report: RunReport) -> None:
+    from matplotlib.patches import FancyBboxPatch
 
     # Three key figures in boxes, as carbontracker's KPI table.
     kpis = figure.add_axes((0.08, 0.765, 0.84, 0.1))
@@ -358,6 +368,8 @@ def _draw(figure: Any, report: RunReport) -> None:
     location.text(0.015, 0.5, f"Location: {report.location}", va="center", fontsize=11, color=_PRIMARY,
                   transform=location.transAxes)
 
+
+def _draw_power_table(figure: Any, report: RunReport) -> None:
     table_axes = figure.add_axes((0.08, 0.555, 0.84, 0.13))
     table_axes.set_axis_off()
     rows = [["System Power", ""]]
@@ -381,6 +393,8 @@ def _draw(figure: Any, report: RunReport) -> None:
         elif column == 0:
             cell.get_text().set_color(_PRIMARY)
 
+
+def _draw_power_over_time(figure: Any, report: RunReport) -> None:
     figure.text(0.08, 0.52, "Resource Consumption Analysis", fontsize=16, color=_PRIMARY, weight="bold", va="center")
     minutes = []
     elapsed = 0.0
@@ -400,6 +414,10 @@ def _draw(figure: Any, report: RunReport) -> None:
     power.legend(loc="upper right", fontsize=8)
     power.grid(True, alpha=0.5, color=_GRID)
     power.tick_params(labelsize=8)
+
+
+def _draw_epoch_bars(figure: Any, report: RunReport) -> None:
+    from matplotlib.ticker import MaxNLocator
 
     numbers = [e.epoch for e in report.epochs]
     energy = figure.add_axes((0.1, 0.05, 0.36, 0.165))
