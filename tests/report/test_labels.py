@@ -18,6 +18,7 @@ from otel_joules.carbontracker import parser as our_parser
 from otel_joules.carbontracker.tracker import CarbonTracker
 from otel_joules.cli.main import main
 from otel_joules.report import build_report, format_report
+from otel_joules.sensors import rapl
 
 from tests.fakes.powercap import FakePowercap
 
@@ -114,8 +115,11 @@ def test_estimated_carbontracker_run_is_labelled_estimate_everywhere(tmp_path: P
 
 
 def test_measured_run_says_measured_and_short_epochs_say_below_resolution(
-    powercap: FakePowercap, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    powercap: FakePowercap, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # Counters that update once a minute, so every epoch here is below their resolution however loaded the box
+    # (at RAPL's 1 ms an epoch of a busy box's few milliseconds is not).
+    monkeypatch.setattr(rapl, "RAPL_UPDATE_PERIOD_S", 60.0)
     tracker = CarbonTracker(
         epochs=2,
         meter=EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False),
@@ -126,7 +130,7 @@ def test_measured_run_says_measured_and_short_epochs_say_below_resolution(
         tracker.epoch_start()
         powercap.zones["package_0"].advance_joules(60.0)
         powercap.zones["dram_0"].advance_joules(15.0)
-        tracker.epoch_end()  # microseconds later: below RAPL's ~1 ms update period
+        tracker.epoch_end()
     assert all(r.below_resolution for r in tracker.epoch_results)
     console = capsys.readouterr().out
     assert "BELOW RESOLUTION: epoch 1 lasted" in console and "quantised" in console
