@@ -77,14 +77,21 @@ static PyObject *read_again(PyObject *state, PyObject *now_ns)
     return NULL;
 }
 
-static int truthy_attr(PyObject *obj, PyObject *name)
+/* total_uj / 1e6 as Python computes it: exact below 2**53 in C, else Python's own division. */
+static PyObject *joules_of(PyObject *total)
 {
-    PyObject *value = PyObject_GetAttr(obj, name);
-    if (value == NULL)
-        return -1;
-    int result = PyObject_IsTrue(value);
-    Py_DECREF(value);
-    return result;
+    if (PyLong_CheckExact(total)) {
+        int overflow = 0;
+        long long uj = PyLong_AsLongLongAndOverflow(total, &overflow);
+        if (!overflow && uj >= -EXACT_DOUBLE_INT && uj <= EXACT_DOUBLE_INT)
+            return PyFloat_FromDouble((double)uj / 1e6);
+    }
+    PyObject *million = PyFloat_FromDouble(1e6);
+    if (million == NULL)
+        return NULL;
+    PyObject *joules = PyNumber_TrueDivide(total, million);
+    Py_DECREF(million);
+    return joules;
 }
 
 /* Append state.total_uj / 1e6 (a float, as the Python loop computes it). */
@@ -93,30 +100,39 @@ static int append_total(PyObject *values, PyObject *state)
     PyObject *total = PyObject_GetAttr(state, s_total_uj);
     if (total == NULL)
         return -1;
-    PyObject *joules;
-    if (PyLong_CheckExact(total)) {
-        int overflow = 0;
-        long long uj = PyLong_AsLongLongAndOverflow(total, &overflow);
-        if (!overflow && uj >= -EXACT_DOUBLE_INT && uj <= EXACT_DOUBLE_INT)
-            joules = PyFloat_FromDouble((double)uj / 1e6);
-        else
-            joules = NULL;
-        if (joules == NULL && !PyErr_Occurred()) {
-            PyObject *million = PyFloat_FromDouble(1e6);
-            joules = million == NULL ? NULL : PyNumber_TrueDivide(total, million);
-            Py_XDECREF(million);
-        }
-    } else {
-        PyObject *million = PyFloat_FromDouble(1e6);
-        joules = million == NULL ? NULL : PyNumber_TrueDivide(total, million);
-        Py_XDECREF(million);
-    }
+    PyObject *joules = joules_of(total);
     Py_DECREF(total);
     if (joules == NULL)
         return -1;
     int result = PyList_Append(values, joules);
     Py_DECREF(joules);
     return result;
+}
+
+/* state.total_uj += the move: ``delta_obj`` (Python's arithmetic), or the C ``delta`` when it is NULL. */
+static int add_to_total(PyObject *state, PyObject *delta_obj, long long delta)
+{
+    PyObject *total = PyObject_GetAttr(state, s_total_uj);
+    if (total == NULL)
+        return -1;
+    PyObject *sum;
+    int overflow = 1; /* 1: not added in C */
+    long long t = 0, added = 0;
+    if (delta_obj == NULL && PyLong_CheckExact(total))
+        t = PyLong_AsLongLongAndOverflow(total, &overflow);
+    if (!overflow && !__builtin_add_overflow(t, delta, &added)) {
+        sum = PyLong_FromLongLong(added);
+    } else {
+        PyObject *d = delta_obj != NULL ? Py_NewRef(delta_obj) : PyLong_FromLongLong(delta);
+        sum = d == NULL ? NULL : PyNumber_Add(total, d);
+        Py_XDECREF(d);
+    }
+    Py_DECREF(total);
+    if (sum == NULL)
+        return -1;
+    int rc = PyObject_SetAttr(state, s_total_uj, sum);
+    Py_DECREF(sum);
+    return rc;
 }
 
 /* The forward-move step for one reading: add a move within the slack, else state._advance. */
@@ -150,44 +166,17 @@ static int advance(PyObject *state, PyObject *raw, PyObject *now_ns)
         Py_XDECREF(zero);
         int le = ge == 1 ? PyObject_RichCompareBool(d, jump_free, Py_LE) : ge;
         if (le == 1) {
-            PyObject *total = PyObject_GetAttr(state, s_total_uj);
-            PyObject *sum = total == NULL ? NULL : PyNumber_Add(total, d);
-            Py_XDECREF(total);
+            int rc = add_to_total(state, d, 0);
             Py_DECREF(d);
-            if (sum == NULL)
-                goto fail;
-            int rc = PyObject_SetAttr(state, s_total_uj, sum);
-            Py_DECREF(sum);
             if (rc < 0)
                 goto fail;
-            within = 1;
             goto set_last;
         }
         Py_DECREF(d);
         if (le < 0)
             goto fail;
-        within = 0;
     } else if (within == 1) {
-        PyObject *total = PyObject_GetAttr(state, s_total_uj);
-        if (total == NULL)
-            goto fail;
-        PyObject *sum = NULL;
-        int o = 0;
-        long long t = PyLong_CheckExact(total) ? PyLong_AsLongLongAndOverflow(total, &o) : (o = 1, 0);
-        long long s;
-        if (!o && !__builtin_add_overflow(t, delta, &s))
-            sum = PyLong_FromLongLong(s);
-        else if (!PyErr_Occurred()) {
-            PyObject *d = PyLong_FromLongLong(delta);
-            sum = d == NULL ? NULL : PyNumber_Add(total, d);
-            Py_XDECREF(d);
-        }
-        Py_DECREF(total);
-        if (sum == NULL)
-            goto fail;
-        int rc = PyObject_SetAttr(state, s_total_uj, sum);
-        Py_DECREF(sum);
-        if (rc < 0)
+        if (add_to_total(state, NULL, delta) < 0)
             goto fail;
         goto set_last;
     }
@@ -218,7 +207,9 @@ static int read_one(PyObject *values, PyObject *state, PyObject *now_ns, int *fa
     PyObject *reader = PyObject_GetAttr(state, s_reader);
     if (reader == NULL)
         return -1;
-    int failures = truthy_attr(state, s_failures);
+    PyObject *failures_obj = PyObject_GetAttr(state, s_failures);
+    int failures = failures_obj == NULL ? -1 : PyObject_IsTrue(failures_obj);
+    Py_XDECREF(failures_obj);
     if (failures < 0) {
         Py_DECREF(reader);
         return -1;
