@@ -351,7 +351,7 @@ def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
 
 
 #: The pieces of an exact span's cost that measure_itemized times inside real spans.
-ITEMS = ("snapshots", "share_ledger", "attribute_dict", "setting_attributes", "hooks")
+ITEMS = ("snapshots", "share_ledger", "attribute_dict", "setting_attributes", "hooks", "sdk_end_extra")
 
 
 def _timed(totals: dict[str, int], key: str, function: Callable[..., Any]) -> Callable[..., Any]:
@@ -387,7 +387,8 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
 
     The processor's hooks (``on_start``, the wrapped ``end``, ``on_end``) are timed whole, and inside them the
     two snapshots, the share ledger's ``open_span`` and ``close_span``, building the attribute dict and
-    setting it; the SDK's own ``end`` (which a bare span pays too) is timed apart and left out. ``hooks`` is
+    setting it; the SDK's own ``end`` is timed apart, and what it costs more than a bare span's (timed the same
+    way in bare batches) is ``sdk_end_extra``: handing the exporters a span with the energy attributes. ``hooks`` is
     the hooks' time less the pieces inside them: the clocks beside the snapshots, the parent lookup, the
     wrapper object and its weak references, the dispatch in ``end``. Each timed call inside a hook costs the
     hook one timing wrapper more, measured alone and subtracted.
@@ -405,6 +406,15 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
     keys = ("on_start", "end", "on_end", "snapshots", "share_ledger", "attribute_dict", "setting_attributes", "sdk_end")
     sdk_end = Span.end
     measuring_end_call = processor_module.MeasuringEnd.__call__
+
+    def timed_bare_batch(n: int) -> float:
+        totals = {"sdk_end": 0}
+        try:
+            Span.end = _timed(totals, "sdk_end", sdk_end)  # type: ignore[method-assign]
+            _batch_seconds(tracer, n)
+        finally:
+            Span.end = sdk_end  # type: ignore[method-assign]
+        return totals["sdk_end"] / n / 1e3
 
     def timed_batch(n: int) -> dict[str, float]:
         totals = dict.fromkeys(keys, 0)
@@ -436,13 +446,18 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
     per_batch = max(1, spans // batches)
     items: dict[str, list[float]] = {item: [] for item in ITEMS}
     untimed: dict[bool, list[float]] = {False: [], True: []}
+    sdk_end_us: dict[str, list[float]] = {"instrumented": [], "bare": []}
+    runs = ("timed", True, False, "timed_bare")
     for i in range(batches):
-        for run in ("timed", True, False)[i % 3:] + ("timed", True, False)[: i % 3]:
-            processor.enabled = run is not False
-            if run == "timed":
+        for run in runs[i % len(runs):] + runs[: i % len(runs)]:
+            processor.enabled = run is True or run == "timed"
+            if run == "timed_bare":
+                sdk_end_us["bare"].append(timed_bare_batch(per_batch))
+            elif run == "timed":
                 per_span = timed_batch(per_batch)
                 for key in inside:
                     items[key].append(per_span[key])
+                sdk_end_us["instrumented"].append(per_span["sdk_end"])
                 items["hooks"].append(
                     per_span["on_start"] + per_span["end"] + per_span["on_end"] - per_span["sdk_end"]
                     - sum(per_span[key] for key in inside) - nested_calls * wrapper_us
@@ -450,7 +465,9 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
             else:
                 untimed[run].append(_batch_seconds(tracer, per_batch) / per_batch * 1e6)
     processor.enabled = True
+    items.pop("sdk_end_extra")
     medians = {item: statistics.median(values) for item, values in items.items()}
+    medians["sdk_end_extra"] = statistics.median(sdk_end_us["instrumented"]) - statistics.median(sdk_end_us["bare"])
     return {
         "items_us": medians,
         "itemized_us": sum(medians.values()),
@@ -753,7 +770,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"exact span, {path} path, each piece inside real spans: 2 snapshots {items['snapshots']:.2f} us, share ledger "
             f"{items['share_ledger']:.2f} us, attribute dict {items['attribute_dict']:.2f} us, setting the attributes "
-            f"{items['setting_attributes']:.2f} us, the hooks themselves {items['hooks']:.2f} us"
+            f"{items['setting_attributes']:.2f} us, the hooks themselves {items['hooks']:.2f} us, the SDK's end of a span "
+            f"with them {items['sdk_end_extra']:.2f} us more than a bare span's"
         )
         print(
             f"  itemized {itemized['itemized_us']:.2f} us against a measured overhead of {overhead_us:.2f} us in untimed "
