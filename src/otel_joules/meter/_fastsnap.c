@@ -316,7 +316,7 @@ static int read_one(PyObject *values, PyObject *state, PyObject *now_ns, int *fa
     return append_total(values, state);
 }
 
-static PyObject *read_counters(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *read_counters(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyTuple_Check(args[0]) || !PyLong_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "read_counters(states: tuple, now_ns: int)");
@@ -342,7 +342,7 @@ static PyObject *read_counters(PyObject *module, PyObject *const *args, Py_ssize
  * method_items[i] = (key, value) or None; kind_positions = ((key, position), ...);
  * sources = (measured, estimate, mixed); keys = (joules, watts, source, domain_kinds,
  * below_resolution, attributed, attributed_self, dynamic, dynamic_self, attribution, baseline). */
-static PyObject *span_attributes(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+static PyObject *span_attributes(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 4 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 7 || !PyTuple_Check(args[1])
         || !PyTuple_Check(args[2])) {
@@ -514,7 +514,7 @@ static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "_fastsnap",
     "The span path's per-span arithmetic in C (the pure-Python code in otel_joules.meter.meter and "
     "otel_joules.tracing.attributes is the reference).",
-    -1, methods,
+    -1, methods, NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__fastsnap(void)
