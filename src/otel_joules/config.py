@@ -26,6 +26,9 @@ Environment variable                     Meaning                                
                                          ``constraint_*_max_power_uw`` file
 ``OTEL_JOULES_MAX_SNAPSHOT_AGE_S``       Reuse a counter snapshot younger than this       ``0``
                                          (seconds; 0 reads the counters every time)
+``OTEL_JOULES_FAST_PATH``                ``false``: the span path runs its pure-Python    ``true``
+                                         reference instead of the compiled
+                                         ``otel_joules.meter._fastsnap`` (same values)
 ``OTEL_JOULES_COUNTRY``                  ISO 3166 code for the offline carbon intensity   world average
 ``OTEL_JOULES_CARBON_PROVIDERS``         Live carbon-intensity providers, in order        none
 ``OTEL_JOULES_ELECTRICITYMAPS_API_KEY``  Electricity Maps API key                         none
@@ -91,6 +94,11 @@ OTEL_JOULES_MAX_POWER_WATTS = "OTEL_JOULES_MAX_POWER_WATTS"
 
 OTEL_JOULES_MAX_SNAPSHOT_AGE_S = "OTEL_JOULES_MAX_SNAPSHOT_AGE_S"
 """Reuse a counter snapshot younger than this many seconds. Default 0 (always read)."""
+
+OTEL_JOULES_FAST_PATH = "OTEL_JOULES_FAST_PATH"
+"""``false``: counter reads and span attributes take the pure-Python reference code rather than the compiled
+``otel_joules.meter._fastsnap`` (built at install where a C compiler is found; the values are the same).
+Default ``true`` (used where the extension is built)."""
 
 OTEL_JOULES_COUNTRY = "OTEL_JOULES_COUNTRY"
 """ISO 3166 code for the offline yearly carbon intensity (and Electricity Maps' zone). Default: world average."""
@@ -181,6 +189,7 @@ ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_MEMORY_WATTS_PER_GB,
     OTEL_JOULES_MAX_POWER_WATTS,
     OTEL_JOULES_MAX_SNAPSHOT_AGE_S,
+    OTEL_JOULES_FAST_PATH,
     OTEL_JOULES_COUNTRY,
     OTEL_JOULES_CARBON_PROVIDERS,
     OTEL_JOULES_ELECTRICITYMAPS_API_KEY,
@@ -407,6 +416,7 @@ class Settings:
         memory_watts_per_gb: Memory power per GB for the estimator.
         max_power_watts: Power bound for RAPL zones without ``constraint_*_max_power_uw``.
         max_snapshot_age_s: Reuse a counter snapshot younger than this.
+        fast_path: Use the compiled span path (``otel_joules.meter._fastsnap``) where it is built.
         country: ISO 3166 code as given (the carbon layer checks it against its table).
         carbon_providers: Known live providers named by ``OTEL_JOULES_CARBON_PROVIDERS``.
         electricitymaps_api_key: Electricity Maps API key, or None.
@@ -427,6 +437,7 @@ class Settings:
     memory_watts_per_gb: float = DEFAULT_MEMORY_WATTS_PER_GB
     max_power_watts: float = DEFAULT_MAX_POWER_WATTS
     max_snapshot_age_s: float = DEFAULT_MAX_SNAPSHOT_AGE_S
+    fast_path: bool = True
     country: str | None = None
     carbon_providers: tuple[str, ...] = ()
     electricitymaps_api_key: str | None = None
@@ -459,6 +470,7 @@ class Settings:
             "max_snapshot_age_s": _number(
                 env, OTEL_JOULES_MAX_SNAPSHOT_AGE_S, "max_snapshot_age_s", DEFAULT_MAX_SNAPSHOT_AGE_S
             ),
+            "fast_path": _flag(env, OTEL_JOULES_FAST_PATH, True),
             "country": _text(env, OTEL_JOULES_COUNTRY),
             "carbon_providers": _providers(env),
             "electricitymaps_api_key": _text(env, OTEL_JOULES_ELECTRICITYMAPS_API_KEY),

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from benchmarks import span_overhead
 from otel_joules.config import Settings
+from otel_joules.meter.fastpath import COMPILED
 from otel_joules.sensors import rapl
 from tests.fakes.powercap import make_powercap
 
@@ -77,6 +78,14 @@ def test_a_short_run_reports_every_mode_beside_its_floor(capsys: pytest.CaptureF
     # (inclusive, self, per kind, dynamic and dynamic self, the baseline's origin).
     assert result["pieces"]["attributes_count"] == 19  # energy.domain_kinds included
     assert result["domains"] == "4 RAPL + 1 GPU"
+    # Both span paths where the extension is built, the compiled one first (the top-level figures are its).
+    assert result["paths"] == (["compiled", "python"] if COMPILED is not None else ["python"])
+    assert result["exact"] == result[result["paths"][0]]["exact"]
+    for path in result["paths"]:
+        itemized = result[path]["exact"]["itemized"]
+        assert set(itemized["items_us"]) == set(span_overhead.ITEMS)
+        assert all(value > 0 for value in itemized["items_us"].values()), itemized
+        assert itemized["itemized_us"] == pytest.approx(sum(itemized["items_us"].values()))
 
 
 def test_a_short_run_through_a_real_agent_reads_the_agent_and_names_it(capsys: pytest.CaptureFixture[str]) -> None:

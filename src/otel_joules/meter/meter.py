@@ -32,6 +32,7 @@ from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
 from otel_joules.meter._channels import _ChannelState
 from otel_joules.meter.energy import EnergyPlan, energy_between
+from otel_joules.meter.fastpath import COMPILED, use_compiled
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import agent, estimator, rapl
 from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
@@ -202,7 +203,7 @@ class EnergyMeter:
             self._states.append(state)
         #: The states read by every snapshot, and the standby estimates read only while a source is away
         #: (their positions None otherwise). Standby states come last, so positions match ``domains``.
-        self._primary_states = self._states if not standby else self._states[:primary_count]
+        self._primary_states = tuple(self._states[:primary_count])
         self._standby_states = tuple(self._states[primary_count:])
         self._standby_none = (None,) * len(self._standby_states)
         #: Domains of the standby estimates (counted only while the agent is away).
@@ -218,6 +219,10 @@ class EnergyMeter:
         #: ``energy.domain_kinds`` of every measurement over all domains, built once.
         self.domain_kinds = domain_kinds(self.domains)
         self._max_snapshot_age_ns = round(self.settings.max_snapshot_age_s * 1e9)
+        #: Whether this meter's counter loop and its spans' attributes take the compiled path
+        #: (:mod:`otel_joules.meter.fastpath`); False: the pure-Python reference.
+        self.fast_path = use_compiled(self.settings)
+        self._read_counters = COMPILED.read_counters if self.fast_path else read_counters  # type: ignore[union-attr]
         self._last_snapshot: EnergySnapshot | None = None
         self._sample = sample
         self._sampler: PeriodicThread | None = None
@@ -250,56 +255,7 @@ class EnergyMeter:
             cached = self._last_snapshot
             if cached is not None and now_ns - cached[0] < self._max_snapshot_age_ns:
                 return cached
-            values: list[float | None] = []
-            append = values.append
-            failing = away = False
-            for state in self._primary_states:
-                # The common case inlined (this runs for every domain, twice per span): a healthy
-                # counter read in this thread that moved forward within its power bound's slack.
-                # Anything else (backing off, failed, read off the span path, a wrap, restart or
-                # larger move) takes read_joules or _advance.
-                reader = state.reader
-                if reader is not None and now_ns < reader.fresh_until_ns and not state.failures:
-                    # A device read under DEVICE_FRESH_S old, already handed over: its value stands.
-                    append(state.total_uj / 1e6)
-                    continue
-                if state.failures or reader is not None:
-                    value = state.read_joules(now_ns)
-                    append(value)
-                    if value is None:
-                        failing = True
-                    continue
-                fd = state.fd
-                try:
-                    if fd is None:
-                        raw = state.read_uj()
-                        if raw is None:
-                            # Its source is away for now (Channel.may_be_away): no value, not a failure.
-                            append(None)
-                            away = True
-                            continue
-                    else:
-                        # Channel.pread_fd: the channel's read_uj without the call. Anything odd is
-                        # read again by read_uj below, which names the problem.
-                        raw = int(_pread(fd, 32, 0))
-                        if raw < 0 or raw > state.wrap_uj:  # type: ignore[operator]
-                            raise ValueError(raw)
-                except Exception:  # noqa: BLE001 - never raise into the user's span
-                    try:
-                        raw = state.read_uj()
-                    except Exception as exc:  # noqa: BLE001 - never raise into the user's span
-                        state._failed_read(exc, now_ns)
-                        append(None)
-                        failing = True
-                        continue
-                delta = raw - state.last_raw_uj  # type: ignore[operator]
-                if 0 <= delta <= state.jump_free_uj:
-                    state.total_uj += delta
-                    state.last_raw_uj = raw
-                    state.last_ns = now_ns
-                else:
-                    state._advance(raw, now_ns)
-                append(state.total_uj / 1e6)
+            values, failing, away = self._read_counters(self._primary_states, now_ns)
             if self._standby_states:
                 if away:
                     for state in self._standby_states:
@@ -458,6 +414,67 @@ class EnergyMeter:
 
     def __repr__(self) -> str:
         return f"EnergyMeter(domains={[d.id for d in self.domains]})"
+
+
+def read_counters(states: tuple[_ChannelState, ...], now_ns: int) -> tuple[list[float | None], bool, bool]:
+    """Read each channel state's counter at ``now_ns``: (joules per state, whether one is failing, whether a
+    source is away). The meter's lock is held.
+
+    The pure-Python reference of :func:`otel_joules.meter._fastsnap.read_counters` (see
+    :mod:`otel_joules.meter.fastpath`), which does this loop's common case in C and calls the same
+    methods as here for every other.
+    """
+    values: list[float | None] = []
+    append = values.append
+    failing = away = False
+    for state in states:
+        # The common case inlined (this runs for every domain, twice per span): a healthy
+        # counter read in this thread that moved forward within its power bound's slack.
+        # Anything else (backing off, failed, read off the span path, a wrap, restart or
+        # larger move) takes read_joules or _advance.
+        reader = state.reader
+        if reader is not None and now_ns < reader.fresh_until_ns and not state.failures:
+            # A device read under DEVICE_FRESH_S old, already handed over: its value stands.
+            append(state.total_uj / 1e6)
+            continue
+        if state.failures or reader is not None:
+            value = state.read_joules(now_ns)
+            append(value)
+            if value is None:
+                failing = True
+            continue
+        fd = state.fd
+        try:
+            if fd is None:
+                raw = state.read_uj()
+                if raw is None:
+                    # Its source is away for now (Channel.may_be_away): no value, not a failure.
+                    append(None)
+                    away = True
+                    continue
+            else:
+                # Channel.pread_fd: the channel's read_uj without the call. Anything odd is
+                # read again by read_uj below, which names the problem.
+                raw = int(_pread(fd, 32, 0))
+                if raw < 0 or raw > state.wrap_uj:  # type: ignore[operator]
+                    raise ValueError(raw)
+        except Exception:  # noqa: BLE001 - never raise into the user's span
+            try:
+                raw = state.read_uj()
+            except Exception as exc:  # noqa: BLE001 - never raise into the user's span
+                state._failed_read(exc, now_ns)
+                append(None)
+                failing = True
+                continue
+        delta = raw - state.last_raw_uj  # type: ignore[operator]
+        if 0 <= delta <= state.jump_free_uj:
+            state.total_uj += delta
+            state.last_raw_uj = raw
+            state.last_ns = now_ns
+        else:
+            state._advance(raw, now_ns)
+        append(state.total_uj / 1e6)
+    return values, failing, away
 
 
 def _discover(

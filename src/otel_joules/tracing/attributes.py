@@ -11,6 +11,7 @@ from typing import Any
 
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.meter.energy import energy_between
+from otel_joules.meter.fastpath import COMPILED
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
     ATTRIBUTED_KIND_KEYS,
@@ -30,6 +31,9 @@ from otel_joules.semconv import (
     ENERGY_SOURCE,
     ENERGY_WATTS,
     KIND_CPU,
+    SOURCE_ESTIMATE,
+    SOURCE_MEASURED,
+    SOURCE_MIXED,
     KIND_GPU,
     KIND_MEMORY,
     domain_joules_key,
@@ -118,6 +122,8 @@ class MeterAttributes:
     and without computing each domain's keys and method per span: the span processor's
     path for every span that needs no :class:`EnergyMeasurement` (no hook, no explicit
     times). ``add_attribution`` equals :func:`attribution_attributes` for the meter's kinds.
+    ``span_attributes`` is the two in one call, compiled where the meter's fast path is on
+    (:mod:`otel_joules.meter.fastpath`).
 
     Args:
         meter: The meter whose snapshots are given; its domains are fixed once it is built.
@@ -126,7 +132,7 @@ class MeterAttributes:
 
     __slots__ = (
         "_plan", "_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions",
-        "domain_kinds",
+        "domain_kinds", "_compiled", "_spec",
     )
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
@@ -151,6 +157,35 @@ class MeterAttributes:
             for position, kind in enumerate((KIND_CPU, KIND_MEMORY, KIND_GPU))
             if kind in kinds
         )
+        #: The compiled span_attributes and what it needs of this plan, unpacked once; None: the reference here.
+        #: The agent's domains (energy.agent.domains) are left to the reference.
+        self._compiled = COMPILED.span_attributes if meter.fast_path and not self._agent_positions else None  # type: ignore[union-attr]
+        self._spec = (
+            self._plan.rows,
+            tuple(key for key, _ in self._rows),
+            tuple(method for _, method in self._rows),
+            self.domain_kinds,
+            self._kind_positions,
+            (SOURCE_MEASURED, SOURCE_ESTIMATE, SOURCE_MIXED),
+            (
+                ENERGY_JOULES, ENERGY_WATTS, ENERGY_SOURCE, ENERGY_DOMAIN_KINDS, ENERGY_BELOW_RESOLUTION,
+                ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_ATTRIBUTED_DYNAMIC_JOULES,
+                ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES, ENERGY_ATTRIBUTION, ENERGY_BASELINE,
+            ),
+        )
+
+    def span_attributes(self, start: EnergySnapshot, end: EnergySnapshot, attribution: SpanAttribution | None) -> dict[str, Any] | None:
+        """``attributes(start, end)`` with ``add_attribution(attribution, ...)`` when a share is given (a dict of the
+        share alone where the snapshots give none); None when neither gives an attribute."""
+        compiled = self._compiled
+        if compiled is not None:
+            attributes = compiled(self._spec, start, end, attribution)
+            if attributes is not NotImplemented:
+                return attributes  # type: ignore[no-any-return]
+        attributes = self.attributes(start, end)
+        if attribution is not None:
+            attributes = self.add_attribution(attribution, {} if attributes is None else attributes)
+        return attributes
 
     def attributes(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
         """The span attributes for the interval between two of the meter's snapshots; None when no domain has a

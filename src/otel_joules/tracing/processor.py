@@ -210,9 +210,7 @@ class EnergySpanProcessor(SpanProcessor):
                 # The common case: no hook wants the measurement and the span's interval is the
                 # snapshots' (no explicit times): one dict straight from the snapshots.
                 plan = self._plan or self._planned(meter, attributor)
-                attributes = plan.attributes(start, end)  # type: ignore[arg-type]
-                if attribution is not None:
-                    attributes = plan.add_attribution(attribution, {} if attributes is None else attributes)
+                attributes = plan.span_attributes(start, end, attribution)  # type: ignore[arg-type]
                 if clock_step_ns:
                     attributes = {} if attributes is None else attributes
                     attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
