@@ -64,6 +64,8 @@ def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "OTEL_TRACES_EXPORTER": "none",
         "OTEL_METRICS_EXPORTER": "none",
     }
+    if "OTEL_JOULES_FAST_PATH" in os.environ:
+        env["OTEL_JOULES_FAST_PATH"] = os.environ["OTEL_JOULES_FAST_PATH"]  # the span path under test, in children too
     env.update(extra)
     return env
 

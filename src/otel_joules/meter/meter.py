@@ -260,7 +260,7 @@ class EnergyMeter:
                 if away:
                     for state in self._standby_states:
                         value = state.read_joules(now_ns)
-                        append(value)
+                        values.append(value)
                         if value is None:
                             failing = True
                 else:
