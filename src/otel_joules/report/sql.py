@@ -598,7 +598,13 @@ FROM figures t JOIN sources s USING (trace_id)
 LEFT JOIN flagged f ON f.trace_id = t.trace_id
     -- Self shares are summed only in a trace without an inclusive share (trace_runs' basis).
     AND (f.top_attributed OR (f.has_self AND NOT t.any_attributed) OR f.top_interval OR f.is_epoch)
-ORDER BY t.trace_id, f.first_ord
+ORDER BY coalesce(t.first_start, 0), t.trace_id, f.first_ord
+"""
+
+# The traces (of those asked) a run is made of: with a span of a basis (trace_runs' basis is not None).
+_WITH_ENERGY = """
+SELECT DISTINCT trace_id FROM flagged
+WHERE trace_id IN (SELECT unnest(?)) AND (top_attributed OR has_self OR top_interval)
 """
 
 
@@ -629,6 +635,7 @@ class SpanStore:
         self._bad: dict[int, int] = {}
         self._unreadable: dict[int, str] = {}
         self._last_error = ""
+        self._aggregated = False
         try:
             self._con = duckdb.connect(
                 ":memory:",
@@ -781,12 +788,28 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         finally:
             os.unlink(staging)
 
-    def traces(self) -> Iterator[TraceSpans]:
-        """Every trace, aggregated in SQL (module docstring); in trace id order."""
+    def _aggregate(self) -> None:
+        """Resolve every trace in SQL, once, after the last file is loaded."""
+        if self._aggregated:
+            return
         # Rows are numbered now; the rest only reads, in any order (less memory than keeping the order).
         self._con.execute("SET preserve_insertion_order = false")
         for statement in (*_AGGREGATE, *_FIGURES):
             self._con.execute(statement)
+        self._aggregated = True
+
+    def traces_with_energy(self, trace_ids: Iterable[str]) -> set[str]:
+        """Which of ``trace_ids`` are traces a run is made of (with a span whose energy is summed)."""
+        ids = sorted(set(trace_ids))
+        if not ids:
+            return set()
+        self._aggregate()
+        return {row[0] for row in self._con.execute(_WITH_ENERGY, [ids]).fetchall()}
+
+    def traces(self) -> Iterator[TraceSpans]:
+        """Every trace, aggregated in SQL (module docstring); in report order: by first start (unknown: 0),
+        then trace id (:func:`otel_joules.report.trace_runs.run_order`), streamed."""
+        self._aggregate()
         result = self._con.execute(_TRACES)
         figures: tuple[Any, ...] | None = None
         spans: list[tuple[Any, ...]] = []

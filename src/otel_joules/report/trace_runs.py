@@ -10,7 +10,7 @@ energy; see :mod:`otel_joules.report` for the rules. Epoch spans become the run'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from otel_joules.report.energy_parts import merge_sources, missing_domains, span_parts, span_source, sum_parts
 from otel_joules.report.model import (
@@ -200,19 +200,29 @@ def _trace_run(trace: TraceSpans, intensities: Intensities) -> RunSummary | None
     )
 
 
-def runs_from_traces(traces: Iterable[TraceSpans], intensities: Intensities, skipped: list[Skipped]) -> list[RunSummary]:
-    """One run per trace with energy, in start order; traces without any are counted in ``skipped``."""
-    runs = []
+def runs_in_order(traces: Iterable[TraceSpans], intensities: Intensities, skipped: list[Skipped]) -> Iterator[RunSummary]:
+    """One run per trace with energy, as the traces come; once they are all read, the traces without any are
+    counted in ``skipped``."""
     without_energy = 0
     for trace in traces:
         run = _trace_run(trace, intensities)
         if run is None:
             without_energy += 1
         else:
-            runs.append(run)
+            yield run
     if without_energy:
         skipped.append(
             Skipped("(traces)", f"{without_energy} trace(s) without any energy.joules attribute left out")
         )
-    runs.sort(key=lambda r: (r.start_unix_nano or 0, r.run_id))
+
+
+def runs_from_traces(traces: Iterable[TraceSpans], intensities: Intensities, skipped: list[Skipped]) -> list[RunSummary]:
+    """One run per trace with energy, in start order; traces without any are counted in ``skipped``."""
+    runs = list(runs_in_order(traces, intensities, skipped))
+    runs.sort(key=run_order)
     return runs
+
+
+def run_order(run: RunSummary) -> tuple[int, str]:
+    """Where a trace's run comes in a report: by start (unknown: 0), then trace id (the SQL engine's ORDER BY)."""
+    return (run.start_unix_nano or 0, run.run_id)
