@@ -26,7 +26,7 @@ def read_otlp_request(item: dict[str, Any], path: str, number: int, inputs: Inpu
     try:
         for span in _otlp_span_objects(item):
             try:
-                inputs.spans.append(_otlp_span(span, path))
+                inputs.add_span(_otlp_span(span, path))
             except ValueError as exc:
                 errors.add(number, f"a span skipped: {exc}")
             except RecursionError:

@@ -35,6 +35,7 @@ a run is made of (the counted ones and the epochs), in the order the spans were 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
@@ -85,6 +86,7 @@ _DEEP_BRACKETS = 900
 # Attribute keys read in SQL by a JSON path: anything else is left to the Python reader.
 _PLAIN_KEY = "[A-Za-z0-9_.\\-]+"
 _INT64_MAX = 2**63 - 1
+_log = logging.getLogger(__name__)
 
 
 def _literal(text: str) -> str:
@@ -636,6 +638,7 @@ class SpanStore:
         self._unreadable: dict[int, str] = {}
         self._last_error = ""
         self._aggregated = False
+        self._batches = 0
         try:
             self._con = duckdb.connect(
                 ":memory:",
@@ -735,7 +738,10 @@ class SpanStore:
         try:
             self._con.execute(f"INSERT INTO spans ({_COLUMNS}) {select}")
         except duckdb.Error as exc:
-            self._last_error = f"is not a readable Parquet span file: {str(exc).splitlines()[0]}"
+            reason = str(exc).splitlines()[0]
+            # Not an error of the report: the files go to the Python reader (or, alone and Parquet, are skipped).
+            _log.debug("DuckDB could not read %d %s file(s) (%s): %s", len(paths), fmt, reason, ", ".join(paths[:3]))
+            self._last_error = f"is not a readable Parquet span file: {reason}"
             return False
         return True
 
@@ -752,7 +758,8 @@ class SpanStore:
         if not spans:
             return
         path = self._files[index]
-        staging = os.path.join(self._spill, f"python-{index}.jsonl")
+        self._batches += 1
+        staging = os.path.join(self._spill, f"python-{index}-{self._batches}.jsonl")
         fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for span in spans:
