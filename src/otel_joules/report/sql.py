@@ -506,7 +506,7 @@ SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, 
        {_number(ENERGY_JOULES)} AS ej, {_number(ENERGY_ATTRIBUTED_JOULES)} AS eaj,
        {_number(ENERGY_ATTRIBUTED_SELF_JOULES)} AS easj, {_number(ENERGY_CLOCK_STEP_S)} AS clock_step,
        CASE WHEN json_type(attrs, {_path(TRAINING_RANK)}) NOT IN ('NULL') THEN CAST(json_extract(attrs, {_path(TRAINING_RANK)}) AS VARCHAR) END
-           AS own_rank
+           AS own_rank, row_number() OVER () AS k
 FROM (
     SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, ord) AS copy,
            min(ord) OVER (PARTITION BY trace_id, span_id) AS first_ord
@@ -514,43 +514,74 @@ FROM (
 )
 WHERE copy = 1
 """,
-    # The training.rank of each span carrying a share, or of its nearest ancestor with one.
+    # Each span's parent where it is among the spans (a root, or a span whose parent was not exported, has none), by
+    # the spans' row numbers: the walks below step along these.
+    """
+CREATE TEMP TABLE link AS
+SELECT c.k, p.k AS pk FROM d c JOIN d p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
+""",
+    # Traces with a training.rank, and their span counts: a walk up a trace's parents that is longer than its spans
+    # has met a parent loop (each span it meets again says what it said the first time), so that ends the walk.
+    """
+CREATE TEMP TABLE trace_sizes AS
+SELECT trace_id, count(*) AS n, bool_or(own_rank IS NOT NULL) AS ranked FROM d GROUP BY trace_id
+""",
+    # The training.rank of each span carrying a share, or of its nearest ancestor with one (none in a trace without
+    # any rank: no walk there).
     """
 CREATE TEMP TABLE ranks AS
-WITH RECURSIVE walk(trace_id, span_id, cur, visited, rank) AS (
-    SELECT trace_id, span_id, parent_span_id, [span_id], own_rank FROM d WHERE eaj IS NOT NULL
+WITH RECURSIVE walk(k, cur, rank, depth, n) AS (
+    SELECT d.k, l.pk, d.own_rank, 0, t.n
+    FROM d JOIN trace_sizes t ON t.trace_id = d.trace_id AND t.ranked LEFT JOIN link l ON l.k = d.k
+    WHERE d.eaj IS NOT NULL AND d.own_rank IS NULL
     UNION ALL
-    SELECT w.trace_id, w.span_id, p.parent_span_id, list_append(w.visited, p.span_id), p.own_rank
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    WHERE w.rank IS NULL AND NOT list_contains(w.visited, w.cur)
+    SELECT w.k, l.pk, p.own_rank, w.depth + 1, w.n
+    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN link l ON l.k = p.k
+    WHERE w.rank IS NULL AND w.depth < w.n
 )
-SELECT trace_id, span_id, max(rank) AS rank FROM walk GROUP BY trace_id, span_id
+SELECT k, max(rank) AS rank FROM walk GROUP BY k
+UNION ALL
+SELECT k, own_rank FROM d WHERE eaj IS NOT NULL AND own_rank IS NOT NULL
 """,
-    # Spans with an ancestor carrying the same share (same rank) or the same interval energy: nested, not counted.
+    # Spans with an ancestor (never the span itself, met again round a parent loop) carrying the same share (same
+    # rank) or the same interval energy: nested, not counted. The parent decides most spans; only the others walk on.
     """
 CREATE TEMP TABLE nested_attributed AS
-WITH RECURSIVE walk(trace_id, span_id, rank, cur, visited, nested) AS (
-    SELECT r.trace_id, r.span_id, r.rank, d.parent_span_id, [r.span_id], false
-    FROM ranks r JOIN d USING (trace_id, span_id)
+WITH RECURSIVE shares AS (
+    SELECT d.k, d.trace_id, d.eaj, r.rank FROM d LEFT JOIN ranks r ON r.k = d.k WHERE d.eaj IS NOT NULL
+), first_hop AS (
+    SELECT s.k, l.pk, s.trace_id, s.rank, p.k IS NOT NULL AND l.pk <> s.k AS nested
+    FROM shares s JOIN link l ON l.k = s.k LEFT JOIN shares p ON p.k = l.pk AND p.rank IS NOT DISTINCT FROM s.rank
+), walk(k, cur, rank, depth, n, nested) AS (
+    SELECT f.k, l.pk, f.rank, 1, t.n, false
+    FROM first_hop f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
+    WHERE NOT f.nested
     UNION ALL
-    SELECT w.trace_id, w.span_id, w.rank, p.parent_span_id, list_append(w.visited, p.span_id),
-           p.eaj IS NOT NULL AND pr.rank IS NOT DISTINCT FROM w.rank
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    LEFT JOIN ranks pr ON pr.trace_id = p.trace_id AND pr.span_id = p.span_id
-    WHERE NOT w.nested AND NOT list_contains(w.visited, w.cur)
+    SELECT w.k, l.pk, w.rank, w.depth + 1, w.n, p.k <> w.k AND p.eaj IS NOT NULL AND pr.rank IS NOT DISTINCT FROM w.rank
+    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN ranks pr ON pr.k = p.k LEFT JOIN link l ON l.k = p.k
+    WHERE NOT w.nested AND w.depth < w.n
 )
-SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
+SELECT k FROM first_hop WHERE nested
+UNION
+SELECT k FROM walk WHERE nested
 """,
     """
 CREATE TEMP TABLE nested_interval AS
-WITH RECURSIVE walk(trace_id, span_id, cur, visited, nested) AS (
-    SELECT trace_id, span_id, parent_span_id, [span_id], false FROM d WHERE ej IS NOT NULL
+WITH RECURSIVE first_hop AS (
+    SELECT c.k, l.pk, c.trace_id, p.ej IS NOT NULL AND l.pk <> c.k AS nested
+    FROM d c JOIN link l ON l.k = c.k JOIN d p ON p.k = l.pk WHERE c.ej IS NOT NULL
+), walk(k, cur, depth, n, nested) AS (
+    SELECT f.k, l.pk, 1, t.n, false
+    FROM first_hop f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
+    WHERE NOT f.nested
     UNION ALL
-    SELECT w.trace_id, w.span_id, p.parent_span_id, list_append(w.visited, p.span_id), p.ej IS NOT NULL
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    WHERE NOT w.nested AND NOT list_contains(w.visited, w.cur)
+    SELECT w.k, l.pk, w.depth + 1, w.n, p.k <> w.k AND p.ej IS NOT NULL
+    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN link l ON l.k = p.k
+    WHERE NOT w.nested AND w.depth < w.n
 )
-SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
+SELECT k FROM first_hop WHERE nested
+UNION
+SELECT k FROM walk WHERE nested
 """,
     """
 CREATE TEMP TABLE sources AS
@@ -564,15 +595,15 @@ _FIGURES = [
     f"""
 CREATE TEMP TABLE flagged AS
 SELECT d.*,
-       d.eaj IS NOT NULL AND na.span_id IS NULL AS top_attributed,
+       d.eaj IS NOT NULL AND na.k IS NULL AS top_attributed,
        d.easj IS NOT NULL AS has_self,
-       d.ej IS NOT NULL AND ni.span_id IS NULL AS top_interval,
+       d.ej IS NOT NULL AND ni.k IS NULL AS top_interval,
        d.name = {_literal(SPAN_EPOCH)} AND d.ej IS NOT NULL AS is_epoch,
-       p.span_id IS NULL AS is_root
+       l.k IS NULL AS is_root
 FROM d
-LEFT JOIN nested_attributed na ON na.trace_id = d.trace_id AND na.span_id = d.span_id
-LEFT JOIN nested_interval ni ON ni.trace_id = d.trace_id AND ni.span_id = d.span_id
-LEFT JOIN d p ON p.trace_id = d.trace_id AND p.span_id = d.parent_span_id
+LEFT JOIN nested_attributed na ON na.k = d.k
+LEFT JOIN nested_interval ni ON ni.k = d.k
+LEFT JOIN link l ON l.k = d.k
 """,
     """
 CREATE TEMP TABLE figures AS
