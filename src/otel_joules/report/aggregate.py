@@ -14,17 +14,33 @@ from __future__ import annotations
 
 import math
 import os
+from fractions import Fraction
 from typing import Any, Iterable
 
 from otel_joules.carbon.equivalents import equivalents
 from otel_joules.carbon.units import validate_pue
 from otel_joules.errors import ConfigurationError
 from otel_joules.report.carbontracker_runs import carbontracker_summary
-from otel_joules.report.model import CarbonTrackerRun, Report, RunSummary, RunTally, Skipped
+from otel_joules.report.model import (
+    BASIS_ATTRIBUTED,
+    BASIS_INTERVAL,
+    CarbonTrackerRun,
+    Report,
+    RunSummary,
+    RunTally,
+    Skipped,
+)
 from otel_joules.report.readers import read_inputs
 from otel_joules.report.run_carbon import CarbonOptions, Intensities
-from otel_joules.report.sql import SpanStore
-from otel_joules.report.trace_runs import runs_from_traces, runs_in_order
+from otel_joules.report.sql import (
+    BASIS_KIND_ATTRIBUTED,
+    BASIS_KIND_INTERVAL,
+    BASIS_KIND_SELF,
+    TAIL_FIGURES,
+    SpanStore,
+    TailTotals,
+)
+from otel_joules.report.trace_runs import runs_from_traces, runs_in_order, without_energy_skip
 
 
 #: How many runs ``otel-joules report`` lists by default (``--runs``); the totals are of every run.
@@ -61,7 +77,7 @@ def build_report(
     if max_runs is not None and (isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 0):
         raise ConfigurationError(f"max_runs must be a whole number >= 0 or None (every run), got {max_runs!r}")
     intensities = Intensities(CarbonOptions(intensity_gco2eq_per_kwh, country, pue))
-    totals = _Totals(max_runs)
+    totals = RunTotals(max_runs)
     if engine == "spark":
         from otel_joules.report.spark_engine import SparkSpanStore, is_uri
 
@@ -83,19 +99,43 @@ def build_report(
     elif engine == "duckdb":
         with SpanStore() as store:
             inputs = read_inputs(paths, store)
-            traces_skipped = []
             named = {log.trace_id for log in inputs.carbontracker_runs if log.trace_id is not None}
             duplicates = _add_logs(totals, inputs.carbontracker_runs, store.traces_with_energy(named), intensities)
-            for run in runs_in_order(store.traces(), intensities, traces_skipped):
-                totals.add(run)
+            _add_traces(totals, store, intensities)
+            without_energy = store.traces_without_energy()
+            traces_skipped = [without_energy_skip(without_energy)] if without_energy else []
     else:
         raise ConfigurationError(f"unknown report engine {engine!r}: use duckdb or spark")
     skipped = [*inputs.skipped, *traces_skipped, *duplicates, *totals.skipped]
     return totals.report(skipped, tuple(dict.fromkeys(inputs.files_read)))
 
 
+def _add_traces(totals: RunTotals, store: SpanStore, intensities: Intensities) -> None:
+    """The traces' runs: the listed ones made in Python (every label), the others added up in SQL."""
+    if totals.listed is None:
+        for run in runs_in_order(store.traces(), intensities, []):
+            totals.add(run)
+        return
+    after = None
+    while wanted := totals.room():
+        batch = list(store.traces(after, limit=wanted))
+        for run in runs_in_order(batch, intensities, []):
+            totals.add(run)
+        if len(batch) < wanted:
+            return
+        after = (batch[-1].start_unix_nano or 0, batch[-1].trace_id)
+    override = intensities.override
+    tail = store.tail(
+        after,
+        pue=intensities.options.pue,
+        override=override.gco2eq_per_kwh if override is not None else None,
+        fallback=lambda: intensities.fallback.gco2eq_per_kwh,
+    )
+    totals.add_tail(tail)
+
+
 def _add_logs(
-    totals: _Totals, logs: Iterable[CarbonTrackerRun], traced: set[str], intensities: Intensities
+    totals: RunTotals, logs: Iterable[CarbonTrackerRun], traced: set[str], intensities: Intensities
 ) -> list[Skipped]:
     """The log pairs' runs added; each one whose trace is among the spans' (``traced``) is not (counted once, from
     the spans) and returned as skipped."""
@@ -119,6 +159,8 @@ _TOTALLED = (
     ("co2eq_grams", "g CO2eq"),
     ("host_interval_joules", "J of host interval energy"),
 )
+# sql.BASIS_KIND_* as RunSummary.energy_basis.
+_BASES = {BASIS_KIND_ATTRIBUTED: BASIS_ATTRIBUTED, BASIS_KIND_SELF: BASIS_ATTRIBUTED, BASIS_KIND_INTERVAL: BASIS_INTERVAL}
 # Values held before they are folded into a total's exact partial sums.
 _PENDING = 4096
 
@@ -134,6 +176,7 @@ class ExactSum:
     def __init__(self) -> None:
         self._parts: list[float] = []
         self._pending: list[float] = []
+        self._exact = Fraction(0)
         self.count = 0
 
     def add(self, value: float) -> None:
@@ -153,13 +196,22 @@ class ExactSum:
             parts.append(rest)
         self._parts, self._pending = parts, []
 
+    def add_scaled(self, pairs: Iterable[tuple[int, int]], count: int) -> None:
+        """Add ``count`` values whose exact sum is that of ``m * 2**e`` over ``pairs`` (whole ``m`` and ``e``)."""
+        for e, m in pairs:
+            self._exact += m * (Fraction(2) ** e)
+        self.count += count
+
     @property
     def value(self) -> float:
         """The correctly rounded sum of every value added (0.0 for none)."""
-        return math.fsum(self._parts + self._pending)
+        if not self._exact:
+            return math.fsum(self._parts + self._pending)
+        # int / int is correctly rounded: so is a Fraction's float.
+        return float(sum(map(Fraction, self._parts + self._pending), self._exact))
 
 
-class _Totals:
+class RunTotals:
     """Every run's figures added as runs stream past, the first ``listed`` runs kept (all of them for None).
 
     A run whose figures are not finite, or whose figures would make a total overflow to infinity, is left out
@@ -168,7 +220,7 @@ class _Totals:
     """
 
     def __init__(self, listed: int | None) -> None:
-        self._listed = listed
+        self.listed = listed
         self.runs: list[RunSummary] = []
         self.not_listed = 0
         self.skipped: list[Skipped] = []
@@ -176,12 +228,43 @@ class _Totals:
         self._running = dict.fromkeys((name for name, _ in _TOTALLED), 0.0)
         self._sums = {name: ExactSum() for name, _ in _TOTALLED}
 
+    def room(self) -> int:
+        """How many more runs would be listed (0 once the listing is full; no limit: -1)."""
+        return -1 if self.listed is None else max(self.listed - len(self.runs), 0)
+
     def add(self, run: RunSummary) -> None:
         """Add ``run`` to the totals (or skip it with its reason) and keep it if it is among the listed."""
+        if not self._admitted(run.kind, run.run_id, run.sources[0] if run.sources else run.run_id,
+                              [getattr(run, name) for name, _ in _TOTALLED]):
+            return
+        self.tally.add(run)
+        if self.listed is None or len(self.runs) < self.listed:
+            self.runs.append(run)
+        else:
+            self.not_listed += 1
+
+    def add_tail(self, tail: TailTotals) -> None:
+        """Add the runs after the listed ones, summed in SQL (none of them is listed)."""
+        if tail.rows is not None:
+            for trace_id, path, kind, source, below, pue_default, *figures in tail.rows:
+                if self._admitted("trace", trace_id, path, figures):
+                    self.tally.count(_BASES[kind], source, below, pue_default, figures[3] is not None)
+                    self.not_listed += 1
+            return
+        for (name, _), column in zip(_TOTALLED, TAIL_FIGURES):
+            self._sums[name].add_scaled(tail.exact[column], tail.counts[column])
+        # New bases and sources in the order the tail first has them, after those already seen.
+        by_place = sorted(tail.tally, key=lambda group: group[3])
+        for kind, source, runs, _, below, pue_default, with_host in by_place:
+            self.tally.count(_BASES[kind], source, False, bool(pue_default), bool(with_host), runs=runs)
+            self.tally.below_resolution += below
+        self.not_listed += tail.runs
+
+    def _admitted(self, kind: str, run_id: str, source: str, values: list[float | None]) -> bool:
+        """Whether a run with these figures (:data:`_TOTALLED`'s) is added: if so, they are; if not, it is skipped."""
         problem = None
         after = dict(self._running)
-        for name, unit in _TOTALLED:
-            value = getattr(run, name)
+        for (name, unit), value in zip(_TOTALLED, values):
             if value is None:
                 continue
             if not math.isfinite(value):
@@ -192,19 +275,14 @@ class _Totals:
                 problem = f"its {value!r} {unit} would make the report's total overflow to infinity"
                 break
         if problem is not None:
-            what = "trace" if run.kind == "trace" else "carbontracker run"
-            self.skipped.append(Skipped(run.sources[0] if run.sources else run.run_id, f"{what} {run.run_id} left out: {problem}"))
-            return
+            what = "trace" if kind == "trace" else "carbontracker run"
+            self.skipped.append(Skipped(source, f"{what} {run_id} left out: {problem}"))
+            return False
         self._running = after
-        for name, _ in _TOTALLED:
-            value = getattr(run, name)
+        for (name, _), value in zip(_TOTALLED, values):
             if value is not None:
                 self._sums[name].add(value)
-        self.tally.add(run)
-        if self._listed is None or len(self.runs) < self._listed:
-            self.runs.append(run)
-        else:
-            self.not_listed += 1
+        return True
 
     def report(self, skipped: list[Skipped], files_read: tuple[str, ...]) -> Report:
         """The report of every run added."""

@@ -278,9 +278,18 @@ class RunTally:
 
     def add(self, run: RunSummary) -> None:
         """Count ``run``."""
-        self.runs += 1
-        self.by_basis[run.energy_basis] = self.by_basis.get(run.energy_basis, 0) + 1
-        self.by_source[run.energy_source] = self.by_source.get(run.energy_source, 0) + 1
-        self.below_resolution += bool(run.below_resolution)
-        self.default_pue = self.default_pue or run.pue_origin == "default"
-        self.with_host = self.with_host or run.host_interval_joules is not None
+        self.count(
+            run.energy_basis, run.energy_source, run.below_resolution, run.pue_origin == "default",
+            run.host_interval_joules is not None,
+        )
+
+    def count(
+        self, basis: str, source: str | None, below: bool, default_pue: bool, with_host: bool, runs: int = 1
+    ) -> None:
+        """Count ``runs`` runs of one basis and source (``below``: each below resolution)."""
+        self.runs += runs
+        self.by_basis[basis] = self.by_basis.get(basis, 0) + runs
+        self.by_source[source] = self.by_source.get(source, 0) + runs
+        self.below_resolution += runs if below else 0
+        self.default_pue = self.default_pue or default_pue
+        self.with_host = self.with_host or with_host

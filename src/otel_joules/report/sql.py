@@ -41,13 +41,14 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 try:  # at import, as the other optional libraries are: a process may drop its privileges before reporting
     import duckdb
 except ImportError:  # the [report] extra is not installed; SpanStore() says what to install
     duckdb = None  # type: ignore[assignment]
 
+from otel_joules.carbon.units import JOULES_PER_KWH
 from otel_joules.config import report_memory_limit
 from otel_joules.report.model import ReportError, SpanRow
 from otel_joules.report.record_checks import (
@@ -58,10 +59,15 @@ from otel_joules.report.record_checks import (
     checked_attributes,
 )
 from otel_joules.semconv import (
+    CARBON_INTENSITY_GCO2EQ_PER_KWH,
+    CARBON_PUE,
+    ENERGY_ATTRIBUTED_CO2EQ_GRAMS,
     ENERGY_ATTRIBUTED_JOULES,
+    ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS,
     ENERGY_ATTRIBUTED_SELF_JOULES,
     ENERGY_BELOW_RESOLUTION,
     ENERGY_CLOCK_STEP_S,
+    ENERGY_CO2EQ_GRAMS,
     ENERGY_JOULES,
     ENERGY_SOURCE,
     SERVICE_NAME,
@@ -615,20 +621,170 @@ SELECT trace_id,
        min(start_ns) AS first_start, max(end_ns) AS last_end, count(*) FILTER (WHERE clock_step IS NOT NULL) AS stepped,
        max(greatest(0.0, CAST(end_ns - start_ns AS DOUBLE) / 1e9 - coalesce(clock_step, 0.0)))
            FILTER (WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL) AS longest,
-       bool_or(top_attributed) AS any_attributed
+       bool_or(top_attributed) AS any_attributed,
+       CASE WHEN bool_or(top_attributed) THEN 1 WHEN bool_or(has_self) THEN 2 WHEN bool_or(top_interval) THEN 3 END
+           AS basis_kind
 FROM flagged
 GROUP BY trace_id
 """,
 ]
 
-# One row per span a run is made of (or one with no span for a trace without any), each trace's rows together and in
-# read order: streamed (an external sort where it must), never a trace's spans gathered in one value.
+#: :data:`_RUNS` ``basis_kind``: a trace's basis (trace_runs' ``_basis``): topmost inclusive shares, every span's
+#: self share, topmost interval energy. NULL: none (a trace without energy).
+BASIS_KIND_ATTRIBUTED, BASIS_KIND_SELF, BASIS_KIND_INTERVAL = 1, 2, 3
+
+
+def _sequential_sum(values: str, order: str, condition: str) -> str:
+    """SQL: ``values`` added one by one in ``order`` from 0.0, as Python's ``sum`` adds a list (the same float)."""
+    return (
+        f"list_reduce(coalesce(list({values} ORDER BY {order}) FILTER (WHERE {condition}), []), "
+        "lambda a, b: a + b, CAST(0 AS DOUBLE))"
+    )
+
+
+def _source_text(attrs: str) -> str:
+    """SQL: the span's ``energy.source`` if it is non-empty text (energy_parts.span_source), else NULL."""
+    return (
+        f"CASE WHEN json_type({attrs}, {_path(ENERGY_SOURCE)}) = 'VARCHAR' "
+        f"THEN nullif(json_extract_string({attrs}, {_path(ENERGY_SOURCE)}), '') END"
+    )
+
+
+def _run_number(key: str) -> str:
+    return _number(key).replace("attrs", "f.attrs")
+
+
+# Per trace with energy, after a place in report order ($start, $trace) (start, then trace id): what trace_runs' ``_trace_run`` adds up,
+# computed the same way (sums in read order from 0.0, the same products and quotient), for the runs a report does not
+# list: its joules, the host's interval joules, the PUE it recorded (one value over its counted spans, else NULL), the
+# intensity it recorded (energy-weighted; NULL unless every counted span has one), the grams it recorded (NULL unless
+# every counted span has them), its merged energy.source and whether a span was below resolution.
+_TAIL_SPANS = f"""
+CREATE OR REPLACE TEMP TABLE tail_spans AS
+SELECT t.trace_id, t.basis_kind AS kind, coalesce(t.first_start, 0) AS start_key, f.first_ord,
+       (t.basis_kind = 1 AND f.top_attributed) OR (t.basis_kind = 2 AND f.has_self)
+           OR (t.basis_kind = 3 AND f.top_interval) AS counted,
+       f.top_interval AS interval,
+       coalesce(CASE t.basis_kind WHEN 1 THEN f.eaj WHEN 2 THEN f.easj ELSE f.ej END, 0.0) + 0.0 AS j,
+       coalesce(f.ej, 0.0) + 0.0 AS ej,
+       {_run_number(CARBON_PUE)} AS pue,
+       {_run_number(CARBON_INTENSITY_GCO2EQ_PER_KWH)} AS intensity,
+       CASE t.basis_kind WHEN 1 THEN {_run_number(ENERGY_ATTRIBUTED_CO2EQ_GRAMS)}
+           WHEN 2 THEN {_run_number(ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS)} ELSE {_run_number(ENERGY_CO2EQ_GRAMS)} END AS grams,
+       {_source_text('f.attrs')} AS source,
+       coalesce(json_type(f.attrs, {_path(ENERGY_BELOW_RESOLUTION)}) = 'BOOLEAN'
+           AND json_extract_string(f.attrs, {_path(ENERGY_BELOW_RESOLUTION)}) = 'true', false) AS below
+FROM figures t JOIN flagged f ON f.trace_id = t.trace_id
+WHERE t.basis_kind IS NOT NULL AND (coalesce(t.first_start, 0) > $start OR (coalesce(t.first_start, 0) = $start AND t.trace_id > $trace))
+  AND ((t.basis_kind = 1 AND f.top_attributed) OR (t.basis_kind = 2 AND f.has_self) OR f.top_interval)
+"""
+_TAIL_RUNS = f"""
+CREATE OR REPLACE TEMP TABLE tail_runs AS
+SELECT trace_id, first(kind) AS kind, first(start_key) AS start_key,
+       {_sequential_sum('j', 'first_ord', 'counted')} AS joules,
+       CASE WHEN first(kind) <> 3 THEN {_sequential_sum('ej', 'first_ord', 'interval')} END AS host,
+       CASE WHEN count(*) FILTER (WHERE counted AND pue IS NOT NULL) = 0 THEN NULL
+            WHEN count(*) FILTER (WHERE counted AND pue IS NULL) = 0 AND count(DISTINCT pue) FILTER (WHERE counted) = 1
+            THEN min(pue) FILTER (WHERE counted) END AS recorded_pue,
+       CASE WHEN count(*) FILTER (WHERE counted AND intensity IS NULL) = 0 THEN
+            CASE WHEN {_sequential_sum('j', 'first_ord', 'counted')} > 0
+                 THEN {_sequential_sum('j * intensity', 'first_ord', 'counted')} / {_sequential_sum('j', 'first_ord', 'counted')}
+                 ELSE arg_min(intensity, first_ord) FILTER (WHERE counted) END END AS recorded_intensity,
+       CASE WHEN count(*) FILTER (WHERE counted AND grams IS NULL) = 0 THEN {_sequential_sum('grams', 'first_ord', 'counted')} END
+           AS recorded_grams,
+       CASE WHEN count(source) FILTER (WHERE counted) = 0 THEN NULL
+            WHEN bool_or(source = {_literal(SOURCE_PARTIAL)}) FILTER (WHERE counted) THEN {_literal(SOURCE_PARTIAL)}
+            WHEN count(DISTINCT source) FILTER (WHERE counted) = 1 THEN min(source) FILTER (WHERE counted)
+            ELSE {_literal(SOURCE_MIXED)} END AS source,
+       bool_or(below) FILTER (WHERE counted OR interval) AS below
+FROM tail_spans GROUP BY trace_id
+"""
+
+# The tail's carbon figures as run_carbon computes them ($pue: --pue or NULL; $override: the intensity of --intensity or
+# --country, or NULL; $fallback: the fallback intensity, NULL when no run needs it), numbered in report order.
+_TAIL_CARBON = """
+CREATE OR REPLACE TEMP TABLE tail_carbon AS
+SELECT *, CASE WHEN $override IS NOT NULL THEN kwh * $override
+               WHEN recorded_intensity IS NOT NULL THEN kwh * recorded_intensity
+               WHEN recorded_grams IS NOT NULL AND $pue IS NULL THEN recorded_grams
+               ELSE kwh * $fallback END AS grams
+FROM (
+    SELECT *, joules * pue_used / $joules_per_kwh AS kwh
+    FROM (
+        SELECT *, coalesce($pue, CASE WHEN isfinite(recorded_pue) AND recorded_pue >= 1.0 THEN recorded_pue END, 1.0)
+                  AS pue_used,
+               $pue IS NULL AND NOT coalesce(isfinite(recorded_pue) AND recorded_pue >= 1.0, false) AS pue_default,
+               row_number() OVER (ORDER BY start_key, trace_id) AS pos
+        FROM tail_runs
+    )
+)
+"""
+_TAIL_NEEDS_FALLBACK = """
+SELECT count(*) FROM tail_runs
+WHERE $override IS NULL AND recorded_intensity IS NULL AND (recorded_grams IS NULL OR $pue IS NOT NULL)
+"""
+#: The figures of a run that enter a total, as tail_carbon's columns (aggregate._TOTALLED's order).
+TAIL_FIGURES = ("joules", "kwh", "grams", "host")
+_TAIL_CHECK = (
+    "SELECT count(*), "
+    "count(*) FILTER (WHERE NOT (" + " AND ".join(f"coalesce(isfinite({c}) AND {c} >= 0, {'true' if c == 'host' else 'false'})" for c in TAIL_FIGURES) + ")), "
+    + ", ".join(f"coalesce(max({c}), 0.0), count({c})" for c in TAIL_FIGURES) + " FROM tail_carbon"
+)
+# Each figure's exact sum: every value x > 0 is m * 2^e with whole m < 2^55 (e a little below x's exponent; scaled in
+# two steps, each exact), the m of one e added as HUGEINT; Python adds the groups as fractions, exactly.
+_EXACT_PARTS = """
+SELECT e, sum(CAST(m AS HUGEINT)), count(*) FILTER (WHERE m <> floor(m))
+FROM (
+    SELECT e, (x * pow(2.0, CAST(least(-e, 600) AS DOUBLE))) * pow(2.0, CAST(-e - least(-e, 600) AS DOUBLE)) AS m
+    FROM (SELECT x, greatest(CAST(floor(log2(x)) AS BIGINT) - 53, -1074) AS e FROM (SELECT {column} AS x FROM tail_carbon)
+          WHERE x > 0)
+)
+GROUP BY e
+"""
+_TAIL_TALLY = """
+SELECT kind, source, count(*), min(pos), count(*) FILTER (WHERE below), bool_or(pue_default), bool_or(host IS NOT NULL)
+FROM tail_carbon GROUP BY kind, source
+"""
+_TAIL_ROWS = """
+SELECT t.trace_id, s.sources[1], t.kind, t.source, coalesce(t.below, false), t.pue_default, t.joules, t.kwh, t.grams, t.host
+FROM tail_carbon t JOIN sources s USING (trace_id) ORDER BY t.pos
+"""
+
+
+@dataclass
+class TailTotals:
+    """What the runs after the listed ones add up to (:meth:`SpanStore.tail`), when no figure of theirs needs a check
+    run by run (none is infinite, negative or so large that a total could overflow).
+
+    Attributes:
+        runs: How many.
+        exact: Per figure (:data:`TAIL_FIGURES`), ``(e, m)`` pairs: its exact sum is the sum of ``m * 2**e``.
+        counts: Per figure, how many values it has (host: the attributed runs).
+        tally: ``(basis kind, source, runs, first position, below resolution, default PUE, with host)`` groups.
+        rows: Instead of the above, when a figure needs checking run by run: the runs in report order (trace id, its
+            first file's number, basis kind, source, below resolution, default PUE, then :data:`TAIL_FIGURES`).
+    """
+
+    runs: int
+    exact: dict[str, list[tuple[int, int]]]
+    counts: dict[str, int]
+    tally: list[tuple[Any, ...]]
+    rows: Iterator[tuple[Any, ...]] | None = None
+
+
+# One row per span a run is made of, of the first $limit traces with energy after ($start, $trace) in report order,
+# each trace's rows together and in read order: streamed (an external sort where it must), never a trace's spans gathered in one value.
 _TRACES = """
 SELECT t.trace_id, s.sources, t.root_name, t.root_service, t.first_service, t.first_start, t.last_end, t.stepped,
        t.longest, f.span_id, f.parent_span_id, f.name, f.start_ns, f.end_ns, f.service_name, CAST(f.attrs AS VARCHAR),
        f.file_idx, f.top_attributed, f.has_self, f.top_interval, f.is_epoch
-FROM figures t JOIN sources s USING (trace_id)
-LEFT JOIN flagged f ON f.trace_id = t.trace_id
+FROM (
+    SELECT * FROM figures
+    WHERE basis_kind IS NOT NULL
+      AND (coalesce(first_start, 0) > $start OR (coalesce(first_start, 0) = $start AND trace_id > $trace))
+    ORDER BY coalesce(first_start, 0), trace_id LIMIT $limit
+) t JOIN sources s USING (trace_id)
+JOIN flagged f ON f.trace_id = t.trace_id
     -- Self shares are summed only in a trace without an inclusive share (trace_runs' basis).
     AND (f.top_attributed OR (f.has_self AND NOT t.any_attributed) OR f.top_interval OR f.is_epoch)
 ORDER BY coalesce(t.first_start, 0), t.trace_id, f.first_ord
@@ -844,11 +1000,13 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         self._aggregate()
         return {row[0] for row in self._con.execute(_WITH_ENERGY, [ids]).fetchall()}
 
-    def traces(self) -> Iterator[TraceSpans]:
-        """Every trace, aggregated in SQL (module docstring); in report order: by first start (unknown: 0),
-        then trace id (:func:`otel_joules.report.trace_runs.run_order`), streamed."""
+    def traces(self, after: tuple[int, str] | None = None, limit: int | None = None) -> Iterator[TraceSpans]:
+        """The traces with energy, aggregated in SQL (module docstring); in report order: by first start (unknown: 0),
+        then trace id (:func:`otel_joules.report.trace_runs.run_order`), streamed; ``after``: only those after this
+        place in that order; ``limit``: at most that many."""
         self._aggregate()
-        result = self._con.execute(_TRACES)
+        start, trace = after if after is not None else (-1, "")
+        result = self._con.execute(_TRACES, {"start": start, "trace": trace, "limit": _INT64_MAX if limit is None else limit})
         figures: tuple[Any, ...] | None = None
         spans: list[tuple[Any, ...]] = []
         while True:
@@ -864,6 +1022,45 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
                 break
         if figures is not None:
             yield self._trace(figures, spans)
+
+    def traces_without_energy(self) -> int:
+        """How many traces have no span whose energy a run would sum (:meth:`traces` leaves them out)."""
+        self._aggregate()
+        return int(self._con.execute("SELECT count(*) FROM figures WHERE basis_kind IS NULL").fetchone()[0])
+
+    def tail(
+        self, after: tuple[int, str] | None, pue: float | None, override: float | None, fallback: Callable[[], float]
+    ) -> TailTotals:
+        """What the traces with energy after ``after`` (in report order; None: all) add up to, in SQL (the ``_TAIL_*`` statements).
+
+        ``pue``: ``--pue``; ``override``: the intensity of ``--intensity``/``--country``; ``fallback``: the fallback
+        intensity, called only when a run needs it.
+        """
+        self._aggregate()
+        start, trace = after if after is not None else (-1, "")
+        con = self._con
+        con.execute(_TAIL_SPANS, {"start": start, "trace": trace})
+        con.execute(_TAIL_RUNS)
+        carbon = {"pue": pue, "override": override}
+        needs = con.execute(_TAIL_NEEDS_FALLBACK, carbon).fetchone()[0]
+        con.execute(_TAIL_CARBON, {**carbon, "fallback": fallback() if needs else None, "joules_per_kwh": JOULES_PER_KWH})
+        runs, bad, *figures = con.execute(_TAIL_CHECK).fetchone()
+        largest, counts = figures[0::2], dict(zip(TAIL_FIGURES, figures[1::2]))
+        exact = {}
+        for column in TAIL_FIGURES:
+            parts = con.execute(_EXACT_PARTS.format(column=column)).fetchall()
+            bad += sum(int(row[2]) for row in parts)
+            exact[column] = [(int(e), int(m)) for e, m, _ in parts]
+        # A total could overflow only past 1e300 (the values are not negative): below it, no run needs a check.
+        if bad or runs * max(largest, default=0.0) >= 1e300:
+            return TailTotals(runs, {}, counts, [], self._tail_rows())
+        return TailTotals(runs, exact, counts, con.execute(_TAIL_TALLY).fetchall())
+
+    def _tail_rows(self) -> Iterator[tuple[Any, ...]]:
+        result = self._con.execute(_TAIL_ROWS)
+        while rows := result.fetchmany(4096):
+            for trace_id, file_idx, *rest in rows:
+                yield (trace_id, self._files[file_idx], *rest)
 
     def _trace(self, figures: tuple[Any, ...], spans: list[tuple[Any, ...]]) -> TraceSpans:
         return trace_spans(self._files, figures, spans)

@@ -211,9 +211,12 @@ def runs_in_order(traces: Iterable[TraceSpans], intensities: Intensities, skippe
         else:
             yield run
     if without_energy:
-        skipped.append(
-            Skipped("(traces)", f"{without_energy} trace(s) without any energy.joules attribute left out")
-        )
+        skipped.append(without_energy_skip(without_energy))
+
+
+def without_energy_skip(traces: int) -> Skipped:
+    """How a report says it left out ``traces`` traces without energy."""
+    return Skipped("(traces)", f"{traces} trace(s) without any energy.joules attribute left out")
 
 
 def runs_from_traces(traces: Iterable[TraceSpans], intensities: Intensities, skipped: list[Skipped]) -> list[RunSummary]:
