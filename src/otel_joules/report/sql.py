@@ -488,9 +488,9 @@ class TraceSpans:
     longest_duration_s: float | None
 
 
-def _number(key: str) -> str:
+def _number(key: str, attrs: str = "attrs") -> str:
     """SQL: ``attrs``' attribute ``key`` as a finite DOUBLE (SpanRow.number), else NULL."""
-    value = f"json_extract(attrs, {_path(key)})"
+    value = f"json_extract({attrs}, {_path(key)})"
     return (
         f"CASE WHEN json_type({value}) IN ('DOUBLE', 'BIGINT', 'UBIGINT') AND isfinite(CAST({value} AS DOUBLE)) "
         f"THEN CAST({value} AS DOUBLE) END"
@@ -498,27 +498,25 @@ def _number(key: str) -> str:
 
 
 _AGGREGATE = [
-    # The place of each span in the order Python would have read it: files in the order found, rows in file order.
-    """
-CREATE TEMP TABLE read_order AS
-SELECT s.*, f.file_idx, (CAST(f.file_idx AS BIGINT) << 40) + s.rowid AS ord
-FROM spans s JOIN files f USING (path)
-""",
-    # One copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is
-    # where it was first read.
+    # The place of each span in the order Python would have read it (files in the order found, rows in file order), and
+    # one copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is where
+    # it was first read. The copy is found by its row, so a span's attributes stay in ``spans`` alone (``rid``).
     f"""
 CREATE TEMP TABLE d AS
-SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, file_idx, first_ord,
-       {_number(ENERGY_JOULES)} AS ej, {_number(ENERGY_ATTRIBUTED_JOULES)} AS eaj,
-       {_number(ENERGY_ATTRIBUTED_SELF_JOULES)} AS easj, {_number(ENERGY_CLOCK_STEP_S)} AS clock_step,
-       CASE WHEN json_type(attrs, {_path(TRAINING_RANK)}) NOT IN ('NULL') THEN CAST(json_extract(attrs, {_path(TRAINING_RANK)}) AS VARCHAR) END
-           AS own_rank, row_number() OVER () AS k
+SELECT s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns, s.service_name, p.file_idx, p.first_ord,
+       p.rid, {_number(ENERGY_JOULES, 's.attrs')} AS ej, {_number(ENERGY_ATTRIBUTED_JOULES, 's.attrs')} AS eaj,
+       {_number(ENERGY_ATTRIBUTED_SELF_JOULES, 's.attrs')} AS easj, {_number(ENERGY_CLOCK_STEP_S, 's.attrs')} AS clock_step,
+       CASE WHEN json_type(s.attrs, {_path(TRAINING_RANK)}) NOT IN ('NULL')
+            THEN CAST(json_extract(s.attrs, {_path(TRAINING_RANK)}) AS VARCHAR) END AS own_rank,
+       row_number() OVER () AS k
 FROM (
-    SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, ord) AS copy,
-           min(ord) OVER (PARTITION BY trace_id, span_id) AS first_ord
-    FROM read_order
-)
-WHERE copy = 1
+    SELECT arg_min(rid, {{'n': -n_attrs, 'o': ord}}) AS rid, arg_min(file_idx, {{'n': -n_attrs, 'o': ord}}) AS file_idx,
+           min(ord) AS first_ord
+    FROM (SELECT s.trace_id, s.span_id, s.n_attrs, s.rowid AS rid, f.file_idx,
+                 (CAST(f.file_idx AS BIGINT) << 40) + s.rowid AS ord
+          FROM spans s JOIN files f USING (path))
+    GROUP BY trace_id, span_id
+) p JOIN spans s ON s.rowid = p.rid
 """,
     # Each span's parent where it is among the spans (a root, or a span whose parent was not exported, has none), by
     # the spans' row numbers: the walks below step along these.
@@ -592,7 +590,8 @@ SELECT k FROM walk WHERE nested
     """
 CREATE TEMP TABLE sources AS
 SELECT trace_id, list(file_idx ORDER BY first_read) AS sources
-FROM (SELECT trace_id, file_idx, min(ord) AS first_read FROM read_order GROUP BY trace_id, file_idx)
+FROM (SELECT s.trace_id, f.file_idx, min((CAST(f.file_idx AS BIGINT) << 40) + s.rowid) AS first_read
+      FROM spans s JOIN files f USING (path) GROUP BY s.trace_id, f.file_idx)
 GROUP BY trace_id
 """,
 ]
@@ -651,7 +650,7 @@ def _source_text(attrs: str) -> str:
 
 
 def _run_number(key: str) -> str:
-    return _number(key).replace("attrs", "f.attrs")
+    return _number(key, "sp.attrs")
 
 
 # Per trace with energy, after a place in report order ($start, $trace) (start, then trace id): what trace_runs' ``_trace_run`` adds up,
@@ -671,10 +670,10 @@ SELECT t.trace_id, t.basis_kind AS kind, coalesce(t.first_start, 0) AS start_key
        {_run_number(CARBON_INTENSITY_GCO2EQ_PER_KWH)} AS intensity,
        CASE t.basis_kind WHEN 1 THEN {_run_number(ENERGY_ATTRIBUTED_CO2EQ_GRAMS)}
            WHEN 2 THEN {_run_number(ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS)} ELSE {_run_number(ENERGY_CO2EQ_GRAMS)} END AS grams,
-       {_source_text('f.attrs')} AS source,
-       coalesce(json_type(f.attrs, {_path(ENERGY_BELOW_RESOLUTION)}) = 'BOOLEAN'
-           AND json_extract_string(f.attrs, {_path(ENERGY_BELOW_RESOLUTION)}) = 'true', false) AS below
-FROM figures t JOIN flagged f ON f.trace_id = t.trace_id
+       {_source_text('sp.attrs')} AS source,
+       coalesce(json_type(sp.attrs, {_path(ENERGY_BELOW_RESOLUTION)}) = 'BOOLEAN'
+           AND json_extract_string(sp.attrs, {_path(ENERGY_BELOW_RESOLUTION)}) = 'true', false) AS below
+FROM figures t JOIN flagged f ON f.trace_id = t.trace_id JOIN spans sp ON sp.rowid = f.rid
 WHERE t.basis_kind IS NOT NULL AND (coalesce(t.first_start, 0) > $start OR (coalesce(t.first_start, 0) = $start AND t.trace_id > $trace))
   AND ((t.basis_kind = 1 AND f.top_attributed) OR (t.basis_kind = 2 AND f.has_self) OR f.top_interval)
 """
@@ -776,7 +775,7 @@ class TailTotals:
 # each trace's rows together and in read order: streamed (an external sort where it must), never a trace's spans gathered in one value.
 _TRACES = """
 SELECT t.trace_id, s.sources, t.root_name, t.root_service, t.first_service, t.first_start, t.last_end, t.stepped,
-       t.longest, f.span_id, f.parent_span_id, f.name, f.start_ns, f.end_ns, f.service_name, CAST(f.attrs AS VARCHAR),
+       t.longest, f.span_id, f.parent_span_id, f.name, f.start_ns, f.end_ns, f.service_name, CAST(sp.attrs AS VARCHAR),
        f.file_idx, f.top_attributed, f.has_self, f.top_interval, f.is_epoch
 FROM (
     SELECT * FROM figures
@@ -787,6 +786,7 @@ FROM (
 JOIN flagged f ON f.trace_id = t.trace_id
     -- Self shares are summed only in a trace without an inclusive share (trace_runs' basis).
     AND (f.top_attributed OR (f.has_self AND NOT t.any_attributed) OR f.top_interval OR f.is_epoch)
+JOIN spans sp ON sp.rowid = f.rid
 ORDER BY coalesce(t.first_start, 0), t.trace_id, f.first_ord
 """
 
@@ -990,6 +990,9 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         self._con.execute("SET preserve_insertion_order = false")
         for statement in (*_AGGREGATE, *_FIGURES):
             self._con.execute(statement)
+        # What the runs are made of is in flagged, figures and sources now: the walks' tables go.
+        for table in ("d", "link", "trace_sizes", "ranks", "nested_attributed", "nested_interval"):
+            self._con.execute(f"DROP TABLE {table}")
         self._aggregated = True
 
     def traces_with_energy(self, trace_ids: Iterable[str]) -> set[str]:
