@@ -49,7 +49,7 @@ except ImportError:  # the [report] extra is not installed; SpanStore() says wha
     duckdb = None  # type: ignore[assignment]
 
 from otel_joules.carbon.units import JOULES_PER_KWH
-from otel_joules.config import report_memory_limit
+from otel_joules.config import OTEL_JOULES_REPORT_MEMORY_LIMIT, report_memory_limit
 from otel_joules.report.model import ReportError, SpanRow
 from otel_joules.report.record_checks import (
     CHECKED_NUMBER_PREFIXES,
@@ -554,41 +554,45 @@ SELECT k, own_rank FROM d WHERE eaj IS NOT NULL AND own_rank IS NOT NULL
     # Spans with an ancestor (never the span itself, met again round a parent loop) carrying the same share (same
     # rank) or the same interval energy: nested, not counted. The parent decides most spans; only the others walk on.
     """
+CREATE TEMP TABLE first_attributed AS
+WITH shares AS (SELECT d.k, d.trace_id, r.rank FROM d LEFT JOIN ranks r ON r.k = d.k WHERE d.eaj IS NOT NULL)
+SELECT s.k, l.pk, s.trace_id, s.rank, p.k IS NOT NULL AND l.pk <> s.k AS nested
+FROM shares s JOIN link l ON l.k = s.k LEFT JOIN shares p ON p.k = l.pk AND p.rank IS NOT DISTINCT FROM s.rank
+""",
+    # (The parent's verdict is a table of its own: a recursive query's parts are held in memory, a table spills.)
+    """
 CREATE TEMP TABLE nested_attributed AS
-WITH RECURSIVE shares AS (
-    SELECT d.k, d.trace_id, d.eaj, r.rank FROM d LEFT JOIN ranks r ON r.k = d.k WHERE d.eaj IS NOT NULL
-), first_hop AS (
-    SELECT s.k, l.pk, s.trace_id, s.rank, p.k IS NOT NULL AND l.pk <> s.k AS nested
-    FROM shares s JOIN link l ON l.k = s.k LEFT JOIN shares p ON p.k = l.pk AND p.rank IS NOT DISTINCT FROM s.rank
-), walk(k, cur, rank, depth, n, nested) AS (
+WITH RECURSIVE walk(k, cur, rank, depth, n, nested) AS (
     SELECT f.k, l.pk, f.rank, 1, t.n, false
-    FROM first_hop f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
+    FROM first_attributed f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
     WHERE NOT f.nested
     UNION ALL
     SELECT w.k, l.pk, w.rank, w.depth + 1, w.n, p.k <> w.k AND p.eaj IS NOT NULL AND pr.rank IS NOT DISTINCT FROM w.rank
     FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN ranks pr ON pr.k = p.k LEFT JOIN link l ON l.k = p.k
     WHERE NOT w.nested AND w.depth < w.n
 )
-SELECT k FROM first_hop WHERE nested
-UNION
+SELECT k FROM first_attributed WHERE nested
+UNION ALL
 SELECT k FROM walk WHERE nested
 """,
     """
+CREATE TEMP TABLE first_interval AS
+SELECT c.k, l.pk, c.trace_id, p.ej IS NOT NULL AND l.pk <> c.k AS nested
+FROM d c JOIN link l ON l.k = c.k JOIN d p ON p.k = l.pk WHERE c.ej IS NOT NULL
+""",
+    """
 CREATE TEMP TABLE nested_interval AS
-WITH RECURSIVE first_hop AS (
-    SELECT c.k, l.pk, c.trace_id, p.ej IS NOT NULL AND l.pk <> c.k AS nested
-    FROM d c JOIN link l ON l.k = c.k JOIN d p ON p.k = l.pk WHERE c.ej IS NOT NULL
-), walk(k, cur, depth, n, nested) AS (
+WITH RECURSIVE walk(k, cur, depth, n, nested) AS (
     SELECT f.k, l.pk, 1, t.n, false
-    FROM first_hop f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
+    FROM first_interval f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
     WHERE NOT f.nested
     UNION ALL
     SELECT w.k, l.pk, w.depth + 1, w.n, p.k <> w.k AND p.ej IS NOT NULL
     FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN link l ON l.k = p.k
     WHERE NOT w.nested AND w.depth < w.n
 )
-SELECT k FROM first_hop WHERE nested
-UNION
+SELECT k FROM first_interval WHERE nested
+UNION ALL
 SELECT k FROM walk WHERE nested
 """,
     """
@@ -830,11 +834,12 @@ class SpanStore:
         self._last_error = ""
         self._aggregated = False
         self._batches = 0
+        self._memory_limit = report_memory_limit()
         try:
             self._con = duckdb.connect(
                 ":memory:",
                 config={
-                    "memory_limit": report_memory_limit(),
+                    "memory_limit": self._memory_limit,
                     "threads": os.cpu_count() or 1,
                     "temp_directory": self._spill,
                     "preserve_insertion_order": True,
@@ -952,9 +957,10 @@ class SpanStore:
         self._batches += 1
         staging = os.path.join(self._spill, f"python-{index}-{self._batches}.jsonl")
         fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        longest = 0
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for span in spans:
-                handle.write(
+                line = (
                     json.dumps(
                         {
                             "trace_id": span.trace_id,
@@ -971,13 +977,16 @@ class SpanStore:
                     )
                     + "\n"
                 )
+                handle.write(line)
+                longest = max(longest, len(line.encode("utf-8")))
         try:
-            self._con.execute(
+            # DuckDB's read buffers are as big as the longest line allowed: no bigger than these lines need.
+            self._run(
                 f"""
 INSERT INTO spans ({_COLUMNS})
 SELECT {_literal(path)}, true, trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name,
        CAST(attrs AS JSON), n_attrs
-FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object_size = 67108864,
+FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object_size = {max(longest + 1, 1 << 20)},
                columns = {{trace_id: 'VARCHAR', span_id: 'VARCHAR', parent_span_id: 'VARCHAR', name: 'VARCHAR',
                           start_ns: 'BIGINT', end_ns: 'BIGINT', service_name: 'VARCHAR', attrs: 'VARCHAR',
                           n_attrs: 'INTEGER'}})
@@ -986,6 +995,17 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         finally:
             os.unlink(staging)
 
+    def _run(self, statement: str, parameters: Any = None) -> Any:
+        """Execute ``statement``; running out of the memory limit is a :class:`ReportError` saying what to raise."""
+        try:
+            return self._con.execute(statement, parameters)
+        except duckdb.OutOfMemoryException as exc:
+            raise ReportError(
+                f"the report's DuckDB engine ran out of its {self._memory_limit} memory limit "
+                f"({str(exc).splitlines()[0]}): set {OTEL_JOULES_REPORT_MEMORY_LIMIT} higher, e.g. "
+                f"{OTEL_JOULES_REPORT_MEMORY_LIMIT}=2GB"
+            ) from None
+
     def _aggregate(self) -> None:
         """Resolve every trace in SQL, once, after the last file is loaded."""
         if self._aggregated:
@@ -993,9 +1013,10 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         # Rows are numbered now; the rest only reads, in any order (less memory than keeping the order).
         self._con.execute("SET preserve_insertion_order = false")
         for statement in (*_AGGREGATE, *_FIGURES):
-            self._con.execute(statement)
+            self._run(statement)
         # What the runs are made of is in flagged, figures and sources now: the walks' tables go.
-        for table in ("d", "link", "trace_sizes", "ranks", "nested_attributed", "nested_interval"):
+        for table in ("d", "link", "trace_sizes", "ranks", "first_attributed", "nested_attributed", "first_interval",
+                      "nested_interval"):
             self._con.execute(f"DROP TABLE {table}")
         self._aggregated = True
 
@@ -1013,7 +1034,7 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         place in that order; ``limit``: at most that many."""
         self._aggregate()
         start, trace = after if after is not None else (-1, "")
-        result = self._con.execute(_TRACES, {"start": start, "trace": trace, "limit": _INT64_MAX if limit is None else limit})
+        result = self._run(_TRACES, {"start": start, "trace": trace, "limit": _INT64_MAX if limit is None else limit})
         figures: tuple[Any, ...] | None = None
         spans: list[tuple[Any, ...]] = []
         while True:
@@ -1046,11 +1067,11 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         self._aggregate()
         start, trace = after if after is not None else (-1, "")
         con = self._con
-        con.execute(_TAIL_SPANS, {"start": start, "trace": trace})
-        con.execute(_TAIL_RUNS)
+        self._run(_TAIL_SPANS, {"start": start, "trace": trace})
+        self._run(_TAIL_RUNS)
         carbon = {"pue": pue, "override": override}
         needs = con.execute(_TAIL_NEEDS_FALLBACK, carbon).fetchone()[0]
-        con.execute(_TAIL_CARBON, {**carbon, "fallback": fallback() if needs else None, "joules_per_kwh": JOULES_PER_KWH})
+        self._run(_TAIL_CARBON, {**carbon, "fallback": fallback() if needs else None, "joules_per_kwh": JOULES_PER_KWH})
         runs, bad, *figures = con.execute(_TAIL_CHECK).fetchone()
         largest, counts = figures[0::2], dict(zip(TAIL_FIGURES, figures[1::2]))
         exact = {}
