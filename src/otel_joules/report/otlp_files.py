@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 import sys
 from typing import Any, Iterator
 
@@ -19,6 +20,8 @@ from otel_joules.report.inputs import Inputs, LineErrors
 from otel_joules.report.model import SpanRow
 from otel_joules.report.record_checks import checked_attributes, checked_times, clock_step_number
 from otel_joules.semconv import SERVICE_NAME
+
+_HEX = re.compile("[0-9a-f]*")
 
 
 def read_otlp_request(item: dict[str, Any], path: str, number: int, inputs: Inputs, errors: LineErrors) -> None:
@@ -92,7 +95,7 @@ def _otlp_id(value: object, size: int, what: str) -> str:
         raise ValueError(f"{what} is missing")
     value = value[:64]  # an id is 16 or 24 characters; a longer one is only echoed in the error
     text = value.lower()
-    if len(text) == 2 * size and all(c in "0123456789abcdef" for c in text):
+    if len(text) == 2 * size and _HEX.fullmatch(text):
         return text
     try:
         raw = base64.b64decode(value, validate=True)

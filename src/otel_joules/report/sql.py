@@ -151,8 +151,8 @@ def _not_deep(text: str) -> str:
     return f"shallow({text})"
 
 
-# A record shorter than twice the depth at which Python's parser gives up cannot nest that deep. A longer one is
-# measured: strings dropped, brackets kept, then each round removes every innermost pair (one or two levels), so a
+# A record shorter (in bytes, at least its characters) than twice the depth at which Python's parser gives up cannot
+# nest that deep. A longer one is measured: strings dropped, brackets kept, then each round removes every innermost pair (one or two levels), so a
 # record left with no bracket after the rounds nests at most twice that many levels deep. Deeper ones are left to
 # the Python reader, which reads them exactly (and skips one nested too deeply with that reason).
 _SHALLOW_ROUNDS = 24
@@ -164,7 +164,7 @@ _MACROS = (
     # Only a long record is measured, on its JSON structure (the types of its values, arrays merged: as deep as the
     # record, and short).
     f"CREATE MACRO peeled(t) AS {_peeled} = ''",
-    f"CREATE MACRO shallow(t) AS CASE WHEN length(t) < {2 * _DEEP_BRACKETS} THEN true "
+    f"CREATE MACRO shallow(t) AS CASE WHEN strlen(t) < {2 * _DEEP_BRACKETS} THEN true "
     "ELSE peeled(CAST(json_structure(t) AS VARCHAR)) END",
 )
 
@@ -494,33 +494,46 @@ class TraceSpans:
 
 def _number(key: str, attrs: str = "attrs") -> str:
     """SQL: ``attrs``' attribute ``key`` as a finite DOUBLE (SpanRow.number), else NULL."""
-    value = f"json_extract({attrs}, {_path(key)})"
+    return _json_number(f"json_extract({attrs}, {_path(key)})")
+
+
+def _json_number(value: str) -> str:
+    """SQL: the JSON ``value`` as a finite DOUBLE (SpanRow.number), else NULL."""
     return (
         f"CASE WHEN json_type({value}) IN ('DOUBLE', 'BIGINT', 'UBIGINT') AND isfinite(CAST({value} AS DOUBLE)) "
         f"THEN CAST({value} AS DOUBLE) END"
     )
 
 
+# What the walks read of each span's attributes, by json_transform's names.
+_WALK_KEYS = json.dumps(dict.fromkeys(
+    (ENERGY_JOULES, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_CLOCK_STEP_S, TRAINING_RANK), "JSON"
+))
 _AGGREGATE = [
     # The place of each span in the order Python would have read it (files in the order found, rows in file order), and
     # one copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is where
     # it was first read. The copy is found by its row, so a span's attributes stay in ``spans`` alone (``rid``).
     f"""
 CREATE TEMP TABLE d AS
-SELECT s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns, s.service_name, p.file_idx, p.first_ord,
-       p.rid, {_number(ENERGY_JOULES, 's.attrs')} AS ej, {_number(ENERGY_ATTRIBUTED_JOULES, 's.attrs')} AS eaj,
-       {_number(ENERGY_ATTRIBUTED_SELF_JOULES, 's.attrs')} AS easj, {_number(ENERGY_CLOCK_STEP_S, 's.attrs')} AS clock_step,
-       CASE WHEN json_type(s.attrs, {_path(TRAINING_RANK)}) NOT IN ('NULL')
-            THEN CAST(json_extract(s.attrs, {_path(TRAINING_RANK)}) AS VARCHAR) END AS own_rank,
+SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, file_idx, first_ord, rid,
+       {_json_number(f'a."{ENERGY_JOULES}"')} AS ej, {_json_number(f'a."{ENERGY_ATTRIBUTED_JOULES}"')} AS eaj,
+       {_json_number(f'a."{ENERGY_ATTRIBUTED_SELF_JOULES}"')} AS easj,
+       {_json_number(f'a."{ENERGY_CLOCK_STEP_S}"')} AS clock_step,
+       CASE WHEN json_type(a."{TRAINING_RANK}") NOT IN ('NULL') THEN CAST(a."{TRAINING_RANK}" AS VARCHAR) END AS own_rank,
        row_number() OVER () AS k
 FROM (
-    SELECT arg_min(rid, {{'n': -n_attrs, 'o': ord}}) AS rid, arg_min(file_idx, {{'n': -n_attrs, 'o': ord}}) AS file_idx,
-           min(ord) AS first_ord
-    FROM (SELECT s.trace_id, s.span_id, s.n_attrs, s.rowid AS rid, f.file_idx,
-                 (CAST(f.file_idx AS BIGINT) << 40) + s.rowid AS ord
-          FROM spans s JOIN files f USING (path))
-    GROUP BY trace_id, span_id
-) p JOIN spans s ON s.rowid = p.rid
+    -- The attributes parsed once for the five a walk reads.
+    SELECT s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns, s.service_name, p.file_idx,
+           p.first_ord, p.rid, json_transform(s.attrs, {_literal(_WALK_KEYS)}) AS a
+    FROM (
+        SELECT arg_min(rid, {{'n': -n_attrs, 'o': ord}}) AS rid, arg_min(file_idx, {{'n': -n_attrs, 'o': ord}}) AS file_idx,
+               min(ord) AS first_ord
+        FROM (SELECT s.trace_id, s.span_id, s.n_attrs, s.rowid AS rid, f.file_idx,
+                     (CAST(f.file_idx AS BIGINT) << 40) + s.rowid AS ord
+              FROM spans s JOIN files f USING (path))
+        GROUP BY trace_id, span_id
+    ) p JOIN spans s ON s.rowid = p.rid
+)
 """,
     # Each span's parent where it is among the spans (a root, or a span whose parent was not exported, has none), by
     # the spans' row numbers: the walks below step along these.
