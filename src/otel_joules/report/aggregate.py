@@ -30,6 +30,7 @@ from otel_joules.report.model import (
     RunTally,
     Skipped,
 )
+from otel_joules.report.inputs import Inputs
 from otel_joules.report.readers import read_inputs
 from otel_joules.report.run_carbon import CarbonOptions, Intensities
 from otel_joules.report.sql import (
@@ -79,35 +80,46 @@ def build_report(
     intensities = Intensities(CarbonOptions(intensity_gco2eq_per_kwh, country, pue))
     totals = RunTotals(max_runs)
     if engine == "spark":
-        from otel_joules.report.spark_engine import SparkSpanStore, is_uri
-
-        paths = [os.fspath(p) for p in paths]
-        uris = [p for p in paths if is_uri(p)]
-        local = [p for p in paths if not is_uri(p)]
-        with SparkSpanStore(spark_session) as spark_store:
-            inputs = read_inputs(local, spark_store)  # type: ignore[arg-type]
-            for uri in uris:
-                read, uri_skipped = spark_store.load_uri(uri)
-                inputs.files_read.extend(read)
-                inputs.skipped.extend(Skipped(path, why) for path, why in uri_skipped)
-            traces_skipped: list[Skipped] = []
-            span_runs = runs_from_traces(spark_store.traces(), intensities, traces_skipped)
-            traced = {run.run_id for run in span_runs}
-            duplicates = _add_logs(totals, inputs.carbontracker_runs, traced, intensities)
-            for run in span_runs:
-                totals.add(run)
+        inputs, skipped = _on_spark(paths, spark_session, totals, intensities)
     elif engine == "duckdb":
-        with SpanStore() as store:
-            inputs = read_inputs(paths, store)
-            named = {log.trace_id for log in inputs.carbontracker_runs if log.trace_id is not None}
-            duplicates = _add_logs(totals, inputs.carbontracker_runs, store.traces_with_energy(named), intensities)
-            _add_traces(totals, store, intensities)
-            without_energy = store.traces_without_energy()
-            traces_skipped = [without_energy_skip(without_energy)] if without_energy else []
+        inputs, skipped = _on_duckdb(paths, totals, intensities)
     else:
         raise ConfigurationError(f"unknown report engine {engine!r}: use duckdb or spark")
-    skipped = [*inputs.skipped, *traces_skipped, *duplicates, *totals.skipped]
-    return totals.report(skipped, tuple(dict.fromkeys(inputs.files_read)))
+    return totals.report([*inputs.skipped, *skipped, *totals.skipped], tuple(dict.fromkeys(inputs.files_read)))
+
+
+def _on_duckdb(
+    paths: Iterable[str | os.PathLike[str]], totals: RunTotals, intensities: Intensities
+) -> tuple[Inputs, list[Skipped]]:
+    """Every run added to ``totals`` on DuckDB; the inputs read, and the traces and logs left out (in that order)."""
+    with SpanStore() as store:
+        inputs = read_inputs(paths, store)
+        named = {log.trace_id for log in inputs.carbontracker_runs if log.trace_id is not None}
+        duplicates = _add_logs(totals, inputs.carbontracker_runs, store.traces_with_energy(named), intensities)
+        _add_traces(totals, store, intensities)
+        without_energy = store.traces_without_energy()
+    return inputs, [*([without_energy_skip(without_energy)] if without_energy else []), *duplicates]
+
+
+def _on_spark(
+    paths: Iterable[str | os.PathLike[str]], session: Any, totals: RunTotals, intensities: Intensities
+) -> tuple[Inputs, list[Skipped]]:
+    """Every run added to ``totals`` on Spark (paths may be Hadoop URIs); as :func:`_on_duckdb`."""
+    from otel_joules.report.spark_engine import SparkSpanStore, is_uri
+
+    paths = [os.fspath(p) for p in paths]
+    with SparkSpanStore(session) as spark_store:
+        inputs = read_inputs([p for p in paths if not is_uri(p)], spark_store)  # type: ignore[arg-type]
+        for uri in (p for p in paths if is_uri(p)):
+            read, uri_skipped = spark_store.load_uri(uri)
+            inputs.files_read.extend(read)
+            inputs.skipped.extend(Skipped(path, why) for path, why in uri_skipped)
+        traces_skipped: list[Skipped] = []
+        span_runs = runs_from_traces(spark_store.traces(), intensities, traces_skipped)
+        duplicates = _add_logs(totals, inputs.carbontracker_runs, {run.run_id for run in span_runs}, intensities)
+        for run in span_runs:
+            totals.add(run)
+    return inputs, [*traces_skipped, *duplicates]
 
 
 def _add_traces(totals: RunTotals, store: SpanStore, intensities: Intensities) -> None:
