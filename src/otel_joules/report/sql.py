@@ -3,8 +3,9 @@
 The report's engine (``otel-joules report``; needs the ``[report]`` extra, ``duckdb``). Python
 finds the files and tells their formats apart (:mod:`otel_joules.report.readers`, which holds
 the filesystem checks: FIFOs, device links, link loops, unreadable folders); each span file is
-handed here and read by DuckDB (``read_ndjson_objects`` for JSON lines and OTLP/JSON,
-``read_csv`` for our CSV, ``read_parquet`` for :mod:`otel_joules.exporters.parquet_exporter`'s
+handed here and read by DuckDB (``read_ndjson_objects`` for JSON lines, and for OTLP/JSON once
+:func:`~otel_joules.report.otlp_files.flatten_otlp` has staged its spans as JSON lines, one request line at a
+time; ``read_csv`` for our CSV, ``read_parquet`` for :mod:`otel_joules.exporters.parquet_exporter`'s
 files) into one table of spans, which DuckDB keeps within :func:`otel_joules.config.report_memory_limit`
 and spills to a private temporary folder (mode 0700, removed by :meth:`SpanStore.close`).
 
@@ -51,6 +52,7 @@ except ImportError:  # the [report] extra is not installed; SpanStore() says wha
 from otel_joules.carbon.units import JOULES_PER_KWH
 from otel_joules.config import OTEL_JOULES_REPORT_MEMORY_LIMIT, report_memory_limit
 from otel_joules.report.model import ReportError, SpanRow
+from otel_joules.report.otlp_files import flatten_otlp
 from otel_joules.report.record_checks import (
     CHECKED_NUMBER_PREFIXES,
     CHECKED_NUMBER_SUFFIXES,
@@ -70,7 +72,6 @@ from otel_joules.semconv import (
     ENERGY_CO2EQ_GRAMS,
     ENERGY_JOULES,
     ENERGY_SOURCE,
-    SERVICE_NAME,
     SOURCE_MIXED,
     SOURCE_PARTIAL,
     SPAN_EPOCH,
@@ -82,6 +83,8 @@ FORMAT_JSONL = "jsonl"
 FORMAT_CSV = "csv"
 FORMAT_OTLP = "otlp"
 FORMAT_PARQUET = "parquet"
+# OTLP files staged as JSON lines (SpanStore._load_otlp).
+_FORMAT_STAGED_OTLP = "otlp-staged"
 #: What to install when DuckDB is missing.
 INSTALL_HINT = "otel-joules report needs DuckDB: pip install 'otel-joules[report]'"
 #: The longest line DuckDB's readers take (``maximum_object_size``, ``max_line_size``): a file with a longer one is
@@ -334,127 +337,6 @@ FROM (SELECT *, TRY_CAST(a AS MAP(VARCHAR, JSON)) AS m FROM (
            attributes, TRY_CAST(coalesce(nullif(attributes, ''), '{{}}') AS JSON) AS a
     FROM read_parquet({_files(paths)}, filename = true)
 ))
-"""
-
-
-def _otlp_value(item: str) -> str:
-    """SQL: an OTLP ``AnyValue`` (``{item}.value``) decoded as Python's reader decodes it, as JSON."""
-    v = f"({item}->'$.value')"
-    return (
-        f"CASE WHEN json_type({v}) IS DISTINCT FROM 'OBJECT' OR len(json_keys({v})) = 0 THEN CAST('null' AS JSON) "
-        f"WHEN json_exists({v}, '$.stringValue') THEN {v}->'$.stringValue' "
-        f"WHEN json_exists({v}, '$.boolValue') THEN {v}->'$.boolValue' "
-        f"WHEN json_exists({v}, '$.intValue') THEN CASE WHEN json_type({v}, '$.intValue') IN ('BIGINT', 'UBIGINT') "
-        f"THEN {v}->'$.intValue' ELSE CAST({v}->>'$.intValue' AS JSON) END "
-        f"WHEN json_exists({v}, '$.doubleValue') THEN CASE WHEN json_type({v}, '$.doubleValue') = 'DOUBLE' "
-        f"THEN {v}->'$.doubleValue' ELSE CAST(({v}->>'$.doubleValue') || '.0' AS JSON) END "
-        "ELSE CAST('null' AS JSON) END"
-    )
-
-
-def _otlp_value_ok(item: str) -> str:
-    """SQL: an OTLP attribute the SQL decoding reads exactly as Python's does (else the Python reader reads the file)."""
-    v = f"({item}->'$.value')"
-    kept = _kept(f"({item}->>'$.key')")
-    return (
-        f"(json_type({item}) = 'OBJECT' AND json_type({item}, '$.key') = 'VARCHAR' AND (NOT {kept} OR "
-        f"json_type({v}) IS DISTINCT FROM 'OBJECT' OR len(json_keys({v})) = 0 OR json_exists({v}, '$.stringValue') "
-        f"OR (json_exists({v}, '$.boolValue') AND json_type({v}, '$.boolValue') = 'BOOLEAN') "
-        f"OR (NOT json_exists({v}, '$.boolValue') AND json_exists({v}, '$.intValue') AND "
-        f"(json_type({v}, '$.intValue') IN ('BIGINT', 'UBIGINT') OR (json_type({v}, '$.intValue') = 'VARCHAR' "
-        f"AND regexp_full_match({v}->>'$.intValue', '-?(0|[1-9][0-9]{{0,17}})')))) "
-        f"OR (NOT json_exists({v}, '$.boolValue') AND NOT json_exists({v}, '$.intValue') AND json_exists({v}, '$.doubleValue') "
-        f"AND json_type({v}, '$.doubleValue') IN ('DOUBLE', 'BIGINT', 'UBIGINT')) "
-        f"OR NOT (json_exists({v}, '$.boolValue') OR json_exists({v}, '$.intValue') OR json_exists({v}, '$.doubleValue') "
-        f"OR json_exists({v}, '$.arrayValue') OR json_exists({v}, '$.kvlistValue') OR json_exists({v}, '$.bytesValue'))))"
-    )
-
-
-def _all(condition: str, items: str) -> str:
-    return f"coalesce(list_bool_and([{condition} for x in {items}]), true)"
-
-
-def _list_or_absent(value: str) -> str:
-    return f"coalesce(json_type({value}) IN ('ARRAY', 'NULL'), true)"
-
-
-def _otlp_select(paths: Sequence[str]) -> str:
-    structure = [
-        "json_type(j) = 'OBJECT'",
-        _not_deep("CAST(j AS VARCHAR)"),
-        _list_or_absent("j->'$.resourceSpans'"),
-        _all("json_type(x) = 'OBJECT'", "coalesce(json_extract(j, '$.resourceSpans[*]'), [])"),
-    ]
-    for scopes in ("scopeSpans", "instrumentationLibrarySpans"):
-        structure += [
-            _all("json_type(x) IN ('ARRAY', 'NULL')", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}'), [])"),
-            _all("json_type(x) = 'OBJECT'", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*]'), [])"),
-            _all("json_type(x) IN ('ARRAY', 'NULL')", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*].spans'), [])"),
-            _all("json_type(x) = 'OBJECT'", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*].spans[*]'), [])"),
-        ]
-    service_items = (
-        f"[x for x in coalesce(json_extract(rs, '$.resource.attributes[*]'), []) "
-        f"if (x->>'$.key') = {_literal(SERVICE_NAME)}]"
-    )
-    service_ok = (
-        "(coalesce(json_type(rs, '$.resource') IN ('OBJECT', 'NULL'), true) "
-        "AND coalesce(json_type(rs, '$.resource.attributes') IN ('ARRAY', 'NULL'), true) "
-        f"AND (len({service_items}) = 0 OR (len({service_items}) = 1 "
-        f"AND json_type({service_items}[1], '$.value.stringValue') = 'VARCHAR')))"
-    )
-    items = "coalesce(json_extract(s, '$.attributes[*]'), [])"
-    kept = _kept("(x->>'$.key')")
-    attrs = f"map_from_entries([{{'k': x->>'$.key', 'v': {_otlp_value('x')}}} for x in {items} if {kept}])"
-    span_ok = " AND ".join(
-        (
-            "line_ok",
-            "service_ok",
-            "json_type(s) = 'OBJECT'",
-            _json_hex("tid", 32),
-            _json_hex("sid", 16),
-            _json_parent_ok("pid"),
-            _json_text_ok("nm"),
-            _json_time_ok("st"),
-            _json_time_ok("et"),
-            f"coalesce({_json_time('st')} <= {_json_time('et')}, true)",
-            _list_or_absent("s->'$.attributes'"),
-            _all(_otlp_value_ok("x"), items),
-        )
-    )
-    spans = (
-        "list_concat(coalesce(json_extract(rs, '$.scopeSpans[*].spans[*]'), []), "
-        "coalesce(json_extract(rs, '$.instrumentationLibrarySpans[*].spans[*]'), []))"
-    )
-    return f"""
-SELECT filename, ok AND {_attributes_ok('m')}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
-       coalesce(nm->>'$', ''), {_json_time('st')}, {_json_time('et')}, service, to_json(m), {_kept_count('m')}
-FROM (
-    SELECT *, CASE WHEN ok THEN {attrs} ELSE CAST(MAP {{}} AS MAP(VARCHAR, JSON)) END AS m
-    FROM (SELECT *, {span_ok} AS ok FROM (
-        SELECT *, s->'$.traceId' AS tid, s->'$.spanId' AS sid, s->'$.parentSpanId' AS pid,
-               s->'$.name' AS nm, s->'$.startTimeUnixNano' AS st, s->'$.endTimeUnixNano' AS et
-        FROM (
-            SELECT filename, line_ok, service_ok, service, s
-            FROM (
-                SELECT filename, line_ok, service_ok,
-                       CASE WHEN service_ok THEN nullif({service_items}[1]->>'$.value.stringValue', '') END AS service,
-                       CASE WHEN line_ok AND service_ok THEN {spans} ELSE [CAST('null' AS JSON)] END AS spans
-                FROM (
-                SELECT filename, line_ok, rs, CASE WHEN line_ok THEN {service_ok} ELSE false END AS service_ok
-                FROM (
-                    SELECT filename, line_ok,
-                           unnest(CASE WHEN line_ok THEN coalesce(json_extract(j, '$.resourceSpans[*]'), [])
-                                  ELSE [CAST('null' AS JSON)] END) AS rs
-                    FROM (
-                        SELECT filename, json AS j, {' AND '.join(structure)} AS line_ok
-                        FROM read_ndjson_objects({_files(paths)}, filename = true, maximum_object_size = {MAX_LINE_BYTES})
-                    )
-                )
-                )
-            ), unnest(spans) AS each_span(s)
-        )
-    ))
-)
 """
 
 
@@ -847,6 +729,7 @@ class SpanStore:
         self._last_error = ""
         self._aggregated = False
         self._batches = 0
+        self._staged: dict[str, str] = {}
         self._memory_limit = report_memory_limit()
         try:
             self._con = duckdb.connect(
@@ -899,6 +782,8 @@ class SpanStore:
         out and counted by :meth:`bad_records`.
         """
         counts: dict[int, int | None] = {index: None for index, _ in files}
+        if fmt == FORMAT_OTLP and files:
+            return self._load_otlp(files, counts)
         if not files:
             return counts
         if not self._insert(fmt, [path for _, path in files], header, core):
@@ -933,11 +818,39 @@ class SpanStore:
                 counts[index] = total
         return counts
 
+    def _load_otlp(self, files: Sequence[tuple[int, str]], counts: dict[int, int | None]) -> dict[int, int | None]:
+        """OTLP files: each one's spans staged as our JSON lines (:func:`~otel_joules.report.otlp_files.flatten_otlp`)
+        and loaded by the JSON-lines reader under the file's own path. DuckDB holds every line of a read batch at
+        once, and a request line of 512 spans is 250 KB: the OTLP files themselves ran out of the memory limit."""
+        staged: list[tuple[int, str]] = []
+        try:
+            for index, path in files:
+                staging = os.path.join(self._spill, f"otlp-{index}.jsonl")
+                fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    flat = flatten_otlp(path, out, MAX_LINE_BYTES)
+                self._staged[path] = staging
+                if flat:
+                    staged.append((index, path))
+                else:
+                    _log.debug("%s is read by the Python reader: not a plain OTLP/JSON file", path)
+            counts.update(self.load(_FORMAT_STAGED_OTLP, staged))
+        except OSError as exc:
+            _log.debug("OTLP files are read by the Python reader: %s", exc)
+        finally:
+            for index, path in files:
+                staging = self._staged.pop(path, None)
+                if staging is not None:
+                    os.unlink(staging)
+        return counts
+
     def _insert(self, fmt: str, paths: list[str], header: Sequence[str], core: Sequence[str]) -> bool:
         if fmt == FORMAT_JSONL:
             select = _jsonl_select(paths)
-        elif fmt == FORMAT_OTLP:
-            select = _otlp_select(paths)
+        elif fmt == _FORMAT_STAGED_OTLP:
+            staging = {self._staged[path]: path for path in paths}
+            renamed = " ".join(f"WHEN {_literal(s)} THEN {_literal(p)}" for s, p in staging.items())
+            select = f"SELECT CASE filename {renamed} END, * EXCLUDE (filename) FROM ({_jsonl_select(list(staging))})"
         elif fmt == FORMAT_CSV:
             select = _csv_select(paths, header, core)
         elif fmt == FORMAT_PARQUET:
