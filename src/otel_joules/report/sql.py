@@ -580,8 +580,31 @@ FROM figures t JOIN flagged f ON f.trace_id = t.trace_id JOIN spans sp ON sp.row
 WHERE t.basis_kind IS NOT NULL AND (coalesce(t.first_start, 0) > $start OR (coalesce(t.first_start, 0) = $start AND t.trace_id > $trace))
   AND ((t.basis_kind = 1 AND f.top_attributed) OR (t.basis_kind = 2 AND f.has_self) OR f.top_interval)
 """
-_TAIL_RUNS = f"""
-CREATE OR REPLACE TEMP TABLE tail_runs AS
+# Ordered and DISTINCT aggregates hold every value of a group in memory (2 GB of input ran out of the limit), so a
+# trace with one counted span and at most one interval span, the most, is added up with streaming aggregates: the same
+# operations on one value (0.0 + x, (j x intensity) / j). Only the others gather their values in read order.
+_TAIL_SHAPES = """
+CREATE OR REPLACE TEMP TABLE tail_shapes AS
+SELECT trace_id, count(*) FILTER (WHERE counted) <= 1 AND count(*) FILTER (WHERE interval) <= 1 AS single
+FROM tail_spans GROUP BY trace_id
+"""
+_ZERO = "CAST(0 AS DOUBLE)"
+_TAIL_SINGLE = f"""
+SELECT trace_id, min(kind) AS kind, min(start_key) AS start_key,
+       {_ZERO} + max(j) FILTER (WHERE counted) AS joules,
+       CASE WHEN min(kind) <> 3 THEN {_ZERO} + coalesce(max(ej) FILTER (WHERE interval), {_ZERO}) END AS host,
+       max(pue) FILTER (WHERE counted) AS recorded_pue,
+       CASE WHEN max(intensity) FILTER (WHERE counted) IS NULL THEN NULL
+            WHEN max(j) FILTER (WHERE counted) > 0
+            THEN ({_ZERO} + max(j) FILTER (WHERE counted) * max(intensity) FILTER (WHERE counted))
+                 / ({_ZERO} + max(j) FILTER (WHERE counted))
+            ELSE max(intensity) FILTER (WHERE counted) END AS recorded_intensity,
+       {_ZERO} + max(grams) FILTER (WHERE counted) AS recorded_grams,
+       max(source) FILTER (WHERE counted) AS source,
+       bool_or(below) FILTER (WHERE counted OR interval) AS below
+FROM tail_spans JOIN tail_shapes USING (trace_id) WHERE single GROUP BY trace_id
+"""
+_TAIL_MANY = f"""
 SELECT trace_id, first(kind) AS kind, first(start_key) AS start_key,
        {_sequential_sum('j', 'first_ord', 'counted')} AS joules,
        CASE WHEN first(kind) <> 3 THEN {_sequential_sum('ej', 'first_ord', 'interval')} END AS host,
@@ -599,8 +622,9 @@ SELECT trace_id, first(kind) AS kind, first(start_key) AS start_key,
             WHEN count(DISTINCT source) FILTER (WHERE counted) = 1 THEN min(source) FILTER (WHERE counted)
             ELSE {_literal(SOURCE_MIXED)} END AS source,
        bool_or(below) FILTER (WHERE counted OR interval) AS below
-FROM tail_spans GROUP BY trace_id
+FROM tail_spans JOIN tail_shapes USING (trace_id) WHERE NOT single GROUP BY trace_id
 """
+_TAIL_RUNS = f"CREATE OR REPLACE TEMP TABLE tail_runs AS {_TAIL_SINGLE} UNION ALL {_TAIL_MANY}"
 
 # The tail's carbon figures as run_carbon computes them ($pue: --pue or NULL; $override: the intensity of --intensity or
 # --country, or NULL; $fallback: the fallback intensity, NULL when no run needs it), numbered in report order.
@@ -994,6 +1018,7 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         start, trace = after if after is not None else (-1, "")
         con = self._con
         self._run(_TAIL_SPANS, {"start": start, "trace": trace})
+        self._run(_TAIL_SHAPES)
         self._run(_TAIL_RUNS)
         carbon = {"pue": pue, "override": override}
         needs = con.execute(_TAIL_NEEDS_FALLBACK, carbon).fetchone()[0]
