@@ -580,9 +580,9 @@ FROM figures t JOIN flagged f ON f.trace_id = t.trace_id JOIN spans sp ON sp.row
 WHERE t.basis_kind IS NOT NULL AND (coalesce(t.first_start, 0) > $start OR (coalesce(t.first_start, 0) = $start AND t.trace_id > $trace))
   AND ((t.basis_kind = 1 AND f.top_attributed) OR (t.basis_kind = 2 AND f.has_self) OR f.top_interval)
 """
-# Ordered and DISTINCT aggregates hold every value of a group in memory (2 GB of input ran out of the limit), so a
-# trace with one counted span and at most one interval span, the most, is added up with streaming aggregates: the same
-# operations on one value (0.0 + x, (j x intensity) / j). Only the others gather their values in read order.
+# Aggregates over every trace held their groups in memory (2 GB of input ran out of the limit), so a trace with one
+# counted span and at most one interval span, the most, is a join of those two rows (joins spill): the same
+# operations on one value (0.0 + x, (j x intensity) / j). Only the others are grouped, gathering values in read order.
 _TAIL_SHAPES = """
 CREATE OR REPLACE TEMP TABLE tail_shapes AS
 SELECT trace_id, count(*) FILTER (WHERE counted) <= 1 AND count(*) FILTER (WHERE interval) <= 1 AS single
@@ -590,19 +590,15 @@ FROM tail_spans GROUP BY trace_id
 """
 _ZERO = "CAST(0 AS DOUBLE)"
 _TAIL_SINGLE = f"""
-SELECT trace_id, min(kind) AS kind, min(start_key) AS start_key,
-       {_ZERO} + max(j) FILTER (WHERE counted) AS joules,
-       CASE WHEN min(kind) <> 3 THEN {_ZERO} + coalesce(max(ej) FILTER (WHERE interval), {_ZERO}) END AS host,
-       max(pue) FILTER (WHERE counted) AS recorded_pue,
-       CASE WHEN max(intensity) FILTER (WHERE counted) IS NULL THEN NULL
-            WHEN max(j) FILTER (WHERE counted) > 0
-            THEN ({_ZERO} + max(j) FILTER (WHERE counted) * max(intensity) FILTER (WHERE counted))
-                 / ({_ZERO} + max(j) FILTER (WHERE counted))
-            ELSE max(intensity) FILTER (WHERE counted) END AS recorded_intensity,
-       {_ZERO} + max(grams) FILTER (WHERE counted) AS recorded_grams,
-       max(source) FILTER (WHERE counted) AS source,
-       bool_or(below) FILTER (WHERE counted OR interval) AS below
-FROM tail_spans JOIN tail_shapes USING (trace_id) WHERE single GROUP BY trace_id
+SELECT c.trace_id, c.kind, c.start_key, {_ZERO} + c.j AS joules,
+       CASE WHEN c.kind <> 3 THEN {_ZERO} + coalesce(i.ej, {_ZERO}) END AS host,
+       c.pue AS recorded_pue,
+       CASE WHEN c.intensity IS NULL THEN NULL WHEN c.j > 0 THEN ({_ZERO} + c.j * c.intensity) / ({_ZERO} + c.j)
+            ELSE c.intensity END AS recorded_intensity,
+       {_ZERO} + c.grams AS recorded_grams, c.source, c.below OR coalesce(i.below, false) AS below
+FROM tail_spans c JOIN tail_shapes h ON h.trace_id = c.trace_id AND h.single
+LEFT JOIN tail_spans i ON i.trace_id = c.trace_id AND i.interval
+WHERE c.counted
 """
 _TAIL_MANY = f"""
 SELECT trace_id, first(kind) AS kind, first(start_key) AS start_key,
