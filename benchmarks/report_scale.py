@@ -37,6 +37,7 @@ import argparse
 import calendar
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -408,6 +409,8 @@ def run_size(size_mb: float, otlp_share: float, by: str | None, workdir: Path | 
         sums = write_archive(archive, size_mb, otlp_share)
         otlp = archive / "otlp" / "traces.otlp.jsonl"
         cli = [sys.executable, "-m", "otel_joules.cli.main", "report"]
+        # The box may be shared: its load beside the figures says how far to trust the seconds.
+        load_before = os.getloadavg()[0]
         report = measured([*cli, "--json", str(archive)], tmp / "report.json")
         totals = report_totals(tmp / "report.json")
         anchor = measured(
@@ -435,6 +438,8 @@ def run_size(size_mb: float, otlp_share: float, by: str | None, workdir: Path | 
         "duckdb_query_seconds": round(anchor_totals.get("query_seconds", float("nan")), 2),
         "duckdb_peak_mib": round(anchor["peak_rss_mib"], 1),
         "ratio": round(report["seconds"] / anchor["seconds"], 2),
+        "load_average_1m": round(load_before, 2),
+        "cpus": os.cpu_count(),
         "target_ratio": TARGET_RATIO,
         "report_mb_per_second": round(mb / report["seconds"], 1),
         "expected_attributed_joules": sums.attributed_joules,

@@ -185,8 +185,8 @@ def test_memory_limit_from_the_environment_and_a_bad_value_falls_back(caplog: py
     config.forget_reported_values()
     with caplog.at_level("WARNING"):
         for _ in range(2):
-            assert config.report_memory_limit({config.OTEL_JOULES_REPORT_MEMORY_LIMIT: "lots"}) == "350MB"
-        assert config.report_memory_limit({config.OTEL_JOULES_REPORT_MEMORY_LIMIT: "1MB"}) == "350MB"
+            assert config.report_memory_limit({config.OTEL_JOULES_REPORT_MEMORY_LIMIT: "lots"}) == "250MB"
+        assert config.report_memory_limit({config.OTEL_JOULES_REPORT_MEMORY_LIMIT: "1MB"}) == "250MB"
     messages = [r.getMessage() for r in caplog.records if "OTEL_JOULES_REPORT_MEMORY_LIMIT" in r.getMessage()]
     assert len(messages) == 2 and "'lots'" in messages[0] and "'1MB'" in messages[1]
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from otel_joules.errors import ConfigurationError
 from otel_joules.report import build_report, format_report, format_skipped, plot_report, report_dict
+from otel_joules.report.aggregate import DEFAULT_LISTED_RUNS
 from otel_joules.report.spark_engine import ENGINES
 from otel_joules.report.groups import (
     GROUP_KEYS,
@@ -42,6 +43,18 @@ def _number(kind: str, minimum: float) -> Any:
     return parse
 
 
+def _runs(text: str) -> int | None:
+    if text == "all":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"--runs takes a whole number >= 0 or 'all', got {text!r}")
+    return value
+
+
 def register(subparsers: Any) -> None:
     """Add the ``report`` subcommand."""
     parser = subparsers.add_parser(
@@ -57,6 +70,15 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("paths", nargs="+", metavar="PATH", help="files or directories (searched recursively)")
     parser.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    parser.add_argument(
+        "--runs",
+        type=_runs,
+        default=DEFAULT_LISTED_RUNS,
+        metavar="N|all",
+        help=f"list at most N runs (default {DEFAULT_LISTED_RUNS}: carbontracker runs, then traces by start); the "
+        "totals are of every run and the report says how many are not listed. 'all' lists every one (it keeps "
+        "every run in memory)",
+    )
     parser.add_argument("--plot", metavar="FILE.png", help="write a PNG of energy and power per run by CPU/memory/GPU (estimates hatched) and per epoch (needs matplotlib)")
     carbon = parser.add_mutually_exclusive_group()
     carbon.add_argument(
@@ -104,11 +126,12 @@ def run(args: argparse.Namespace) -> int:
     if args.by is not None or args.csv or args.parquet:
         return _run_groups(args)
     report = build_report(
-        args.paths, intensity_gco2eq_per_kwh=args.intensity, country=args.country, pue=args.pue, engine=args.engine
+        args.paths, intensity_gco2eq_per_kwh=args.intensity, country=args.country, pue=args.pue, engine=args.engine,
+        max_runs=args.runs,
     )
     for line in format_skipped(report):
         print(line, file=sys.stderr)
-    if not report.runs:
+    if not report.run_count:
         # The reasons are the skipped lines above; a table of zeros would only look like a result.
         why = (
             f"{len(report.skipped)} input(s) skipped, each with its reason above"

@@ -12,6 +12,12 @@ extra): :mod:`otel_joules.report.sql` holds all of its SQL, :envvar:`OTEL_JOULES
 its memory limit (it spills to a private temporary folder beyond it). Damaged files are read
 line by line in Python, so each bad record is skipped with its own reason.
 
+**Listing.** ``build_report(..., max_runs=N)`` (``otel-joules report --runs N``, default 1000 there) keeps
+the first N runs (carbontracker runs, then traces by start) in :attr:`Report.runs`, made in Python with every
+label; the others are added up in SQL with the same sums in the same order and counted in
+:attr:`Report.runs_not_listed` and :attr:`Report.tally`, so memory stays flat however many runs there are. The
+totals are exact either way (correctly rounded sums of every run's figures).
+
 **Runs.** A run is a trace (all spans with one trace id, from any number of files; a span
 exported twice, e.g. to CSV and to OTLP, counts once) or a carbontracker log pair (standard
 and output log with the same name stem). Formats are recognised by content; see
@@ -92,6 +98,7 @@ from otel_joules.report.model import (
     Report,
     ReportError,
     RunSummary,
+    RunTally,
     Skipped,
     SpanRow,
 )
@@ -108,6 +115,7 @@ __all__ = [
     "Report",
     "ReportError",
     "RunSummary",
+    "RunTally",
     "Skipped",
     "SpanRow",
     "build_report",

@@ -224,6 +224,10 @@ class Report:
         files_read: Files that contributed at least one run.
         host_interval_joules: Sum of the attributed runs' host interval energy (shown beside
             their shares); None when no run is attributed.
+        runs_not_listed: Runs in the totals but not in ``runs`` (past the report's listing limit,
+            ``otel-joules report --runs``); 0 when every run is listed.
+        tally: What every run in the totals is made of (bases, sources, ...), listed or not;
+            None: count it from ``runs``.
     """
 
     runs: tuple[RunSummary, ...]
@@ -234,3 +238,58 @@ class Report:
     equivalents: tuple[Equivalent, ...] = field(default_factory=tuple)
     files_read: tuple[str, ...] = ()
     host_interval_joules: float | None = None
+    runs_not_listed: int = 0
+    tally: RunTally | None = None
+
+    @property
+    def run_count(self) -> int:
+        """How many runs the totals are of: the listed ones and those not listed."""
+        return len(self.runs) + self.runs_not_listed
+
+    def run_tally(self) -> RunTally:
+        """:attr:`tally`, or, for a report built without one, the tally of its listed runs."""
+        if self.tally is not None:
+            return self.tally
+        tally = RunTally()
+        for run in self.runs:
+            tally.add(run)
+        return tally
+
+
+@dataclass
+class RunTally:
+    """Counts over every run of a report, kept as runs stream past (a report need not keep its runs).
+
+    Attributes:
+        runs: Runs counted.
+        by_basis: Runs per :attr:`RunSummary.energy_basis`, in the order first seen.
+        by_source: Runs per :attr:`RunSummary.energy_source` (None: not stated), in the order first seen.
+        below_resolution: Runs with :attr:`RunSummary.below_resolution`.
+        default_pue: Whether some run's PUE is the default (1.0: none recorded, no ``--pue``).
+        with_host: Whether some run has :attr:`RunSummary.host_interval_joules`.
+    """
+
+    runs: int = 0
+    by_basis: dict[str, int] = field(default_factory=dict)
+    by_source: dict[str | None, int] = field(default_factory=dict)
+    below_resolution: int = 0
+    default_pue: bool = False
+    with_host: bool = False
+
+    def add(self, run: RunSummary) -> None:
+        """Count ``run``."""
+        self.count(
+            run.energy_basis, run.energy_source, run.below_resolution, run.pue_origin == "default",
+            run.host_interval_joules is not None,
+        )
+
+    def count(
+        self, basis: str, source: str | None, below: bool, default_pue: bool, with_host: bool, runs: int = 1
+    ) -> None:
+        """Count ``runs`` runs of one basis and source (``below``: each below resolution)."""
+        self.runs += runs
+        self.by_basis[basis] = self.by_basis.get(basis, 0) + runs
+        self.by_source[source] = self.by_source.get(source, 0) + runs
+        self.below_resolution += runs if below else 0
+        self.default_pue = self.default_pue or default_pue
+        self.with_host = self.with_host or with_host

@@ -12,13 +12,23 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
+import math
+import re
 import sys
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
 
 from otel_joules.report.inputs import Inputs, LineErrors
 from otel_joules.report.model import SpanRow
-from otel_joules.report.record_checks import checked_attributes, checked_times, clock_step_number
+from otel_joules.report.record_checks import (
+    REPORT_ATTRIBUTE_PREFIXES,
+    checked_attributes,
+    checked_times,
+    clock_step_number,
+)
 from otel_joules.semconv import SERVICE_NAME
+
+_HEX = re.compile("[0-9a-f]*")
 
 
 def read_otlp_request(item: dict[str, Any], path: str, number: int, inputs: Inputs, errors: LineErrors) -> None:
@@ -26,7 +36,7 @@ def read_otlp_request(item: dict[str, Any], path: str, number: int, inputs: Inpu
     try:
         for span in _otlp_span_objects(item):
             try:
-                inputs.spans.append(_otlp_span(span, path))
+                inputs.add_span(_otlp_span(span, path))
             except ValueError as exc:
                 errors.add(number, f"a span skipped: {exc}")
             except RecursionError:
@@ -92,7 +102,7 @@ def _otlp_id(value: object, size: int, what: str) -> str:
         raise ValueError(f"{what} is missing")
     value = value[:64]  # an id is 16 or 24 characters; a longer one is only echoed in the error
     text = value.lower()
-    if len(text) == 2 * size and all(c in "0123456789abcdef" for c in text):
+    if len(text) == 2 * size and _HEX.fullmatch(text):
         return text
     try:
         raw = base64.b64decode(value, validate=True)
@@ -143,3 +153,114 @@ def _any_value(value: object) -> object:
     if "bytesValue" in value:
         return value["bytesValue"]
     return None
+
+
+def flatten_otlp(path: str, out: IO[str], max_line_bytes: int) -> bool:
+    """Write the spans of the OTLP/JSON file ``path`` to ``out`` as our JSON lines (one span a line), for the SQL
+    engine's JSON-lines reader, which then checks every record as it checks our exports.
+
+    Ids, names and times are copied as the request has them and attributes decoded as :func:`read_otlp_request`
+    decodes them (the kept ones only), one request line in memory at a time. Anything the Python reader would
+    skip or report (a line that is not a JSON object, not UTF-8, over ``max_line_bytes``, nested too deeply, a
+    request whose structure is not OTLP's, a ``service.name`` that is not one text) returns False: then the file
+    is the Python reader's, which says why line by line.
+    """
+    with open(path, "rb") as handle:
+        while raw := handle.readline(max_line_bytes + 1):
+            if len(raw) > max_line_bytes or not raw.strip():
+                return False
+            try:
+                request = json.loads(raw)
+            except (ValueError, RecursionError):
+                return False
+            if not isinstance(request, dict) or not _write_request(request, out):
+                return False
+    return True
+
+
+def _write_request(request: dict[str, Any], out: IO[str]) -> bool:
+    """The spans of one request as JSON lines; False where its structure is not OTLP's (see :func:`flatten_otlp`)."""
+    resources = request.get("resourceSpans")
+    if resources is None:
+        return True
+    if not isinstance(resources, list):
+        return False
+    for resource_spans in resources:
+        if not isinstance(resource_spans, dict):
+            return False
+        service = _one_service_name(resource_spans.get("resource"))
+        if service is False:
+            return False
+        for key in ("scopeSpans", "instrumentationLibrarySpans"):
+            scopes = resource_spans.get(key)
+            if scopes is not None and not _write_scopes(scopes, service, out):
+                return False
+    return True
+
+
+def _one_service_name(resource: object) -> str | None | bool:
+    """The resource's ``service.name`` (None: none or empty); False unless it is one text in one attribute."""
+    if resource is None:
+        return None
+    if not isinstance(resource, dict):
+        return False
+    items = resource.get("attributes")
+    if items is None:
+        return None
+    if not isinstance(items, list):
+        return False
+    named = [item for item in items if isinstance(item, dict) and item.get("key") == SERVICE_NAME]
+    if not named:
+        return None
+    value = named[0].get("value")
+    if len(named) > 1 or not isinstance(value, dict) or not isinstance(value.get("stringValue"), str):
+        return False
+    return value["stringValue"] or None
+
+
+def _write_scopes(scopes: object, service: str | None, out: IO[str]) -> bool:
+    if not isinstance(scopes, list):
+        return False
+    for scope in scopes:
+        if not isinstance(scope, dict):
+            return False
+        spans = scope.get("spans")
+        if spans is None:
+            continue
+        if not isinstance(spans, list):
+            return False
+        for span in spans:
+            if not isinstance(span, dict):
+                return False
+            attributes = {
+                key: value for key, value in _otlp_attributes(span.get("attributes")).items()
+                if key.startswith(REPORT_ATTRIBUTE_PREFIXES)
+            }
+            if not all(_plain(value) for value in attributes.values()):
+                return False
+            record = {
+                "trace_id": span.get("traceId"), "span_id": span.get("spanId"),
+                "parent_span_id": span.get("parentSpanId"), "name": span.get("name"),
+                "start_time_unix_nano": span.get("startTimeUnixNano"), "end_time_unix_nano": span.get("endTimeUnixNano"),
+                "service_name": service, "attributes": attributes,
+            }
+            try:
+                out.write(json.dumps(record, allow_nan=False) + "\n")
+            except (ValueError, RecursionError):
+                return False
+    return True
+
+
+def _plain(value: object) -> bool:
+    """A value DuckDB's JSON keeps as Python reads it back: 64-bit integers, finite floats, texts, lists of them."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(_plain(item) for item in value.values())
+    return False

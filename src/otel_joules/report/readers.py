@@ -229,11 +229,15 @@ def _take(item: SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
     except OSError as exc:
         inputs.skipped.append(Skipped(item.path, exc.strerror if exc.errno == 0 and exc.strerror else stat_reason(exc)))
         return
-    with handle:
-        _read_lines(item.path, handle, size, inputs)
     if store is not None:
-        store.add_spans(item.index, inputs.spans)
-        inputs.spans.clear()
+        # The Python reader hands its spans to DuckDB in batches, so a big damaged file is never held whole.
+        inputs.flush = lambda spans: store.add_spans(item.index, spans)
+    try:
+        with handle:
+            _read_lines(item.path, handle, size, inputs)
+        inputs.flush_spans()
+    finally:
+        inputs.flush = None
 
 
 def _take_parquet(item: SpanFile, inputs: Inputs, store: SpanStore | None) -> None:
@@ -281,7 +285,7 @@ def _format_for_duckdb(handle: IO[bytes], size: int) -> tuple[str | None, tuple[
 
 def _read_lines(path: str, handle: IO[bytes], size: int, inputs: Inputs) -> None:
     """The Python reader: a file line by line, each bad line skipped with its reason."""
-    before = len(inputs.spans)
+    before = inputs.spans_read
     errors = LineErrors(path, inputs.skipped)
     lines = FileLines(handle, size)
     stream = iter(lines)
@@ -316,7 +320,7 @@ def _read_lines(path: str, handle: IO[bytes], size: int, inputs: Inputs) -> None
             return
         _read_json(path, start, stream, lines, handle, size, inputs, errors)
     errors.close()
-    if len(inputs.spans) > before:
+    if inputs.spans_read > before:
         inputs.files_read.append(path)
     elif not any(s.path == path or s.path.startswith(f"{path}:") for s in inputs.skipped):
         inputs.skipped.append(Skipped(path, "holds no span"))

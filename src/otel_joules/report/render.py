@@ -103,11 +103,14 @@ def format_report(report: Report) -> str:
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    out = [f"otel-joules report: {len(report.runs)} run(s) from {len(report.files_read)} file(s)", ""]
+    out = [f"otel-joules report: {report.run_count} run(s) from {len(report.files_read)} file(s)", ""]
     if rows:
         out.append(line(tuple(headers)))
         out.append(line(tuple("-" * w for w in widths)))
         out.extend(line(r) for r in rows)
+        out.append("")
+    if report.runs_not_listed:
+        out.append(f"{not_listed_text(report)}.")
         out.append("")
     out.append(
         f"Total: {report.total_joules:.3f} J ({report.total_joules / 3.6e6:.9f} kWh IT energy), "
@@ -123,7 +126,7 @@ def format_report(report: Report) -> str:
         out.append("")
         out.append("Notes:")
         out.extend(f"  {run_label(run)}: {note}" for run, note in notes)
-    if any(run.pue_origin == "default" for run in report.runs):
+    if report.run_tally().default_pue:
         out.append("  * no PUE recorded and no --pue given: 1.0")
     out.append("")
     out.append(COUNTING_NOTE)
@@ -132,22 +135,31 @@ def format_report(report: Report) -> str:
 
 def _total_provenance(report: Report) -> str:
     """What the total is made of: bases and sources, and the attributed runs' host interval energy."""
+    tally = report.run_tally()
     bases: dict[str, int] = {}
-    for run in report.runs:
-        key = BASIS_LABELS.get(run.energy_basis, run.energy_basis)
-        bases[key] = bases.get(key, 0) + 1
+    for basis, count in tally.by_basis.items():
+        key = BASIS_LABELS.get(basis, basis)
+        bases[key] = bases.get(key, 0) + count
     sources: dict[str, int] = {}
-    for run in report.runs:
-        key = run.energy_source or "not stated"
-        sources[key] = sources.get(key, 0) + 1
+    for source, count in tally.by_source.items():
+        key = source or "not stated"
+        sources[key] = sources.get(key, 0) + count
     text = "of which: " + ", ".join(f"{count} run(s) {name}" for name, count in bases.items())
     text += "; " + ", ".join(f"{count} {name}" for name, count in sources.items())
     if report.host_interval_joules is not None:
         text += f"; host interval energy of the attributed runs: {report.host_interval_joules:.3f} J"
-    below = sum(1 for run in report.runs if run.below_resolution)
+    below = tally.below_resolution
     if below:
         text += f"; {below} run(s) below a counter's resolution (quantised)"
     return text
+
+
+def not_listed_text(report: Report) -> str:
+    """What a report that lists only some runs says about the others (they are in the totals)."""
+    return (
+        f"{report.runs_not_listed} more run(s) in the totals are not listed (listed: the first {len(report.runs)}; "
+        "carbontracker runs, then traces by start): --runs all lists every one, --runs N the first N"
+    )
 
 
 def format_skipped(report: Report) -> list[str]:
@@ -202,8 +214,10 @@ def report_dict(report: Report) -> dict[str, Any]:
             }
             for run in report.runs
         ],
+        **({"runs_not_listed": report.runs_not_listed, "runs_listing": not_listed_text(report)}
+           if report.runs_not_listed else {}),
         "totals": {
-            "runs": len(report.runs),
+            "runs": report.run_count,
             "energy_joules": report.total_joules,
             "energy_kwh": report.total_kwh,
             "co2eq_grams": report.total_co2eq_grams,

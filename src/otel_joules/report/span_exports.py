@@ -39,7 +39,7 @@ def csv_cells(text: str) -> list[str] | None:
 def read_jsonl_line(item: dict[str, Any], path: str, number: int, inputs: Inputs, errors: LineErrors) -> None:
     """The span of one JSON-lines record (line ``number``), or its line skipped with the reason."""
     try:
-        inputs.spans.append(_span_from_record(item, item.get("attributes"), path))
+        inputs.add_span(_span_from_record(item, item.get("attributes"), path))
     except (ValueError, RecursionError) as exc:
         errors.add(number, str(exc) if isinstance(exc, ValueError) else "nested too deeply to read")
 
@@ -75,7 +75,7 @@ def read_csv(
                 errors.add(number, "its attributes cell is not JSON" + ("" if "valid" in problem else f" ({problem})"))
                 continue
             try:
-                inputs.spans.append(_span_from_record(row, attributes, path))
+                inputs.add_span(_span_from_record(row, attributes, path))
             except (ValueError, RecursionError) as exc:
                 errors.add(number, str(exc) if isinstance(exc, ValueError) else "nested too deeply to read")
 

@@ -120,6 +120,8 @@ class SparkSpanStore:
         self._files: list[str] = []
         # What the aggregation reads: each load's kept rows, each Python-read file's spans.
         self._frames: list[Any] = []
+        # Spans the Python reader handed over per file so far (their places in the file).
+        self._taken: dict[int, int] = {}
         self._loads = 0
         self._bad: dict[int, int] = {}
         self._unreadable: dict[int, str] = {}
@@ -253,9 +255,12 @@ class SparkSpanStore:
         index = self.register(file) if isinstance(file, str) else file
         if not spans:
             return
+        # A file's spans may come in several batches: their places in the file follow on.
+        first = self._taken.get(index, 0)
+        self._taken[index] = first + len(spans)
         rows = [
             (
-                index, position, True, span.trace_id, span.span_id, span.parent_span_id, span.name,
+                index, first + position, True, span.trace_id, span.span_id, span.parent_span_id, span.name,
                 span.start_unix_nano, span.end_unix_nano, span.service_name,
                 json.dumps(_json_safe(dict(span.attributes)), allow_nan=False), len(span.attributes),
             )

@@ -3,8 +3,9 @@
 The report's engine (``otel-joules report``; needs the ``[report]`` extra, ``duckdb``). Python
 finds the files and tells their formats apart (:mod:`otel_joules.report.readers`, which holds
 the filesystem checks: FIFOs, device links, link loops, unreadable folders); each span file is
-handed here and read by DuckDB (``read_ndjson_objects`` for JSON lines and OTLP/JSON,
-``read_csv`` for our CSV, ``read_parquet`` for :mod:`otel_joules.exporters.parquet_exporter`'s
+handed here and read by DuckDB (``read_ndjson_objects`` for JSON lines, and for OTLP/JSON once
+:func:`~otel_joules.report.otlp_files.flatten_otlp` has staged its spans as JSON lines, one request line at a
+time; ``read_csv`` for our CSV, ``read_parquet`` for :mod:`otel_joules.exporters.parquet_exporter`'s
 files) into one table of spans, which DuckDB keeps within :func:`otel_joules.config.report_memory_limit`
 and spills to a private temporary folder (mode 0700, removed by :meth:`SpanStore.close`).
 
@@ -35,20 +36,23 @@ a run is made of (the counted ones and the epochs), in the order the spans were 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 try:  # at import, as the other optional libraries are: a process may drop its privileges before reporting
     import duckdb
 except ImportError:  # the [report] extra is not installed; SpanStore() says what to install
     duckdb = None  # type: ignore[assignment]
 
-from otel_joules.config import report_memory_limit
+from otel_joules.carbon.units import JOULES_PER_KWH
+from otel_joules.config import OTEL_JOULES_REPORT_MEMORY_LIMIT, report_memory_limit
 from otel_joules.report.model import ReportError, SpanRow
+from otel_joules.report.otlp_files import flatten_otlp
 from otel_joules.report.record_checks import (
     CHECKED_NUMBER_PREFIXES,
     CHECKED_NUMBER_SUFFIXES,
@@ -57,13 +61,17 @@ from otel_joules.report.record_checks import (
     checked_attributes,
 )
 from otel_joules.semconv import (
+    CARBON_INTENSITY_GCO2EQ_PER_KWH,
+    CARBON_PUE,
+    ENERGY_ATTRIBUTED_CO2EQ_GRAMS,
     ENERGY_ATTRIBUTED_JOULES,
+    ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS,
     ENERGY_ATTRIBUTED_SELF_JOULES,
     ENERGY_BELOW_RESOLUTION,
     ENERGY_CLOCK_STEP_S,
+    ENERGY_CO2EQ_GRAMS,
     ENERGY_JOULES,
     ENERGY_SOURCE,
-    SERVICE_NAME,
     SOURCE_MIXED,
     SOURCE_PARTIAL,
     SPAN_EPOCH,
@@ -75,8 +83,14 @@ FORMAT_JSONL = "jsonl"
 FORMAT_CSV = "csv"
 FORMAT_OTLP = "otlp"
 FORMAT_PARQUET = "parquet"
+# OTLP files staged as JSON lines (SpanStore._load_otlp).
+_FORMAT_STAGED_OTLP = "otlp-staged"
 #: What to install when DuckDB is missing.
 INSTALL_HINT = "otel-joules report needs DuckDB: pip install 'otel-joules[report]'"
+#: The longest line DuckDB's readers take (``maximum_object_size``, ``max_line_size``): a file with a longer one is
+#: read by the Python reader. DuckDB holds two buffers of this size per thread while it reads, and a bigger bound
+#: made reading 510 MB of JSON lines four times slower (19 s against 4.7 s) under the memory limit.
+MAX_LINE_BYTES = 16 << 20
 #: The csv module's default field limit: a longer cell is left to the Python reader, which skips its row.
 CSV_FIELD_LIMIT = 131072
 # The Python JSON parser gives up near 1,000 levels; a record with this many brackets may nest that deep and is
@@ -85,6 +99,7 @@ _DEEP_BRACKETS = 900
 # Attribute keys read in SQL by a JSON path: anything else is left to the Python reader.
 _PLAIN_KEY = "[A-Za-z0-9_.\\-]+"
 _INT64_MAX = 2**63 - 1
+_log = logging.getLogger(__name__)
 
 
 def _literal(text: str) -> str:
@@ -139,8 +154,8 @@ def _not_deep(text: str) -> str:
     return f"shallow({text})"
 
 
-# A record shorter than twice the depth at which Python's parser gives up cannot nest that deep. A longer one is
-# measured: strings dropped, brackets kept, then each round removes every innermost pair (one or two levels), so a
+# A record shorter (in bytes, at least its characters) than twice the depth at which Python's parser gives up cannot
+# nest that deep. A longer one is measured: strings dropped, brackets kept, then each round removes every innermost pair (one or two levels), so a
 # record left with no bracket after the rounds nests at most twice that many levels deep. Deeper ones are left to
 # the Python reader, which reads them exactly (and skips one nested too deeply with that reason).
 _SHALLOW_ROUNDS = 24
@@ -152,7 +167,7 @@ _MACROS = (
     # Only a long record is measured, on its JSON structure (the types of its values, arrays merged: as deep as the
     # record, and short).
     f"CREATE MACRO peeled(t) AS {_peeled} = ''",
-    f"CREATE MACRO shallow(t) AS CASE WHEN length(t) < {2 * _DEEP_BRACKETS} THEN true "
+    f"CREATE MACRO shallow(t) AS CASE WHEN strlen(t) < {2 * _DEEP_BRACKETS} THEN true "
     "ELSE peeled(CAST(json_structure(t) AS VARCHAR)) END",
 )
 
@@ -258,7 +273,7 @@ FROM (
                r.start_time_unix_nano AS st, r.end_time_unix_nano AS et, r.service_name AS svc, r.attributes AS a
         FROM (
             SELECT filename, json AS j, json_transform(json, '{fields}') AS r
-            FROM read_ndjson_objects({_files(paths)}, filename = true, maximum_object_size = 67108864)
+            FROM read_ndjson_objects({_files(paths)}, filename = true, maximum_object_size = {MAX_LINE_BYTES})
         )
     )
 )
@@ -296,7 +311,7 @@ SELECT filename, {ok}, lower({tid}), lower({sid}), nullif(lower({pid}), ''), coa
 FROM (SELECT *, TRY_CAST(a AS MAP(VARCHAR, JSON)) AS m FROM (
     SELECT *, TRY_CAST(coalesce(nullif({attrs_cell}, ''), '{{}}') AS JSON) AS a
     FROM read_csv({_files(paths)}, header = true, auto_detect = false, columns = {columns}, delim = ',',
-                  quote = '"', escape = '"', strict_mode = true, max_line_size = 67108864, filename = true)
+                  quote = '"', escape = '"', strict_mode = true, max_line_size = {MAX_LINE_BYTES}, filename = true)
 ))
 """
 
@@ -322,127 +337,6 @@ FROM (SELECT *, TRY_CAST(a AS MAP(VARCHAR, JSON)) AS m FROM (
            attributes, TRY_CAST(coalesce(nullif(attributes, ''), '{{}}') AS JSON) AS a
     FROM read_parquet({_files(paths)}, filename = true)
 ))
-"""
-
-
-def _otlp_value(item: str) -> str:
-    """SQL: an OTLP ``AnyValue`` (``{item}.value``) decoded as Python's reader decodes it, as JSON."""
-    v = f"({item}->'$.value')"
-    return (
-        f"CASE WHEN json_type({v}) IS DISTINCT FROM 'OBJECT' OR len(json_keys({v})) = 0 THEN CAST('null' AS JSON) "
-        f"WHEN json_exists({v}, '$.stringValue') THEN {v}->'$.stringValue' "
-        f"WHEN json_exists({v}, '$.boolValue') THEN {v}->'$.boolValue' "
-        f"WHEN json_exists({v}, '$.intValue') THEN CASE WHEN json_type({v}, '$.intValue') IN ('BIGINT', 'UBIGINT') "
-        f"THEN {v}->'$.intValue' ELSE CAST({v}->>'$.intValue' AS JSON) END "
-        f"WHEN json_exists({v}, '$.doubleValue') THEN CASE WHEN json_type({v}, '$.doubleValue') = 'DOUBLE' "
-        f"THEN {v}->'$.doubleValue' ELSE CAST(({v}->>'$.doubleValue') || '.0' AS JSON) END "
-        "ELSE CAST('null' AS JSON) END"
-    )
-
-
-def _otlp_value_ok(item: str) -> str:
-    """SQL: an OTLP attribute the SQL decoding reads exactly as Python's does (else the Python reader reads the file)."""
-    v = f"({item}->'$.value')"
-    kept = _kept(f"({item}->>'$.key')")
-    return (
-        f"(json_type({item}) = 'OBJECT' AND json_type({item}, '$.key') = 'VARCHAR' AND (NOT {kept} OR "
-        f"json_type({v}) IS DISTINCT FROM 'OBJECT' OR len(json_keys({v})) = 0 OR json_exists({v}, '$.stringValue') "
-        f"OR (json_exists({v}, '$.boolValue') AND json_type({v}, '$.boolValue') = 'BOOLEAN') "
-        f"OR (NOT json_exists({v}, '$.boolValue') AND json_exists({v}, '$.intValue') AND "
-        f"(json_type({v}, '$.intValue') IN ('BIGINT', 'UBIGINT') OR (json_type({v}, '$.intValue') = 'VARCHAR' "
-        f"AND regexp_full_match({v}->>'$.intValue', '-?(0|[1-9][0-9]{{0,17}})')))) "
-        f"OR (NOT json_exists({v}, '$.boolValue') AND NOT json_exists({v}, '$.intValue') AND json_exists({v}, '$.doubleValue') "
-        f"AND json_type({v}, '$.doubleValue') IN ('DOUBLE', 'BIGINT', 'UBIGINT')) "
-        f"OR NOT (json_exists({v}, '$.boolValue') OR json_exists({v}, '$.intValue') OR json_exists({v}, '$.doubleValue') "
-        f"OR json_exists({v}, '$.arrayValue') OR json_exists({v}, '$.kvlistValue') OR json_exists({v}, '$.bytesValue'))))"
-    )
-
-
-def _all(condition: str, items: str) -> str:
-    return f"coalesce(list_bool_and([{condition} for x in {items}]), true)"
-
-
-def _list_or_absent(value: str) -> str:
-    return f"coalesce(json_type({value}) IN ('ARRAY', 'NULL'), true)"
-
-
-def _otlp_select(paths: Sequence[str]) -> str:
-    structure = [
-        "json_type(j) = 'OBJECT'",
-        _not_deep("CAST(j AS VARCHAR)"),
-        _list_or_absent("j->'$.resourceSpans'"),
-        _all("json_type(x) = 'OBJECT'", "coalesce(json_extract(j, '$.resourceSpans[*]'), [])"),
-    ]
-    for scopes in ("scopeSpans", "instrumentationLibrarySpans"):
-        structure += [
-            _all("json_type(x) IN ('ARRAY', 'NULL')", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}'), [])"),
-            _all("json_type(x) = 'OBJECT'", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*]'), [])"),
-            _all("json_type(x) IN ('ARRAY', 'NULL')", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*].spans'), [])"),
-            _all("json_type(x) = 'OBJECT'", f"coalesce(json_extract(j, '$.resourceSpans[*].{scopes}[*].spans[*]'), [])"),
-        ]
-    service_items = (
-        f"[x for x in coalesce(json_extract(rs, '$.resource.attributes[*]'), []) "
-        f"if (x->>'$.key') = {_literal(SERVICE_NAME)}]"
-    )
-    service_ok = (
-        "(coalesce(json_type(rs, '$.resource') IN ('OBJECT', 'NULL'), true) "
-        "AND coalesce(json_type(rs, '$.resource.attributes') IN ('ARRAY', 'NULL'), true) "
-        f"AND (len({service_items}) = 0 OR (len({service_items}) = 1 "
-        f"AND json_type({service_items}[1], '$.value.stringValue') = 'VARCHAR')))"
-    )
-    items = "coalesce(json_extract(s, '$.attributes[*]'), [])"
-    kept = _kept("(x->>'$.key')")
-    attrs = f"map_from_entries([{{'k': x->>'$.key', 'v': {_otlp_value('x')}}} for x in {items} if {kept}])"
-    span_ok = " AND ".join(
-        (
-            "line_ok",
-            "service_ok",
-            "json_type(s) = 'OBJECT'",
-            _json_hex("tid", 32),
-            _json_hex("sid", 16),
-            _json_parent_ok("pid"),
-            _json_text_ok("nm"),
-            _json_time_ok("st"),
-            _json_time_ok("et"),
-            f"coalesce({_json_time('st')} <= {_json_time('et')}, true)",
-            _list_or_absent("s->'$.attributes'"),
-            _all(_otlp_value_ok("x"), items),
-        )
-    )
-    spans = (
-        "list_concat(coalesce(json_extract(rs, '$.scopeSpans[*].spans[*]'), []), "
-        "coalesce(json_extract(rs, '$.instrumentationLibrarySpans[*].spans[*]'), []))"
-    )
-    return f"""
-SELECT filename, ok AND {_attributes_ok('m')}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
-       coalesce(nm->>'$', ''), {_json_time('st')}, {_json_time('et')}, service, to_json(m), {_kept_count('m')}
-FROM (
-    SELECT *, CASE WHEN ok THEN {attrs} ELSE CAST(MAP {{}} AS MAP(VARCHAR, JSON)) END AS m
-    FROM (SELECT *, {span_ok} AS ok FROM (
-        SELECT *, s->'$.traceId' AS tid, s->'$.spanId' AS sid, s->'$.parentSpanId' AS pid,
-               s->'$.name' AS nm, s->'$.startTimeUnixNano' AS st, s->'$.endTimeUnixNano' AS et
-        FROM (
-            SELECT filename, line_ok, service_ok, service, s
-            FROM (
-                SELECT filename, line_ok, service_ok,
-                       CASE WHEN service_ok THEN nullif({service_items}[1]->>'$.value.stringValue', '') END AS service,
-                       CASE WHEN line_ok AND service_ok THEN {spans} ELSE [CAST('null' AS JSON)] END AS spans
-                FROM (
-                SELECT filename, line_ok, rs, CASE WHEN line_ok THEN {service_ok} ELSE false END AS service_ok
-                FROM (
-                    SELECT filename, line_ok,
-                           unnest(CASE WHEN line_ok THEN coalesce(json_extract(j, '$.resourceSpans[*]'), [])
-                                  ELSE [CAST('null' AS JSON)] END) AS rs
-                    FROM (
-                        SELECT filename, json AS j, {' AND '.join(structure)} AS line_ok
-                        FROM read_ndjson_objects({_files(paths)}, filename = true, maximum_object_size = 67108864)
-                    )
-                )
-                )
-            ), unnest(spans) AS each_span(s)
-        )
-    ))
-)
 """
 
 
@@ -480,80 +374,127 @@ class TraceSpans:
     longest_duration_s: float | None
 
 
-def _number(key: str) -> str:
+def _number(key: str, attrs: str = "attrs") -> str:
     """SQL: ``attrs``' attribute ``key`` as a finite DOUBLE (SpanRow.number), else NULL."""
-    value = f"json_extract(attrs, {_path(key)})"
+    return _json_number(f"json_extract({attrs}, {_path(key)})")
+
+
+def _json_number(value: str) -> str:
+    """SQL: the JSON ``value`` as a finite DOUBLE (SpanRow.number), else NULL."""
     return (
         f"CASE WHEN json_type({value}) IN ('DOUBLE', 'BIGINT', 'UBIGINT') AND isfinite(CAST({value} AS DOUBLE)) "
         f"THEN CAST({value} AS DOUBLE) END"
     )
 
 
+# What the walks read of each span's attributes, by json_transform's names.
+_WALK_KEYS = json.dumps(dict.fromkeys(
+    (ENERGY_JOULES, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_CLOCK_STEP_S, TRAINING_RANK), "JSON"
+))
 _AGGREGATE = [
-    # The place of each span in the order Python would have read it: files in the order found, rows in file order.
-    """
-CREATE TEMP TABLE read_order AS
-SELECT s.*, f.file_idx, (CAST(f.file_idx AS BIGINT) << 40) + s.rowid AS ord
-FROM spans s JOIN files f USING (path)
-""",
-    # One copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is
-    # where it was first read.
+    # The place of each span in the order Python would have read it (files in the order found, rows in file order), and
+    # one copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is where
+    # it was first read. The copy is found by its row, so a span's attributes stay in ``spans`` alone (``rid``).
     f"""
 CREATE TEMP TABLE d AS
-SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, file_idx, first_ord,
-       {_number(ENERGY_JOULES)} AS ej, {_number(ENERGY_ATTRIBUTED_JOULES)} AS eaj,
-       {_number(ENERGY_ATTRIBUTED_SELF_JOULES)} AS easj, {_number(ENERGY_CLOCK_STEP_S)} AS clock_step,
-       CASE WHEN json_type(attrs, {_path(TRAINING_RANK)}) NOT IN ('NULL') THEN CAST(json_extract(attrs, {_path(TRAINING_RANK)}) AS VARCHAR) END
-           AS own_rank
+SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, file_idx, first_ord, rid,
+       {_json_number(f'a."{ENERGY_JOULES}"')} AS ej, {_json_number(f'a."{ENERGY_ATTRIBUTED_JOULES}"')} AS eaj,
+       {_json_number(f'a."{ENERGY_ATTRIBUTED_SELF_JOULES}"')} AS easj,
+       {_json_number(f'a."{ENERGY_CLOCK_STEP_S}"')} AS clock_step,
+       CASE WHEN json_type(a."{TRAINING_RANK}") NOT IN ('NULL') THEN CAST(a."{TRAINING_RANK}" AS VARCHAR) END AS own_rank,
+       row_number() OVER () AS k
 FROM (
-    SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, ord) AS copy,
-           min(ord) OVER (PARTITION BY trace_id, span_id) AS first_ord
-    FROM read_order
+    -- The attributes parsed once for the five a walk reads.
+    SELECT s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns, s.service_name, p.file_idx,
+           p.first_ord, p.rid, json_transform(s.attrs, {_literal(_WALK_KEYS)}) AS a
+    FROM (
+        SELECT arg_min(rid, {{'n': -n_attrs, 'o': ord}}) AS rid, arg_min(file_idx, {{'n': -n_attrs, 'o': ord}}) AS file_idx,
+               min(ord) AS first_ord
+        FROM (SELECT s.trace_id, s.span_id, s.n_attrs, s.rowid AS rid, f.file_idx,
+                     (CAST(f.file_idx AS BIGINT) << 40) + s.rowid AS ord
+              FROM spans s JOIN files f USING (path))
+        GROUP BY trace_id, span_id
+    ) p JOIN spans s ON s.rowid = p.rid
 )
-WHERE copy = 1
 """,
-    # The training.rank of each span carrying a share, or of its nearest ancestor with one.
+    # Each span's parent where it is among the spans (a root, or a span whose parent was not exported, has none), by
+    # the spans' row numbers: the walks below step along these.
+    """
+CREATE TEMP TABLE link AS
+SELECT c.k, p.k AS pk FROM d c JOIN d p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
+""",
+    # Traces with a training.rank, and their span counts: a walk up a trace's parents that is longer than its spans
+    # has met a parent loop (each span it meets again says what it said the first time), so that ends the walk.
+    """
+CREATE TEMP TABLE trace_sizes AS
+SELECT trace_id, count(*) AS n, bool_or(own_rank IS NOT NULL) AS ranked FROM d GROUP BY trace_id
+""",
+    # The training.rank of each span carrying a share, or of its nearest ancestor with one (none in a trace without
+    # any rank: no walk there).
     """
 CREATE TEMP TABLE ranks AS
-WITH RECURSIVE walk(trace_id, span_id, cur, visited, rank) AS (
-    SELECT trace_id, span_id, parent_span_id, [span_id], own_rank FROM d WHERE eaj IS NOT NULL
+WITH RECURSIVE walk(k, cur, rank, depth, n) AS (
+    SELECT d.k, l.pk, d.own_rank, 0, t.n
+    FROM d JOIN trace_sizes t ON t.trace_id = d.trace_id AND t.ranked LEFT JOIN link l ON l.k = d.k
+    WHERE d.eaj IS NOT NULL AND d.own_rank IS NULL
     UNION ALL
-    SELECT w.trace_id, w.span_id, p.parent_span_id, list_append(w.visited, p.span_id), p.own_rank
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    WHERE w.rank IS NULL AND NOT list_contains(w.visited, w.cur)
+    SELECT w.k, l.pk, p.own_rank, w.depth + 1, w.n
+    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN link l ON l.k = p.k
+    WHERE w.rank IS NULL AND w.depth < w.n
 )
-SELECT trace_id, span_id, max(rank) AS rank FROM walk GROUP BY trace_id, span_id
+SELECT k, max(rank) AS rank FROM walk GROUP BY k
+UNION ALL
+SELECT k, own_rank FROM d WHERE eaj IS NOT NULL AND own_rank IS NOT NULL
 """,
-    # Spans with an ancestor carrying the same share (same rank) or the same interval energy: nested, not counted.
+    # Spans with an ancestor (never the span itself, met again round a parent loop) carrying the same share (same
+    # rank) or the same interval energy: nested, not counted. The parent decides most spans; only the others walk on.
+    """
+CREATE TEMP TABLE first_attributed AS
+WITH shares AS (SELECT d.k, d.trace_id, r.rank FROM d LEFT JOIN ranks r ON r.k = d.k WHERE d.eaj IS NOT NULL)
+SELECT s.k, l.pk, s.trace_id, s.rank, p.k IS NOT NULL AND l.pk <> s.k AS nested
+FROM shares s JOIN link l ON l.k = s.k LEFT JOIN shares p ON p.k = l.pk AND p.rank IS NOT DISTINCT FROM s.rank
+""",
+    # (The parent's verdict is a table of its own: a recursive query's parts are held in memory, a table spills.)
     """
 CREATE TEMP TABLE nested_attributed AS
-WITH RECURSIVE walk(trace_id, span_id, rank, cur, visited, nested) AS (
-    SELECT r.trace_id, r.span_id, r.rank, d.parent_span_id, [r.span_id], false
-    FROM ranks r JOIN d USING (trace_id, span_id)
+WITH RECURSIVE walk(k, cur, rank, depth, n, nested) AS (
+    SELECT f.k, l.pk, f.rank, 1, t.n, false
+    FROM first_attributed f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
+    WHERE NOT f.nested
     UNION ALL
-    SELECT w.trace_id, w.span_id, w.rank, p.parent_span_id, list_append(w.visited, p.span_id),
-           p.eaj IS NOT NULL AND pr.rank IS NOT DISTINCT FROM w.rank
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    LEFT JOIN ranks pr ON pr.trace_id = p.trace_id AND pr.span_id = p.span_id
-    WHERE NOT w.nested AND NOT list_contains(w.visited, w.cur)
+    SELECT w.k, l.pk, w.rank, w.depth + 1, w.n, p.k <> w.k AND p.eaj IS NOT NULL AND pr.rank IS NOT DISTINCT FROM w.rank
+    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN ranks pr ON pr.k = p.k LEFT JOIN link l ON l.k = p.k
+    WHERE NOT w.nested AND w.depth < w.n
 )
-SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
+SELECT k FROM first_attributed WHERE nested
+UNION ALL
+SELECT k FROM walk WHERE nested
+""",
+    """
+CREATE TEMP TABLE first_interval AS
+SELECT c.k, l.pk, c.trace_id, p.ej IS NOT NULL AND l.pk <> c.k AS nested
+FROM d c JOIN link l ON l.k = c.k JOIN d p ON p.k = l.pk WHERE c.ej IS NOT NULL
 """,
     """
 CREATE TEMP TABLE nested_interval AS
-WITH RECURSIVE walk(trace_id, span_id, cur, visited, nested) AS (
-    SELECT trace_id, span_id, parent_span_id, [span_id], false FROM d WHERE ej IS NOT NULL
+WITH RECURSIVE walk(k, cur, depth, n, nested) AS (
+    SELECT f.k, l.pk, 1, t.n, false
+    FROM first_interval f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
+    WHERE NOT f.nested
     UNION ALL
-    SELECT w.trace_id, w.span_id, p.parent_span_id, list_append(w.visited, p.span_id), p.ej IS NOT NULL
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    WHERE NOT w.nested AND NOT list_contains(w.visited, w.cur)
+    SELECT w.k, l.pk, w.depth + 1, w.n, p.k <> w.k AND p.ej IS NOT NULL
+    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN link l ON l.k = p.k
+    WHERE NOT w.nested AND w.depth < w.n
 )
-SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
+SELECT k FROM first_interval WHERE nested
+UNION ALL
+SELECT k FROM walk WHERE nested
 """,
     """
 CREATE TEMP TABLE sources AS
 SELECT trace_id, list(file_idx ORDER BY first_read) AS sources
-FROM (SELECT trace_id, file_idx, min(ord) AS first_read FROM read_order GROUP BY trace_id, file_idx)
+FROM (SELECT s.trace_id, f.file_idx, min((CAST(f.file_idx AS BIGINT) << 40) + s.rowid) AS first_read
+      FROM spans s JOIN files f USING (path) GROUP BY s.trace_id, f.file_idx)
 GROUP BY trace_id
 """,
 ]
@@ -562,15 +503,15 @@ _FIGURES = [
     f"""
 CREATE TEMP TABLE flagged AS
 SELECT d.*,
-       d.eaj IS NOT NULL AND na.span_id IS NULL AS top_attributed,
+       d.eaj IS NOT NULL AND na.k IS NULL AS top_attributed,
        d.easj IS NOT NULL AS has_self,
-       d.ej IS NOT NULL AND ni.span_id IS NULL AS top_interval,
+       d.ej IS NOT NULL AND ni.k IS NULL AS top_interval,
        d.name = {_literal(SPAN_EPOCH)} AND d.ej IS NOT NULL AS is_epoch,
-       p.span_id IS NULL AS is_root
+       l.k IS NULL AS is_root
 FROM d
-LEFT JOIN nested_attributed na ON na.trace_id = d.trace_id AND na.span_id = d.span_id
-LEFT JOIN nested_interval ni ON ni.trace_id = d.trace_id AND ni.span_id = d.span_id
-LEFT JOIN d p ON p.trace_id = d.trace_id AND p.span_id = d.parent_span_id
+LEFT JOIN nested_attributed na ON na.k = d.k
+LEFT JOIN nested_interval ni ON ni.k = d.k
+LEFT JOIN link l ON l.k = d.k
 """,
     """
 CREATE TEMP TABLE figures AS
@@ -582,23 +523,200 @@ SELECT trace_id,
        min(start_ns) AS first_start, max(end_ns) AS last_end, count(*) FILTER (WHERE clock_step IS NOT NULL) AS stepped,
        max(greatest(0.0, CAST(end_ns - start_ns AS DOUBLE) / 1e9 - coalesce(clock_step, 0.0)))
            FILTER (WHERE start_ns IS NOT NULL AND end_ns IS NOT NULL) AS longest,
-       bool_or(top_attributed) AS any_attributed
+       bool_or(top_attributed) AS any_attributed,
+       CASE WHEN bool_or(top_attributed) THEN 1 WHEN bool_or(has_self) THEN 2 WHEN bool_or(top_interval) THEN 3 END
+           AS basis_kind
 FROM flagged
 GROUP BY trace_id
 """,
 ]
 
-# One row per span a run is made of (or one with no span for a trace without any), each trace's rows together and in
-# read order: streamed (an external sort where it must), never a trace's spans gathered in one value.
+#: :data:`_RUNS` ``basis_kind``: a trace's basis (trace_runs' ``_basis``): topmost inclusive shares, every span's
+#: self share, topmost interval energy. NULL: none (a trace without energy).
+BASIS_KIND_ATTRIBUTED, BASIS_KIND_SELF, BASIS_KIND_INTERVAL = 1, 2, 3
+
+
+def _sequential_sum(values: str, order: str, condition: str) -> str:
+    """SQL: ``values`` added one by one in ``order`` from 0.0, as Python's ``sum`` adds a list (the same float)."""
+    return (
+        f"list_reduce(coalesce(list({values} ORDER BY {order}) FILTER (WHERE {condition}), []), "
+        "lambda a, b: a + b, CAST(0 AS DOUBLE))"
+    )
+
+
+def _source_text(attrs: str) -> str:
+    """SQL: the span's ``energy.source`` if it is non-empty text (energy_parts.span_source), else NULL."""
+    return (
+        f"CASE WHEN json_type({attrs}, {_path(ENERGY_SOURCE)}) = 'VARCHAR' "
+        f"THEN nullif(json_extract_string({attrs}, {_path(ENERGY_SOURCE)}), '') END"
+    )
+
+
+def _run_number(key: str) -> str:
+    return _number(key, "sp.attrs")
+
+
+# Per trace with energy, after a place in report order ($start, $trace) (start, then trace id): what trace_runs' ``_trace_run`` adds up,
+# computed the same way (sums in read order from 0.0, the same products and quotient), for the runs a report does not
+# list: its joules, the host's interval joules, the PUE it recorded (one value over its counted spans, else NULL), the
+# intensity it recorded (energy-weighted; NULL unless every counted span has one), the grams it recorded (NULL unless
+# every counted span has them), its merged energy.source and whether a span was below resolution.
+_TAIL_SPANS = f"""
+CREATE OR REPLACE TEMP TABLE tail_spans AS
+SELECT t.trace_id, t.basis_kind AS kind, coalesce(t.first_start, 0) AS start_key, f.first_ord,
+       (t.basis_kind = 1 AND f.top_attributed) OR (t.basis_kind = 2 AND f.has_self)
+           OR (t.basis_kind = 3 AND f.top_interval) AS counted,
+       f.top_interval AS interval,
+       coalesce(CASE t.basis_kind WHEN 1 THEN f.eaj WHEN 2 THEN f.easj ELSE f.ej END, 0.0) + 0.0 AS j,
+       coalesce(f.ej, 0.0) + 0.0 AS ej,
+       {_run_number(CARBON_PUE)} AS pue,
+       {_run_number(CARBON_INTENSITY_GCO2EQ_PER_KWH)} AS intensity,
+       CASE t.basis_kind WHEN 1 THEN {_run_number(ENERGY_ATTRIBUTED_CO2EQ_GRAMS)}
+           WHEN 2 THEN {_run_number(ENERGY_ATTRIBUTED_SELF_CO2EQ_GRAMS)} ELSE {_run_number(ENERGY_CO2EQ_GRAMS)} END AS grams,
+       {_source_text('sp.attrs')} AS source,
+       coalesce(json_type(sp.attrs, {_path(ENERGY_BELOW_RESOLUTION)}) = 'BOOLEAN'
+           AND json_extract_string(sp.attrs, {_path(ENERGY_BELOW_RESOLUTION)}) = 'true', false) AS below
+FROM figures t JOIN flagged f ON f.trace_id = t.trace_id JOIN spans sp ON sp.rowid = f.rid
+WHERE t.basis_kind IS NOT NULL AND (coalesce(t.first_start, 0) > $start OR (coalesce(t.first_start, 0) = $start AND t.trace_id > $trace))
+  AND ((t.basis_kind = 1 AND f.top_attributed) OR (t.basis_kind = 2 AND f.has_self) OR f.top_interval)
+"""
+# Aggregates over every trace held their groups in memory (2 GB of input ran out of the limit), so a trace with one
+# counted span and at most one interval span, the most, is a join of those two rows (joins spill): the same
+# operations on one value (0.0 + x, (j x intensity) / j). Only the others are grouped, gathering values in read order.
+_TAIL_SHAPES = """
+CREATE OR REPLACE TEMP TABLE tail_shapes AS
+SELECT trace_id, count(*) FILTER (WHERE counted) <= 1 AND count(*) FILTER (WHERE interval) <= 1 AS single
+FROM tail_spans GROUP BY trace_id
+"""
+_ZERO = "CAST(0 AS DOUBLE)"
+_TAIL_SINGLE = f"""
+SELECT c.trace_id, c.kind, c.start_key, {_ZERO} + c.j AS joules,
+       CASE WHEN c.kind <> 3 THEN {_ZERO} + coalesce(i.ej, {_ZERO}) END AS host,
+       c.pue AS recorded_pue,
+       CASE WHEN c.intensity IS NULL THEN NULL WHEN c.j > 0 THEN ({_ZERO} + c.j * c.intensity) / ({_ZERO} + c.j)
+            ELSE c.intensity END AS recorded_intensity,
+       {_ZERO} + c.grams AS recorded_grams, c.source, c.below OR coalesce(i.below, false) AS below
+FROM tail_spans c JOIN tail_shapes h ON h.trace_id = c.trace_id AND h.single
+LEFT JOIN tail_spans i ON i.trace_id = c.trace_id AND i.interval
+WHERE c.counted
+"""
+_TAIL_MANY = f"""
+SELECT trace_id, first(kind) AS kind, first(start_key) AS start_key,
+       {_sequential_sum('j', 'first_ord', 'counted')} AS joules,
+       CASE WHEN first(kind) <> 3 THEN {_sequential_sum('ej', 'first_ord', 'interval')} END AS host,
+       CASE WHEN count(*) FILTER (WHERE counted AND pue IS NOT NULL) = 0 THEN NULL
+            WHEN count(*) FILTER (WHERE counted AND pue IS NULL) = 0 AND count(DISTINCT pue) FILTER (WHERE counted) = 1
+            THEN min(pue) FILTER (WHERE counted) END AS recorded_pue,
+       CASE WHEN count(*) FILTER (WHERE counted AND intensity IS NULL) = 0 THEN
+            CASE WHEN {_sequential_sum('j', 'first_ord', 'counted')} > 0
+                 THEN {_sequential_sum('j * intensity', 'first_ord', 'counted')} / {_sequential_sum('j', 'first_ord', 'counted')}
+                 ELSE arg_min(intensity, first_ord) FILTER (WHERE counted) END END AS recorded_intensity,
+       CASE WHEN count(*) FILTER (WHERE counted AND grams IS NULL) = 0 THEN {_sequential_sum('grams', 'first_ord', 'counted')} END
+           AS recorded_grams,
+       CASE WHEN count(source) FILTER (WHERE counted) = 0 THEN NULL
+            WHEN bool_or(source = {_literal(SOURCE_PARTIAL)}) FILTER (WHERE counted) THEN {_literal(SOURCE_PARTIAL)}
+            WHEN count(DISTINCT source) FILTER (WHERE counted) = 1 THEN min(source) FILTER (WHERE counted)
+            ELSE {_literal(SOURCE_MIXED)} END AS source,
+       bool_or(below) FILTER (WHERE counted OR interval) AS below
+FROM tail_spans JOIN tail_shapes USING (trace_id) WHERE NOT single GROUP BY trace_id
+"""
+_TAIL_RUNS = f"CREATE OR REPLACE TEMP TABLE tail_runs AS {_TAIL_SINGLE} UNION ALL {_TAIL_MANY}"
+
+# The tail's carbon figures as run_carbon computes them ($pue: --pue or NULL; $override: the intensity of --intensity or
+# --country, or NULL; $fallback: the fallback intensity, NULL when no run needs it), numbered in report order.
+_TAIL_CARBON = """
+CREATE OR REPLACE TEMP TABLE tail_carbon AS
+SELECT *, CASE WHEN $override IS NOT NULL THEN kwh * $override
+               WHEN recorded_intensity IS NOT NULL THEN kwh * recorded_intensity
+               WHEN recorded_grams IS NOT NULL AND $pue IS NULL THEN recorded_grams
+               ELSE kwh * $fallback END AS grams
+FROM (
+    SELECT *, joules * pue_used / $joules_per_kwh AS kwh
+    FROM (
+        SELECT *, coalesce($pue, CASE WHEN isfinite(recorded_pue) AND recorded_pue >= 1.0 THEN recorded_pue END, 1.0)
+                  AS pue_used,
+               $pue IS NULL AND NOT coalesce(isfinite(recorded_pue) AND recorded_pue >= 1.0, false) AS pue_default,
+               row_number() OVER (ORDER BY start_key, trace_id) AS pos
+        FROM tail_runs
+    )
+)
+"""
+_TAIL_NEEDS_FALLBACK = """
+SELECT count(*) FROM tail_runs
+WHERE $override IS NULL AND recorded_intensity IS NULL AND (recorded_grams IS NULL OR $pue IS NOT NULL)
+"""
+#: The figures of a run that enter a total, as tail_carbon's columns (aggregate._TOTALLED's order).
+TAIL_FIGURES = ("joules", "kwh", "grams", "host")
+_TAIL_CHECK = (
+    "SELECT count(*), "
+    "count(*) FILTER (WHERE NOT (" + " AND ".join(f"coalesce(isfinite({c}) AND {c} >= 0, {'true' if c == 'host' else 'false'})" for c in TAIL_FIGURES) + ")), "
+    + ", ".join(f"coalesce(max({c}), 0.0), count({c})" for c in TAIL_FIGURES) + " FROM tail_carbon"
+)
+# Each figure's exact sum: every value x > 0 is m * 2^e with whole m < 2^55 (e a little below x's exponent; scaled in
+# two steps, each exact), the m of one e added as HUGEINT; Python adds the groups as fractions, exactly.
+_EXACT_PARTS = """
+SELECT e, sum(CAST(m AS HUGEINT)), count(*) FILTER (WHERE m <> floor(m))
+FROM (
+    SELECT e, (x * pow(2.0, CAST(least(-e, 600) AS DOUBLE))) * pow(2.0, CAST(-e - least(-e, 600) AS DOUBLE)) AS m
+    FROM (SELECT x, greatest(CAST(floor(log2(x)) AS BIGINT) - 53, -1074) AS e FROM (SELECT {column} AS x FROM tail_carbon)
+          WHERE x > 0)
+)
+GROUP BY e
+"""
+_TAIL_TALLY = """
+SELECT kind, source, count(*), min(pos), count(*) FILTER (WHERE below), bool_or(pue_default), bool_or(host IS NOT NULL)
+FROM tail_carbon GROUP BY kind, source
+"""
+_TAIL_ROWS = """
+SELECT t.trace_id, s.sources[1], t.kind, t.source, coalesce(t.below, false), t.pue_default, t.joules, t.kwh, t.grams, t.host
+FROM tail_carbon t JOIN sources s USING (trace_id) ORDER BY t.pos
+"""
+
+
+@dataclass
+class TailTotals:
+    """What the runs after the listed ones add up to (:meth:`SpanStore.tail`), when no figure of theirs needs a check
+    run by run (none is infinite, negative or so large that a total could overflow).
+
+    Attributes:
+        runs: How many.
+        exact: Per figure (:data:`TAIL_FIGURES`), ``(e, m)`` pairs: its exact sum is the sum of ``m * 2**e``.
+        counts: Per figure, how many values it has (host: the attributed runs).
+        tally: ``(basis kind, source, runs, first position, below resolution, default PUE, with host)`` groups.
+        rows: Instead of the above, when a figure needs checking run by run: the runs in report order (trace id, its
+            first file's number, basis kind, source, below resolution, default PUE, then :data:`TAIL_FIGURES`).
+    """
+
+    runs: int
+    exact: dict[str, list[tuple[int, int]]]
+    counts: dict[str, int]
+    tally: list[tuple[Any, ...]]
+    rows: Iterator[tuple[Any, ...]] | None = None
+
+
+# One row per span a run is made of, of the first $limit traces with energy after ($start, $trace) in report order,
+# each trace's rows together and in read order: streamed (an external sort where it must), never a trace's spans gathered in one value.
 _TRACES = """
 SELECT t.trace_id, s.sources, t.root_name, t.root_service, t.first_service, t.first_start, t.last_end, t.stepped,
-       t.longest, f.span_id, f.parent_span_id, f.name, f.start_ns, f.end_ns, f.service_name, CAST(f.attrs AS VARCHAR),
+       t.longest, f.span_id, f.parent_span_id, f.name, f.start_ns, f.end_ns, f.service_name, CAST(sp.attrs AS VARCHAR),
        f.file_idx, f.top_attributed, f.has_self, f.top_interval, f.is_epoch
-FROM figures t JOIN sources s USING (trace_id)
-LEFT JOIN flagged f ON f.trace_id = t.trace_id
+FROM (
+    SELECT * FROM figures
+    WHERE basis_kind IS NOT NULL
+      AND (coalesce(first_start, 0) > $start OR (coalesce(first_start, 0) = $start AND trace_id > $trace))
+    ORDER BY coalesce(first_start, 0), trace_id LIMIT $limit
+) t JOIN sources s USING (trace_id)
+JOIN flagged f ON f.trace_id = t.trace_id
     -- Self shares are summed only in a trace without an inclusive share (trace_runs' basis).
     AND (f.top_attributed OR (f.has_self AND NOT t.any_attributed) OR f.top_interval OR f.is_epoch)
-ORDER BY t.trace_id, f.first_ord
+JOIN spans sp ON sp.rowid = f.rid
+ORDER BY coalesce(t.first_start, 0), t.trace_id, f.first_ord
+"""
+
+# The traces (of those asked) a run is made of: with a span of a basis (trace_runs' basis is not None).
+_WITH_ENERGY = """
+SELECT DISTINCT trace_id FROM flagged
+WHERE trace_id IN (SELECT unnest(?)) AND (top_attributed OR has_self OR top_interval)
 """
 
 
@@ -629,11 +747,15 @@ class SpanStore:
         self._bad: dict[int, int] = {}
         self._unreadable: dict[int, str] = {}
         self._last_error = ""
+        self._aggregated = False
+        self._batches = 0
+        self._staged: dict[str, str] = {}
+        self._memory_limit = report_memory_limit()
         try:
             self._con = duckdb.connect(
                 ":memory:",
                 config={
-                    "memory_limit": report_memory_limit(),
+                    "memory_limit": self._memory_limit,
                     "threads": os.cpu_count() or 1,
                     "temp_directory": self._spill,
                     "preserve_insertion_order": True,
@@ -680,6 +802,8 @@ class SpanStore:
         out and counted by :meth:`bad_records`.
         """
         counts: dict[int, int | None] = {index: None for index, _ in files}
+        if fmt == FORMAT_OTLP and files:
+            return self._load_otlp(files, counts)
         if not files:
             return counts
         if not self._insert(fmt, [path for _, path in files], header, core):
@@ -714,11 +838,39 @@ class SpanStore:
                 counts[index] = total
         return counts
 
+    def _load_otlp(self, files: Sequence[tuple[int, str]], counts: dict[int, int | None]) -> dict[int, int | None]:
+        """OTLP files: each one's spans staged as our JSON lines (:func:`~otel_joules.report.otlp_files.flatten_otlp`)
+        and loaded by the JSON-lines reader under the file's own path. DuckDB holds every line of a read batch at
+        once, and a request line of 512 spans is 250 KB: the OTLP files themselves ran out of the memory limit."""
+        staged: list[tuple[int, str]] = []
+        try:
+            for index, path in files:
+                staging = os.path.join(self._spill, f"otlp-{index}.jsonl")
+                fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "w", encoding="utf-8") as out:
+                    flat = flatten_otlp(path, out, MAX_LINE_BYTES)
+                self._staged[path] = staging
+                if flat:
+                    staged.append((index, path))
+                else:
+                    _log.debug("%s is read by the Python reader: not a plain OTLP/JSON file", path)
+            counts.update(self.load(_FORMAT_STAGED_OTLP, staged))
+        except OSError as exc:
+            _log.debug("OTLP files are read by the Python reader: %s", exc)
+        finally:
+            for index, path in files:
+                staging = self._staged.pop(path, None)
+                if staging is not None:
+                    os.unlink(staging)
+        return counts
+
     def _insert(self, fmt: str, paths: list[str], header: Sequence[str], core: Sequence[str]) -> bool:
         if fmt == FORMAT_JSONL:
             select = _jsonl_select(paths)
-        elif fmt == FORMAT_OTLP:
-            select = _otlp_select(paths)
+        elif fmt == _FORMAT_STAGED_OTLP:
+            staging = {self._staged[path]: path for path in paths}
+            renamed = " ".join(f"WHEN {_literal(s)} THEN {_literal(p)}" for s, p in staging.items())
+            select = f"SELECT CASE filename {renamed} END, * EXCLUDE (filename) FROM ({_jsonl_select(list(staging))})"
         elif fmt == FORMAT_CSV:
             select = _csv_select(paths, header, core)
         elif fmt == FORMAT_PARQUET:
@@ -728,7 +880,10 @@ class SpanStore:
         try:
             self._con.execute(f"INSERT INTO spans ({_COLUMNS}) {select}")
         except duckdb.Error as exc:
-            self._last_error = f"is not a readable Parquet span file: {str(exc).splitlines()[0]}"
+            reason = str(exc).splitlines()[0]
+            # Not an error of the report: the files go to the Python reader (or, alone and Parquet, are skipped).
+            _log.debug("DuckDB could not read %d %s file(s) (%s): %s", len(paths), fmt, reason, ", ".join(paths[:3]))
+            self._last_error = f"is not a readable Parquet span file: {reason}"
             return False
         return True
 
@@ -745,11 +900,13 @@ class SpanStore:
         if not spans:
             return
         path = self._files[index]
-        staging = os.path.join(self._spill, f"python-{index}.jsonl")
+        self._batches += 1
+        staging = os.path.join(self._spill, f"python-{index}-{self._batches}.jsonl")
         fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        longest = 0
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             for span in spans:
-                handle.write(
+                line = (
                     json.dumps(
                         {
                             "trace_id": span.trace_id,
@@ -766,13 +923,16 @@ class SpanStore:
                     )
                     + "\n"
                 )
+                handle.write(line)
+                longest = max(longest, len(line.encode("utf-8")))
         try:
-            self._con.execute(
+            # DuckDB's read buffers are as big as the longest line allowed: no bigger than these lines need.
+            self._run(
                 f"""
 INSERT INTO spans ({_COLUMNS})
 SELECT {_literal(path)}, true, trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name,
        CAST(attrs AS JSON), n_attrs
-FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object_size = 67108864,
+FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object_size = {max(longest + 1, 1 << 20)},
                columns = {{trace_id: 'VARCHAR', span_id: 'VARCHAR', parent_span_id: 'VARCHAR', name: 'VARCHAR',
                           start_ns: 'BIGINT', end_ns: 'BIGINT', service_name: 'VARCHAR', attrs: 'VARCHAR',
                           n_attrs: 'INTEGER'}})
@@ -781,13 +941,46 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
         finally:
             os.unlink(staging)
 
-    def traces(self) -> Iterator[TraceSpans]:
-        """Every trace, aggregated in SQL (module docstring); in trace id order."""
+    def _run(self, statement: str, parameters: Any = None) -> Any:
+        """Execute ``statement``; running out of the memory limit is a :class:`ReportError` saying what to raise."""
+        try:
+            return self._con.execute(statement, parameters)
+        except duckdb.OutOfMemoryException as exc:
+            raise ReportError(
+                f"the report's DuckDB engine ran out of its {self._memory_limit} memory limit "
+                f"({str(exc).splitlines()[0]}): set {OTEL_JOULES_REPORT_MEMORY_LIMIT} higher, e.g. "
+                f"{OTEL_JOULES_REPORT_MEMORY_LIMIT}=2GB"
+            ) from None
+
+    def _aggregate(self) -> None:
+        """Resolve every trace in SQL, once, after the last file is loaded."""
+        if self._aggregated:
+            return
         # Rows are numbered now; the rest only reads, in any order (less memory than keeping the order).
         self._con.execute("SET preserve_insertion_order = false")
         for statement in (*_AGGREGATE, *_FIGURES):
-            self._con.execute(statement)
-        result = self._con.execute(_TRACES)
+            self._run(statement)
+        # What the runs are made of is in flagged, figures and sources now: the walks' tables go.
+        for table in ("d", "link", "trace_sizes", "ranks", "first_attributed", "nested_attributed", "first_interval",
+                      "nested_interval"):
+            self._con.execute(f"DROP TABLE {table}")
+        self._aggregated = True
+
+    def traces_with_energy(self, trace_ids: Iterable[str]) -> set[str]:
+        """Which of ``trace_ids`` are traces a run is made of (with a span whose energy is summed)."""
+        ids = sorted(set(trace_ids))
+        if not ids:
+            return set()
+        self._aggregate()
+        return {row[0] for row in self._con.execute(_WITH_ENERGY, [ids]).fetchall()}
+
+    def traces(self, after: tuple[int, str] | None = None, limit: int | None = None) -> Iterator[TraceSpans]:
+        """The traces with energy, aggregated in SQL (module docstring); in report order: by first start (unknown: 0),
+        then trace id (:func:`otel_joules.report.trace_runs.run_order`), streamed; ``after``: only those after this
+        place in that order; ``limit``: at most that many."""
+        self._aggregate()
+        start, trace = after if after is not None else (-1, "")
+        result = self._run(_TRACES, {"start": start, "trace": trace, "limit": _INT64_MAX if limit is None else limit})
         figures: tuple[Any, ...] | None = None
         spans: list[tuple[Any, ...]] = []
         while True:
@@ -803,6 +996,46 @@ FROM read_json({_literal(staging)}, format = 'newline_delimited', maximum_object
                 break
         if figures is not None:
             yield self._trace(figures, spans)
+
+    def traces_without_energy(self) -> int:
+        """How many traces have no span whose energy a run would sum (:meth:`traces` leaves them out)."""
+        self._aggregate()
+        return int(self._con.execute("SELECT count(*) FROM figures WHERE basis_kind IS NULL").fetchone()[0])
+
+    def tail(
+        self, after: tuple[int, str] | None, pue: float | None, override: float | None, fallback: Callable[[], float]
+    ) -> TailTotals:
+        """What the traces with energy after ``after`` (in report order; None: all) add up to, in SQL (the ``_TAIL_*`` statements).
+
+        ``pue``: ``--pue``; ``override``: the intensity of ``--intensity``/``--country``; ``fallback``: the fallback
+        intensity, called only when a run needs it.
+        """
+        self._aggregate()
+        start, trace = after if after is not None else (-1, "")
+        con = self._con
+        self._run(_TAIL_SPANS, {"start": start, "trace": trace})
+        self._run(_TAIL_SHAPES)
+        self._run(_TAIL_RUNS)
+        carbon = {"pue": pue, "override": override}
+        needs = con.execute(_TAIL_NEEDS_FALLBACK, carbon).fetchone()[0]
+        self._run(_TAIL_CARBON, {**carbon, "fallback": fallback() if needs else None, "joules_per_kwh": JOULES_PER_KWH})
+        runs, bad, *figures = con.execute(_TAIL_CHECK).fetchone()
+        largest, counts = figures[0::2], dict(zip(TAIL_FIGURES, figures[1::2]))
+        exact = {}
+        for column in TAIL_FIGURES:
+            parts = con.execute(_EXACT_PARTS.format(column=column)).fetchall()
+            bad += sum(int(row[2]) for row in parts)
+            exact[column] = [(int(e), int(m)) for e, m, _ in parts]
+        # A total could overflow only past 1e300 (the values are not negative): below it, no run needs a check.
+        if bad or runs * max(largest, default=0.0) >= 1e300:
+            return TailTotals(runs, {}, counts, [], self._tail_rows())
+        return TailTotals(runs, exact, counts, con.execute(_TAIL_TALLY).fetchall())
+
+    def _tail_rows(self) -> Iterator[tuple[Any, ...]]:
+        result = self._con.execute(_TAIL_ROWS)
+        while rows := result.fetchmany(4096):
+            for trace_id, file_idx, *rest in rows:
+                yield (trace_id, self._files[file_idx], *rest)
 
     def _trace(self, figures: tuple[Any, ...], spans: list[tuple[Any, ...]]) -> TraceSpans:
         return trace_spans(self._files, figures, spans)
@@ -1072,7 +1305,7 @@ GROUP BY f.trace_id
 _GROUP_COLUMN_TYPES = ("DOUBLE", "DOUBLE", "VARCHAR", "BOOLEAN", "BIGINT", "BIGINT")
 # How much of a file's start is looked at to tell an OTLP file (its first object names resourceSpans).
 _OTLP_SNIFF_BYTES = 1 << 16
-# The longest OTLP line read for labels: DuckDB's bound on a line as the engine reads them.
+# The longest OTLP line read for labels: what one line may take in memory here.
 _MAX_LABEL_LINE_BYTES = 64 << 20
 
 

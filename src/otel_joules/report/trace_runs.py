@@ -10,18 +10,19 @@ energy; see :mod:`otel_joules.report` for the rules. Epoch spans become the run'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 from otel_joules.report.energy_parts import merge_sources, missing_domains, span_parts, span_source, sum_parts
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
     BASIS_INTERVAL,
+    EnergyPart,
     EpochSummary,
     RunSummary,
     Skipped,
     SpanRow,
 )
-from otel_joules.report.run_carbon import Intensities, run_carbon
+from otel_joules.report.run_carbon import Intensities, RunCarbon, run_carbon
 from otel_joules.report.sql import TraceSpans
 from otel_joules.semconv import (
     CARBON_INTENSITY_GCO2EQ_PER_KWH,
@@ -110,14 +111,44 @@ def _trace_run(trace: TraceSpans, intensities: Intensities) -> RunSummary | None
     joules = sum(span.number(basis.joules_key) or 0.0 for span in counted)
     interval_counted = list(trace.interval)
     host_joules = sum(span.number(ENERGY_JOULES) or 0.0 for span in interval_counted) if attributed else None
-    name = trace.root_name if trace.root_name is not None else counted[0].name
+    start, end = trace.start_unix_nano, trace.end_unix_nano
+    below = any(span.attributes.get(ENERGY_BELOW_RESOLUTION) is True for span in counted + interval_counted)
+    epochs = _trace_epochs(trace.epochs)
+    return RunSummary(
+        run_id=trace.trace_id,
+        kind="trace",
+        name=trace.root_name if trace.root_name is not None else counted[0].name,
+        service_name=trace.service_name,
+        sources=trace.sources,
+        start_unix_nano=start,
+        duration_s=_trace_duration(trace),
+        joules=joules,
+        **_trace_carbon(basis, joules, intensities)._asdict(),
+        epochs=epochs,
+        energy_source=merge_sources(span_source(span) for span in counted),
+        spans_counted=len(counted),
+        notes=tuple(_trace_notes(trace, basis, joules, below, epochs)),
+        energy_basis=basis.name,
+        host_interval_joules=host_joules,
+        below_resolution=below,
+        parts=_trace_parts(basis),
+    )
+
+
+def _trace_duration(trace: TraceSpans) -> float | None:
+    """First start to last end; where the wall clock stepped, the longest span's measured duration."""
     start, end = trace.start_unix_nano, trace.end_unix_nano
     duration = max(0.0, (end - start) / 1e9) if start is not None and end is not None else None
-    stepped = trace.stepped
-    if stepped:
+    if trace.stepped:
         # The spans' wall times are off by the step from one side of it to the other: the trace
         # lasted at least its longest span, whose duration is measured.
         duration = trace.longest_duration_s if trace.longest_duration_s is not None else duration
+    return duration
+
+
+def _trace_carbon(basis: EnergyBasis, joules: float, intensities: Intensities) -> RunCarbon:
+    """The run's PUE, kWh and grams from what its counted spans recorded (one PUE; an energy-weighted intensity)."""
+    counted = basis.spans
     pues = {span.number(CARBON_PUE) for span in counted}
     recorded_pue = pues.pop() if len(pues) == 1 else None
     weights = [
@@ -134,14 +165,21 @@ def _trace_run(trace: TraceSpans, intensities: Intensities) -> RunSummary | None
     # The grams of the same basis: never the interval's grams for an attributed share.
     grams = [span.number(basis.co2eq_key) for span in counted]
     recorded_co2 = sum(grams) if grams and all(g is not None for g in grams) else None  # type: ignore[arg-type]
-    carbon = run_carbon(
+    return run_carbon(
         joules,
         recorded_pue=recorded_pue,
         recorded_intensity=recorded_intensity,
         recorded_co2eq_grams=recorded_co2,
         intensities=intensities,
     )
-    energy_source = merge_sources(span_source(span) for span in counted)
+
+
+def _trace_notes(
+    trace: TraceSpans, basis: EnergyBasis, joules: float, below: bool, epochs: tuple[EpochSummary, ...]
+) -> list[str]:
+    """The run's caveats: spans summed, an older export, clock steps, quantised spans, partial spans, epochs."""
+    counted = basis.spans
+    attributed = basis.name == BASIS_ATTRIBUTED
     notes = []
     if len(counted) > 1 and basis.joules_key != ENERGY_ATTRIBUTED_SELF_JOULES:
         if attributed:
@@ -150,28 +188,14 @@ def _trace_run(trace: TraceSpans, intensities: Intensities) -> RunSummary | None
             notes.append(f"{len(counted)} top-level spans with energy summed (their intervals may overlap)")
     if not attributed:
         notes.append("no energy.attributed.* attributes (an older export): summed the spans' interval energy")
-    if stepped:
+    if trace.stepped:
         notes.append(
-            f"the wall clock stepped during {stepped} span(s) ({ENERGY_CLOCK_STEP_S}): their energy is right, "
+            f"the wall clock stepped during {trace.stepped} span(s) ({ENERGY_CLOCK_STEP_S}): their energy is right, "
             "their times are off by the step; the duration is the longest span's measured one"
         )
-    below = any(span.attributes.get(ENERGY_BELOW_RESOLUTION) is True for span in counted + interval_counted)
     if below:
         notes.append("a span was shorter than a counter's update period: its energy is quantised (below resolution)")
-    partial = [span for span in counted if span_source(span) == SOURCE_PARTIAL]
-    if partial:
-        left_out = sorted({domain for span in partial for domain in missing_domains(span)})
-        notes.append(
-            f"{len(partial)} of the {len(counted)} counted span(s) left out a domain that could not be read at their "
-            f"start or end ({', '.join(domain_missing_key(d) for d in left_out) or 'energy.source = partial'}): "
-            "the joules are low"
-        )
-    if basis.joules_key == ENERGY_ATTRIBUTED_SELF_JOULES:
-        # Self shares have no split by kind.
-        per_span = [{"other": (span.number(basis.joules_key) or 0.0, span_source(span))} for span in counted]
-    else:
-        per_span = [span_parts(span, span.number(basis.joules_key) or 0.0, attributed) for span in counted]
-    epochs = _trace_epochs(trace.epochs)
+    notes.extend(_partial_notes(counted))
     epoch_joules = sum(e.joules for e in epochs)
     if epochs and abs(epoch_joules - joules) > 5e-4 * max(abs(joules), 1e-9):
         # A CarbonTracker trace: its printed actual consumption is the epochs alone.
@@ -179,40 +203,58 @@ def _trace_run(trace: TraceSpans, intensities: Intensities) -> RunSummary | None
             f"the epochs add up to {epoch_joules:.3f} J (what carbontracker prints as the actual consumption); "
             f"the {len(counted)} counted span(s) also cover the time between and around them"
         )
-    return RunSummary(
-        run_id=trace.trace_id,
-        kind="trace",
-        name=name,
-        service_name=trace.service_name,
-        sources=trace.sources,
-        start_unix_nano=start,
-        duration_s=duration,
-        joules=joules,
-        **carbon._asdict(),
-        epochs=epochs,
-        energy_source=energy_source,
-        spans_counted=len(counted),
-        notes=tuple(notes),
-        energy_basis=basis.name,
-        host_interval_joules=host_joules,
-        below_resolution=below,
-        parts=sum_parts(per_span),
-    )
+    return notes
 
 
-def runs_from_traces(traces: Iterable[TraceSpans], intensities: Intensities, skipped: list[Skipped]) -> list[RunSummary]:
-    """One run per trace with energy, in start order; traces without any are counted in ``skipped``."""
-    runs = []
+def _partial_notes(counted: Sequence[SpanRow]) -> list[str]:
+    """A note naming the domains partial spans left out, if any span is partial."""
+    partial = [span for span in counted if span_source(span) == SOURCE_PARTIAL]
+    if not partial:
+        return []
+    left_out = sorted({domain for span in partial for domain in missing_domains(span)})
+    return [
+        f"{len(partial)} of the {len(counted)} counted span(s) left out a domain that could not be read at their "
+        f"start or end ({', '.join(domain_missing_key(d) for d in left_out) or 'energy.source = partial'}): "
+        "the joules are low"
+    ]
+
+
+def _trace_parts(basis: EnergyBasis) -> tuple[EnergyPart, ...]:
+    """The run's joules by kind (self shares have no split by kind: ``other``)."""
+    attributed = basis.name == BASIS_ATTRIBUTED
+    if basis.joules_key == ENERGY_ATTRIBUTED_SELF_JOULES:
+        per_span = [{"other": (span.number(basis.joules_key) or 0.0, span_source(span))} for span in basis.spans]
+    else:
+        per_span = [span_parts(span, span.number(basis.joules_key) or 0.0, attributed) for span in basis.spans]
+    return sum_parts(per_span)
+
+
+def runs_in_order(traces: Iterable[TraceSpans], intensities: Intensities, skipped: list[Skipped]) -> Iterator[RunSummary]:
+    """One run per trace with energy, as the traces come; once they are all read, the traces without any are
+    counted in ``skipped``."""
     without_energy = 0
     for trace in traces:
         run = _trace_run(trace, intensities)
         if run is None:
             without_energy += 1
         else:
-            runs.append(run)
+            yield run
     if without_energy:
-        skipped.append(
-            Skipped("(traces)", f"{without_energy} trace(s) without any energy.joules attribute left out")
-        )
-    runs.sort(key=lambda r: (r.start_unix_nano or 0, r.run_id))
+        skipped.append(without_energy_skip(without_energy))
+
+
+def without_energy_skip(traces: int) -> Skipped:
+    """How a report says it left out ``traces`` traces without energy."""
+    return Skipped("(traces)", f"{traces} trace(s) without any energy.joules attribute left out")
+
+
+def runs_from_traces(traces: Iterable[TraceSpans], intensities: Intensities, skipped: list[Skipped]) -> list[RunSummary]:
+    """One run per trace with energy, in start order; traces without any are counted in ``skipped``."""
+    runs = list(runs_in_order(traces, intensities, skipped))
+    runs.sort(key=run_order)
     return runs
+
+
+def run_order(run: RunSummary) -> tuple[int, str]:
+    """Where a trace's run comes in a report: by start (unknown: 0), then trace id (the SQL engine's ORDER BY)."""
+    return (run.start_unix_nano or 0, run.run_id)
