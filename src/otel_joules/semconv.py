@@ -41,6 +41,23 @@ TRAINING_NAMESPACE: Final = "training."
 #: (CSV, JSON Lines, MongoDB, DataFrame): the one place that says which. ``training.`` is
 #: here so an epoch span keeps its ``training.epoch`` number in exports.
 EXPORTED_ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (ENERGY_NAMESPACE, CARBON_NAMESPACE, TRAINING_NAMESPACE)
+#: Resource attributes every file exporter keeps beside the span's own (their ``resource`` field), so
+#: ``otel-joules report --by host,user,job`` groups CSV, JSON-lines and Parquet exports as it does OTLP/JSON:
+#: who ran the work, where, as which job. Identities only: a resource's other attributes (command lines,
+#: environments) can be large or secret and reach the OTLP backend only.
+EXPORTED_RESOURCE_ATTRIBUTES: Final[tuple[str, ...]] = (
+    HOST_NAME,
+    "host.id",
+    "process.owner",
+    "user.name",
+    SERVICE_INSTANCE_ID,
+    "service.namespace",
+    "service.version",
+    "deployment.environment",
+    "deployment.environment.name",
+)
+#: Resource attributes kept by prefix as well: otel-joules' job detector's (:mod:`otel_joules.delivery.resource`).
+EXPORTED_RESOURCE_PREFIXES: Final[tuple[str, ...]] = ("slurm.", "torchrun.")
 
 # --- Span attributes: energy during the span (what the host's measured domains spent) --------
 

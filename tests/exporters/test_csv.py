@@ -32,16 +32,19 @@ from tests.helpers.known_spans import (
 from tests.helpers.processes import REPO
 
 
+#: The known spans' exported resource (host, job) in the last cell; their command line is not kept.
+RESOURCE_CELL = '"{""host.name"":""node-7"",""slurm.job.id"":""4242""}"\n'
 HEADER = (
     "name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,"
-    "duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,attributes\n"
+    "duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,attributes,resource\n"
 )
 CHILD_ROW = (
     f'"époque, ""1""",{TRACE_ID},{CHILD_SPAN_ID},{ROOT_SPAN_ID},'
     "2023-11-14T22:13:20.250000000Z,2023-11-14T22:13:20.260000000Z,1700000000250000000,1700000000260000000,"
     "0.01,svc,0.125,,estimate,,"
     '"{""energy.below_resolution"":true,""energy.domains"":[""nvidia_gpu_0""],""energy.joules"":0.125,'
-    '""energy.nvidia_gpu_0.joules"":0.125,""energy.samples"":3,""energy.source"":""estimate""}"\n'
+    '""energy.nvidia_gpu_0.joules"":0.125,""energy.samples"":3,""energy.source"":""estimate""}",'
+    + RESOURCE_CELL
 )
 ROOT_ROW = (
     f"train,{TRACE_ID},{ROOT_SPAN_ID},,"
@@ -49,7 +52,8 @@ ROOT_ROW = (
     "1.5,svc,12.5,8.333333333333334,measured,0.0015451388888888889,"
     '"{""energy.co2eq.grams"":0.0015451388888888889,""energy.core_0.joules"":7.25,""energy.dram_0.joules"":2.5,'
     '""energy.joules"":12.5,""energy.package_0.joules"":10.0,""energy.source"":""measured"",'
-    '""energy.watts"":8.333333333333334}"\n'
+    '""energy.watts"":8.333333333333334}",'
+    + RESOURCE_CELL
 )
 
 
@@ -101,7 +105,7 @@ def test_header_constant_matches_docstring_and_custom_columns(tmp_path: Path) ->
     lines = path.read_text(encoding="utf-8").splitlines()
     assert lines[0] == (
         "name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,"
-        "duration_s,service_name,energy.below_resolution,energy.domains,energy.samples,attributes"
+        "duration_s,service_name,energy.below_resolution,energy.domains,energy.samples,attributes,resource"
     )
     # bool, tuple and int cells; the root span has none of the three: empty cells.
     assert ',0.01,svc,true,"[""nvidia_gpu_0""]",3,"{' in lines[1]
@@ -127,10 +131,31 @@ def test_appending_to_a_file_with_the_same_header_adds_rows_only(tmp_path: Path)
     assert path.read_text() == (
         HEADER
         + f"run0,{TRACE_ID},{ROOT_SPAN_ID},,2023-11-14T22:13:20.000000000Z,2023-11-14T22:13:22.000000000Z,"
-        + '1700000000000000000,1700000002000000000,2.0,svc,1.0,,,,"{""energy.joules"":1.0}"\n'
+        + '1700000000000000000,1700000002000000000,2.0,svc,1.0,,,,"{""energy.joules"":1.0}",' + RESOURCE_CELL
         + f"run1,{TRACE_ID},{ROOT_SPAN_ID},,2023-11-14T22:13:30.000000000Z,2023-11-14T22:13:32.000000000Z,"
-        + '1700000010000000000,1700000012000000000,2.0,svc,2.0,,,,"{""energy.joules"":2.0}"\n'
+        + '1700000010000000000,1700000012000000000,2.0,svc,2.0,,,,"{""energy.joules"":2.0}",' + RESOURCE_CELL
     )
+
+
+def test_a_file_without_the_resource_column_is_appended_to_in_its_layout_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "older.csv"
+    older_header = HEADER.replace(",resource\n", "\n")
+    path.write_text(older_header)
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        provider = make_provider(SimpleSpanProcessor(CsvSpanExporter(path)))
+        emit_plain(provider, "run0", offset_s=0, joules=1.0)
+        emit_plain(provider, "run1", offset_s=10, joules=2.0)
+        provider.shutdown()
+    rows = path.read_text().splitlines()
+    assert rows[0] + "\n" == older_header
+    # Every row in the file's own layout: as many cells as its header, the last the attributes.
+    parsed = list(csv.reader(rows))
+    assert [len(row) for row in parsed] == [len(parsed[0])] * 3
+    assert [json.loads(row[-1]) for row in parsed[1:]] == [{"energy.joules": 1.0}, {"energy.joules": 2.0}]
+    warnings = [r.getMessage() for r in caplog.records if "resource" in r.getMessage()]
+    assert len(warnings) == 1 and "host, user or job" in warnings[0] and str(path) in warnings[0]
 
 
 def test_other_header_is_refused_before_writing_anything(tmp_path: Path) -> None:
@@ -330,7 +355,7 @@ def test_carbon_attributes_are_in_the_attributes_cell_byte_for_byte(tmp_path: Pa
     provider.shutdown()
     # Same header as ever (the default columns name no carbon.* attribute); process.* left out.
     assert path.read_bytes() == (
-        HEADER + RUN_CORE_CELLS + "3.5,1.75,measured,0.00035," + RUN_ATTRIBUTES_JSON + "\n"
+        HEADER + RUN_CORE_CELLS + "3.5,1.75,measured,0.00035," + RUN_ATTRIBUTES_JSON + "," + RESOURCE_CELL
     ).encode("utf-8")
 
 
@@ -344,10 +369,10 @@ def test_energy_columns_may_name_carbon_attributes(tmp_path: Path) -> None:
     assert path.read_bytes() == (
         "name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,"
         "duration_s,service_name,energy.joules,carbon.pue,carbon.intensity.gco2eq_per_kwh,carbon.intensity.source,"
-        "attributes\n"
-        + RUN_CORE_CELLS + "3.5,1.2,300.0,explicit," + RUN_ATTRIBUTES_JSON + "\n"
+        "attributes,resource\n"
+        + RUN_CORE_CELLS + "3.5,1.2,300.0,explicit," + RUN_ATTRIBUTES_JSON + "," + RESOURCE_CELL
         + f"no-carbon,{TRACE_ID},00f067aa0ba902b8,,2023-11-14T22:13:30.000000000Z,2023-11-14T22:13:32.000000000Z,"
-        + '1700000010000000000,1700000012000000000,2.0,svc,1.0,,,,"{""energy.joules"":1.0}"\n'
+        + '1700000010000000000,1700000012000000000,2.0,svc,1.0,,,,"{""energy.joules"":1.0}",' + RESOURCE_CELL
     ).encode("utf-8")
     # Appending needs the same columns; the hint names them, carbon.* included.
     with pytest.raises(CsvHeaderMismatchError, match=re.escape(f"energy_columns={columns!r}")):

@@ -40,8 +40,10 @@ def test_columns_and_values() -> None:
         "energy.package_0.joules",
         "energy.samples",
         "energy.source",
-        "energy.watts",
+        "energy.watts",    "host.name",
+        "slurm.job.id",
     ]
+    assert frame["host.name"].tolist() == ["node-7", "node-7"]
     child, root = frame.iloc[0], frame.iloc[1]
     assert (child["name"], child["trace_id"], child["span_id"], child["parent_span_id"]) == (
         CHILD_NAME,
@@ -109,6 +111,8 @@ def test_carbon_attributes_get_columns_of_their_own() -> None:
         "energy.package_0.joules",
         "energy.source",
         "energy.watts",
+        "host.name",
+        "slurm.job.id",
     ]
     assert frame["carbon.pue"].dtype == "float64"
     assert frame["carbon.pue"].iloc[0] == 1.2 and math.isnan(frame["carbon.pue"].iloc[1])

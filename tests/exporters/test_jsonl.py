@@ -35,7 +35,7 @@ CHILD_LINE = (
     '"start_time_unix_nano":1700000000250000000,"end_time_unix_nano":1700000000260000000,'
     '"duration_s":0.01,"service_name":"svc",'
     '"attributes":{"energy.below_resolution":true,"energy.domains":["nvidia_gpu_0"],"energy.joules":0.125,'
-    '"energy.nvidia_gpu_0.joules":0.125,"energy.samples":3,"energy.source":"estimate"}}\n'
+    '"energy.nvidia_gpu_0.joules":0.125,"energy.samples":3,"energy.source":"estimate"},"resource":{"host.name":"node-7","slurm.job.id":"4242"}}\n'
 )
 ROOT_LINE = (
     '{"name":"train","trace_id":"' + TRACE_ID + '","span_id":"' + ROOT_SPAN_ID + '","parent_span_id":null,'
@@ -44,7 +44,7 @@ ROOT_LINE = (
     '"duration_s":1.5,"service_name":"svc",'
     '"attributes":{"energy.co2eq.grams":0.0015451388888888889,"energy.core_0.joules":7.25,'
     '"energy.dram_0.joules":2.5,"energy.joules":12.5,"energy.package_0.joules":10.0,'
-    '"energy.source":"measured","energy.watts":8.333333333333334}}\n'
+    '"energy.source":"measured","energy.watts":8.333333333333334},"resource":{"host.name":"node-7","slurm.job.id":"4242"}}\n'
 )
 
 
@@ -219,5 +219,5 @@ def test_carbon_attributes_are_in_the_line_byte_for_byte(tmp_path: Path) -> None
         '"duration_s":2.0,"service_name":"svc",'
         '"attributes":{"carbon.intensity.gco2eq_per_kwh":300.0,"carbon.intensity.source":"explicit",'
         '"carbon.pue":1.2,"energy.co2eq.grams":0.00035,"energy.core_0.joules":0.25,"energy.dram_0.joules":0.5,'
-        '"energy.joules":3.5,"energy.package_0.joules":3.0,"energy.source":"measured","energy.watts":1.75}}\n'
+        '"energy.joules":3.5,"energy.package_0.joules":3.0,"energy.source":"measured","energy.watts":1.75},"resource":{"host.name":"node-7","slurm.job.id":"4242"}}\n'
     ).encode("utf-8")

@@ -63,6 +63,8 @@ ROOT_DOCUMENT = {
             "watts": 8.333333333333334,
         }
     },
+    # The resource's identities nested as the attributes are; its command line is not kept.
+    "resource": {"host": {"name": "node-7"}, "slurm": {"job": {"id": "4242"}}},
 }
 CHILD_DOCUMENT = {
     "_id": f"{TRACE_ID}-{CHILD_SPAN_ID}",
@@ -86,6 +88,7 @@ CHILD_DOCUMENT = {
             "source": "estimate",
         }
     },
+    "resource": {"host": {"name": "node-7"}, "slurm": {"job": {"id": "4242"}}},
 }
 
 

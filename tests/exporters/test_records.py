@@ -15,6 +15,7 @@ from otel_joules.semconv import ENERGY_CLOCK_STEP_S
 from tests.helpers.known_spans import (
     CHILD_NAME,
     CHILD_SPAN_ID,
+    EXPORTED_RESOURCE,
     ROOT_SPAN_ID,
     T0_NS,
     TRACE_ID,
@@ -75,6 +76,7 @@ def test_record_fields_of_a_root_and_a_child_span() -> None:
             "energy.source": "measured",
             "energy.watts": 8.333333333333334,
         },
+        resource=EXPORTED_RESOURCE,
     )
     assert root.duration_s == 1.5
     assert root.start_time == "2023-11-14T22:13:20.000000000Z"
@@ -95,7 +97,9 @@ def test_missing_service_name_is_none_not_a_guess() -> None:
 def test_core_fields_order_is_the_documented_one() -> None:
     _, root = _records()
     assert tuple(root.core_fields()) == CORE_FIELDS
-    assert list(root.to_json_dict()) == [*CORE_FIELDS, "attributes"]
+    assert list(root.to_json_dict()) == [*CORE_FIELDS, "attributes", "resource"]
+    # The resource's identities are kept, its command line (secrets) is not.
+    assert root.resource == EXPORTED_RESOURCE
 
 
 def test_missing_times_give_none_not_zero() -> None:

@@ -65,6 +65,11 @@ RUN_ATTRIBUTES = {
 }
 #: The name ``otel-joules run`` gives its root span: the command's base name.
 RUN_NAME = "python3"
+#: The known spans' resource beside ``service.name``: two identities the file exporters keep (``resource``),
+#: and a command line they must not (it can hold secrets).
+RESOURCE_ATTRIBUTES = {"host.name": "node-7", "slurm.job.id": "4242", "process.command_line": "train.py --token=s3cret"}
+#: What the exporters keep of it.
+EXPORTED_RESOURCE = {"host.name": "node-7", "slurm.job.id": "4242"}
 
 
 class SequentialIdGenerator(IdGenerator):
@@ -89,7 +94,7 @@ def make_provider(
     Two providers with the same ``trace_id`` make spans with the same ids; pass another
     ``trace_id`` where spans of two providers must be told apart (e.g. MongoDB ``_id``).
     """
-    resource = Resource({"service.name": service_name} if service_name is not None else {})
+    resource = Resource({**RESOURCE_ATTRIBUTES, **({"service.name": service_name} if service_name is not None else {})})
     provider = TracerProvider(
         resource=resource, id_generator=SequentialIdGenerator(trace_id), shutdown_on_exit=False
     )

@@ -8,10 +8,10 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
   with inner ``"`` doubled; other cells are bare.
 - First line: the header. With the default ``energy_columns`` it is exactly::
 
-    name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,attributes
+    name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,attributes,resource
 
   that is the core fields of :mod:`otel_joules.exporters.records` in their order, then
-  one column per entry of ``energy_columns``, then ``attributes``. ``energy_columns`` may
+  one column per entry of ``energy_columns``, then ``attributes``, then ``resource``. ``energy_columns`` may
   name any ``energy.*``, ``carbon.*`` or ``training.*`` attribute (e.g. ``carbon.pue``).
 - One row per span, in the order the spans were exported. Cells:
 
@@ -39,6 +39,11 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
                                           floats always with a ``.`` or exponent,
                                           non-finite floats as the strings ``"NaN"``,
                                           ``"Infinity"``, ``"-Infinity"``
+  ``resource``                            a JSON object, written as ``attributes``, of
+                                          the resource attributes that say who ran the
+                                          span, where and as which job
+                                          (:data:`~otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`);
+                                          ``{}`` when the resource has none
   ======================================  ============================================
 
 - Empty cell: the value is absent (a root span's parent, a missing attribute).
@@ -57,7 +62,10 @@ Appending: when the file exists and is not empty, its first line must be the hea
 this exporter would write; otherwise :class:`CsvHeaderMismatchError` is raised at
 construction and the file is left untouched (the message names the
 ``energy_columns`` that would match). A missing or empty file gets the header at
-construction. Write failures, retries and exit behaviour: :mod:`otel_joules.exporters._files`.
+construction. One exception: a file whose header is this one without the last column,
+``resource`` (written by an otel-joules from before that column), is appended to in its own
+layout, with one warning that its rows cannot say their host, user or job. Write failures,
+retries and exit behaviour: :mod:`otel_joules.exporters._files`.
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import os
 from typing import Iterable, Sequence
 
@@ -82,17 +91,21 @@ from otel_joules.semconv import (
     EXPORTED_ATTRIBUTE_PREFIXES,
 )
 
+_log = logging.getLogger("otel_joules")
+
 #: Attributes repeated as their own columns unless ``energy_columns`` says otherwise.
 DEFAULT_ENERGY_COLUMNS: tuple[str, ...] = (ENERGY_JOULES, ENERGY_WATTS, ENERGY_SOURCE, ENERGY_CO2EQ_GRAMS)
 
-#: Name of the last column, the JSON object of every exported (``energy.*``, ``carbon.*``,
+#: Name of the column with the JSON object of every exported (``energy.*``, ``carbon.*``,
 #: ``training.*``) attribute.
 ATTRIBUTES_COLUMN = "attributes"
+#: Name of the last column, the JSON object of the exported resource attributes (host, user, job).
+RESOURCE_COLUMN = "resource"
 
 
 def csv_header(energy_columns: Sequence[str] = DEFAULT_ENERGY_COLUMNS) -> tuple[str, ...]:
     """The header :class:`CsvSpanExporter` writes for these ``energy_columns``."""
-    return (*CORE_FIELDS, *energy_columns, ATTRIBUTES_COLUMN)
+    return (*CORE_FIELDS, *energy_columns, ATTRIBUTES_COLUMN, RESOURCE_COLUMN)
 
 
 def _json_text(value: object) -> str:
@@ -149,6 +162,8 @@ class CsvSpanExporter(FileSpanExporter):
     ) -> None:
         self._energy_columns = _check_energy_columns(energy_columns)
         self._header = csv_header(self._energy_columns)
+        #: False for a file whose header has no ``resource`` column: its rows are written without one.
+        self._with_resource = True
         super().__init__(path, max_pending_spans=max_pending_spans)
 
     @property
@@ -173,13 +188,24 @@ class CsvSpanExporter(FileSpanExporter):
             found = ()
         if found == self._header:
             return b""
+        if found == self._header[:-1]:
+            self._with_resource = False
+            self._header = found
+            _log.warning(
+                "otel-joules: %s has no %r column (an older otel-joules wrote it): its new rows are written in its "
+                "layout and do not say their host, user or job; write to a new file to record them",
+                self.path,
+                RESOURCE_COLUMN,
+            )
+            return b""
         hint = "write to a new file"
+        layout = found[:-1] if found[-1:] == (RESOURCE_COLUMN,) else found
         if (
-            len(found) > len(CORE_FIELDS)
-            and found[: len(CORE_FIELDS)] == CORE_FIELDS
-            and found[-1] == ATTRIBUTES_COLUMN
+            len(layout) > len(CORE_FIELDS)
+            and layout[: len(CORE_FIELDS)] == CORE_FIELDS
+            and layout[-1] == ATTRIBUTES_COLUMN
         ):
-            hint += f", or pass energy_columns={found[len(CORE_FIELDS):-1]!r} to append in that file's layout"
+            hint += f", or pass energy_columns={layout[len(CORE_FIELDS):-1]!r} to append in that file's layout"
         shown = existing.first_line[:300].decode("utf-8", errors="replace")
         raise CsvHeaderMismatchError(
             f"{self.path!r} already starts with the header {shown!r}, not the one this exporter writes "
@@ -192,4 +218,6 @@ class CsvSpanExporter(FileSpanExporter):
         row = [_cell(core[name]) for name in CORE_FIELDS]  # type: ignore[arg-type]
         row.extend(_cell(record.attributes.get(column)) for column in self._energy_columns)
         row.append(_json_text({key: json_value(value) for key, value in record.attributes.items()}))
+        if self._with_resource:
+            row.append(_json_text({key: json_value(value) for key, value in record.resource.items()}))
         return self._row_bytes(row)

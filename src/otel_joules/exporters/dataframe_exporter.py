@@ -11,7 +11,10 @@ order, with these columns:
 - then one column per ``energy.*``, ``carbon.*`` or ``training.*`` attribute seen on any
   collected span, named by the attribute (``carbon.pue``, ``energy.joules``,
   ``energy.package_0.joules``, ...), sorted by name (so ``carbon.*`` columns come first); a span without that
-  attribute has NaN/None there.
+  attribute has NaN/None there;
+- then one column per exported resource attribute seen on any collected span (who ran it, where,
+  as which job: ``host.name``, ``service.instance.id``, ``slurm.job.id``, ...;
+  :data:`~otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`), sorted, None where absent.
 
 Unlike the file formats there is no JSON column: a DataFrame's columns can differ from
 one call to the next, so every attribute gets its own column.
@@ -110,6 +113,9 @@ class DataFrameSpanExporter(SpanExporter):
         }
         for name in attribute_names:
             columns[name] = [record.attributes.get(name) for record in records]
+        # Resource keys (host.name, slurm.job.id, ...) never start like a span attribute's (energy., ...).
+        for name in sorted({key for record in records for key in record.resource}):
+            columns[name] = pd.Series([record.resource.get(name) for record in records], dtype=object)
         frame = pd.DataFrame(columns)
         for name in attribute_names:
             # All-numeric columns as float64 (NaN where absent) so they sum and plot;

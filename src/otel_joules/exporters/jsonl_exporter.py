@@ -12,7 +12,8 @@ Format (what :class:`JsonLinesSpanExporter` writes and what a reader may rely on
      "start_time":"2023-11-14T22:13:20.000000000Z","end_time":"2023-11-14T22:13:21.500000000Z",
      "start_time_unix_nano":1700000000000000000,"end_time_unix_nano":1700000001500000000,
      "duration_s":1.5,"service_name":"svc",
-     "attributes":{"energy.joules":12.5,"energy.package_0.joules":10.0,"energy.source":"measured"}}
+     "attributes":{"energy.joules":12.5,"energy.package_0.joules":10.0,"energy.source":"measured"},
+     "resource":{"host.name":"node-7","service.instance.id":"<uuid>","slurm.job.id":"4242"}}
 
   (shown wrapped here; each record is one line in the file). A span that also carries
   carbon attributes (``otel-joules run``, the CarbonTracker) has them in the same
@@ -31,6 +32,10 @@ Format (what :class:`JsonLinesSpanExporter` writes and what a reader may rely on
   Numbers as JSON numbers (floats always with a ``.`` or exponent, so ``10.0`` stays a float), booleans
   and strings as such, tuples as arrays; non-finite floats as the strings ``"NaN"``,
   ``"Infinity"``, ``"-Infinity"``.
+- ``resource``: the resource attributes that say who ran the span, where and as which job
+  (:data:`~otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`), keys sorted, values as in
+  ``attributes``; ``{}`` when the resource has none. ``otel-joules report --by host,user,job``
+  groups by them.
 
 Any existing file is appended to (the format has no header to disagree with). Write
 failures, retries and exit behaviour: :mod:`otel_joules.exporters._files`.

@@ -15,7 +15,8 @@ Document shape (what :class:`MongoSpanExporter` inserts)::
       "attributes": {"energy": {"joules": 12.5, "package_0": {"joules": 10.0},
                                 "source": "measured", "co2eq": {"grams": 1.2}},
                      "carbon": {"intensity": {"gco2eq_per_kwh": 300.0, "source": "explicit"},
-                                "pue": 1.2}}
+                                "pue": 1.2}},
+      "resource": {"host": {"name": "node-7"}, "slurm": {"job": {"id": "4242"}}}
     }
 
 (``carbon`` only on spans that carry ``carbon.*`` attributes: ``otel-joules run``, the
@@ -33,6 +34,9 @@ The fields are those of :mod:`otel_joules.exporters.records`, except:
   value is kept under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
   doubles (NaN and infinities included). Text BSON cannot hold (a lone surrogate) is
   stored with that character as the escape text ``\\udXXX``.
+- ``resource`` nests the exported resource attributes (host, user, job:
+  :data:`~otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`) the same way:
+  ``{"resource.host.name": "node-7"}``; ``{}`` when the resource has none.
 - ``_id`` is derived from the trace and span ids, so a retry after a lost reply cannot
   store a span twice: the server's duplicate-key answer counts as "already stored".
 
@@ -161,6 +165,7 @@ def span_document(record: SpanRecord) -> dict[str, Any]:
     document["start_time"] = _datetime_utc(record.start_time_unix_nano)
     document["end_time"] = _datetime_utc(record.end_time_unix_nano)
     document["attributes"] = nest_attributes(record.attributes)
+    document["resource"] = nest_attributes(record.resource)
     return document
 
 

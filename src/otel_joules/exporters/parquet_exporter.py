@@ -23,6 +23,9 @@ column                     Parquet / Arrow type        value
 ``energy.co2eq.grams``     double                      the same
 ``attributes``             string, not null            every exported attribute as one JSON object,
                                                        exactly the CSV export's ``attributes`` cell
+``resource``               string, not null            the exported resource attributes (host, user,
+                                                       job) as one JSON object, exactly the CSV
+                                                       export's ``resource`` cell
 =========================  ==========================  =================================================
 
 Why this layout: the four typed energy columns are the CSV export's default
@@ -36,7 +39,9 @@ schema (a span kind adds ``energy.nvidia_gpu_0.joules``), which Spark reads only
 ``mergeSchema`` and DuckDB only with ``union_by_name``; one JSON column keeps every file's
 schema identical. Times are microsecond timestamps because Spark cannot read Parquet's
 nanosecond timestamps; the exact nanoseconds are the ``*_unix_nano`` columns.
-Compression zstd; the file's key-value metadata has ``otel_joules.schema = span_records/1``.
+Compression zstd; the file's key-value metadata has ``otel_joules.schema = span_records/2``.
+Version 1 files have no ``resource`` column: readers take their resource as empty (no host,
+user or job), and DuckDB reads both versions together with ``union_by_name``.
 
 Files: ``ParquetSpanExporter("out/spans.parquet")`` writes ``out/spans-<UTC
 start>-<pid>-<n>.parquet`` (``spans-20261203T182658123456Z-4242-1.parquet``: sorted by
@@ -87,7 +92,7 @@ from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._files import ExistingFile, FileSpanExporter
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
-from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN, DEFAULT_ENERGY_COLUMNS
+from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN, DEFAULT_ENERGY_COLUMNS, RESOURCE_COLUMN
 from otel_joules.errors import import_extra
 from otel_joules.exporters.errors import ExporterPathError
 from otel_joules.exporters.jsonl_exporter import record_json_line
@@ -97,8 +102,8 @@ from otel_joules.semconv import ENERGY_SOURCE
 
 _LOGGER = logging.getLogger("otel_joules.exporters")
 
-#: The files' ``otel_joules.schema`` metadata value: this module's schema, version 1.
-SCHEMA_VERSION = "span_records/1"
+#: The files' ``otel_joules.schema`` metadata value: this module's schema, version 2 (version 1: no ``resource``).
+SCHEMA_VERSION = "span_records/2"
 #: Suffix of a file's journal while it is open (with a leading ``.`` on the name).
 INPROGRESS_SUFFIX = ".inprogress"
 #: Suffix of a Parquet file being written from its journal.
@@ -135,6 +140,7 @@ def parquet_schema() -> Any:
     for column in DEFAULT_ENERGY_COLUMNS:
         fields.append(pa.field(column, text if column == ENERGY_SOURCE else pa.float64()))
     fields.append(pa.field(ATTRIBUTES_COLUMN, text, nullable=False))
+    fields.append(pa.field(RESOURCE_COLUMN, text, nullable=False))
     assert tuple(f.name for f in fields[: len(CORE_FIELDS)]) == CORE_FIELDS
     return pa.schema(fields, metadata={"otel_joules.schema": SCHEMA_VERSION})
 
@@ -164,7 +170,9 @@ def _number(value: object) -> float | None:
 
 
 def _columns(lines: list[dict[str, Any]]) -> dict[str, list[Any]]:
-    columns: dict[str, list[Any]] = {name: [] for name in (*CORE_FIELDS, *DEFAULT_ENERGY_COLUMNS, ATTRIBUTES_COLUMN)}
+    columns: dict[str, list[Any]] = {
+        name: [] for name in (*CORE_FIELDS, *DEFAULT_ENERGY_COLUMNS, ATTRIBUTES_COLUMN, RESOURCE_COLUMN)
+    }
     for line in lines:
         attributes = line.get("attributes") or {}
         for name in ("name", "trace_id", "span_id", "parent_span_id", "service_name"):
@@ -181,8 +189,8 @@ def _columns(lines: list[dict[str, Any]]) -> dict[str, list[Any]]:
                 columns[name].append(_valid_text(value) if isinstance(value, str) else None)
             else:
                 columns[name].append(_number(value))
-        text = json.dumps(attributes, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-        columns[ATTRIBUTES_COLUMN].append(_valid_text(text))
+        for column, value in ((ATTRIBUTES_COLUMN, attributes), (RESOURCE_COLUMN, line.get("resource") or {})):
+            columns[column].append(_valid_text(json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)))
     return columns
 
 

@@ -26,6 +26,11 @@ Fields (the same names in every format):
                           (:data:`otel_joules.semconv.EXPORTED_ATTRIBUTE_PREFIXES`), keys
                           sorted; values as the SDK holds them (str, bool, int, float or a
                           tuple of one of those)
+``resource``              the resource attributes that say who ran the span, where and as
+                          which job (:data:`otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`:
+                          ``host.name``, ``process.owner``, ``service.instance.id``, ...;
+                          every ``slurm.*`` and ``torchrun.*`` one), keys sorted; empty
+                          when the resource has none of them
 ========================  =================================================================
 
 Only ``energy.*``, ``carbon.*`` and ``training.*`` attributes are kept: those are what
@@ -34,8 +39,9 @@ otel-joules puts on spans (``energy.joules``, ``energy.<domain>.joules``, ``ener
 ``otel-joules run`` and the CarbonTracker, ``carbon.intensity.gco2eq_per_kwh``,
 ``carbon.intensity.source`` and ``carbon.pue``, without which ``energy.co2eq.grams``
 cannot be checked or recomputed; and a training run's ``training.epoch`` on each epoch
-span, without which a report of an export cannot number the epochs). Other attributes can
-be large or sensitive and already reach whatever OTLP backend the user has.
+span, without which a report of an export cannot number the epochs). Of the resource, only
+the identities that group energy by host, user and job are kept (``resource``). Other
+attributes can be large or sensitive and already reach whatever OTLP backend the user has.
 
 A span the SDK hands an exporter always has both times; should one be missing, the
 time fields and ``duration_s`` are None (written as empty / null), never a made-up 0.
@@ -52,7 +58,13 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 # Which attributes every format keeps is said once, in the vocabulary (``str.startswith``
 # takes the tuple as it is).
-from otel_joules.semconv import ENERGY_CLOCK_STEP_S, EXPORTED_ATTRIBUTE_PREFIXES, SERVICE_NAME
+from otel_joules.semconv import (
+    ENERGY_CLOCK_STEP_S,
+    EXPORTED_ATTRIBUTE_PREFIXES,
+    EXPORTED_RESOURCE_ATTRIBUTES,
+    EXPORTED_RESOURCE_PREFIXES,
+    SERVICE_NAME,
+)
 
 #: The fixed fields of a record, in the order every format writes them (the
 #: ``attributes`` field comes after these).
@@ -116,6 +128,7 @@ class SpanRecord:
     end_time_unix_nano: int | None
     service_name: str | None
     attributes: Mapping[str, AttributeValue] = field(default_factory=dict)
+    resource: Mapping[str, AttributeValue] = field(default_factory=dict)
 
     @property
     def start_time(self) -> str | None:
@@ -158,10 +171,20 @@ class SpanRecord:
         }
 
     def to_json_dict(self) -> dict[str, object]:
-        """The record as the JSON-lines exporter writes it: core fields, then ``attributes``."""
+        """The record as the JSON-lines exporter writes it: core fields, then ``attributes``, then ``resource``."""
         result: dict[str, object] = dict(self.core_fields())
         result["attributes"] = {key: json_value(value) for key, value in self.attributes.items()}
+        result["resource"] = {key: json_value(value) for key, value in self.resource.items()}
         return result
+
+
+def exported_resource(attributes: Mapping[str, AttributeValue]) -> dict[str, AttributeValue]:
+    """The resource attributes the file exporters keep (:data:`~otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`), keys sorted."""
+    return {
+        key: attributes[key]
+        for key in sorted(attributes)
+        if key in EXPORTED_RESOURCE_ATTRIBUTES or key.startswith(EXPORTED_RESOURCE_PREFIXES)
+    }
 
 
 def span_record(span: ReadableSpan) -> SpanRecord:
@@ -172,7 +195,8 @@ def span_record(span: ReadableSpan) -> SpanRecord:
     exported = {
         key: attributes[key] for key in sorted(attributes) if key.startswith(EXPORTED_ATTRIBUTE_PREFIXES)
     }
-    service_name = span.resource.attributes.get(SERVICE_NAME) if span.resource is not None else None
+    resource = span.resource.attributes if span.resource is not None else {}
+    service_name = resource.get(SERVICE_NAME)
     return SpanRecord(
         name=span.name,
         trace_id=format(context.trace_id, "032x") if context is not None else "0" * 32,
@@ -182,4 +206,5 @@ def span_record(span: ReadableSpan) -> SpanRecord:
         end_time_unix_nano=span.end_time,
         service_name=None if service_name is None else str(service_name),
         attributes=exported,
+        resource=exported_resource(resource),
     )
