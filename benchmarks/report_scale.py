@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence, TextIO
 
 from otel_joules.exporters.jsonl_exporter import record_json_line
-from otel_joules.exporters.records import SpanRecord
+from otel_joules.exporters.records import SpanRecord, exported_resource
 from otel_joules.semconv import (
     ENERGY_ATTRIBUTED_JOULES,
     ENERGY_ATTRIBUTED_SELF_JOULES,
@@ -85,8 +85,8 @@ class KnownSums:
     """What an archive holds, in eighths of a joule (exact integers) and counts.
 
     ``groups[key][value]``: the attributed self shares of the spans whose ``key`` is ``value``,
-    as the report can see it: JSON-lines records keep no resource attribute but
-    ``service.name``, so their spans have no host, user or job (None).
+    as the report can see it: JSON-lines records keep the resource's identities (``resource``), as
+    OTLP/JSON does, so every span has its host, user and job.
     """
 
     spans: int = 0
@@ -227,7 +227,8 @@ def write_archive(
                     folder / f"{SERVICES[service_index]}.jsonl", "w", encoding="utf-8"
                 )
             lines = []
-            for span, keys in _one_trace(sums, service_index, host_index, resource_kept=False):
+            resource = exported_resource(_resource_attributes(service_index, host_index))
+            for span, keys in _one_trace(sums, service_index, host_index):
                 lines.append(record_json_line(SpanRecord(
                     name=span.name,
                     trace_id=f"{sums.traces:032x}",
@@ -237,6 +238,7 @@ def write_archive(
                     end_time_unix_nano=span.end_ns,
                     service_name=SERVICES[service_index],
                     attributes=dict(sorted(span.attributes.items())),
+                    resource=resource,
                 )))
             chunk = "".join(lines)
             handle.write(chunk)
@@ -251,9 +253,7 @@ def write_archive(
     return sums
 
 
-def _one_trace(
-    sums: KnownSums, service_index: int, host_index: int, *, resource_kept: bool
-) -> Iterator[tuple[_Span, dict[str, Any]]]:
+def _one_trace(sums: KnownSums, service_index: int, host_index: int) -> Iterator[tuple[_Span, dict[str, Any]]]:
     sums.traces += 1
     spans, inclusive, host = _trace_spans(sums.traces, host_index)
     sums.attributed_eighths += inclusive
@@ -264,9 +264,9 @@ def _one_trace(
         keys = {
             "service": SERVICES[service_index],
             "span": span.name,
-            "host": resource["host.name"] if resource_kept else None,
-            "user": resource["process.owner"] if resource_kept else None,
-            "job": resource["slurm.job.id"] if resource_kept else None,
+            "host": resource["host.name"],
+            "user": resource["process.owner"],
+            "job": resource["slurm.job.id"],
             "day": _day_of(span.start_ns),
         }
         sums._add_group(keys, span.self_eighths, str(span.attributes[ENERGY_SOURCE]))
@@ -295,7 +295,7 @@ def _write_otlp(path: Path, sums: KnownSums, target_bytes: int, batch_spans: int
             batch: list[ReadableSpan] = []
             while len(batch) < batch_spans:
                 trace_id = sums.traces + 1
-                for span, _ in _one_trace(sums, service_index, host_index, resource_kept=True):
+                for span, _ in _one_trace(sums, service_index, host_index):
                     batch.append(ReadableSpan(
                         name=span.name,
                         context=SpanContext(trace_id, span.span_id, False, TraceFlags(TraceFlags.SAMPLED)),

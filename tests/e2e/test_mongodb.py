@@ -72,7 +72,9 @@ def _draw(powercap: FakePowercap, scale: float = 1.0) -> None:
 def _energy_provider(powercap: FakePowercap, *processors: Any) -> tuple[TracerProvider, EnergyMeter]:
     """A real provider: the energy processor on ``powercap``, then ``processors`` (the exporters')."""
     meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
-    provider = TracerProvider(resource=Resource({"service.name": "e2e-train"}), shutdown_on_exit=False)
+    resource = Resource({"service.name": "e2e-train", "host.name": "node-e2e", "slurm.job.id": "77",
+                         "process.command_line": "train.py --password=hunter2"})
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_span_processor(EnergySpanProcessor(meter, attribution=False))
     for processor in processors:
         provider.add_span_processor(processor)
@@ -116,6 +118,8 @@ def _expected_document(span: ReadableSpan) -> dict[str, Any]:
                 **({"below_resolution": True} if attributes.get("energy.below_resolution") else {}),
             }
         },
+        # The resource's identities, nested; never its command line.
+        "resource": {"host": {"name": "node-e2e"}, "slurm": {"job": {"id": "77"}}},
     }
 
 
@@ -163,6 +167,7 @@ def test_real_energy_spans_are_stored_with_their_documented_fields(
     assert names({"attributes.energy.joules": {"$gt": 60.0}}) == {"train"}
     assert names({"attributes.energy.package_0.joules": {"$gte": 20.0, "$lt": 30.0}}) == {"epoch 1"}
     assert names({"attributes.energy.source": "measured", "parent_span_id": None}) == {"train"}
+    assert names({"resource.host.name": "node-e2e", "resource.slurm.job.id": "77"}) == everything
     ordered = [d["name"] for d in spans_collection.find({"parent_span_id": {"$ne": None}}).sort("start_time", 1)]
     assert ordered == ["epoch 0", "epoch 1", "epoch 2"]
     # int64 nanoseconds come back exact (not through a double): the driver's Int64 is an int.
@@ -204,7 +209,9 @@ def test_values_the_server_cannot_store_are_dropped_alone_and_said(
     and nothing is kept to be retried forever.
     """
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource({"service.name": "e2e-train"}), shutdown_on_exit=False)
+    resource = Resource({"service.name": "e2e-train", "host.name": "node-e2e", "slurm.job.id": "77",
+                         "process.command_line": "train.py --password=hunter2"})
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("e2e")
     values: dict[str, dict[str, Any]] = {

@@ -65,26 +65,55 @@ def _groups(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
 
 
 @pytest.mark.parametrize("kind", ["otlp", "jsonl", "csv", "parquet"])
-def test_every_format_keeps_service_span_and_day_and_only_otlp_keeps_host_user_and_job(
+def test_every_format_keeps_service_span_day_host_user_and_job(
     kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    folder = _export(kind, tmp_path / kind)
+    folder = _export(kind, tmp_path / kind, {**RESOURCE, "k8s.pod.name": "pod-1"})
 
-    result = _groups(capsys, "--by", "service,host,user,job,day", str(folder))
+    result = _groups(capsys, "--by", "service,host,user,job,day,k8s.pod.name", str(folder))
     (group,) = result["groups"]
-    kept = kind == "otlp"
     assert group["keys"] == {
         "service": "svc",
-        "host": "node-7" if kept else None,
-        "user": "alice" if kept else None,
-        "job": "4242" if kept else None,
+        "host": "node-7",
+        "user": "alice",
+        "job": "4242",
         "day": "2026-12-01",
+        # Only OTLP/JSON holds every resource attribute; the other formats keep the identities only.
+        "k8s.pod.name": "pod-1" if kind == "otlp" else None,
     }
     assert group["energy_joules"] == 2.0 and group["spans"] == 2 and group["traces"] == 1
     assert group["energy_source"] == "measured"
 
     by_span = _groups(capsys, "--by", "span", str(folder))["groups"]
     assert [(g["keys"]["span"], g["energy_joules"]) for g in by_span] == [("request", 1.5), ("query", 0.5)]
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv"])
+def test_a_damaged_file_still_groups_by_host(kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file DuckDB refuses (a torn line in the middle) is read a line at a time, its resource too."""
+    folder = _export(kind, tmp_path / kind)
+    (path,) = folder.iterdir()
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:-1], b'{"torn": \n' if kind == "jsonl" else b'"torn,\n', lines[-1]]))
+
+    result = _groups(capsys, "--by", "host,job", str(folder))
+    (group,) = result["groups"]
+    assert group["keys"] == {"host": "node-7", "job": "4242"} and group["energy_joules"] == 2.0
+
+
+def test_a_csv_file_from_before_the_resource_column_groups_with_host_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folder = _export("csv", tmp_path / "csv")
+    (path,) = folder.iterdir()
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    assert rows[0][-2:] == ["attributes", "resource"]
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle, lineterminator="\n").writerows(row[:-1] for row in rows)  # the layout before the column
+
+    (group,) = _groups(capsys, "--by", "service,host", str(folder))["groups"]
+    assert group["keys"] == {"service": "svc", "host": None} and group["energy_joules"] == 2.0
 
 
 def test_any_resource_attribute_is_a_key_and_a_span_attribute_comes_first(
@@ -134,7 +163,9 @@ def test_spans_without_a_self_share_are_left_out_and_counted(tmp_path: Path, cap
 
 def test_the_table_csv_and_parquet_hold_the_same_groups(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _export("jsonl", tmp_path / "in")
-    _export("jsonl", tmp_path / "in" / "b", {**RESOURCE, "service.name": "batch"}, source="estimate")
+    # The batch service's resource has no host.name: its group's host is none ("-", empty, null).
+    without_host = {k: v for k, v in RESOURCE.items() if k != "host.name"}
+    _export("jsonl", tmp_path / "in" / "b", {**without_host, "service.name": "batch"}, source="estimate")
     out_csv, out_parquet = tmp_path / "groups.csv", tmp_path / "groups.parquet"
 
     assert main(["report", "--by", "service,host", "--csv", str(out_csv), "--parquet", str(out_parquet),
@@ -144,7 +175,7 @@ def test_the_table_csv_and_parquet_hold_the_same_groups(tmp_path: Path, capsys: 
     assert table[2].split() == ["service", "host", "joules", "kWh", "source", "spans", "traces"]
     # Largest first, then by the keys.
     assert table[4].split()[:5] == ["batch", "-", "2.000", "0.000000556", "estimate"]
-    assert table[5].split()[:5] == ["svc", "-", "2.000", "0.000000556", "measured"]
+    assert table[5].split()[:5] == ["svc", "node-7", "2.000", "0.000000556", "measured"]
 
     with open(out_csv, newline="", encoding="utf-8") as handle:
         rows = list(csv.reader(handle))
@@ -152,13 +183,13 @@ def test_the_table_csv_and_parquet_hold_the_same_groups(tmp_path: Path, capsys: 
                        "traces"]
     assert [row[:3] + row[4:] for row in rows[1:]] == [
         ["batch", "", "2.0", "estimate", "false", "2", "1"],
-        ["svc", "", "2.0", "measured", "false", "2", "1"],
+        ["svc", "node-7", "2.0", "measured", "false", "2", "1"],
     ]
     import duckdb
 
     parquet = duckdb.sql(f"SELECT * FROM read_parquet('{out_parquet}')").fetchall()
     assert parquet == [("batch", None, 2.0, 2.0 / 3.6e6, "estimate", False, 2, 1),
-                       ("svc", None, 2.0, 2.0 / 3.6e6, "measured", False, 2, 1)]
+                       ("svc", "node-7", 2.0, 2.0 / 3.6e6, "measured", False, 2, 1)]
 
 
 @pytest.mark.parametrize(

@@ -112,7 +112,7 @@ def register(subparsers: Any) -> None:
         "(energy.attributed.self.joules), so the groups add up to the report's total. Keys: "
         + "; ".join(f"{key} = {meaning}" for key, meaning in GROUP_KEYS.items())
         + "; any other name is a span or resource attribute (e.g. slurm.job.name). CSV, JSON-lines and Parquet "
-        "exports keep no resource attribute but service.name: their spans have no host, user or job ('-'). "
+        "exports keep only the resource's host, user and job identities; OTLP/JSON every resource attribute. "
         "Each group says measured or estimate. See docs/report-groups.md.",
     )
     groups.add_argument("--by", metavar="KEYS", help="comma-separated keys, e.g. --by service,host,day")

@@ -108,6 +108,19 @@ def csv_header(energy_columns: Sequence[str] = DEFAULT_ENERGY_COLUMNS) -> tuple[
     return (*CORE_FIELDS, *energy_columns, ATTRIBUTES_COLUMN, RESOURCE_COLUMN)
 
 
+def attributes_column_index(header: Sequence[str]) -> int | None:
+    """Where the ``attributes`` cell is in ``header`` if this exporter writes it (any ``energy_columns``, with the
+    ``resource`` column or from a file before it), else None: how a reader tells our CSV and finds its cells."""
+    header = tuple(header)
+    if header[: len(CORE_FIELDS)] != CORE_FIELDS:
+        return None
+    if header[-1:] == (ATTRIBUTES_COLUMN,):
+        return len(header) - 1
+    if header[-2:] == (ATTRIBUTES_COLUMN, RESOURCE_COLUMN):
+        return len(header) - 2
+    return None
+
+
 def _json_text(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -199,13 +212,9 @@ class CsvSpanExporter(FileSpanExporter):
             )
             return b""
         hint = "write to a new file"
-        layout = found[:-1] if found[-1:] == (RESOURCE_COLUMN,) else found
-        if (
-            len(layout) > len(CORE_FIELDS)
-            and layout[: len(CORE_FIELDS)] == CORE_FIELDS
-            and layout[-1] == ATTRIBUTES_COLUMN
-        ):
-            hint += f", or pass energy_columns={layout[len(CORE_FIELDS):-1]!r} to append in that file's layout"
+        attributes_at = attributes_column_index(found)
+        if attributes_at is not None and attributes_at > len(CORE_FIELDS):
+            hint += f", or pass energy_columns={found[len(CORE_FIELDS):attributes_at]!r} to append in that file's layout"
         shown = existing.first_line[:300].decode("utf-8", errors="replace")
         raise CsvHeaderMismatchError(
             f"{self.path!r} already starts with the header {shown!r}, not the one this exporter writes "

@@ -20,9 +20,10 @@ Keys (any other name is a span or resource attribute, the span's own value first
 ==========  ===========================================================================
 
 Which exports hold what: OTLP/JSON files keep every span and resource attribute. The CSV,
-JSON-lines and Parquet exports keep ``service.name`` and the span's ``energy.*``,
-``carbon.*`` and ``training.*`` attributes only (:mod:`otel_joules.exporters.records`): their
-spans have no host, user or job, and fall in the group whose value is none (shown ``-``).
+JSON-lines and Parquet exports keep the span's ``energy.*``, ``carbon.*`` and ``training.*``
+attributes and the resource's identities: host, user, job and service instance
+(:data:`~otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`, :mod:`otel_joules.exporters.records`).
+A span without a key's value falls in the group whose value is none (shown ``-``).
 
 Every group says whether its energy was measured (``energy_source``: ``measured``,
 ``estimate``, ``mixed`` when its spans differ, ``partial`` when one left out a domain that
@@ -173,7 +174,8 @@ def group_source_label(group: Group) -> str:
 GROUP_NOTE = (
     "Each group sums its spans' attributed self shares (energy.attributed.self.joules: a span's share without its "
     "children's), so the groups add up to the report's total; never the host's interval energy. '-': the spans "
-    "have no such value (CSV, JSON-lines and Parquet exports keep no resource attribute but service.name)."
+    "have no such value (CSV, JSON-lines and Parquet exports keep only the resource's host, user and job "
+    "identities)."
 )
 
 

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
 
-from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
+from otel_joules.exporters.csv_exporter import attributes_column_index
 from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.carbontracker_logs import carbontracker_stem, read_carbontracker_dir
 from otel_joules.report.filestream import FileLines, file_kind, open_regular, stat_reason
@@ -269,7 +269,7 @@ def _format_for_duckdb(handle: IO[bytes], size: int) -> tuple[str | None, tuple[
         return None, ()
     text = first[1]
     header = csv_cells(text)
-    if header and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
+    if header and attributes_column_index(header) is not None:
         return FORMAT_CSV, tuple(header)
     if not text.lstrip().startswith("{"):
         return None, ()
@@ -298,7 +298,7 @@ def _read_lines(path: str, handle: IO[bytes], size: int, inputs: Inputs) -> None
         return
     number, text = first
     header = csv_cells(text)
-    if header and tuple(header[: len(CORE_FIELDS)]) == CORE_FIELDS and header[-1] == ATTRIBUTES_COLUMN:
+    if header and attributes_column_index(header) is not None:
         lines.release_held(errors.add)
         read_csv(path, header, stream, inputs, errors)
     else:

@@ -80,6 +80,21 @@ def read_csv(
                 errors.add(number, str(exc) if isinstance(exc, ValueError) else "nested too deeply to read")
 
 
+def csv_record_cells(header: list[str], stream: Iterator[tuple[int, str]]) -> Iterator[dict[str, str]]:
+    """The rows of our CSV after its header that read, as ``{column: cell}``: a torn, damaged or miscounted row is
+    left out, as :func:`read_csv` skips it (for what a second pass reads of a file, e.g. ``--by``'s resource)."""
+    for _, row_lines, problem in _csv_rows(header, stream):
+        if problem is not None:
+            continue
+        try:
+            parsed = list(csv.reader(row_lines))
+        except csv.Error:
+            continue
+        for cells in parsed:
+            if cells and len(cells) == len(header):
+                yield dict(zip(header, cells))
+
+
 def _csv_rows(header: list[str], stream: Iterator[tuple[int, str]]) -> Iterator[tuple[int, list[str], str | None]]:
     """``(first line number, the row's lines, None)`` per row, or ``(number, [], reason)`` for a row that is skipped.
 

@@ -29,7 +29,7 @@ import json
 import uuid
 from typing import Any, Iterator, Sequence
 
-from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
+from otel_joules.exporters.csv_exporter import attributes_column_index
 from otel_joules.exporters.records import CORE_FIELDS
 from otel_joules.report.model import ReportError, SpanRow
 from otel_joules.report.sql import (
@@ -286,7 +286,7 @@ class SparkSpanStore:
                 fmt = FORMAT_CSV
                 first = self._spark.read.text(path).first()
                 header = tuple(next(csv.reader([first[0]]), ())) if first else ()
-                if tuple(header[: len(CORE_FIELDS)]) != CORE_FIELDS or header[-1:] != (ATTRIBUTES_COLUMN,):
+                if attributes_column_index(header) is None:
                     skipped.append((path, "is not an otel-joules CSV span export (another header)"))
                     continue
             else:

@@ -35,6 +35,7 @@ a run is made of (the counted ones and the epochs), in the order the spans were 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import math
@@ -51,6 +52,8 @@ except ImportError:  # the [report] extra is not installed; SpanStore() says wha
 
 from otel_joules.carbon.units import JOULES_PER_KWH
 from otel_joules.config import OTEL_JOULES_REPORT_MEMORY_LIMIT, report_memory_limit
+from otel_joules.exporters.csv_exporter import RESOURCE_COLUMN, attributes_column_index
+from otel_joules.report.filestream import FileLines, open_regular
 from otel_joules.report.model import ReportError, SpanRow
 from otel_joules.report.otlp_files import flatten_otlp
 from otel_joules.report.record_checks import (
@@ -60,6 +63,7 @@ from otel_joules.report.record_checks import (
     REPORT_ATTRIBUTE_PREFIXES,
     checked_attributes,
 )
+from otel_joules.report.span_exports import csv_cells, csv_record_cells
 from otel_joules.semconv import (
     CARBON_INTENSITY_GCO2EQ_PER_KWH,
     CARBON_PUE,
@@ -280,11 +284,19 @@ FROM (
 """
 
 
+def _attributes_at(header: Sequence[str]) -> int:
+    at = attributes_column_index(header)
+    if at is None:
+        raise ValueError(f"not an otel-joules CSV header: {','.join(header)[:200]!r}")
+    return at
+
+
 def _csv_select(paths: Sequence[str], header: Sequence[str], core: Sequence[str]) -> str:
-    """Our CSV: ``header`` (the file's first line) starts with ``core`` (records.CORE_FIELDS) and ends in attributes."""
+    """Our CSV: ``header`` (the file's first line) starts with ``core`` (records.CORE_FIELDS) and ends in attributes
+    (and resource)."""
     cells = [f"c{i}" for i in range(len(header))]
     position = {name: f"c{i}" for i, name in enumerate(header[: len(core)])}
-    attrs_cell = cells[-1]
+    attrs_cell = cells[_attributes_at(header)]
     columns = "{" + ", ".join(f"{_literal(c)}: 'VARCHAR'" for c in cells) + "}"
     tid, sid, pid = position["trace_id"], position["span_id"], position["parent_span_id"]
     st, et = position["start_time_unix_nano"], position["end_time_unix_nano"]
@@ -1153,7 +1165,7 @@ def spark_csv_select(view: str, file_idx: int | str, header: Sequence[str], core
         for c in cells
     )
     source = (
-        f"SELECT *, coalesce(nullif({cells[-1]}, ''), '{{}}') AS a FROM "
+        f"SELECT *, coalesce(nullif({cells[_attributes_at(header)]}, ''), '{{}}') AS a FROM "
         f"(SELECT *, monotonically_increasing_id() AS mid FROM {view})"
     )
     st, et = position["start_time_unix_nano"], position["end_time_unix_nano"]
@@ -1296,10 +1308,12 @@ GROUP BY f.trace_id
 
 # -- Totals per group: ``otel-joules report --by`` (:mod:`otel_joules.report.groups`) ---------------------------------
 # The spans are the store's (checked, one copy each); what --by reads beyond the kept attributes (host.name,
-# slurm.job.id, any other resource or span attribute) is read from the OTLP files again, a line at a time and for the
-# keys asked only: the other formats keep no resource attribute but service.name. DuckDB's JSON functions hold every
-# big OTLP line of a batch parsed at once (a 15 MB file of 512-span lines ran out of a 350 MB limit), so the labels
-# are read in Python and handed to DuckDB as JSON lines; a line that is not a request gives none.
+# slurm.job.id, any other resource or span attribute) is read from the files again, for the keys asked only. OTLP
+# files hold every resource attribute: DuckDB's JSON functions hold every big OTLP line of a batch parsed at once (a
+# 15 MB file of 512-span lines ran out of a 350 MB limit), so their labels are read in Python, a line at a time, and
+# handed to DuckDB as JSON lines; a line that is not a request gives none. Our JSON-lines, CSV and Parquet records
+# keep the resource's identities in their ``resource`` field (exporters.records): read by DuckDB in one query per
+# file, or a line at a time in Python where DuckDB cannot read the file (the damaged files the Python reader reads).
 
 #: The DuckDB types of the group table's columns after the keys (groups.TABLE_COLUMNS).
 _GROUP_COLUMN_TYPES = ("DOUBLE", "DOUBLE", "VARCHAR", "BOOLEAN", "BIGINT", "BIGINT")
@@ -1394,6 +1408,106 @@ def _write_labels(path: str, names: frozenset[str], out: Any) -> int:
     return written
 
 
+def _resource_labels(resource: str, names: Sequence[str]) -> str:
+    """SQL: the labels (``STRUCT(k, v)[]``) of a record's ``resource`` JSON object among ``names``."""
+    pairs = ", ".join(f"{{'k': {_literal(n)}, 'v': json_extract_string({resource}, {_path(n)})}}" for n in names)
+    return f"list_filter([{pairs}], lambda l: l.v IS NOT NULL)"
+
+
+def _record_labels_select(con: Any, path: str, names: Sequence[str]) -> str | None:
+    """SQL: (trace_id, span_id, labels) of each record of our span file ``path`` from its ``resource`` field, or None
+    for a file with no such field (a CSV or Parquet file from before it; any other file)."""
+    handle, _ = open_regular(path)
+    with handle:
+        start = handle.read(_OTLP_SNIFF_BYTES)
+    if start.startswith(b"PAR1"):
+        schema = con.execute(f"SELECT name FROM parquet_schema({_literal(path)})").fetchall()
+        if (RESOURCE_COLUMN,) not in schema:
+            return None
+        resource = f"TRY_CAST(nullif({RESOURCE_COLUMN}, '') AS JSON)"
+        return (f"SELECT lower(trace_id), lower(span_id), {_resource_labels(resource, names)} "
+                f"FROM read_parquet({_literal(path)})")
+    first = start.split(b"\n", 1)[0].decode("utf-8", "replace")
+    header = tuple(csv_cells(first) or ())
+    if attributes_column_index(header) is not None:
+        if header[-1] != RESOURCE_COLUMN:
+            return None
+        columns = "{" + ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(header))) + "}"
+        resource = f"TRY_CAST(nullif(c{len(header) - 1}, '') AS JSON)"
+        tid, sid = f"c{header.index('trace_id')}", f"c{header.index('span_id')}"
+        return (f"SELECT lower({tid}), lower({sid}), {_resource_labels(resource, names)} "
+                f"FROM read_csv({_literal(path)}, header = true, auto_detect = false, columns = {columns}, delim = ',', "
+                "quote = '\"', escape = '\"', strict_mode = true, max_line_size = 67108864)")
+    labels = _resource_labels("json->'$.resource'", names)
+    return (f"SELECT lower(json->>'$.trace_id'), lower(json->>'$.span_id'), {labels} "
+            f"FROM read_ndjson_objects({_literal(path)}, maximum_object_size = 67108864)")
+
+
+def _insert_record_labels(con: Any, path: str, names: Sequence[str]) -> bool:
+    """Our span file's labels into ``span_labels`` by DuckDB; False where DuckDB cannot read the file (the Python
+    reader's turn). A file with no ``resource`` field gives none."""
+    try:
+        select = _record_labels_select(con, path, names)
+        if select is None:
+            return True
+        con.execute(f"INSERT INTO span_labels {select}")
+    except duckdb.Error as exc:
+        _log.debug("otel-joules report: DuckDB cannot read the resource of %s (%s): read line by line", path, exc)
+        return False
+    return True
+
+
+def _label_of(value: object) -> str | None:
+    """A JSON value as the text ``json_extract_string`` gives of it (None for null)."""
+    if value is None:
+        return None
+    return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+
+
+def _write_record_labels(path: str, names: frozenset[str], out: Any) -> int:
+    """As :func:`_write_labels`, for our JSON-lines or CSV span file ``path`` that DuckDB cannot read: its records'
+    ``resource`` field, read a line at a time as the Python reader reads the spans (a line or row it skips gives no
+    labels)."""
+    written = 0
+    handle, size = open_regular(path)
+    with handle:
+        if handle.read(4) == b"PAR1":
+            return 0  # a Parquet file DuckDB cannot read: nothing to read a line at a time
+        handle.seek(0)
+        stream = iter(FileLines(handle, size))
+        first = next(stream, None)
+        if first is None:
+            return 0
+        header = csv_cells(first[1])
+        rows: Iterable[Any]
+        if header and attributes_column_index(header) is not None:
+            if header[-1] != RESOURCE_COLUMN:
+                return 0
+            rows = (
+                {"trace_id": r["trace_id"], "span_id": r["span_id"], "resource": _json_or_none(r[RESOURCE_COLUMN])}
+                for r in csv_record_cells(header, stream)
+            )
+        else:
+            rows = map(_json_or_none, (text for _, text in itertools.chain([first], stream)))
+        for row in rows:
+            if not isinstance(row, dict):
+                continue
+            resource, trace_id, span_id = row.get("resource"), row.get("trace_id"), row.get("span_id")
+            if not (isinstance(resource, dict) and isinstance(trace_id, str) and isinstance(span_id, str)):
+                continue
+            labels = [{"k": k, "v": _label_of(resource[k])} for k in sorted(names) if k in resource]
+            out.write(json.dumps({"trace_id": trace_id.lower(), "span_id": span_id.lower(), "labels": labels}) + "\n")
+            written += 1
+    return written
+
+
+def _json_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+
+
 def _group_value(key: str, names: Sequence[str]) -> str:
     """SQL: one ``--by`` key's value for a span (text; NULL: none); ``names``: the attributes it reads, in order."""
     if key == "service":
@@ -1430,10 +1544,11 @@ def group_rows(
             written = 0
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 for path in dict.fromkeys(store._files):
-                    if not _is_otlp_file(path):
-                        continue
                     try:
-                        written += _write_labels(path, frozenset(names), out)
+                        if _is_otlp_file(path):
+                            written += _write_labels(path, frozenset(names), out)
+                        elif not _insert_record_labels(con, path, names):
+                            written += _write_record_labels(path, frozenset(names), out)
                     except OSError as exc:
                         problems.append((path, f"its resource attributes could not be read for --by: {exc.strerror or exc}"))
             if written:
