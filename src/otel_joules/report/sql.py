@@ -571,7 +571,7 @@ def _run_number(key: str) -> str:
 # Per trace with energy, after a place in report order ($start, $trace) (start, then trace id): what trace_runs' ``_trace_run`` adds up,
 # computed the same way (sums in read order from 0.0, the same products and quotient), for the runs a report does not
 # list: its joules, the host's interval joules, the PUE it recorded (one value over its counted spans, else NULL), the
-# intensity it recorded (energy-weighted; NULL unless every counted span has one), the grams it recorded (NULL unless
+# intensity it recorded (the one value, else energy-weighted; NULL unless every counted span has one), the grams it recorded (NULL unless
 # every counted span has them), its merged energy.source and whether a span was below resolution.
 _TAIL_SPANS = f"""
 CREATE OR REPLACE TEMP TABLE tail_spans AS
@@ -594,7 +594,7 @@ WHERE t.basis_kind IS NOT NULL AND (coalesce(t.first_start, 0) > $start OR (coal
 """
 # Aggregates over every trace held their groups in memory (2 GB of input ran out of the limit), so a trace with one
 # counted span and at most one interval span, the most, is a join of those two rows (joins spill): the same
-# operations on one value (0.0 + x, (j x intensity) / j). Only the others are grouped, gathering values in read order.
+# operations on one value (0.0 + x; one intensity is itself). Only the others are grouped, gathering values in read order.
 _TAIL_SHAPES = """
 CREATE OR REPLACE TEMP TABLE tail_shapes AS
 SELECT trace_id, count(*) FILTER (WHERE counted) <= 1 AND count(*) FILTER (WHERE interval) <= 1 AS single
@@ -605,8 +605,7 @@ _TAIL_SINGLE = f"""
 SELECT c.trace_id, c.kind, c.start_key, {_ZERO} + c.j AS joules,
        CASE WHEN c.kind <> 3 THEN {_ZERO} + coalesce(i.ej, {_ZERO}) END AS host,
        c.pue AS recorded_pue,
-       CASE WHEN c.intensity IS NULL THEN NULL WHEN c.j > 0 THEN ({_ZERO} + c.j * c.intensity) / ({_ZERO} + c.j)
-            ELSE c.intensity END AS recorded_intensity,
+       c.intensity AS recorded_intensity,
        {_ZERO} + c.grams AS recorded_grams, c.source, c.below OR coalesce(i.below, false) AS below
 FROM tail_spans c JOIN tail_shapes h ON h.trace_id = c.trace_id AND h.single
 LEFT JOIN tail_spans i ON i.trace_id = c.trace_id AND i.interval
@@ -620,7 +619,8 @@ SELECT trace_id, first(kind) AS kind, first(start_key) AS start_key,
             WHEN count(*) FILTER (WHERE counted AND pue IS NULL) = 0 AND count(DISTINCT pue) FILTER (WHERE counted) = 1
             THEN min(pue) FILTER (WHERE counted) END AS recorded_pue,
        CASE WHEN count(*) FILTER (WHERE counted AND intensity IS NULL) = 0 THEN
-            CASE WHEN {_sequential_sum('j', 'first_ord', 'counted')} > 0
+            CASE WHEN count(DISTINCT intensity) FILTER (WHERE counted) = 1 THEN min(intensity) FILTER (WHERE counted)
+                 WHEN {_sequential_sum('j', 'first_ord', 'counted')} > 0
                  THEN {_sequential_sum('j * intensity', 'first_ord', 'counted')} / {_sequential_sum('j', 'first_ord', 'counted')}
                  ELSE arg_min(intensity, first_ord) FILTER (WHERE counted) END END AS recorded_intensity,
        CASE WHEN count(*) FILTER (WHERE counted AND grams IS NULL) = 0 THEN {_sequential_sum('grams', 'first_ord', 'counted')} END
@@ -1437,10 +1437,10 @@ def _record_labels_select(con: Any, path: str, names: Sequence[str]) -> str | No
         tid, sid = f"c{header.index('trace_id')}", f"c{header.index('span_id')}"
         return (f"SELECT lower({tid}), lower({sid}), {_resource_labels(resource, names)} "
                 f"FROM read_csv({_literal(path)}, header = true, auto_detect = false, columns = {columns}, delim = ',', "
-                "quote = '\"', escape = '\"', strict_mode = true, max_line_size = 67108864)")
+                f"quote = '\"', escape = '\"', strict_mode = true, max_line_size = {MAX_LINE_BYTES})")
     labels = _resource_labels("json->'$.resource'", names)
     return (f"SELECT lower(json->>'$.trace_id'), lower(json->>'$.span_id'), {labels} "
-            f"FROM read_ndjson_objects({_literal(path)}, maximum_object_size = 67108864)")
+            f"FROM read_ndjson_objects({_literal(path)}, maximum_object_size = {MAX_LINE_BYTES})")
 
 
 def _insert_record_labels(con: Any, path: str, names: Sequence[str]) -> bool:

@@ -155,7 +155,9 @@ def _trace_carbon(basis: EnergyBasis, joules: float, intensities: Intensities) -
         (span.number(basis.joules_key) or 0.0, span.number(CARBON_INTENSITY_GCO2EQ_PER_KWH)) for span in counted
     ]
     recorded_intensity = None
-    if all(value is not None for _, value in weights):
+    if all(value is not None for _, value in weights) and len({value for _, value in weights}) == 1:
+        recorded_intensity = weights[0][1]  # one intensity: itself, not (j x it) / j, which can differ in the last bit
+    elif all(value is not None for _, value in weights):
         total = sum(max(j, 0.0) for j, _ in weights)
         recorded_intensity = (
             sum(max(j, 0.0) * value for j, value in weights) / total  # type: ignore[operator]
