@@ -25,6 +25,7 @@ def test_the_archive_is_json_lines_per_service_and_host_and_one_otlp_file_of_kno
     for path in jsonl:
         for line in path.read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
+            assert set(record["resource"]) == {"host.name", "process.owner", "slurm.job.id"}
             spans += 1
             selves += record["attributes"]["energy.attributed.self.joules"]
             if record["parent_span_id"] is None:
@@ -48,8 +49,8 @@ def test_the_archive_is_json_lines_per_service_and_host_and_one_otlp_file_of_kno
     assert attributed == selves == sums.attributed_joules
     assert host == sums.host_interval_joules
     assert sum(sums.group_joules("service").values()) == sums.attributed_joules
-    assert sums.group_source("host", None) == "mixed"  # JSON lines keep no host: both kinds of host in one group
-    assert sums.group_source("host", "node-00") == "measured"  # the OTLP file starts with host 0
+    assert None not in sums.group_joules("host")  # JSON lines keep the resource's host, as OTLP/JSON does
+    assert sums.group_source("host", "node-00") == "measured"
 
 
 def test_a_tiny_run_measures_the_report_its_groups_and_duckdb_and_finds_the_known_totals(
