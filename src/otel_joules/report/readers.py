@@ -75,7 +75,7 @@ from otel_joules.report.model import Skipped
 from otel_joules.report.otlp_files import read_otlp_request
 from otel_joules.report.record_checks import loads_json
 from otel_joules.report.span_exports import csv_cells, read_csv, read_jsonl_line
-from otel_joules.report.sql import FORMAT_CSV, FORMAT_JSONL, FORMAT_OTLP, FORMAT_PARQUET, SpanStore
+from otel_joules.report.sql import FORMAT_CSV, FORMAT_JSONL, FORMAT_OTLP, FORMAT_PARQUET, PARQUET_MAGIC, SpanStore
 from otel_joules.training.logformat import ERR_LOG_SUFFIX
 
 #: Largest file read; larger ones are skipped (a sparse or runaway file, not an export).
@@ -84,8 +84,6 @@ MAX_FILE_BYTES = 256 << 30
 #: before the rename): such a file is skipped, its spans are read once the file is closed under its own name.
 IN_PROGRESS_SUFFIXES = (".inprogress", ".tmp")
 _IN_PROGRESS = "is a file an exporter is still writing (a hidden .inprogress/.tmp name): read once it is closed"
-#: How a Parquet file starts.
-PARQUET_MAGIC = b"PAR1"
 #: Largest pretty-printed OTLP document (one JSON value over many lines) read whole.
 MAX_DOCUMENT_BYTES = 64 << 20
 _UNKNOWN_FORMAT = (

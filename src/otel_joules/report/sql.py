@@ -35,7 +35,6 @@ a run is made of (the counted ones and the epochs), in the order the spans were 
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import math
@@ -1319,16 +1318,31 @@ GROUP BY f.trace_id
 _GROUP_COLUMN_TYPES = ("DOUBLE", "DOUBLE", "VARCHAR", "BOOLEAN", "BIGINT", "BIGINT")
 # How much of a file's start is looked at to tell an OTLP file (its first object names resourceSpans).
 _OTLP_SNIFF_BYTES = 1 << 16
+#: The first bytes of a Parquet file.
+PARQUET_MAGIC = b"PAR1"
 # The longest OTLP line read for labels: what one line may take in memory here.
 _MAX_LABEL_LINE_BYTES = 64 << 20
 
 
-def _is_otlp_file(path: str) -> bool:
-    try:
-        with open(path, "rb") as handle:
-            return b'"resourceSpans"' in handle.read(_OTLP_SNIFF_BYTES)
-    except OSError:
-        return False
+def _span_file_kind(path: str) -> tuple[str, tuple[str, ...]]:
+    """The format of a span file the store holds, from one read of its start: :data:`FORMAT_PARQUET` (its magic),
+    :data:`FORMAT_OTLP` (its first object names resourceSpans), :data:`FORMAT_CSV` with its header (ours), else
+    :data:`FORMAT_JSONL`.
+
+    Raises:
+        OSError: it cannot be opened, or is no longer a regular file.
+    """
+    handle, _ = open_regular(path)
+    with handle:
+        start = handle.read(_OTLP_SNIFF_BYTES)
+    if start.startswith(PARQUET_MAGIC):
+        return FORMAT_PARQUET, ()
+    if b'"resourceSpans"' in start:
+        return FORMAT_OTLP, ()
+    header = tuple(csv_cells(start.split(b"\n", 1)[0].decode("utf-8", "replace")) or ())
+    if attributes_column_index(header) is not None:
+        return FORMAT_CSV, header
+    return FORMAT_JSONL, ()
 
 
 def _list(value: object) -> list[Any]:
@@ -1414,22 +1428,18 @@ def _resource_labels(resource: str, names: Sequence[str]) -> str:
     return f"list_filter([{pairs}], lambda l: l.v IS NOT NULL)"
 
 
-def _record_labels_select(con: Any, path: str, names: Sequence[str]) -> str | None:
-    """SQL: (trace_id, span_id, labels) of each record of our span file ``path`` from its ``resource`` field, or None
-    for a file with no such field (a CSV or Parquet file from before it; any other file)."""
-    handle, _ = open_regular(path)
-    with handle:
-        start = handle.read(_OTLP_SNIFF_BYTES)
-    if start.startswith(b"PAR1"):
+def _record_labels_select(con: Any, path: str, kind: str, header: tuple[str, ...], names: Sequence[str]) -> str | None:
+    """SQL: (trace_id, span_id, labels) of each record of our span file ``path`` (of ``kind``, a CSV one with
+    ``header``: :func:`_span_file_kind`) from its ``resource`` field, or None for a file with no such field (a CSV or
+    Parquet file from before it)."""
+    if kind == FORMAT_PARQUET:
         schema = con.execute(f"SELECT name FROM parquet_schema({_literal(path)})").fetchall()
         if (RESOURCE_COLUMN,) not in schema:
             return None
         resource = f"TRY_CAST(nullif({RESOURCE_COLUMN}, '') AS JSON)"
         return (f"SELECT lower(trace_id), lower(span_id), {_resource_labels(resource, names)} "
                 f"FROM read_parquet({_literal(path)})")
-    first = start.split(b"\n", 1)[0].decode("utf-8", "replace")
-    header = tuple(csv_cells(first) or ())
-    if attributes_column_index(header) is not None:
+    if kind == FORMAT_CSV:
         if header[-1] != RESOURCE_COLUMN:
             return None
         columns = "{" + ", ".join(f"'c{i}': 'VARCHAR'" for i in range(len(header))) + "}"
@@ -1443,11 +1453,11 @@ def _record_labels_select(con: Any, path: str, names: Sequence[str]) -> str | No
             f"FROM read_ndjson_objects({_literal(path)}, maximum_object_size = {MAX_LINE_BYTES})")
 
 
-def _insert_record_labels(con: Any, path: str, names: Sequence[str]) -> bool:
+def _insert_record_labels(con: Any, path: str, kind: str, header: tuple[str, ...], names: Sequence[str]) -> bool:
     """Our span file's labels into ``span_labels`` by DuckDB; False where DuckDB cannot read the file (the Python
     reader's turn). A file with no ``resource`` field gives none."""
     try:
-        select = _record_labels_select(con, path, names)
+        select = _record_labels_select(con, path, kind, header, names)
         if select is None:
             return True
         con.execute(f"INSERT INTO span_labels {select}")
@@ -1464,31 +1474,25 @@ def _label_of(value: object) -> str | None:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def _write_record_labels(path: str, names: frozenset[str], out: Any) -> int:
-    """As :func:`_write_labels`, for our JSON-lines or CSV span file ``path`` that DuckDB cannot read: its records'
-    ``resource`` field, read a line at a time as the Python reader reads the spans (a line or row it skips gives no
-    labels)."""
+def _write_record_labels(path: str, kind: str, header: tuple[str, ...], names: frozenset[str], out: Any) -> int:
+    """As :func:`_write_labels`, for our JSON-lines or CSV span file ``path`` (of ``kind``, a CSV one with ``header``)
+    that DuckDB cannot read: its records' ``resource`` field, read a line at a time as the Python reader reads the
+    spans (a line or row it skips gives no labels)."""
+    if kind == FORMAT_PARQUET or (kind == FORMAT_CSV and header[-1] != RESOURCE_COLUMN):
+        return 0  # a Parquet file DuckDB cannot read, a CSV file without the column: nothing to read
     written = 0
     handle, size = open_regular(path)
     with handle:
-        if handle.read(4) == b"PAR1":
-            return 0  # a Parquet file DuckDB cannot read: nothing to read a line at a time
-        handle.seek(0)
         stream = iter(FileLines(handle, size))
-        first = next(stream, None)
-        if first is None:
-            return 0
-        header = csv_cells(first[1])
         rows: Iterable[Any]
-        if header and attributes_column_index(header) is not None:
-            if header[-1] != RESOURCE_COLUMN:
-                return 0
+        if kind == FORMAT_CSV:
+            next(stream, None)  # the header
             rows = (
                 {"trace_id": r["trace_id"], "span_id": r["span_id"], "resource": _json_or_none(r[RESOURCE_COLUMN])}
-                for r in csv_record_cells(header, stream)
+                for r in csv_record_cells(list(header), stream)
             )
         else:
-            rows = map(_json_or_none, (text for _, text in itertools.chain([first], stream)))
+            rows = map(_json_or_none, (text for _, text in stream))
         for row in rows:
             if not isinstance(row, dict):
                 continue
@@ -1545,10 +1549,11 @@ def group_rows(
             with os.fdopen(fd, "w", encoding="utf-8") as out:
                 for path in dict.fromkeys(store._files):
                     try:
-                        if _is_otlp_file(path):
+                        kind, header = _span_file_kind(path)
+                        if kind == FORMAT_OTLP:
                             written += _write_labels(path, frozenset(names), out)
-                        elif not _insert_record_labels(con, path, names):
-                            written += _write_record_labels(path, frozenset(names), out)
+                        elif not _insert_record_labels(con, path, kind, header, names):
+                            written += _write_record_labels(path, kind, header, frozenset(names), out)
                     except OSError as exc:
                         problems.append((path, f"its resource attributes could not be read for --by: {exc.strerror or exc}"))
             if written:
