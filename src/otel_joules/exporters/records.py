@@ -52,6 +52,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Mapping, Sequence, Union
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -187,6 +188,21 @@ def exported_resource(attributes: Mapping[str, AttributeValue]) -> dict[str, Att
     }
 
 
+#: (the resource last seen, what the exporters keep of it): a provider's spans share one resource, so its kept part
+#: is worked out once per resource rather than per exported span. Replaced whole, by one assignment, so exporter
+#: threads may share it; read-only, as every record of that resource holds it.
+_last_resource: tuple[object, Mapping[str, AttributeValue]] = (None, MappingProxyType({}))
+
+
+def _kept_resource(resource: object) -> Mapping[str, AttributeValue]:
+    global _last_resource
+    seen, kept = _last_resource
+    if resource is not seen:
+        kept = MappingProxyType(exported_resource(getattr(resource, "attributes", None) or {}))
+        _last_resource = (resource, kept)
+    return kept
+
+
 def span_record(span: ReadableSpan) -> SpanRecord:
     """Build the :class:`SpanRecord` of one ended span."""
     context = span.context
@@ -195,8 +211,7 @@ def span_record(span: ReadableSpan) -> SpanRecord:
     exported = {
         key: attributes[key] for key in sorted(attributes) if key.startswith(EXPORTED_ATTRIBUTE_PREFIXES)
     }
-    resource = span.resource.attributes if span.resource is not None else {}
-    service_name = resource.get(SERVICE_NAME)
+    service_name = span.resource.attributes.get(SERVICE_NAME) if span.resource is not None else None
     return SpanRecord(
         name=span.name,
         trace_id=format(context.trace_id, "032x") if context is not None else "0" * 32,
@@ -206,5 +221,5 @@ def span_record(span: ReadableSpan) -> SpanRecord:
         end_time_unix_nano=span.end_time,
         service_name=None if service_name is None else str(service_name),
         attributes=exported,
-        resource=exported_resource(resource),
+        resource=_kept_resource(span.resource),
     )
