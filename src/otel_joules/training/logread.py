@@ -206,89 +206,113 @@ def parse_standard_log(text: str, *, source: str = "<text>") -> StandardLog:
             (says which line), the same component appears twice in one epoch, or an epoch
             other than the last has no duration.
     """
-    software: Optional[str] = None
-    version: Optional[str] = None
-    pue: Optional[float] = None
-    devices: Optional[Dict[str, List[str]]] = None
-    epochs: List[EpochRecord] = []
-    durations: List[Optional[float]] = []
-    intensity: Optional[float] = None
-    early_stop = False
-    estimate_line = below_resolution = False
+    parser = _StandardLogParser()
+    for line_number, message in _messages(text):
+        parser.read(message, f"{source}, line {line_number}")
+    return parser.result(source)
 
-    def current_epoch() -> int:
+
+class _StandardLogParser:
+    """What a standard log has said so far, one message at a time (:func:`parse_standard_log`)."""
+
+    def __init__(self) -> None:
+        self.software: Optional[str] = None
+        self.version: Optional[str] = None
+        self.pue: Optional[float] = None
+        self.devices: Optional[Dict[str, List[str]]] = None
+        self.epochs: List[EpochRecord] = []
+        # Kept beside the frozen records until the end: a duration arrives after its epoch's line.
+        self.durations: List[Optional[float]] = []
+        self.intensity: Optional[float] = None
+        self.early_stop = False
+        self.estimate_line = self.below_resolution = False
+
+    def read(self, message: str, where: str) -> None:
+        """Take one message; ``where`` (file and line) goes into any error."""
+        if self.software is None and (match := _VERSION_RE.match(message)):
+            self.software, self.version = match.group(1), match.group(2)
+        elif match := _COMPONENTS_RE.match(message):
+            if self.devices is None:
+                self.devices = _parse_devices(match.group(1))
+        elif match := _EPOCH_RE.match(message):
+            self._new_epoch(int(match.group(1)))
+        elif match := _DURATION_LINE_RE.match(message):
+            self._duration(match.group(1), where)
+        elif match := _POWER_RE.match(message):
+            self._power(match.group(1).strip().lower(), match.group(2), where)
+        else:
+            self._other(message)
+
+    def _new_epoch(self, number: int) -> int:
+        self.epochs.append(EpochRecord(epoch=number))
+        self.durations.append(None)
+        return len(self.epochs) - 1
+
+    def _current_epoch(self) -> int:
         # A Duration or power line before any "Epoch N:" starts an epoch of its own:
         # carbontracker's parser does not need the Epoch lines either.
-        if not epochs:
-            epochs.append(EpochRecord(epoch=1))
-            durations.append(None)
-        return len(epochs) - 1
+        if not self.epochs:
+            return self._new_epoch(1)
+        return len(self.epochs) - 1
 
-    for line_number, message in _messages(text):
-        where = f"{source}, line {line_number}"
-        if software is None and (match := _VERSION_RE.match(message)):
-            software, version = match.group(1), match.group(2)
-        elif match := _COMPONENTS_RE.match(message):
-            if devices is None:
-                devices = _parse_devices(match.group(1))
-        elif match := _EPOCH_RE.match(message):
-            epochs.append(EpochRecord(epoch=int(match.group(1))))
-            durations.append(None)
-        elif match := _DURATION_LINE_RE.match(message):
-            index = current_epoch()
-            if durations[index] is not None:
-                # Two durations in one block: the second belongs to an epoch whose
-                # "Epoch N:" line is missing.
-                epochs.append(EpochRecord(epoch=epochs[index].epoch + 1))
-                durations.append(None)
-                index += 1
-            try:
-                durations[index] = parse_duration(match.group(1))
-            except LogFormatError as exc:
-                raise LogFormatError(f"{where}: {exc}") from None
-        elif match := _POWER_RE.match(message):
-            component = match.group(1).strip().lower()
-            try:
-                power = _parse_power(match.group(2))
-            except ValueError as exc:
-                raise LogFormatError(f"{where}: cannot read the power of {component!r}: {exc}") from None
-            index = current_epoch()
-            if component in epochs[index].power_watts:
-                raise LogFormatError(
-                    f"{where}: a second power line for {component!r} in epoch {epochs[index].epoch}; "
-                    "the log is corrupt (two runs written into one file?)"
-                )
-            epochs[index].power_watts[component] = power
-        else:
-            if pue is None and (match := _PUE_RE.search(message)):
-                pue = float(match.group(1))
-            if match := _AVERAGE_INTENSITY_RE.search(message):
-                intensity = float(match.group(1))
-            if _EARLY_STOP_RE.search(message):
-                early_stop = True
-            estimate_line = estimate_line or message.startswith(ESTIMATE_LOG_PREFIX)
-            below_resolution = below_resolution or message.startswith(BELOW_RESOLUTION_LOG_PREFIX)
+    def _duration(self, text: str, where: str) -> None:
+        index = self._current_epoch()
+        if self.durations[index] is not None:
+            # Two durations in one block: the second belongs to an epoch whose
+            # "Epoch N:" line is missing.
+            index = self._new_epoch(self.epochs[index].epoch + 1)
+        try:
+            self.durations[index] = parse_duration(text)
+        except LogFormatError as exc:
+            raise LogFormatError(f"{where}: {exc}") from None
 
-    records = [
-        EpochRecord(epoch=record.epoch, duration_seconds=duration, power_watts=record.power_watts)
-        for record, duration in zip(epochs, durations)
-    ]
-    for record in records[:-1]:
-        if record.duration_seconds is None:
+    def _power(self, component: str, text: str, where: str) -> None:
+        try:
+            power = _parse_power(text)
+        except ValueError as exc:
+            raise LogFormatError(f"{where}: cannot read the power of {component!r}: {exc}") from None
+        epoch = self.epochs[self._current_epoch()]
+        if component in epoch.power_watts:
             raise LogFormatError(
-                f"{source}: epoch {record.epoch} has no 'Duration:' line but later epochs do; the log is corrupt"
+                f"{where}: a second power line for {component!r} in epoch {epoch.epoch}; "
+                "the log is corrupt (two runs written into one file?)"
             )
-    return StandardLog(
-        software=software,
-        version=version,
-        pue=pue,
-        devices=devices or {},
-        epochs=records,
-        average_intensity_g_per_kwh=intensity,
-        early_stop=early_stop,
-        energy_source=_energy_source(software, devices or {}, estimate_line),
-        below_resolution=below_resolution,
-    )
+        epoch.power_watts[component] = power
+
+    def _other(self, message: str) -> None:
+        """A line with no block of its own: PUE, the average intensity, an early stop, our labels."""
+        if self.pue is None and (match := _PUE_RE.search(message)):
+            self.pue = float(match.group(1))
+        if match := _AVERAGE_INTENSITY_RE.search(message):
+            self.intensity = float(match.group(1))
+        if _EARLY_STOP_RE.search(message):
+            self.early_stop = True
+        self.estimate_line = self.estimate_line or message.startswith(ESTIMATE_LOG_PREFIX)
+        self.below_resolution = self.below_resolution or message.startswith(BELOW_RESOLUTION_LOG_PREFIX)
+
+    def result(self, source: str) -> StandardLog:
+        """The log read; raises :class:`LogFormatError` when an epoch other than the last has no duration."""
+        records = [
+            EpochRecord(epoch=record.epoch, duration_seconds=duration, power_watts=record.power_watts)
+            for record, duration in zip(self.epochs, self.durations)
+        ]
+        for record in records[:-1]:
+            if record.duration_seconds is None:
+                raise LogFormatError(
+                    f"{source}: epoch {record.epoch} has no 'Duration:' line but later epochs do; the log is corrupt"
+                )
+        devices = self.devices or {}
+        return StandardLog(
+            software=self.software,
+            version=self.version,
+            pue=self.pue,
+            devices=devices,
+            epochs=records,
+            average_intensity_g_per_kwh=self.intensity,
+            early_stop=self.early_stop,
+            energy_source=_energy_source(self.software, devices, self.estimate_line),
+            below_resolution=self.below_resolution,
+        )
 
 
 def _energy_source(software: Optional[str], devices: Dict[str, List[str]], estimate_line: bool) -> Optional[str]:
