@@ -30,8 +30,10 @@ def _callback_bases() -> tuple[type, ...]:
         except ImportError:
             continue
     if not bases:
-        raise ImportError(
-            "otel_joules.integrations.lightning needs Lightning: pip install lightning (or pytorch-lightning)"
+        # ModuleNotFoundError, as for any missing package: callers that skip absent extras catch that.
+        raise ModuleNotFoundError(
+            "otel_joules.integrations.lightning needs Lightning: pip install lightning (or pytorch-lightning)",
+            name="lightning",
         )
     return tuple(bases)
 

@@ -206,14 +206,15 @@ def parse_standard_log(text: str, *, source: str = "<text>") -> StandardLog:
             (says which line), the same component appears twice in one epoch, or an epoch
             other than the last has no duration.
     """
-    parser = _StandardLogParser()
+    parser = StandardLogParser()
     for line_number, message in _messages(text):
         parser.read(message, f"{source}, line {line_number}")
     return parser.result(source)
 
 
-class _StandardLogParser:
-    """What a standard log has said so far, one message at a time (:func:`parse_standard_log`)."""
+class StandardLogParser:
+    """What a standard log has said so far, one message at a time: :meth:`read` each line's message, then
+    :meth:`result` (what :func:`parse_standard_log` does with a whole file)."""
 
     def __init__(self) -> None:
         self.software: Optional[str] = None
