@@ -14,14 +14,16 @@ window (``--window-s``, 10 s by default) the parent reads, for each process:
 
 The hardware is the fake powercap tree of the tests (``tests.fakes.powercap``) with a realistic
 power bound (``--max-power-w``, 250 W: the meter reads each counter at least four times per wrap
-at that power); ``--hardware gpu`` adds one GPU of the stand-in ``libnvidia-ml.so.1``
-(``tests.fakes.nvml``, compiled with gcc), running no process; ``--hardware estimate`` has no
-counter (the CPU-time estimator, as on a box without readable RAPL).
+at that power); ``gpu`` adds one GPU of the stand-in ``libnvidia-ml.so.1`` (``tests.fakes.nvml``,
+compiled with gcc; its counter steps every 100 ms, as NVML's), running no process, and counts the
+NVML energy reads every instrumented process makes (the stand-in's shared read counter: reads a
+second per process); ``estimate`` has no counter (the CPU-time estimator, as on a box without
+readable RAPL). Each hardware in ``--hardware`` (default: ``rapl gpu``) runs every count.
 
-    python -m benchmarks.idle_cost [--counts 1 8 32] [--window-s 10] [--hardware rapl|gpu|estimate] [--json]
+    python -m benchmarks.idle_cost [--counts 1 8 32] [--window-s 10] [--hardware rapl gpu estimate] [--json]
 
-Target (issue 24, item 7): an idle instrumented process uses at most 0.1% of a core and wakes at
-most 10 times a second.
+Target (issue 38): an idle instrumented process uses at most 0.1% of a core, wakes at most 5 times
+a second, and makes no NVML energy read.
 """
 
 from __future__ import annotations
@@ -38,11 +40,15 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from otel_joules.config import OTEL_JOULES_SYSFS_ROOT
+from tests.fakes.nvml import energy_reads
 from tests.fakes.powercap import make_powercap
 
-#: Issue 24's bounds for one idle instrumented process.
+#: Issue 38's bounds for one idle instrumented process.
 TARGET_CPU_PERCENT = 0.1
-TARGET_WAKEUPS_PER_S = 10.0
+TARGET_WAKEUPS_PER_S = 5.0
+TARGET_NVML_READS_PER_S = 0.0
+#: The shortest window that judges a process (one 10 ms tick is then 0.1% of a core).
+MIN_WINDOW_S = 10.0
 REPO = Path(__file__).resolve().parent.parent
 _CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
@@ -145,8 +151,14 @@ def _summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def measure(count: int, window_s: float, env: dict[str, str], settle_s: float = 5.0) -> dict[str, Any]:
-    """Start ``count`` instrumented and ``count`` plain idle processes, measure them over ``window_s``."""
+def measure(
+    count: int, window_s: float, env: dict[str, str], settle_s: float = 5.0, reads_path: Path | None = None
+) -> dict[str, Any]:
+    """Start ``count`` instrumented and ``count`` plain idle processes, measure them over ``window_s``.
+
+    ``reads_path``: the stand-in NVML's read counter, read around the window (NVML reads per second
+    per instrumented process); None without a GPU.
+    """
     procs: list[tuple[str, subprocess.Popen[str]]] = []
     try:
         for _ in range(count):
@@ -169,15 +181,20 @@ def measure(count: int, window_s: float, env: dict[str, str], settle_s: float = 
         # Start-up work (lazy imports, the first exports) out of the window, and the attribution sampler's
         # back-off at its bound (1 s idle, then 0.2 + 0.4 + 0.8 + 1.6 s): the window measures an idle process.
         time.sleep(settle_s)
+        reads_before = None if reads_path is None else energy_reads(reads_path)
         before = {proc.pid: _read(proc.pid) for _, proc in procs}
         start = time.monotonic()
         time.sleep(window_s)
         after = {proc.pid: _read(proc.pid) for _, proc in procs}
         elapsed_s = time.monotonic() - start
+        reads_after = None if reads_path is None else energy_reads(reads_path)
         rows: dict[str, list[dict[str, Any]]] = {"instrumented": [], "plain": []}
         for kind, proc in procs:
             rows[kind].append(_costs(before[proc.pid], after[proc.pid], elapsed_s, names[proc.pid]))
-        return {"processes": count, "window_s": elapsed_s, **{kind: _summary(r) for kind, r in rows.items()}}
+        result = {"processes": count, "window_s": elapsed_s, **{kind: _summary(r) for kind, r in rows.items()}}
+        if reads_before is not None and reads_after is not None:
+            result["instrumented"]["nvml_reads_per_s"] = (reads_after - reads_before) / elapsed_s / count
+        return result
     finally:
         for _, proc in procs:
             try:
@@ -197,48 +214,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--counts", type=int, nargs="+", default=[1, 8, 32])
     parser.add_argument("--window-s", type=float, default=10.0)
-    parser.add_argument("--hardware", choices=("rapl", "gpu", "estimate"), default="rapl")
+    parser.add_argument("--hardware", choices=("rapl", "gpu", "estimate"), nargs="+", default=["rapl", "gpu"])
     parser.add_argument("--max-power-w", type=float, default=250.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="otel-joules-idle-") as tmp:
-        sysfs = Path(tmp) / "sys"
-        if args.hardware == "estimate":
-            sysfs.mkdir()
-        else:
-            make_powercap(sysfs, "one_socket", max_power_uw=round(args.max_power_w * 1e6))
-        if args.hardware == "gpu":
-            from tests.fakes.nvml import FakeCard, FakeNvml, build_library, subprocess_env
-
-            config = FakeNvml(cards=[FakeCard()]).write(Path(tmp) / "fake_nvml.conf")
-            env = subprocess_env(config, build_library(), {OTEL_JOULES_SYSFS_ROOT: str(sysfs)})
-        else:
-            env = {**os.environ, OTEL_JOULES_SYSFS_ROOT: str(sysfs)}
-            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-        results = [measure(n, args.window_s, env) for n in args.counts]
+    if args.window_s < MIN_WINDOW_S:
+        parser.error(f"--window-s must be at least {MIN_WINDOW_S:g} s: a shorter window cannot resolve 0.1% of a core")
+    results = [result for hardware in args.hardware for result in _run(hardware, args)]
     failed = False
     for result in results:
         inst, plain = result["instrumented"], result["plain"]
+        reads_per_s = inst.get("nvml_reads_per_s")
         over = (
             inst["cpu_percent_schedstat"]["max"] > TARGET_CPU_PERCENT
             or inst["wakeups_per_s"]["max"] > TARGET_WAKEUPS_PER_S
+            or (reads_per_s is not None and reads_per_s > TARGET_NVML_READS_PER_S)
         )
         failed |= over
         if not args.json:
+            reads = "" if reads_per_s is None else f", {reads_per_s:.2f} NVML energy reads/s each"
             print(
-                f"{result['processes']:>3} idle processes, {result['window_s']:.1f} s:"
+                f"[{result['hardware']}] {result['processes']:>3} idle processes, {result['window_s']:.1f} s:"
                 f" instrumented CPU {inst['cpu_percent_schedstat']['mean']:.3f}% of a core each"
                 f" (max {inst['cpu_percent_schedstat']['max']:.3f}%; /proc/stat ticks: mean"
                 f" {inst['cpu_percent_stat']['mean']:.3f}%), {inst['cpu_percent_schedstat']['sum']:.2f}% in all,"
-                f" {inst['wakeups_per_s']['mean']:.1f} wake-ups/s each (max {inst['wakeups_per_s']['max']:.1f});"
+                f" {inst['wakeups_per_s']['mean']:.1f} wake-ups/s each (max {inst['wakeups_per_s']['max']:.1f}){reads};"
                 f" plain SDK CPU {plain['cpu_percent_schedstat']['mean']:.3f}%"
                 f" (ticks {plain['cpu_percent_stat']['mean']:.3f}%), {plain['wakeups_per_s']['mean']:.1f} wake-ups/s"
                 f"{'  OVER TARGET' if over else ''}"
             )
             print(f"    instrumented wake-ups/s by thread (first process): {inst['wakeups_per_s_by_thread']}")
     if args.json:
-        print(json.dumps({"hardware": args.hardware, "results": results}, indent=2))
+        print(json.dumps({"results": results}, indent=2))
     return 1 if failed else 0
+
+
+def _run(hardware: str, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Every count of ``--counts`` on one kind of hardware, each result tagged with it."""
+    with tempfile.TemporaryDirectory(prefix="otel-joules-idle-") as tmp:
+        sysfs = Path(tmp) / "sys"
+        reads_path = None
+        if hardware == "estimate":
+            sysfs.mkdir()
+        else:
+            make_powercap(sysfs, "one_socket", max_power_uw=round(args.max_power_w * 1e6))
+        if hardware == "gpu":
+            from tests.fakes.nvml import FakeCard, FakeNvml, build_library, subprocess_env
+
+            reads_path = Path(tmp) / "nvml-reads"
+            config = FakeNvml(cards=[FakeCard()], reads_path=str(reads_path)).write(Path(tmp) / "fake_nvml.conf")
+            env = subprocess_env(config, build_library(), {OTEL_JOULES_SYSFS_ROOT: str(sysfs)})
+        else:
+            env = {**os.environ, OTEL_JOULES_SYSFS_ROOT: str(sysfs)}
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+        return [{"hardware": hardware, **measure(n, args.window_s, env, reads_path=reads_path)} for n in args.counts]
 
 
 if __name__ == "__main__":

@@ -92,6 +92,8 @@ class FakeNvml:
     epoch_monotonic_s: float | None = None
     init_error: int | None = None
     stats_path: str | None = None
+    #: A file the stand-in counts its energy reads in (all processes using this config): :func:`energy_reads`.
+    reads_path: str | None = None
     driver_version: str = "550.54.15"
 
     def write(self, path: Path) -> Path:
@@ -103,10 +105,21 @@ class FakeNvml:
             lines.append(f"init_error={self.init_error}")
         if self.stats_path is not None:
             lines.append(f"stats_path={self.stats_path}")
+        if self.reads_path is not None:
+            lines.append(f"reads_path={self.reads_path}")
         for card in self.cards:
             lines += card.lines()
         path.write_text("\n".join(lines) + "\n")
         return path
+
+
+def energy_reads(reads_path: str | Path) -> int:
+    """How many ``nvmlDeviceGetTotalEnergyConsumption`` calls the stand-in has counted in ``reads_path`` (0: none yet)."""
+    try:
+        raw = Path(reads_path).read_bytes()
+    except FileNotFoundError:
+        return 0
+    return int.from_bytes(raw[:8], sys.byteorder) if len(raw) >= 8 else 0
 
 
 def build_library() -> Path:

@@ -171,7 +171,7 @@ class PriceHistory:
         #: (sample, the process's and the sampler thread's CPU seconds just after it) at the thread's last tick.
         self._idle_period_s = self.period_s
         self._idle_since_ns: int | None = None
-        self._tick_last: "tuple[HistorySample, float, float] | None" = None
+        self._tick_last: "tuple[HistorySample, float, float, float] | None" = None
         self.dozing = False
         #: The GPU fractions of the latest sample, and whether they changed since the sampler's last tick.
         self._fractions: list[float] = []
@@ -219,12 +219,16 @@ class PriceHistory:
 
     # -- the sampler side ---------------------------------------------------------------------
 
-    def sample(self) -> HistorySample | None:
-        """Read ``/proc/stat``, this process's CPU time, the counters (and GPU shares); extend the history."""
+    def sample(self, *, hold_devices: bool = False) -> HistorySample | None:
+        """Read ``/proc/stat``, this process's CPU time, the counters (and GPU shares); extend the history.
+
+        ``hold_devices``: leave the device counters (NVML) unread (:meth:`EnergyMeter.snapshot`), for an
+        idle sampler: their energy since the last read counts in the next period that reads them.
+        """
         # The reads (NVML may be slow) serialise samplers only: the span path reads the published view.
         with self._reading_lock:
             try:
-                snapshot = self.meter.snapshot()
+                snapshot = self.meter.snapshot(hold_devices=hold_devices)
                 read_ns = time.monotonic_ns()
                 host = self.clocks.host()
                 process_cpu_s = self.clocks.process_cpu_s()
@@ -559,19 +563,27 @@ class PriceHistory:
 
     def _tick(self) -> float:
         """The sampler thread's tick: one sample, then the seconds until the next (the idle back-off)."""
-        # The process's CPU time around the sample: what the sample itself costs (this thread's reads,
-        # and a GPU's reader thread's) is not the process's work, so only the time between ticks
-        # counts, less this thread's own share of it (its wait and wake-up).
+        # The process's CPU time around the sample: what the sample itself costs (this thread's reads)
+        # is not the process's work, so only the time between ticks counts, less this thread's own
+        # share of it (its wait and wake-up) and the device readers' (NVML reads are the library's:
+        # counted as the program's, they would keep the sampler, and so themselves, awake).
         own_before_s = time.thread_time() if self.clocks.native else 0.0
+        readers_before_s = self.meter.device_readers_cpu_s()
         before_s = self._process_cpu_s()
-        sample = self.sample()
+        # Idle and owning no GPU share: the GPUs' counters need no read now (their energy is
+        # nobody's here, and the next read counts it), so an idle program wakes no GPU reader.
+        hold = self.dozing and not any(self._fractions) and not self.spans_open()
+        sample = self.sample(hold_devices=hold)
         after_s = self._process_cpu_s()
         own_after_s = time.thread_time() if self.clocks.native else 0.0
+        readers_after_s = self.meter.device_readers_cpu_s()
         others_s = None
         last = self._tick_last
         if last is not None and before_s is not None:
-            others_s = (before_s - last[1]) - (own_before_s - last[2])
-        self._tick_last = None if sample is None or after_s is None else (sample, after_s, own_after_s)
+            others_s = (before_s - last[1]) - (own_before_s - last[2]) - (readers_before_s - last[3])
+        self._tick_last = (
+            None if sample is None or after_s is None else (sample, after_s, own_after_s, readers_after_s)
+        )
         return self._next_period_s(sample, None if last is None else last[0], others_s)
 
     def _process_cpu_s(self) -> float | None:

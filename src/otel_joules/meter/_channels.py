@@ -44,34 +44,42 @@ class _DeviceReader:
 
     The thread swaps each result in whole, as one immutable ``(sequence, started_ns, value)``
     tuple, and while snapshots keep asking (within :data:`DEVICE_IDLE_S` of the last
-    :meth:`poll`) it reads again every :data:`DEVICE_REREAD_S`: a snapshot then takes the newest
-    value with no lock and no wait, stale only when that value started more than
-    :data:`DEVICE_READ_DEADLINE_S` ago (a stalled device). Only a poll that finds the thread
-    idle (the first after a quiet spell, or after a failed read, which goes through the meter's
-    retry policy) asks for a read and waits for it, at most the deadline from its request. One
-    read is in flight at a time, so a stalled device costs one thread, not one per span. Values
-    are raw counter values or the exception the read raised.
+    :meth:`poll`) it reads again every half of the counter's update period (:attr:`period_s`:
+    the domain's stated period until the readings tell, then learned from them, never faster
+    than :data:`DEVICE_REREAD_MIN_S`; a power reading integrated per read keeps the stated one,
+    every read of it being a new value): a snapshot then
+    takes the newest value with no lock and no wait, stale only when that value started more than
+    the larger of :data:`DEVICE_READ_DEADLINE_S` and one period ago (a stalled device). Only a
+    poll that finds the thread idle (the first after a quiet spell, or after a failed read, which
+    goes through the meter's retry policy) asks for a read and waits for it, at most the deadline
+    from its request. One read is in flight at a time, so a stalled device costs one thread, not
+    one per span. Values are raw counter values or the exception the read raised. The thread's
+    own CPU time is kept (:attr:`cpu_s`), so an idle test can leave the library's reads out.
     """
 
     __slots__ = (
-        "_read_uj", "_name", "_deadline_ns", "_fresh_ns", "_reread_s", "_idle_ns", "_cond", "_pending",
+        "_read_uj", "_name", "_deadline_ns", "_fresh_ns", "_idle_ns", "_cond", "_pending",
         "_requested_ns", "_published", "_taken", "_wanted_until_ns", "_thread", "_closed", "fresh_until_ns",
+        "_period_ns", "_reread_ns", "_stale_ns", "_gaps_ns", "_last_change", "cpu_s", "_period_guess_ns",
+        "_learn_period", "_probing",
     )
 
     def __init__(
         self,
         read_uj: Callable[[], int],
         name: str,
+        period_guess_s: float = policy.DEVICE_PERIOD_GUESS_S,
+        learn_period: bool = True,
         deadline_s: float = policy.DEVICE_READ_DEADLINE_S,
         fresh_s: float = policy.DEVICE_FRESH_S,
-        reread_s: float = policy.DEVICE_REREAD_S,
         idle_s: float = policy.DEVICE_IDLE_S,
     ) -> None:
         self._read_uj = read_uj
         self._name = name
+        self._period_guess_ns = round(period_guess_s * 1e9)
+        self._learn_period = learn_period
         self._deadline_ns = round(deadline_s * 1e9)
         self._fresh_ns = round(fresh_s * 1e9)
-        self._reread_s = reread_s
         self._idle_ns = round(idle_s * 1e9)
         self._reset()
 
@@ -91,6 +99,60 @@ class _DeviceReader:
         #: Until this instant the newest read handed over, a success, counts as fresh (DEVICE_FRESH_S):
         #: the meter's snapshot checks it inline and then does not poll.
         self.fresh_until_ns = 0
+        #: CPU seconds this reader's thread has spent (written by that thread only).
+        self.cpu_s = 0.0
+        #: Gaps between the counter's steps seen so far (the thread's only) ...
+        self._gaps_ns: list[int] = []
+        #: ... and (started_ns, value, whether that reading saw a step) of the latest reading whose
+        #: value differed from the one before; None after a pause (a step's time is then unknown).
+        self._last_change: tuple[int, int, bool] | None = None
+        #: Until the counter has stepped twice, the thread reads at DEVICE_REREAD_MIN_S, as Zeus probes
+        #: NVML's period: once per reader, at most DEVICE_PERIOD_MAX_S of reads, after which every read
+        #: of a counter that steps every millisecond is no older than the counter itself.
+        self._probing = self._learn_period
+        self._set_period(self._period_guess_ns)
+
+    @property
+    def period_s(self) -> float:
+        """The counter's update period as learned so far (the domain's stated period until its readings tell)."""
+        return self._period_ns / 1e9
+
+    def _set_period(self, period_ns: int) -> None:
+        self._period_ns = min(period_ns, round(policy.DEVICE_PERIOD_MAX_S * 1e9))
+        floor_ns = round(policy.DEVICE_REREAD_MIN_S * 1e9)
+        self._reread_ns = floor_ns if self._probing else max(self._period_ns // 2, floor_ns)
+        self._stale_ns = max(self._deadline_ns, self._period_ns)
+
+    def _learn(self, started_ns: int, value: int) -> None:
+        """Learn the counter's update period from a successful reading (the thread's, while it reads on)."""
+        if not self._learn_period:
+            return
+        last = self._last_change
+        if last is not None and value == last[1]:
+            if self._probing and started_ns - last[0] > round(policy.DEVICE_PERIOD_MAX_S * 1e9):
+                # No step within the longest period: a counter that barely moves needs no probe.
+                self._probing = False
+                self._set_period(round(policy.DEVICE_PERIOD_MAX_S * 1e9))
+            return
+        self._last_change = (started_ns, value, last is not None)
+        if last is None or not last[2]:
+            return  # the first step seen: the next one gives a period
+        gap_ns = started_ns - last[0]
+        if self._probing:
+            self._probing = False
+            self._set_period(gap_ns)
+            return
+        gaps = self._gaps_ns
+        gaps.append(gap_ns)
+        one_read_ns = self._reread_ns * 3 // 2
+        fast = policy.DEVICE_PERIOD_FAST_GAPS
+        if len(gaps) >= fast and all(gap <= one_read_ns for gap in gaps[-fast:]):
+            # Every read saw a step: the counter may step faster than we read.
+            self._set_period(self._reread_ns)
+            gaps.clear()
+        elif len(gaps) >= policy.DEVICE_PERIOD_GAPS:
+            del gaps[: -policy.DEVICE_PERIOD_GAPS]
+            self._set_period(sorted(gaps)[len(gaps) // 2])
 
     def _take(self, published: tuple[int, int, int | Exception] | None) -> list[int | Exception]:
         """The published read if the caller has not had it yet (single consumer: the meter's lock is held)."""
@@ -113,7 +175,7 @@ class _DeviceReader:
         if (
             self._pending
             and published is not None
-            and now_ns - published[1] < self._deadline_ns
+            and now_ns - published[1] < self._stale_ns
             and not isinstance(published[2], Exception)
         ):
             return self._take(published), True
@@ -147,10 +209,16 @@ class _DeviceReader:
     def _run(self) -> None:
         cond = self._cond
         sequence = 0
+        cpu_start_s = time.thread_time()
         while True:
             with cond:
-                while not self._pending and not self._closed:
-                    cond.wait()
+                if not self._pending and not self._closed:
+                    # A pause: gaps across it say nothing about the counter's period.
+                    self._last_change = None
+                    self.cpu_s += time.thread_time() - cpu_start_s
+                    while not self._pending and not self._closed:
+                        cond.wait()
+                    cpu_start_s = time.thread_time()
                 if self._closed:
                     return
             started_ns = time.monotonic_ns()
@@ -159,14 +227,23 @@ class _DeviceReader:
             except Exception as exc:  # noqa: BLE001 - handed to the meter's failure policy
                 value = exc
             sequence += 1
+            if isinstance(value, Exception):
+                self._last_change = None
+            else:
+                self._learn(started_ns, value)
             with cond:
                 self._published = (sequence, started_ns, value)
                 # Read on while polls keep coming; a failure waits to be asked again (the meter's
                 # retry policy decides when).
                 self._pending = not isinstance(value, Exception) and time.monotonic_ns() < self._wanted_until_ns
                 cond.notify_all()
+                self.cpu_s += time.thread_time() - cpu_start_s
+                cpu_start_s = time.thread_time()
                 if self._pending and not self._closed:
-                    cond.wait(self._reread_s)
+                    # Timed from the read's start: the reads keep to the period's grid.
+                    wait_ns = started_ns + self._reread_ns - time.monotonic_ns()
+                    if wait_ns > 0:
+                        cond.wait(wait_ns / 1e9)
 
     def close(self) -> None:
         """Stop the thread (a read in flight finishes on its own; its thread is a daemon)."""
@@ -205,7 +282,7 @@ class _ChannelState:
     __slots__ = (
         "channel", "read_uj", "wrap_uj", "max_power_watts", "last_raw_uj", "last_ns", "total_uj", "failed",
         "failures", "retry_at_ns", "first_failure_ns", "first_error", "resets", "reader", "stale", "fd",
-        "jump_free_uj", "jumps", "jump_events", "suspended_ns",
+        "jump_free_uj", "jumps", "jump_events", "suspended_ns", "holding",
     )
 
     def __init__(
@@ -230,8 +307,20 @@ class _ChannelState:
         self.first_failure_ns = 0
         self.first_error = ""
         self.resets = 0
-        self.reader = _DeviceReader(channel.read_uj, channel.domain.id) if channel.may_block else None
+        self.reader = (
+            _DeviceReader(
+                channel.read_uj,
+                channel.domain.id,
+                channel.domain.update_period_s,
+                learn_period=channel.max_read_interval_s is None,
+            )
+            if channel.may_block
+            else None
+        )
         self.stale = False
+        #: Set by the meter around a snapshot that must not wake the device (an idle sampler's):
+        #: the last value handed over stands, and the next read counts the energy since it.
+        self.holding = False
         #: A forward move up to this many microjoules fits the power bound whatever the time between
         #: the reads (its slack alone allows it): the snapshot takes it without reading a clock.
         #: Without a bound nothing is a jump.
@@ -255,6 +344,8 @@ class _ChannelState:
         if self.failures and now_ns < self.retry_at_ns:
             return None  # backing off after a failure
         if self.reader is not None:
+            if self.holding and self.last_raw_uj is not None and not self.failures:
+                return self.total_uj / 1e6
             return self._read_off_path(now_ns)
         try:
             raw = self.read_uj()

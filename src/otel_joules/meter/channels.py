@@ -18,17 +18,27 @@ from __future__ import annotations
 #: core). A stalled device costs this once per stall: later snapshots go on at once.
 DEVICE_READ_DEADLINE_S = 0.1
 #: A device read (NVML) that started less than this long ago is reused by a snapshot instead of
-#: handing a new read to the device's thread: the hand-off (two thread switches and the GIL) costs
-#: ~10-20 us, more than a bare span, while NVML's counter itself updates only about every 100 ms,
-#: so a value at most 1 ms old (1% of that period) is one a fresh read would almost always return.
-#: Back-to-back spans then share one read per millisecond; spans further apart each hand over a read.
+#: polling the device's thread: back-to-back spans then share one read per millisecond.
 DEVICE_FRESH_S = 0.001
-#: While snapshots keep asking, the device's thread reads again this often, so a span takes a value
-#: about this old without handing a read over and waiting for it (the span path never waits on the
-#: thread then) ...
-DEVICE_REREAD_S = DEVICE_FRESH_S
-#: ... until no snapshot has asked for this long: then the thread sleeps until the next one asks
-#: (which waits for its read, at most DEVICE_READ_DEADLINE_S), so an idle program pays no reads.
+#: What a device's counter is taken to update every until its readings tell (NVML documents
+#: about 100 ms) ...
+DEVICE_PERIOD_GUESS_S = 0.1
+#: ... and the longest period it is taken to have (a counter that stops moving, an idle GPU at
+#: 0 W, must not slow the reads of a span that later needs them to a crawl).
+DEVICE_PERIOD_MAX_S = 1.0
+#: While snapshots keep asking, the device's thread reads again every half of the counter's update
+#: period (twice its rate, as Zeus reads NVML: a read more often returns the value already held,
+#: and on real hardware one costs ~0.4 ms), but never more often than this ...
+DEVICE_REREAD_MIN_S = 0.001
+#: ... learning the period from the gaps between the readings at which the counter moved: the median
+#: of this many (a reading's phase against the counter's steps makes single gaps jitter by a read) ...
+DEVICE_PERIOD_GAPS = 3
+#: ... unless this many gaps in a row were each a single read (within half a read's slack): then the
+#: counter moves at least once per read and may move faster, so the period is taken to be one read
+#: (the reads go twice as often) and learned afresh from there.
+DEVICE_PERIOD_FAST_GAPS = 2
+#: The thread reads on until no snapshot has asked for this long: then it sleeps until the next one
+#: asks (which waits for its read, at most DEVICE_READ_DEADLINE_S), so an idle program pays no reads.
 DEVICE_IDLE_S = 0.1
 #: A failing read is retried after this long, doubling after every further failure ...
 READ_RETRY_FIRST_DELAY_S = 0.05

@@ -230,15 +230,24 @@ class EnergyMeter:
         self.sample_period_s = _sample_period_s(s.channel for s in self._states)
         #: (position, state) of the channels read off the span path (NVML), for the stale flags.
         self._off_path_states = tuple((i, s) for i, s in enumerate(self._states) if s.reader is not None)
+        #: The device counters a snapshot may hold (:meth:`snapshot`): cumulative, so a later read
+        #: loses nothing; a power reading integrated per read is never held.
+        self._holdable_states = tuple(
+            s for _, s in self._off_path_states if s.channel.max_read_interval_s is None
+        )
         _live_meters.add(self)
 
     # -- reading -----------------------------------------------------------------------------
 
-    def snapshot(self) -> EnergySnapshot:
+    def snapshot(self, *, hold_devices: bool = False) -> EnergySnapshot:
         """Read every counter now and return joules per domain since the meter started.
 
         With ``max_snapshot_age_s`` > 0, a snapshot younger than that is returned again
         instead of reading the counters (see the class docstring).
+
+        ``hold_devices``: the device counters (NVML) are not read; each keeps the value last read,
+        so the energy since then counts in the next snapshot that reads them. For an idle sampler,
+        which must not wake a GPU's reader: such a snapshot is never reused for another caller.
 
         Never raises for a sensor failure: a failing domain is None (in :attr:`EnergySnapshot.missing`
         while it is retried) and said on the ``otel_joules`` logger (``WARNING``) when it starts
@@ -255,7 +264,16 @@ class EnergyMeter:
             cached = self._last_snapshot
             if cached is not None and now_ns - cached[0] < self._max_snapshot_age_ns:
                 return cached
-            values, failing, away = self._read_counters(self._primary_states, now_ns)
+            if hold_devices and self._holdable_states:
+                for state in self._holdable_states:
+                    state.holding = True
+                try:
+                    values, failing, away = self._read_counters(self._primary_states, now_ns)
+                finally:
+                    for state in self._holdable_states:
+                        state.holding = False
+            else:
+                values, failing, away = self._read_counters(self._primary_states, now_ns)
             if self._standby_states:
                 if away:
                     for state in self._standby_states:
@@ -279,8 +297,13 @@ class EnergyMeter:
                 self._jumps_seen = self._jump_events[0]
                 self._jump_counts = tuple(s.jumps for s in self._states)
             snapshot = _new_tuple(EnergySnapshot, (now_ns, joules, stale, missing, self._jump_counts))
-            self._last_snapshot = snapshot
+            if not hold_devices:
+                self._last_snapshot = snapshot
             return snapshot
+
+    def device_readers_cpu_s(self) -> float:
+        """CPU seconds this meter's device reader threads (NVML) have spent so far: the library's, not the program's."""
+        return sum(state.reader.cpu_s for _, state in self._off_path_states)  # type: ignore[union-attr]
 
     def measure(
         self,

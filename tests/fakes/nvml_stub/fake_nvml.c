@@ -14,6 +14,10 @@
  *                            time.monotonic() reads the same clock on Linux.
  *   init_error=N             nvmlInit returns this NVML error code
  *   stats_path=/path         every init/shutdown appends "init|shutdown PID REFCOUNT"
+ *   reads_path=/path         a file holding one native-endian uint64: the number of energy
+ *                            reads (nvmlDeviceGetTotalEnergyConsumption) made so far, by
+ *                            every process using this config (a shared mapping, added to
+ *                            atomically), so a test can count reads without slowing them
  *   driver_version=550.54.15
  * Card keys:
  *   name, uuid, pci (bus id "00000000:3B:00.0")
@@ -51,6 +55,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -129,6 +135,8 @@ static struct {
     int epoch_set;
     int init_error;
     char stats_path[512];
+    char reads_path[512];
+    unsigned long long *reads; /* the shared counter of reads_path, mapped at init */
     char driver_version[80];
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -179,6 +187,7 @@ static void set_global_key(const char *key, const char *value) {
     else if (!strcmp(key, "epoch_monotonic_s")) { S.epoch_s = atof(value); S.epoch_set = 1; }
     else if (!strcmp(key, "init_error")) S.init_error = atoi(value);
     else if (!strcmp(key, "stats_path")) copy_str(S.stats_path, sizeof S.stats_path, value);
+    else if (!strcmp(key, "reads_path")) copy_str(S.reads_path, sizeof S.reads_path, value);
     else if (!strcmp(key, "driver_version")) copy_str(S.driver_version, sizeof S.driver_version, value);
     else fprintf(stderr, "fake_nvml: unknown key %s\n", key);
 }
@@ -204,6 +213,7 @@ static int load_config(void) {
     S.update_s = 0.1;
     S.init_error = 0;
     S.stats_path[0] = 0;
+    S.reads_path[0] = 0;
     copy_str(S.driver_version, sizeof S.driver_version, "550.54.15");
     if (!path) return -1;
     FILE *f = fopen(path, "r");
@@ -227,6 +237,21 @@ static int load_config(void) {
     }
     fclose(f);
     return 0;
+}
+
+/* Maps reads_path's counter (once per process: the mapping outlives shutdown and re-init). */
+static void map_reads(void) {
+    if (!S.reads_path[0] || S.reads) return;
+    int fd = open(S.reads_path, O_RDWR | O_CREAT, 0600);
+    if (fd < 0) return;
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_size < (off_t)sizeof *S.reads && ftruncate(fd, sizeof *S.reads) != 0) {
+        close(fd);
+        return;
+    }
+    void *p = mmap(NULL, sizeof *S.reads, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (p != MAP_FAILED) S.reads = p;
 }
 
 static void record(const char *what) {
@@ -316,6 +341,7 @@ static int do_init(void) {
         if (load_config() != 0) rc = NVML_ERROR_DRIVER_NOT_LOADED;
         else if (S.init_error) rc = S.init_error;
         if (rc == NVML_SUCCESS) {
+            map_reads();
             S.generation++;
             /* Old arrays are left allocated on purpose: a stale handle must read
              * as a wrong generation, not as freed memory. */
@@ -511,6 +537,7 @@ EXPORT int nvmlDeviceGetTotalEnergyConsumption(void *device, unsigned long long 
     if (!energy_mj) return NVML_ERROR_INVALID_ARGUMENT;
     if (!c->energy_supported || mig >= 0) return NVML_ERROR_NOT_SUPPORTED;
     stall(c);
+    if (S.reads) __atomic_fetch_add(S.reads, 1ULL, __ATOMIC_RELAXED);
     double t = elapsed_s();
     /* The real counter refreshes periodically, not at every read. */
     double tq = S.update_s > 0 ? floor(t / S.update_s) * S.update_s : t;
