@@ -14,6 +14,7 @@ from otel_joules.report.model import (
     EnergyPart,
     Report,
     RunSummary,
+    skipped_line,
 )
 
 #: Printed under every text report: what was summed, so nobody has to guess.
@@ -105,7 +106,7 @@ def format_report(report: Report) -> str:
 
     out = [f"otel-joules report: {report.run_count} run(s) from {len(report.files_read)} file(s)"]
     if report.skipped:
-        out.append(skipped_text(report))
+        out.append(skipped_line(len(report.skipped)))
     out.append("")
     if rows:
         out.append(line(tuple(headers)))
@@ -162,14 +163,6 @@ def not_listed_text(report: Report) -> str:
     return (
         f"{report.runs_not_listed} more run(s) in the totals are not listed (listed: the first {len(report.runs)}; "
         "carbontracker runs, then traces by start): --runs all lists every one, --runs N the first N"
-    )
-
-
-def skipped_text(report: Report) -> str:
-    """The report's line saying how much was left out and where each reason is (a reader of stdout alone sees it)."""
-    return (
-        f"{len(report.skipped)} input(s) skipped, not in the figures below: each reason is a 'skipped PATH: REASON' "
-        "line on stderr (and in --json's \"skipped\")"
     )
 
 
