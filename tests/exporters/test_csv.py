@@ -343,14 +343,14 @@ def test_spans_still_unwritable_at_shutdown_are_reported_lost(tmp_path: Path) ->
     assert "2 span record(s) could not be written at shutdown and are lost" in stderr
 
 
-def test_text_utf8_cannot_carry_is_escaped_not_fatal(tmp_path: Path) -> None:
+def test_text_utf8_cannot_carry_is_replaced_not_fatal(tmp_path: Path) -> None:
     path = tmp_path / "spans.csv"
     provider = make_provider(SimpleSpanProcessor(CsvSpanExporter(path)))
     span = provider.get_tracer("t").start_span("bad\ud800name", start_time=1, attributes={"energy.joules": 1.0})
     span.end(end_time=2)
     provider.shutdown()
     rows = path.read_bytes().decode("utf-8").splitlines()  # still valid UTF-8
-    assert rows[1].startswith("bad\\ud800name,")
+    assert rows[1].startswith("bad\ufffdname,")
 
 
 RUN_ATTRIBUTES_JSON = (

@@ -3,7 +3,7 @@
 Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
 
 - UTF-8, no byte-order mark (text that is not valid Unicode, i.e. a lone surrogate,
-  is written as the escape text ``\\udXXX``), ``,`` separator, rows end in ``\\n`` (not ``\\r\\n``),
+  is written as U+FFFD), ``,`` separator, rows end in ``\\n`` (not ``\\r\\n``),
   RFC 4180 quoting: a cell containing ``,``, ``"`` or a line break is enclosed in ``"``
   with inner ``"`` doubled; other cells are bare.
 - First line: the header. With the default ``energy_columns`` it is exactly::
@@ -89,7 +89,7 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._files import ExistingFile, FileSpanExporter
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
 from otel_joules.exporters.errors import CsvHeaderMismatchError
-from otel_joules.exporters.records import CORE_FIELDS, AttributeValue, SpanRecord, json_value
+from otel_joules.exporters.records import CORE_FIELDS, AttributeValue, SpanRecord, json_value, utf8
 from otel_joules.semconv import (
     CARBON_PUE,
     ENERGY_BELOW_RESOLUTION,
@@ -209,9 +209,8 @@ class CsvSpanExporter(FileSpanExporter):
     def _row_bytes(self, row: Sequence[str]) -> bytes:
         buffer = io.StringIO()
         csv.writer(buffer, lineterminator="\n").writerow(row)
-        # A lone surrogate (possible in a Python str, not in UTF-8) becomes the text
-        # "\udXXX" instead of failing the whole batch.
-        return buffer.getvalue().encode("utf-8", "backslashreplace")
+        # A lone surrogate (possible in a Python str, not in UTF-8) becomes U+FFFD instead of failing the batch.
+        return utf8(buffer.getvalue())
 
     def _preamble(self, existing: ExistingFile) -> bytes:
         if existing.size == 0:

@@ -49,6 +49,7 @@ import warnings
 from typing import Dict, List, Sequence
 
 from otel_joules.errors import ConfigurationError
+from otel_joules.exporters.records import utf8
 from otel_joules.exporters.safe_open import SymlinkRefusedError, create_new, open_append, refuse_symlink
 from otel_joules.pyjoules.energy_trace import EnergySample
 from otel_joules.pyjoules.exception import PyJoulesException, PyJoulesWarning
@@ -213,7 +214,7 @@ class CSVHandler(EnergyHandler):
                 prefix = _csv_line([*BASE_COLUMNS, *domains, BELOW_RESOLUTION_COLUMN])
             elif os.pread(fd, 1, size - 1) != b"\n":
                 prefix = "\n"  # a writer was stopped mid-line: keep the new rows whole
-            data = memoryview((prefix + format_rows(samples, columns, flagged)).encode("utf-8", "backslashreplace"))
+            data = memoryview(utf8(prefix + format_rows(samples, columns, flagged)))
             try:
                 # Unbuffered, looping on short writes: nothing is left in a Python buffer to fail later.
                 while data:
