@@ -61,7 +61,8 @@ def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": str(REPO),
+        # The test's own PYTHONPATH after the repository: a child imports the otel_joules under test, as clean_env's.
+        "PYTHONPATH": os.pathsep.join([str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]),
         "OTEL_SDK_DISABLED": "false",
         "OTEL_TRACES_EXPORTER": "none",
         "OTEL_METRICS_EXPORTER": "none",
