@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from otel_joules.carbon.units import format_duration
 from otel_joules.exporters.records import iso_utc_from_unix_nano
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
@@ -41,16 +42,6 @@ def source_label(run: RunSummary) -> str:
     return f"{label} (below resolution)" if run.below_resolution else label
 
 
-def _duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    whole = int(round(seconds))
-    minutes, secs = divmod(whole, 60)
-    hours, minutes = divmod(minutes, 60)
-    text = f"{hours:d}:{minutes:02d}:{secs:02d}"
-    return text if seconds >= 1 or seconds == 0 else f"{seconds:.3f}s"
-
-
 def run_label(run: RunSummary) -> str:
     """How a run is named in tables and plots: trace id prefix and root span name, or the log stem."""
     if run.kind == "trace":
@@ -85,7 +76,7 @@ def format_report(report: Report) -> str:
             run.kind,
             source_label(run),
             str(len(run.epochs)) if run.epochs else "-",
-            _duration(run.duration_s),
+            format_duration(run.duration_s),
             f"{run.joules:.3f}",
             BASIS_LABELS.get(run.energy_basis, run.energy_basis),
         ]
