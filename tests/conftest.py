@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,11 +10,40 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_joules.config import forget_reported_values
+from otel_joules.config import OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_SYSFS_ROOT, forget_reported_values
 from otel_joules.meter.notice import forget_announcement
 from otel_joules.meter.registry import default_registry
 
 from tests.fakes.powercap import FakePowercap, make_powercap
+
+
+#: The settings that point the library at this host's energy counters and agent. Every test gets them
+#: pointed into a folder of its session instead (child environments built by tests.helpers keep them).
+HOST_ISOLATION_VARIABLES = (OTEL_JOULES_SYSFS_ROOT, OTEL_JOULES_AGENT_SOCKET)
+
+
+@pytest.fixture(scope="session")
+def isolated_host(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """An empty sysfs root and an agent socket path nothing listens on, for the whole session.
+
+    Under /run the default socket would be this host's real agent, and /sys its real counters: a test
+    that does not ask for a tree of its own must see neither (no measured energy, no agent).
+    """
+    root = tmp_path_factory.mktemp("isolated-host")
+    (root / "sys").mkdir()
+    (root / "run").mkdir()
+    return {OTEL_JOULES_SYSFS_ROOT: str(root / "sys"), OTEL_JOULES_AGENT_SOCKET: str(root / "run" / "agent.sock")}
+
+
+@pytest.fixture(autouse=True)
+def _no_host_counters_or_agent(monkeypatch: pytest.MonkeyPatch, isolated_host: dict[str, str]) -> None:
+    """Every test reads the isolated sysfs root and socket through the library's own settings (config.py).
+
+    Set unconditionally, so a runner's own values do not leak in either; a test that wants other ones sets
+    them itself (monkeypatch.setenv, a keyword, a child environment), which wins.
+    """
+    for name, value in isolated_host.items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture

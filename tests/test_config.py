@@ -152,7 +152,12 @@ def test_tdp_inf_keeps_the_estimate(tmp_path: Path) -> None:
     # It used to remove the estimate domain silently.
     from otel_joules import EnergyMeter
 
-    meter = EnergyMeter(settings=Settings.from_env({config.OTEL_JOULES_CPU_TDP_WATTS: "inf", config.OTEL_JOULES_SYSFS_ROOT: str(tmp_path)}), gpus=[], sample=False)
+    env = {
+        config.OTEL_JOULES_CPU_TDP_WATTS: "inf",
+        config.OTEL_JOULES_SYSFS_ROOT: str(tmp_path),
+        config.OTEL_JOULES_AGENT_SOCKET: str(tmp_path / "agent.sock"),  # never the host's agent
+    }
+    meter = EnergyMeter(settings=Settings.from_env(env), gpus=[], sample=False)
     assert [d.id for d in meter.domains] == ["cpu_estimate", "memory_estimate"]
     assert meter.settings.cpu_tdp_watts == 85.0
 

@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from otel_joules.config import OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_SYSFS_ROOT
+
 from tests.fakes.powercap import FakePowercap, make_powercap
 from tests.helpers.processes import stop_by_pid
 
@@ -59,11 +61,15 @@ def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": str(REPO),
+        # The test's own PYTHONPATH after the repository: a child imports the otel_joules under test, as clean_env's.
+        "PYTHONPATH": os.pathsep.join([str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]),
         "OTEL_SDK_DISABLED": "false",
         "OTEL_TRACES_EXPORTER": "none",
         "OTEL_METRICS_EXPORTER": "none",
     }
+    for name in (OTEL_JOULES_SYSFS_ROOT, OTEL_JOULES_AGENT_SOCKET):
+        if name in os.environ:
+            env[name] = os.environ[name]  # the test's isolation from the host (tests/conftest.py), unless extra says
     if "OTEL_JOULES_FAST_PATH" in os.environ:
         env["OTEL_JOULES_FAST_PATH"] = os.environ["OTEL_JOULES_FAST_PATH"]  # the span path under test, in children too
     env.update(extra)

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from otel_joules.cli.agent import files_the_service_runs, installed_command, protect_home_for, systemd_word
 from otel_joules.sensors.rapl import PERMISSION_REMEDY, WORLD_READABLE_RISK
 
 REPO = Path(__file__).resolve().parents[2]
@@ -16,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "otel_joules.cli.main", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
 
 
 def test_setup_access_prints_a_udev_rule_and_a_tmpfiles_alternative_giving_the_counters_to_the_group() -> None:
@@ -59,11 +60,33 @@ def test_the_agent_prints_a_systemd_unit_with_only_what_it_needs() -> None:
     result = cli("agent", "--group", "energy", "--print-systemd-unit")
     assert result.returncode == 0, result.stderr
     unit = result.stdout
-    assert "ExecStart=otel-joules agent --socket /run/otel-joules/agent.sock --group energy --min-interval-ms 10" in unit
+    # The installed otel-joules by its absolute path (systemd does not search a venv's bin), readable under the
+    # unit's own ProtectHome= (this interpreter or its venv may live in /home or /root).
+    command = installed_command()
+    assert os.path.isabs(command[0]) and os.access(command[0], os.X_OK)
+    assert f"ExecStart={' '.join(command)} agent --socket /run/otel-joules/agent.sock --group energy --min-interval-ms 10" in unit
+    assert f"ProtectHome={protect_home_for(files_the_service_runs(command))}" in unit.splitlines()
     for line in ("CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER", "NoNewPrivileges=yes",
                  "ProtectSystem=strict", "PrivateNetwork=yes", "RestrictAddressFamilies=AF_UNIX",
                  "RuntimeDirectory=otel-joules", "WantedBy=multi-user.target"):
         assert line in unit.splitlines(), line
+
+
+def test_the_unit_keeps_a_home_readable_where_the_installation_lives_and_quotes_for_systemd() -> None:
+    assert protect_home_for(["/home/alice/venv/bin/otel-joules", "/usr/bin/python3.12"]) == "read-only"
+    assert protect_home_for(["/opt/venv/bin/otel-joules", "/root/.pyenv/versions/3.11/bin/python3.11"]) == "read-only"
+    assert protect_home_for(["/usr/local/bin/otel-joules", "/usr/bin/python3.12", "/usr"]) == "yes"
+    assert protect_home_for(["/homework/bin/otel-joules"]) == "yes"
+    assert systemd_word("/opt/my venv/bin/otel-joules") == '"/opt/my venv/bin/otel-joules"'
+    assert systemd_word("/opt/50%/bin/otel-joules") == "/opt/50%%/bin/otel-joules"
+
+
+def test_agent_help_points_at_the_page_that_says_why() -> None:
+    result = cli("agent", "--help")
+    assert result.returncode == 0, result.stderr
+    text = " ".join(result.stdout.split())
+    assert "docs/measuring.md says why" in text and "README says why" not in text
+    assert "--min-interval-ms" in (REPO / "docs" / "measuring.md").read_text()
 
 
 def test_the_rapl_remedy_offers_the_agent_and_the_group_and_says_why_not_open_counters() -> None:

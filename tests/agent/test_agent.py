@@ -89,7 +89,11 @@ def test_a_group_member_gets_measured_spans_within_3_percent_through_the_agent(t
         assert span["agent_domains"] == ["core_0", "dram_0", "package_0", "uncore_0"]
         assert "energy.cpu_estimate.joules" not in span["domains"]
         assert _within(span, 0.03), (span, TOTAL_WATTS * span["duration_s"])
-    assert err == "", err  # measured: nothing to say
+    # Measured: the one line says through which agent, once, with its socket.
+    assert err.splitlines() == [
+        f"otel-joules: measuring core_0, dram_0, package_0, uncore_0 through the otel-joules agent at {sock} "
+        "(energy_uj is not readable by this user; energy.source = measured, energy.agent.domains on each span)."
+    ], err
     assert not sock.exists()  # removed at SIGTERM
 
 
@@ -173,8 +177,11 @@ def test_an_agent_restart_mid_run_gives_labelled_estimates_once_then_measured_ag
     assert max(s["duration_s"] for s in got) < 1.0
     lines = [line for line in err.splitlines() if line]
     assert "Traceback" not in err
-    assert len(lines) == 1 and lines[0].startswith("otel-joules: lost the otel-joules agent at "), err
-    assert "ESTIMATES" in lines[0]
+    # Its first use said once, then its loss once (the reconnection is not a second first use).
+    assert len(lines) == 2 and lines[0].startswith(f"otel-joules: measuring core_0, dram_0, package_0, uncore_0 "
+                                                   f"through the otel-joules agent at {sock} "), err
+    assert lines[1].startswith("otel-joules: lost the otel-joules agent at "), err
+    assert "ESTIMATES" in lines[1]
 
 
 def test_a_process_in_another_mount_namespace_that_sees_only_the_socket_is_measured(tmp_path: Path) -> None:
@@ -207,7 +214,8 @@ def test_a_process_in_another_mount_namespace_that_sees_only_the_socket_is_measu
     for span in got:
         assert span["source"] == "measured" and span["agent_domains"] == ["core_0", "dram_0", "package_0", "uncore_0"]
         assert _within(span, 0.03), span
-    assert err == ""
+    (line,) = err.splitlines()  # the socket the container was given, said once
+    assert line.startswith(f"otel-joules: measuring core_0, dram_0, package_0, uncore_0 through the otel-joules agent at {mounted} ")
 
 
 # -- the socket path ----------------------------------------------------------------------------------

@@ -117,3 +117,12 @@ def test_equivalents_text() -> None:
 def test_equivalents_reject_bad_input(grams: object) -> None:
     with pytest.raises(ConfigurationError, match="co2eq_grams"):
         equivalents(grams)  # type: ignore[arg-type]
+
+
+def test_one_duration_form_for_every_table_row() -> None:
+    from otel_joules.carbon.units import format_duration
+
+    assert [format_duration(s) for s in (0.526, 2.0, 59.9996, 3723.25, 0.0)] == [
+        "0:00:00.526", "0:00:02.000", "0:01:00.000", "1:02:03.250", "0:00:00.000"
+    ]
+    assert format_duration(None) == format_duration(float("nan")) == "-"

@@ -114,7 +114,12 @@ def test_usage_errors_are_clear(tmp_path: Path, powercap: FakePowercap) -> None:
     assert keys.returncode == 2 and "--api_keys 'electricitymaps=KEY' must be a dictionary" in keys.stderr
     util = _cli(tmp_path, powercap, "--sim-cpu", "X", "--sim-cpu-tdp", "100", "--sim-cpu-util", "2", "true")
     assert util.returncode == 2 and "sim_cpu_util=2.0 must be greater than 0 and at most 1" in util.stderr
-    assert "Traceback" not in missing.stderr + nothing.stderr + keys.stderr + util.stderr
+    empty = tmp_path / "empty-logs"
+    empty.mkdir()
+    nothing_logged = _cli(tmp_path, None, "--parse", str(empty))
+    assert nothing_logged.returncode == 2 and "no carbontracker logs found" in nothing_logged.stderr
+    assert "kWh" not in nothing_logged.stdout  # never "estimated to use 0.0000000000000000 kWh"
+    assert "Traceback" not in missing.stderr + nothing.stderr + keys.stderr + util.stderr + nothing_logged.stderr
 
 
 def test_simulated_cpu_as_in_carbontracker(tmp_path: Path, powercap: FakePowercap) -> None:

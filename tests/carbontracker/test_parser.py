@@ -419,7 +419,9 @@ def test_missing_and_empty_directories(tmp_path: Path) -> None:
             call(missing)
         assert isinstance(caught.value, OtelJoulesError) and isinstance(caught.value, FileNotFoundError)
     assert parser.parse_all_logs(tmp_path) == []
-    assert parser.aggregate_consumption(tmp_path) == (0.0, 0.0, {})
+    for call in (parser.aggregate_consumption, parser.print_aggregate):
+        with pytest.raises(LogFilesNotFoundError, match="no carbontracker logs found .* holds no carbontracker log"):
+            call(tmp_path)
     with pytest.raises(LogFilesNotFoundError, match="no non-empty"):
         parser.parse_logs(tmp_path)
     with pytest.raises(LogFilesNotFoundError, match="does not exist"):
@@ -480,7 +482,8 @@ def test_corrupt_output_block(tmp_path: Path) -> None:
     with pytest.raises(LogFormatError, match=r"'Actual consumption for 1 epoch\(s\):' block \(line \d+\) has no readable 'Energy"):
         parser.get_consumption(run.output_log_path.read_text())
     with pytest.warns(SkippedLogWarning, match="Energy"):
-        assert parser.aggregate_consumption(tmp_path) == (0.0, 0.0, {})
+        with pytest.raises(LogFilesNotFoundError, match="none of its 2 log file.s. is a finished run"):
+            parser.aggregate_consumption(tmp_path)
 
 
 def test_not_a_carbontracker_log(tmp_path: Path) -> None:
@@ -497,6 +500,16 @@ def test_not_a_carbontracker_log(tmp_path: Path) -> None:
     with pytest.warns(SkippedLogWarning) as caught:
         assert parser.parse_all_logs(tmp_path) == []
     assert sorted("binary data" in str(w.message) for w in caught) == [False, True]
+
+
+def test_an_aggregate_over_garbage_is_no_logs_found_never_zero_kwh(tmp_path: Path, capsys) -> None:
+    (tmp_path / "notes_carbontracker.log").write_text("dear diary\n")
+    (tmp_path / "notes_carbontracker_output.log").write_text("x")
+    with pytest.warns(SkippedLogWarning, match="notes"):
+        with pytest.raises(LogFilesNotFoundError, match="no carbontracker logs found") as caught:
+            parser.print_aggregate(tmp_path)
+    assert "none of its 2 log file(s)" in str(caught.value) and "SkippedLogWarning" in str(caught.value)
+    assert "kWh" not in capsys.readouterr().out
 
 
 def test_inconsistent_device_counts_are_a_clear_error(tmp_path: Path) -> None:

@@ -76,7 +76,7 @@ def test_run_summary_says_below_resolution_for_a_short_run() -> None:
         return "\n".join(summary_lines(result, None))
 
     assert "300 W on average" in summary(True)
-    assert "BELOW RESOLUTION: 0.00 s is shorter than a counter's update period" in summary(True)
+    assert "BELOW RESOLUTION: 0:00:00.001 is shorter than a counter's update period" in summary(True)
     assert "quantised, not exact; measure a longer run" in summary(True)
     assert "BELOW RESOLUTION" not in summary(False)
 

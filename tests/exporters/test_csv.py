@@ -36,12 +36,12 @@ from tests.helpers.processes import REPO
 RESOURCE_CELL = '"{""host.name"":""node-7"",""slurm.job.id"":""4242""}"\n'
 HEADER = (
     "name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,"
-    "duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,attributes,resource\n"
+    "duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,energy.below_resolution,attributes,resource\n"
 )
 CHILD_ROW = (
     f'"époque, ""1""",{TRACE_ID},{CHILD_SPAN_ID},{ROOT_SPAN_ID},'
     "2023-11-14T22:13:20.250000000Z,2023-11-14T22:13:20.260000000Z,1700000000250000000,1700000000260000000,"
-    "0.01,svc,0.125,,estimate,,"
+    "0.01,svc,0.125,,estimate,,true,"
     '"{""energy.below_resolution"":true,""energy.domains"":[""nvidia_gpu_0""],""energy.joules"":0.125,'
     '""energy.nvidia_gpu_0.joules"":0.125,""energy.samples"":3,""energy.source"":""estimate""}",'
     + RESOURCE_CELL
@@ -49,7 +49,7 @@ CHILD_ROW = (
 ROOT_ROW = (
     f"train,{TRACE_ID},{ROOT_SPAN_ID},,"
     "2023-11-14T22:13:20.000000000Z,2023-11-14T22:13:21.500000000Z,1700000000000000000,1700000001500000000,"
-    "1.5,svc,12.5,8.333333333333334,measured,0.0015451388888888889,"
+    "1.5,svc,12.5,8.333333333333334,measured,0.0015451388888888889,false,"
     '"{""energy.co2eq.grams"":0.0015451388888888889,""energy.core_0.joules"":7.25,""energy.dram_0.joules"":2.5,'
     '""energy.joules"":12.5,""energy.package_0.joules"":10.0,""energy.source"":""measured"",'
     '""energy.watts"":8.333333333333334}",'
@@ -109,7 +109,7 @@ def test_header_constant_matches_docstring_and_custom_columns(tmp_path: Path) ->
     )
     # bool, tuple and int cells; the root span has none of the three: empty cells.
     assert ',0.01,svc,true,"[""nvidia_gpu_0""]",3,"{' in lines[1]
-    assert ",1.5,svc,,,,\"{" in lines[2]
+    assert ",1.5,svc,false,,,\"{" in lines[2]  # a span with energy: false, never empty
 
 
 @pytest.mark.parametrize(
@@ -131,17 +131,33 @@ def test_appending_to_a_file_with_the_same_header_adds_rows_only(tmp_path: Path)
     assert path.read_text() == (
         HEADER
         + f"run0,{TRACE_ID},{ROOT_SPAN_ID},,2023-11-14T22:13:20.000000000Z,2023-11-14T22:13:22.000000000Z,"
-        + '1700000000000000000,1700000002000000000,2.0,svc,1.0,,,,"{""energy.joules"":1.0}",' + RESOURCE_CELL
+        + '1700000000000000000,1700000002000000000,2.0,svc,1.0,,,,false,"{""energy.joules"":1.0}",' + RESOURCE_CELL
         + f"run1,{TRACE_ID},{ROOT_SPAN_ID},,2023-11-14T22:13:30.000000000Z,2023-11-14T22:13:32.000000000Z,"
-        + '1700000010000000000,1700000012000000000,2.0,svc,2.0,,,,"{""energy.joules"":2.0}",' + RESOURCE_CELL
+        + '1700000010000000000,1700000012000000000,2.0,svc,2.0,,,,false,"{""energy.joules"":2.0}",' + RESOURCE_CELL
     )
+
+
+def test_a_file_without_the_flag_column_is_appended_to_in_its_layout_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = tmp_path / "older.csv"
+    older_header = HEADER.replace("energy.below_resolution,", "")
+    path.write_text(older_header)
+    with caplog.at_level(logging.WARNING, logger="otel_joules"):
+        provider = make_provider(SimpleSpanProcessor(CsvSpanExporter(path)))
+        emit_plain(provider, "run0", offset_s=0, joules=1.0)
+        provider.shutdown()
+    rows = list(csv.reader(path.read_text().splitlines()))
+    assert ",".join(rows[0]) + "\n" == older_header and len(rows[1]) == len(rows[0])
+    warnings = [r.getMessage() for r in caplog.records if "energy.below_resolution" in r.getMessage()]
+    assert len(warnings) == 1 and str(path) in warnings[0]
 
 
 def test_a_file_without_the_resource_column_is_appended_to_in_its_layout_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = tmp_path / "older.csv"
-    older_header = HEADER.replace(",resource\n", "\n")
+    older_header = HEADER.replace(",resource\n", "\n").replace("energy.below_resolution,", "")
     path.write_text(older_header)
     with caplog.at_level(logging.WARNING, logger="otel_joules"):
         provider = make_provider(SimpleSpanProcessor(CsvSpanExporter(path)))
@@ -327,14 +343,14 @@ def test_spans_still_unwritable_at_shutdown_are_reported_lost(tmp_path: Path) ->
     assert "2 span record(s) could not be written at shutdown and are lost" in stderr
 
 
-def test_text_utf8_cannot_carry_is_escaped_not_fatal(tmp_path: Path) -> None:
+def test_text_utf8_cannot_carry_is_replaced_not_fatal(tmp_path: Path) -> None:
     path = tmp_path / "spans.csv"
     provider = make_provider(SimpleSpanProcessor(CsvSpanExporter(path)))
     span = provider.get_tracer("t").start_span("bad\ud800name", start_time=1, attributes={"energy.joules": 1.0})
     span.end(end_time=2)
     provider.shutdown()
     rows = path.read_bytes().decode("utf-8").splitlines()  # still valid UTF-8
-    assert rows[1].startswith("bad\\ud800name,")
+    assert rows[1].startswith("bad\ufffdname,")
 
 
 RUN_ATTRIBUTES_JSON = (
@@ -355,7 +371,7 @@ def test_carbon_attributes_are_in_the_attributes_cell_byte_for_byte(tmp_path: Pa
     provider.shutdown()
     # Same header as ever (the default columns name no carbon.* attribute); process.* left out.
     assert path.read_bytes() == (
-        HEADER + RUN_CORE_CELLS + "3.5,1.75,measured,0.00035," + RUN_ATTRIBUTES_JSON + "," + RESOURCE_CELL
+        HEADER + RUN_CORE_CELLS + "3.5,1.75,measured,0.00035,false," + RUN_ATTRIBUTES_JSON + "," + RESOURCE_CELL
     ).encode("utf-8")
 
 
@@ -369,10 +385,10 @@ def test_energy_columns_may_name_carbon_attributes(tmp_path: Path) -> None:
     assert path.read_bytes() == (
         "name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,"
         "duration_s,service_name,energy.joules,carbon.pue,carbon.intensity.gco2eq_per_kwh,carbon.intensity.source,"
-        "attributes,resource\n"
-        + RUN_CORE_CELLS + "3.5,1.2,300.0,explicit," + RUN_ATTRIBUTES_JSON + "," + RESOURCE_CELL
+        "energy.below_resolution,attributes,resource\n"
+        + RUN_CORE_CELLS + "3.5,1.2,300.0,explicit,false," + RUN_ATTRIBUTES_JSON + "," + RESOURCE_CELL
         + f"no-carbon,{TRACE_ID},00f067aa0ba902b8,,2023-11-14T22:13:30.000000000Z,2023-11-14T22:13:32.000000000Z,"
-        + '1700000010000000000,1700000012000000000,2.0,svc,1.0,,,,"{""energy.joules"":1.0}",' + RESOURCE_CELL
+        + '1700000010000000000,1700000012000000000,2.0,svc,1.0,,,,false,"{""energy.joules"":1.0}",' + RESOURCE_CELL
     ).encode("utf-8")
     # Appending needs the same columns; the hint names them, carbon.* included.
     with pytest.raises(CsvHeaderMismatchError, match=re.escape(f"energy_columns={columns!r}")):

@@ -58,6 +58,7 @@ def test_columns_and_values() -> None:
     assert root["duration_s"] == 1.5 and child["duration_s"] == 0.01
     assert root["service_name"] == "svc"
     assert frame["energy.joules"].tolist() == [0.125, 12.5]
+    assert frame["energy.below_resolution"].tolist() == [True, False]  # False, not None: the root's 12.5 J is exact
     assert frame["energy.joules"].sum() == 12.625
     assert root["energy.package_0.joules"] == 10.0 and math.isnan(child["energy.package_0.joules"])
     assert math.isnan(root["energy.nvidia_gpu_0.joules"])
@@ -104,6 +105,7 @@ def test_carbon_attributes_get_columns_of_their_own() -> None:
         "carbon.intensity.gco2eq_per_kwh",
         "carbon.intensity.source",
         "carbon.pue",
+        "energy.below_resolution",  # on every span with energy, even where none is below resolution
         "energy.co2eq.grams",
         "energy.core_0.joules",
         "energy.dram_0.joules",
@@ -114,6 +116,7 @@ def test_carbon_attributes_get_columns_of_their_own() -> None:
         "host.name",
         "slurm.job.id",
     ]
+    assert frame["energy.below_resolution"].tolist() == [False, False]
     assert frame["carbon.pue"].dtype == "float64"
     assert frame["carbon.pue"].iloc[0] == 1.2 and math.isnan(frame["carbon.pue"].iloc[1])
     assert frame["carbon.intensity.gco2eq_per_kwh"].iloc[0] == 300.0

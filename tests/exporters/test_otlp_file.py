@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -139,6 +140,33 @@ def test_instrument_users_get_energy_in_the_file(tmp_path):
     assert attributes["energy.joules"] == pytest.approx(2.5)
     assert attributes["energy.package_0.joules"] == pytest.approx(2.0)
     assert attributes["energy.source"] == "measured"
+
+
+def test_a_non_utf8_argument_in_the_command_line_keeps_the_batch_parseable(tmp_path):
+    path = tmp_path / "spans.otlp.jsonl"
+    provider = make_provider(SimpleSpanProcessor(OtlpFileSpanExporter(path)))
+    argument = os.fsdecode(b"caf\xe9.txt")  # a Latin-1 file name: a lone surrogate in the Python str
+    span = provider.get_tracer("t").start_span("cmd", attributes={"process.command_line": f"python3 {argument}",
+                                                                   "energy.joules": 1.0})
+    span.end()
+    provider.shutdown()
+    raw = path.read_bytes()
+    assert b"\\udc" not in raw
+    (line,) = raw.decode("utf-8").splitlines()
+    span, _ = spans_by_name([parse_line(line)])["cmd"]  # protobuf's own parser accepts the whole batch
+    assert attribute_values(span)["process.command_line"] == "python3 caf\ufffd.txt"
+
+
+def test_run_records_a_non_utf8_argument_as_the_replacement_character(tmp_path):
+    path = tmp_path / "run.otlp.jsonl"
+    env = clean_env(tmp_path, {"OTEL_JOULES_PROMETHEUS_WAIT_S": "0"})
+    command = [*otel_joules_command("run", "--exporter", f"otlp-file:{path}", "--span-name", "bench", "--"),
+               sys.executable, "-c", "pass", b"caf\xe9.txt"]
+    result = subprocess.run(command, env=env, capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stderr
+    (line,) = path.read_text(encoding="utf-8").splitlines()
+    span, _ = spans_by_name([parse_line(line)])["bench"]
+    assert attribute_values(span)["process.command_line"].endswith("pass 'caf\ufffd.txt'")
 
 
 def test_run_writes_otlp_json_that_parses_and_report_reads(tmp_path):

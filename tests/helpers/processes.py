@@ -10,6 +10,8 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Mapping
 
+from otel_joules.config import OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_SYSFS_ROOT
+
 #: The repository root. On a child's PYTHONPATH it lets the child import ``tests.fakes.*`` and
 #: ``tests.helpers.*`` exactly as the tests do.
 REPO = Path(__file__).resolve().parents[2]
@@ -22,6 +24,8 @@ ENTRY_POINTS = {
 
 # Variables of the test runner's environment that would change what a child measures or where it sends.
 _SCRUBBED_PREFIXES = ("OTEL_", "SLURM_")
+# ... except the test's own isolation from the host's counters and agent (tests/conftest.py), which children keep.
+_KEPT = (OTEL_JOULES_SYSFS_ROOT, OTEL_JOULES_AGENT_SOCKET)
 _SCRUBBED = {"TRACEPARENT", "TRACESTATE", "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "TORCHELASTIC_RUN_ID"}
 
 
@@ -53,8 +57,11 @@ def entry_point_path(tmp_path: Path) -> str | None:
 
 
 def clean_env(tmp_path: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child: no inherited OTEL_/Slurm/rank variables, no GPU library."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED}
+    """The environment for a child: no inherited OTEL_/Slurm/rank variables but the test's isolated sysfs root and
+    agent socket, no GPU library."""
+    env = {
+        k: v for k, v in os.environ.items() if k in _KEPT or (not k.startswith(_SCRUBBED_PREFIXES) and k not in _SCRUBBED)
+    }
     env["PYTHONUNBUFFERED"] = "1"
     # Keep children's metric exports to the final one unless a test asks for more.
     env["OTEL_METRIC_EXPORT_INTERVAL"] = "600000"

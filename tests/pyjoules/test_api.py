@@ -61,7 +61,9 @@ def test_signatures_match_pyjoules() -> None:
     assert names(EnergyContext) == ["handler", "domains", "start_tag"]
     assert inspect.signature(EnergyContext).parameters["start_tag"].default == "start"
     assert names(EnergyMeter) == ["devices", "default_tag"]
-    assert names(EnergySample) == ["timestamp", "tag", "duration", "energy"]
+    # pyJoules' four, then our flag with a default (a pyJoules caller's positional call is unchanged).
+    assert names(EnergySample) == ["timestamp", "tag", "duration", "energy", "below_resolution"]
+    assert inspect.signature(EnergySample).parameters["below_resolution"].default is False
     assert names(CSVHandler) == ["filename"]
     mongo = inspect.signature(MongoHandler).parameters
     assert list(mongo)[:5] == ["uri", "database_name", "collection_name", "connected_timeout", "trace_name_prefix"]

@@ -21,6 +21,7 @@ import pytest
 from otel_joules.meter.meter import EnergyMeter as CoreEnergyMeter
 from otel_joules.pyjoules.energy_meter import measure_energy
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace
+from otel_joules.pyjoules.exception import PyJoulesWarning
 from otel_joules.pyjoules.handler import PrintHandler
 from otel_joules.pyjoules.handler.csv_handler import CSVHandler, CSVHeaderMismatchError, CSVPathError
 from otel_joules.pyjoules.handler.mongo_handler import MongoHandler, MongoInitError, MongoSaveError
@@ -35,13 +36,17 @@ def make_trace(offset: float = 0.0) -> EnergyTrace:
     return EnergyTrace(
         [
             EnergySample(1700000000.5 + offset, "foo", 0.25, {"package_0": 1500000.0, "dram_0": 250000.0, "nvidia_gpu_0": 30000000.0}),
-            EnergySample(1700000000.75 + offset, "bar", 1e-05, {"package_0": 0.0, "dram_0": 61.0, "nvidia_gpu_0": 1000.0}),
+            EnergySample(1700000000.75 + offset, "bar", 1e-05, {"package_0": 0.0, "dram_0": 61.0, "nvidia_gpu_0": 1000.0},
+                         below_resolution=True),
         ]
     )
 
 
-HEADER = "timestamp;tag;duration;package_0;dram_0;nvidia_gpu_0\n"
-ROWS = "1700000000.5;foo;0.25;1500000.0;250000.0;30000000.0\n1700000000.75;bar;1e-05;0.0;61.0;1000.0\n"
+HEADER = "timestamp;tag;duration;package_0;dram_0;nvidia_gpu_0;energy.below_resolution\n"
+ROWS = "1700000000.5;foo;0.25;1500000.0;250000.0;30000000.0;False\n1700000000.75;bar;1e-05;0.0;61.0;1000.0;True\n"
+#: pyJoules' own layout (and ours before the below-resolution column): appended to in that layout.
+PYJOULES_HEADER = "timestamp;tag;duration;package_0;dram_0;nvidia_gpu_0\n"
+PYJOULES_ROWS = "1700000000.5;foo;0.25;1500000.0;250000.0;30000000.0\n1700000000.75;bar;1e-05;0.0;61.0;1000.0\n"
 
 
 # Print ------------------------------------------------------------------------------------
@@ -86,12 +91,14 @@ def test_csv_from_the_decorator(tmp_path: Path, powercap: FakePowercap, shared_m
         foo()
     handler.save_data()
     lines = (tmp_path / "result.csv").read_text().splitlines()
-    assert lines[0] == "timestamp;tag;duration;package_0;dram_0;core_0;uncore_0"
+    assert lines[0] == "timestamp;tag;duration;package_0;dram_0;core_0;uncore_0;energy.below_resolution"
     assert len(lines) == 4
     for line in lines[1:]:
-        timestamp, tag, duration, *energy = line.split(";")
+        timestamp, tag, duration, *energy, below = line.split(";")
         assert tag == "foo" and float(timestamp) > 0 and float(duration) > 0
         assert energy == ["2000000.0", "3.0", "0.0", "0.0"]
+        # core_0 and uncore_0 show 0.0 for a call shorter than RAPL's 1 ms update: the row says so.
+        assert below == str(float(duration) < 0.001)
 
 
 def test_csv_same_domains_in_another_order_follow_the_file(tmp_path: Path) -> None:
@@ -101,6 +108,16 @@ def test_csv_same_domains_in_another_order_follow_the_file(tmp_path: Path) -> No
     handler.process(make_trace())
     handler.save_data()
     assert path.read_text().splitlines()[1] == "1700000000.5;foo;0.25;30000000.0;1500000.0;250000.0"
+
+
+def test_csv_header_without_rows_for_other_domains_gives_way(tmp_path: Path) -> None:
+    path = tmp_path / "result.csv"
+    with pytest.warns(PyJoulesWarning):
+        CSVHandler(path).save_data()  # nothing measurable: the header alone
+    handler = CSVHandler(path)
+    handler.process(make_trace())
+    handler.save_data()
+    assert path.read_text() == HEADER + ROWS
 
 
 def test_csv_missing_domain_is_an_empty_cell_and_odd_tags_are_quoted(tmp_path: Path) -> None:
@@ -116,15 +133,28 @@ def test_csv_missing_domain_is_an_empty_cell_and_odd_tags_are_quoted(tmp_path: P
     )
     handler.save_data()
     assert path.read_text() == (
-        "timestamp;tag;duration;package_0;nvidia_gpu_0\n"
-        '1.5;"a;b";0.5;1.0;2.0\n'
-        '2.5;"say ""hi""";0.5;3.0;\n'
+        "timestamp;tag;duration;package_0;nvidia_gpu_0;energy.below_resolution\n"
+        '1.5;"a;b";0.5;1.0;2.0;False\n'
+        '2.5;"say ""hi""";0.5;3.0;;False\n'
     )
 
 
-def test_csv_nothing_to_save_writes_nothing(tmp_path: Path) -> None:
-    CSVHandler(tmp_path / "result.csv").save_data()  # pyJoules raised IndexError
-    assert not (tmp_path / "result.csv").exists()
+def test_csv_nothing_to_save_writes_the_header_and_warns_once(tmp_path: Path) -> None:
+    handler = CSVHandler(tmp_path / "result.csv")
+    with pytest.warns(PyJoulesWarning, match="no measurement to save.*holds its header only") as caught:
+        handler.save_data()  # pyJoules raised IndexError; we wrote no file, so the next line of a script failed
+        handler.save_data()
+    assert len(caught) == 1
+    assert (tmp_path / "result.csv").read_text() == "timestamp;tag;duration;energy.below_resolution\n"
+
+
+def test_csv_in_pyjoules_layout_is_appended_to_in_that_layout(tmp_path: Path) -> None:
+    path = tmp_path / "result.csv"
+    path.write_text(PYJOULES_HEADER)
+    handler = CSVHandler(path)
+    handler.process(make_trace())
+    handler.save_data()
+    assert path.read_text() == PYJOULES_HEADER + PYJOULES_ROWS
 
 
 def test_csv_file_cut_mid_line_gets_a_newline_first(tmp_path: Path) -> None:
@@ -178,10 +208,14 @@ def test_csv_failed_write_leaves_the_file_unchanged_and_keeps_the_traces(tmp_pat
 
 def test_dataframe_columns_and_values() -> None:
     frame = trace_to_dataframe(make_trace())
-    assert list(frame.columns) == ["timestamp", "tag", "duration", "package_0", "dram_0", "nvidia_gpu_0"]
+    assert list(frame.columns) == [
+        "timestamp", "tag", "duration", "package_0", "dram_0", "nvidia_gpu_0", "energy.below_resolution"
+    ]
     assert frame.to_dict("records") == [
-        {"timestamp": 1700000000.5, "tag": "foo", "duration": 0.25, "package_0": 1500000.0, "dram_0": 250000.0, "nvidia_gpu_0": 30000000.0},
-        {"timestamp": 1700000000.75, "tag": "bar", "duration": 1e-05, "package_0": 0.0, "dram_0": 61.0, "nvidia_gpu_0": 1000.0},
+        {"timestamp": 1700000000.5, "tag": "foo", "duration": 0.25, "package_0": 1500000.0, "dram_0": 250000.0,
+         "nvidia_gpu_0": 30000000.0, "energy.below_resolution": False},
+        {"timestamp": 1700000000.75, "tag": "bar", "duration": 1e-05, "package_0": 0.0, "dram_0": 61.0,
+         "nvidia_gpu_0": 1000.0, "energy.below_resolution": True},
     ]
     numeric = ["timestamp", "duration", "package_0", "dram_0", "nvidia_gpu_0"]
     assert [str(frame[c].dtype) for c in numeric] == ["float64"] * 5
@@ -315,8 +349,8 @@ def test_handlers_save_what_they_hold_at_exit(tmp_path: Path, mongo_server: list
     )
     assert proc.returncode == 0, proc.stderr
     lines = (tmp_path / "result.csv").read_text().splitlines()
-    assert lines[0] == "timestamp;tag;duration;package_0;dram_0;core_0;uncore_0"
-    assert lines[1].split(";")[1] == "foo" and lines[1].split(";")[3:] == ["42.0", "0.0", "0.0", "0.0"]
+    assert lines[0] == "timestamp;tag;duration;package_0;dram_0;core_0;uncore_0;energy.below_resolution"
+    assert lines[1].split(";")[1] == "foo" and lines[1].split(";")[3:7] == ["42.0", "0.0", "0.0", "0.0"]
     (document,) = server.documents("db.coll")
     assert document["name"] == "trace_0"
     assert [(s["tag"], s["energy"]["dram_0"]) for s in document["trace"]] == [("s", 7.0)]

@@ -137,7 +137,7 @@ def test_readme_csv(tmp_path: Path) -> None:
     stdout, work = run_snippet(tmp_path, README_CSV)
     assert stdout == ""
     lines = (work / "result.csv").read_text().splitlines()
-    assert lines[0] == "timestamp;tag;duration;package_0;package_1;dram_0;dram_1;core_0;core_1;nvidia_gpu_0;psys"
+    assert lines[0] == "timestamp;tag;duration;package_0;package_1;dram_0;dram_1;core_0;core_1;nvidia_gpu_0;psys;energy.below_resolution"
     assert len(lines) == 101
     for line in lines[1:]:
         timestamp, tag, duration, *energy = line.split(";")
@@ -149,9 +149,9 @@ def test_readme_csv(tmp_path: Path) -> None:
 def test_readme_context(tmp_path: Path) -> None:
     _, work = run_snippet(tmp_path, README_CONTEXT)
     header, *rows = (work / "result.csv").read_text().splitlines()
-    assert header == "timestamp;tag;duration;package_1;nvidia_gpu_0"
+    assert header == "timestamp;tag;duration;package_1;nvidia_gpu_0;energy.below_resolution"
     assert [row.split(";")[1] for row in rows] == ["foo", "bar"]
     for row in rows:
-        _, _, duration, package_1, gpu = row.split(";")
+        _, _, duration, package_1, gpu, _below_resolution = row.split(";")
         assert package_1 == "0.0"
         assert_gpu_microjoules(duration, gpu)

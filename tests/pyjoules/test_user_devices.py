@@ -156,12 +156,13 @@ def test_decorator_reports_a_user_device_in_records_handlers_and_spans(
     other()
     csv_handler.save_data()
     frame = handler.get_dataframe()
-    assert list(frame.columns) == ["timestamp", "tag", "duration", "package_0", "wattmeter_0", "mj_meter_0"]
+    assert list(frame.columns) == ["timestamp", "tag", "duration", "package_0", "wattmeter_0", "mj_meter_0",
+                                  "energy.below_resolution"]
     assert frame.loc[0, "package_0"] == 1_250_000.0
     assert frame.loc[0, "wattmeter_0"] == 4_000.0
     assert frame.loc[0, "mj_meter_0"] == 4_000_000.0  # 4000 mJ = 4 J in microjoules
     lines = csv_path.read_text().splitlines()
-    assert lines[0] == "timestamp;tag;duration;wattmeter_0"
+    assert lines[0] == "timestamp;tag;duration;wattmeter_0;energy.below_resolution"
     assert lines[1].split(";")[1] == "other" and lines[1].split(";")[3] == "7.0"
     spans = {span.name: span for span in global_tracing.exporter.get_finished_spans()}
     attributes = spans["step"].attributes
@@ -196,7 +197,7 @@ def test_a_missing_user_device_warns_and_the_code_runs(shared_meter: CoreEnergyM
 
     with pytest.warns(PyJoulesWarning, match=r"left out: absent_0: AbsentDevice: NoSuchDeviceError: no wattmeter plugged in"):
         assert step() == 7
-    assert list(handler.get_dataframe().columns) == ["timestamp", "tag", "duration", "package_0"]
+    assert list(handler.get_dataframe().columns) == ["timestamp", "tag", "duration", "package_0", "energy.below_resolution"]
 
 
 def test_a_failing_get_energy_is_logged_once_and_left_out(shared_meter: CoreEnergyMeter, caplog) -> None:

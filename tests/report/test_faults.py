@@ -150,6 +150,15 @@ def test_two_huge_values_whose_sum_overflows_enter_no_total(tmp_path: Path) -> N
     assert all("beyond any plausible measurement" in line for line in skipped)
 
 
+def test_the_text_report_itself_says_how_many_inputs_were_skipped_and_where_why(tmp_path: Path) -> None:
+    path = tmp_path / "two.jsonl"
+    path.write_text("\n".join([_record(0, 1e308), _record(1, 1e308), _record(2, 2.5)]) + "\n")
+    text, skipped = _report(path, json_output=False)
+    assert len(skipped) == 2
+    (line,) = [line for line in text.splitlines() if "skipped" in line]
+    assert line.startswith("2 input(s) skipped, not in the figures below") and "on stderr" in line
+
+
 def test_half_written_carbontracker_logs_keep_complete_epochs(tmp_path: Path) -> None:
     writer = CarbonTrackerLogWriter(tmp_path, clock=lambda: 1_700_000_000.0, run_id=7)
     writer.write_header({"cpu": ["cpu:0"]})

@@ -101,6 +101,17 @@ def test_a_damaged_file_still_groups_by_host(kind: str, tmp_path: Path, capsys: 
     assert group["keys"] == {"host": "node-7", "job": "4242"} and group["energy_joules"] == 2.0
 
 
+def test_the_group_table_says_how_many_inputs_were_skipped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = _export("jsonl", tmp_path / "jsonl")
+    (path,) = folder.iterdir()
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([*lines[:-1], b'{"torn": \n', lines[-1]]))
+    assert main(["report", "--by", "host", str(folder)]) == 0
+    captured = capsys.readouterr()
+    assert "skipped" in captured.err
+    assert "1 input(s) skipped, not in the figures below" in captured.out.splitlines()[1]
+
+
 def test_a_csv_file_from_before_the_resource_column_groups_with_host_none(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

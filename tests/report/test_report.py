@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -410,7 +411,11 @@ def test_cli_plot_without_matplotlib_says_what_to_install(mixed, tmp_path, capsy
 
 
 def test_text_report_lists_runs_and_notes(mixed) -> None:
-    text = format_report(build_report([mixed["root"]]))
+    report = build_report([mixed["root"]])
+    text = format_report(report)
+    # One duration form in every row (never 0.526s beside 0:00:02): H:MM:SS.mmm.
+    assert len(re.findall(r"(?<![\d.:])\d+:\d\d:\d\d\.\d{3}(?![\d.])", text)) == len(report.runs) >= 2
+    assert not re.search(r"\d\.\d+s\b", text)
     assert f"{mixed['a'][:12]} training (trainer)" in text
     assert "(otel-joules)" in text
     assert "2 top-level spans with energy summed" in text

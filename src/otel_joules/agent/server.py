@@ -526,8 +526,19 @@ def serve(
     return 0
 
 
-def systemd_unit(group: str, socket_path: str = DEFAULT_AGENT_SOCKET, min_interval_ms: float = DEFAULT_MIN_INTERVAL_MS, executable: str = "otel-joules") -> str:
-    """A systemd unit running the agent with only what it needs."""
+def systemd_unit(
+    group: str,
+    socket_path: str = DEFAULT_AGENT_SOCKET,
+    min_interval_ms: float = DEFAULT_MIN_INTERVAL_MS,
+    executable: str = "otel-joules",
+    protect_home: str = "yes",
+) -> str:
+    """A systemd unit running the agent with only what it needs.
+
+    ``executable`` is ExecStart's command (an absolute path: systemd does not search a venv's bin), already
+    quoted for systemd; ``protect_home`` is ``read-only`` where that command lives under /home, /root or
+    /run/user, which ``yes`` would hide from the service.
+    """
     runtime = os.path.dirname(socket_path)
     runtime_directory = runtime[len("/run/") :] if runtime.startswith("/run/") else None
     lines = [
@@ -547,7 +558,7 @@ def systemd_unit(group: str, socket_path: str = DEFAULT_AGENT_SOCKET, min_interv
         "AmbientCapabilities=",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
-        "ProtectHome=yes",
+        f"ProtectHome={protect_home}",
         "PrivateTmp=yes",
         "PrivateNetwork=yes",
         "ProtectKernelTunables=yes",

@@ -72,3 +72,16 @@ def co2eq_grams(joules: float, gco2eq_per_kwh: "float | HasIntensity", pue: floa
     raw = getattr(gco2eq_per_kwh, "gco2eq_per_kwh", gco2eq_per_kwh)
     intensity = _finite_non_negative("gco2eq_per_kwh", raw)
     return kwh * validate_pue(pue) * intensity
+
+
+def format_duration(seconds: float | None) -> str:
+    """A duration as every table of ``otel-joules run`` and ``otel-joules report`` prints it: ``H:MM:SS.mmm``
+    (``0:00:00.526``, ``0:00:02.000``, ``1:02:03.250``), one form for every row so they compare at a glance;
+    ``-`` for an unknown or non-finite one."""
+    if seconds is None or not math.isfinite(seconds):
+        return "-"
+    milliseconds = round(max(0.0, seconds) * 1000)
+    whole, millis = divmod(milliseconds, 1000)
+    minutes, secs = divmod(whole, 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours:d}:{minutes:02d}:{secs:02d}.{millis:03d}"

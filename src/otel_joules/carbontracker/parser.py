@@ -276,6 +276,8 @@ class RunTotals:
     writers: Dict[str, List[Optional[str]]] = field(default_factory=dict)
     #: Runs whose logs say an epoch was below a counter's resolution.
     below_resolution_runs: int = 0
+    #: Runs whose consumption is in the sums.
+    runs: int = 0
 
 
 def _aggregate(log_dir: str | os.PathLike[str]) -> RunTotals:
@@ -298,7 +300,26 @@ def _aggregate(log_dir: str | os.PathLike[str]) -> RunTotals:
             totals.writers.setdefault(run.std.software, []).append(run.std.energy_source)
         if run.std.below_resolution:
             totals.below_resolution_runs += 1
+        totals.runs += 1
+    if not totals.runs:
+        raise _nothing_found(log_dir)
     return totals
+
+
+def _nothing_found(log_dir: str | os.PathLike[str]) -> LogFilesNotFoundError:
+    """The error of an aggregate over no run: a sum over nothing is not a result of 0 kWh."""
+    directory = os.fspath(log_dir)
+    logs = [name for name in os.listdir(directory) if name.endswith((STD_LOG_SUFFIX, OUTPUT_LOG_SUFFIX))]
+    if not logs:
+        found = "it holds no carbontracker log (*" + STD_LOG_SUFFIX + " and *" + OUTPUT_LOG_SUFFIX + " pairs)"
+    else:
+        found = (
+            f"none of its {len(logs)} log file(s) is a finished run with a consumption block "
+            "(the SkippedLogWarning for each says why)"
+        )
+    return LogFilesNotFoundError(
+        f"no carbontracker logs found in {directory!r}: {found}; pass the log_dir the tracker wrote to"
+    )
 
 
 def aggregate_consumption(log_dir: str | os.PathLike[str]) -> Tuple[float, float, Dict[str, float]]:
@@ -314,7 +335,8 @@ def aggregate_consumption(log_dir: str | os.PathLike[str]) -> Tuple[float, float
         are left out with a :class:`SkippedLogWarning`.
 
     Raises:
-        LogFilesNotFoundError: ``log_dir`` is not a directory.
+        LogFilesNotFoundError: ``log_dir`` is not a directory, or no run in it has a readable
+            consumption (an aggregate over nothing is not 0 kWh; carbontracker returns zeros).
     """
     totals = _aggregate(log_dir)
     return totals.energy_kwh, totals.co2eq_grams, totals.equivalents
@@ -341,6 +363,10 @@ def print_aggregate(log_dir: str | os.PathLike[str]) -> str:
     by ...`` -- naming whoever wrote the logs (carbontracker, otel-joules), and saying
     ``Estimated by`` / ``Partly estimated by`` where their logs say the figures are estimates,
     and ``BELOW RESOLUTION: ...`` where they say an epoch was too short to measure exactly.
+
+    Raises:
+        LogFilesNotFoundError: ``log_dir`` is not a directory, or no run in it has a readable
+            consumption ("no carbontracker logs found", where carbontracker prints 0 kWh).
     """
     totals = _aggregate(log_dir)
     text = (

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from otel_joules.agent import AgentSetupError, serve, systemd_unit
 from otel_joules.agent.server import DEFAULT_MIN_INTERVAL_MS
@@ -29,18 +30,29 @@ def register(subparsers: Any) -> None:
         "--min-interval-ms",
         type=float,
         default=DEFAULT_MIN_INTERVAL_MS,
-        help=f"time between readings, the finest any client gets (default {DEFAULT_MIN_INTERVAL_MS} ms; README says why)",
+        help=(
+            f"time between readings, the finest any client gets (default {DEFAULT_MIN_INTERVAL_MS} ms; "
+            "docs/measuring.md says why)"
+        ),
     )
     parser.add_argument("--user", help="switch to this user (a name or a uid) once the counters and the socket are open")
     parser.add_argument("--sysfs-root", help="where sysfs is mounted (default: $OTEL_JOULES_SYSFS_ROOT or /sys)")
-    parser.add_argument("--print-systemd-unit", action="store_true", help="print a systemd unit running the agent, and exit")
+    parser.add_argument(
+        "--print-systemd-unit",
+        action="store_true",
+        help="print a systemd unit running this installation's otel-joules (by its absolute path) as the agent, and exit",
+    )
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the unit, or serve until SIGTERM."""
     if args.print_systemd_unit:
-        sys.stdout.write(systemd_unit(args.group, args.socket, args.min_interval_ms))
+        command = installed_command()
+        protect_home = protect_home_for(files_the_service_runs(command))
+        sys.stdout.write(
+            systemd_unit(args.group, args.socket, args.min_interval_ms, " ".join(map(systemd_word, command)), protect_home)
+        )
         return 0
     from otel_joules.config import Settings
 
@@ -49,3 +61,37 @@ def run(args: argparse.Namespace) -> int:
         return serve(args.socket, args.group, args.min_interval_ms, args.user, settings)
     except AgentSetupError as exc:
         raise ConfigurationError(f"agent: {exc}") from None
+
+
+#: Where systemd's ProtectHome=yes hides files from a service (read-only keeps them readable).
+HOME_DIRECTORIES = ("/home", "/root", "/run/user")
+
+
+def installed_command() -> list[str]:
+    """The absolute command that runs this installation's ``otel-joules``: its console script beside this interpreter
+    (a venv's or the system's bin), else this interpreter with ``-m`` (never a bare name systemd would not find)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(sys.executable)), "otel-joules")
+    if os.path.isfile(script) and os.access(script, os.X_OK):
+        return [script]
+    return [os.path.abspath(sys.executable), "-m", "otel_joules.cli.main"]
+
+
+def files_the_service_runs(command: Sequence[str]) -> list[str]:
+    """The command, the interpreter behind its links and this installation's prefix: what the service must read."""
+    paths = [command[0], os.path.realpath(command[0]), os.path.realpath(sys.executable), sys.prefix, sys.base_prefix]
+    return [os.path.abspath(path) for path in paths]
+
+
+def protect_home_for(paths: Sequence[str]) -> str:
+    """``ProtectHome=``'s value for a service that must read ``paths``: ``read-only`` where one is under a home
+    directory (a venv in /home, a pyenv interpreter in /root), else ``yes``."""
+    under = any(path == home or path.startswith(home + "/") for path in paths for home in HOME_DIRECTORIES)
+    return "read-only" if under else "yes"
+
+
+def systemd_word(word: str) -> str:
+    """``word`` quoted for an ExecStart= line: specifiers (%) and variables ($) escaped, quoted if it has spaces."""
+    escaped = word.replace("%", "%%").replace("$", "$$")
+    if any(c in escaped for c in " \t\"'\\;"):
+        escaped = '"' + escaped.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return escaped

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence, TextIO
 
-from otel_joules.cli.summary import format_duration, format_joules
+from otel_joules.carbon.units import format_duration
+from otel_joules.cli.summary import format_joules
 from otel_joules.meter.meter import EnergyMeter
 
 #: Exit codes of a shell for a command that cannot be run.

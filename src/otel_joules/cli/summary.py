@@ -11,6 +11,7 @@ from otel_joules.attribution.gpu import GpuCharge
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
 from otel_joules.carbon.accounting import CarbonAccounting
+from otel_joules.carbon.units import format_duration
 from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.config import (
     DEFAULT_PROCFS_ROOT,
@@ -45,18 +46,6 @@ class RunResult:
     #: Why the run has no share (the host's CPU time could not be read), or None.
     share_missing: str | None = None
 
-
-
-def format_duration(seconds: float) -> str:
-    """``0.42 s``, ``12.3 s``, ``2:03:04`` (h:mm:ss) from one hour on, ``4:05`` (m:ss) from a minute."""
-    if seconds < 10:
-        return f"{seconds:.2f} s"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    whole = int(round(seconds))
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
 
 
 def format_joules(joules: float) -> str:

@@ -24,6 +24,8 @@ import re
 import shlex
 from typing import Sequence
 
+from otel_joules.exporters.records import valid_text
+
 #: What stands in for a removed value (the semantic conventions' word).
 REDACTED = "REDACTED"
 
@@ -65,5 +67,7 @@ def redact_command(command: Sequence[str]) -> list[str]:
 
 
 def command_line(command: Sequence[str], *, full: bool = False) -> str:
-    """``process.command_line`` for ``command``: shell-quoted, redacted unless ``full``."""
-    return shlex.join(command if full else redact_command(command))
+    """``process.command_line`` for ``command``: shell-quoted, redacted unless ``full``; an argument that is not
+    UTF-8 (Python holds its bytes as lone surrogates) shows U+FFFD there, which every exporter can carry (the gRPC
+    exporter drops an attribute with a surrogate, protobuf's JSON parser rejects its escape)."""
+    return valid_text(shlex.join(command if full else redact_command(command)))

@@ -3,15 +3,16 @@
 Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
 
 - UTF-8, no byte-order mark (text that is not valid Unicode, i.e. a lone surrogate,
-  is written as the escape text ``\\udXXX``), ``,`` separator, rows end in ``\\n`` (not ``\\r\\n``),
+  is written as U+FFFD), ``,`` separator, rows end in ``\\n`` (not ``\\r\\n``),
   RFC 4180 quoting: a cell containing ``,``, ``"`` or a line break is enclosed in ``"``
   with inner ``"`` doubled; other cells are bare.
 - First line: the header. With the default ``energy_columns`` it is exactly::
 
-    name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,attributes,resource
+    name,trace_id,span_id,parent_span_id,start_time,end_time,start_time_unix_nano,end_time_unix_nano,duration_s,service_name,energy.joules,energy.watts,energy.source,energy.co2eq.grams,energy.below_resolution,attributes,resource
 
   that is the core fields of :mod:`otel_joules.exporters.records` in their order, then
-  one column per entry of ``energy_columns``, then ``attributes``, then ``resource``. ``energy_columns`` may
+  one column per entry of ``energy_columns``, then ``energy.below_resolution`` (unless
+  ``energy_columns`` names it), then ``attributes``, then ``resource``. ``energy_columns`` may
   name any ``energy.*``, ``carbon.*`` or ``training.*`` attribute (e.g. ``carbon.pue``).
 - One row per span, in the order the spans were exported. Cells:
 
@@ -31,6 +32,11 @@ Format (what :class:`CsvSpanExporter` writes and what a reader may rely on):
                                           ``Infinity``, ``-Infinity`` if not finite),
                                           booleans ``true``/``false``, tuples as a JSON
                                           array; empty when the span lacks the attribute
+  ``energy.below_resolution``             ``true`` where the span was shorter than a
+                                          counter's update period (its figures are
+                                          quantised, often ``0.0``), ``false`` for
+                                          another span with energy, empty for a span
+                                          without ``energy.joules``
   ``attributes``                          a JSON object of **every** ``energy.*``,
                                           ``carbon.*`` and ``training.*`` attribute of
                                           the span, keys sorted (so ``carbon.*`` come
@@ -62,9 +68,11 @@ Appending: when the file exists and is not empty, its first line must be the hea
 this exporter would write; otherwise :class:`CsvHeaderMismatchError` is raised at
 construction and the file is left untouched (the message names the
 ``energy_columns`` that would match). A missing or empty file gets the header at
-construction. One exception: a file whose header is this one without the last column,
+construction. Exceptions: a file whose header is this one without the last column,
 ``resource`` (written by an otel-joules from before that column), is appended to in its own
-layout, with one warning that its rows cannot say their host, user or job. Write failures,
+layout, with one warning that its rows cannot say their host, user or job; so is a file without
+the ``energy.below_resolution`` column (with one warning that its rows do not flag it there; the
+``attributes`` JSON still does). Write failures,
 retries and exit behaviour: :mod:`otel_joules.exporters._files`.
 """
 
@@ -81,9 +89,10 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._files import ExistingFile, FileSpanExporter
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
 from otel_joules.exporters.errors import CsvHeaderMismatchError
-from otel_joules.exporters.records import CORE_FIELDS, AttributeValue, SpanRecord, json_value
+from otel_joules.exporters.records import CORE_FIELDS, AttributeValue, SpanRecord, json_value, utf8
 from otel_joules.semconv import (
     CARBON_PUE,
+    ENERGY_BELOW_RESOLUTION,
     ENERGY_CO2EQ_GRAMS,
     ENERGY_JOULES,
     ENERGY_SOURCE,
@@ -105,7 +114,12 @@ RESOURCE_COLUMN = "resource"
 
 def csv_header(energy_columns: Sequence[str] = DEFAULT_ENERGY_COLUMNS) -> tuple[str, ...]:
     """The header :class:`CsvSpanExporter` writes for these ``energy_columns``."""
-    return (*CORE_FIELDS, *energy_columns, ATTRIBUTES_COLUMN, RESOURCE_COLUMN)
+    return (*CORE_FIELDS, *_with_flag(tuple(energy_columns)), ATTRIBUTES_COLUMN, RESOURCE_COLUMN)
+
+
+def _with_flag(energy_columns: tuple[str, ...]) -> tuple[str, ...]:
+    """``energy_columns`` and the below-resolution flag: a 0.0 shown in a row says whether it is a measured zero."""
+    return energy_columns if ENERGY_BELOW_RESOLUTION in energy_columns else (*energy_columns, ENERGY_BELOW_RESOLUTION)
 
 
 def attributes_column_index(header: Sequence[str]) -> int | None:
@@ -136,6 +150,14 @@ def _cell(value: AttributeValue | None) -> str:
         converted = json_value(value)
         return converted if isinstance(converted, str) else repr(converted)
     return _json_text(json_value(value))
+
+
+def _column_cell(record: SpanRecord, column: str) -> str:
+    """One energy column's cell: the flag is ``false``, not empty, on a span with energy that is not below resolution."""
+    value = record.attributes.get(column)
+    if column == ENERGY_BELOW_RESOLUTION and value is None and ENERGY_JOULES in record.attributes:
+        value = False
+    return _cell(value)
 
 
 def _check_energy_columns(energy_columns: Iterable[str]) -> tuple[str, ...]:
@@ -173,7 +195,7 @@ class CsvSpanExporter(FileSpanExporter):
         energy_columns: Sequence[str] = DEFAULT_ENERGY_COLUMNS,
         max_pending_spans: int = DEFAULT_MAX_PENDING_SPANS,
     ) -> None:
-        self._energy_columns = _check_energy_columns(energy_columns)
+        self._energy_columns = _with_flag(_check_energy_columns(energy_columns))
         self._header = csv_header(self._energy_columns)
         #: False for a file whose header has no ``resource`` column: its rows are written without one.
         self._with_resource = True
@@ -187,9 +209,8 @@ class CsvSpanExporter(FileSpanExporter):
     def _row_bytes(self, row: Sequence[str]) -> bytes:
         buffer = io.StringIO()
         csv.writer(buffer, lineterminator="\n").writerow(row)
-        # A lone surrogate (possible in a Python str, not in UTF-8) becomes the text
-        # "\udXXX" instead of failing the whole batch.
-        return buffer.getvalue().encode("utf-8", "backslashreplace")
+        # A lone surrogate (possible in a Python str, not in UTF-8) becomes U+FFFD instead of failing the batch.
+        return utf8(buffer.getvalue())
 
     def _preamble(self, existing: ExistingFile) -> bytes:
         if existing.size == 0:
@@ -201,6 +222,19 @@ class CsvSpanExporter(FileSpanExporter):
             found = ()
         if found == self._header:
             return b""
+        unflagged = tuple(name for name in self._header if name != ENERGY_BELOW_RESOLUTION)
+        if found in (unflagged, unflagged[:-1]):
+            self._energy_columns = tuple(c for c in self._energy_columns if c != ENERGY_BELOW_RESOLUTION)
+            self._header = unflagged
+            _log.warning(
+                "otel-joules: %s has no %r column (an older otel-joules wrote it): its new rows are written in its "
+                "layout and flag spans below the counters' resolution only in their %r JSON",
+                self.path,
+                ENERGY_BELOW_RESOLUTION,
+                ATTRIBUTES_COLUMN,
+            )
+            if found == unflagged:
+                return b""
         if found == self._header[:-1]:
             self._with_resource = False
             self._header = found
@@ -214,7 +248,8 @@ class CsvSpanExporter(FileSpanExporter):
         hint = "write to a new file"
         attributes_at = attributes_column_index(found)
         if attributes_at is not None and attributes_at > len(CORE_FIELDS):
-            hint += f", or pass energy_columns={found[len(CORE_FIELDS):attributes_at]!r} to append in that file's layout"
+            columns = tuple(c for c in found[len(CORE_FIELDS):attributes_at] if c != ENERGY_BELOW_RESOLUTION)
+            hint += f", or pass energy_columns={columns!r} to append in that file's layout"
         shown = existing.first_line[:300].decode("utf-8", errors="replace")
         raise CsvHeaderMismatchError(
             f"{self.path!r} already starts with the header {shown!r}, not the one this exporter writes "
@@ -225,7 +260,7 @@ class CsvSpanExporter(FileSpanExporter):
     def _encode(self, record: SpanRecord) -> bytes:
         core = record.core_fields()
         row = [_cell(core[name]) for name in CORE_FIELDS]  # type: ignore[arg-type]
-        row.extend(_cell(record.attributes.get(column)) for column in self._energy_columns)
+        row.extend(_column_cell(record, column) for column in self._energy_columns)
         row.append(_json_text({key: json_value(value) for key, value in record.attributes.items()}))
         if self._with_resource:
             row.append(_json_text({key: json_value(value) for key, value in record.resource.items()}))

@@ -11,7 +11,9 @@ order, with these columns:
 - then one column per ``energy.*``, ``carbon.*`` or ``training.*`` attribute seen on any
   collected span, named by the attribute (``carbon.pue``, ``energy.joules``,
   ``energy.package_0.joules``, ...), sorted by name (so ``carbon.*`` columns come first); a span without that
-  attribute has NaN/None there;
+  attribute has NaN/None there. ``energy.below_resolution`` is there whenever a span has ``energy.joules``:
+  True where the span was shorter than a counter's update period (its figures are quantised, often 0.0),
+  False for another span with energy, None for a span without energy;
 - then one column per exported resource attribute seen on any collected span (who ran it, where,
   as which job: ``host.name``, ``service.instance.id``, ``slurm.job.id``, ...;
   :data:`~otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`), sorted, None where absent.
@@ -30,10 +32,19 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from otel_joules._fork import register_fork_hook
 from otel_joules.errors import import_extra
-from otel_joules.exporters.records import SpanRecord, span_record
+from otel_joules.exporters.records import AttributeValue, SpanRecord, span_record
+from otel_joules.semconv import ENERGY_BELOW_RESOLUTION, ENERGY_JOULES
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+def _value(record: SpanRecord, name: str) -> AttributeValue | None:
+    """A span's value in column ``name``: the flag is False, not None, on a span with energy not below resolution."""
+    value = record.attributes.get(name)
+    if value is None and name == ENERGY_BELOW_RESOLUTION and ENERGY_JOULES in record.attributes:
+        return False
+    return value
 
 
 def _pandas() -> Any:
@@ -94,7 +105,10 @@ class DataFrameSpanExporter(SpanExporter):
         pd = _pandas()
 
         records = self.records
-        attribute_names = sorted({key for record in records for key in record.attributes})
+        names = {key for record in records for key in record.attributes}
+        if ENERGY_JOULES in names:
+            names.add(ENERGY_BELOW_RESOLUTION)  # a 0.0 in a row says whether it is a measured zero
+        attribute_names = sorted(names)
         columns: dict[str, object] = {
             "name": [r.name for r in records],
             "trace_id": [r.trace_id for r in records],
@@ -112,7 +126,7 @@ class DataFrameSpanExporter(SpanExporter):
             "service_name": pd.Series([r.service_name for r in records], dtype=object),
         }
         for name in attribute_names:
-            columns[name] = [record.attributes.get(name) for record in records]
+            columns[name] = [_value(record, name) for record in records]
         # Resource keys (host.name, slurm.job.id, ...) never start like a span attribute's (energy., ...).
         for name in sorted({key for record in records for key in record.resource}):
             columns[name] = pd.Series([record.resource.get(name) for record in records], dtype=object)

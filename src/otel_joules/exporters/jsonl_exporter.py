@@ -2,8 +2,8 @@
 
 Format (what :class:`JsonLinesSpanExporter` writes and what a reader may rely on):
 
-- UTF-8 (non-ASCII text written as is, not ``\\u`` escaped, except a lone surrogate,
-  which only a ``\\udXXX`` escape can carry), one object per line, each
+- UTF-8 (non-ASCII text written as is, not ``\\u`` escaped; a lone surrogate, as from a
+  command-line argument that is not UTF-8, is written as U+FFFD), one object per line, each
   line ending in ``\\n``, no header, no blank lines; the file is valid JSON Lines
   (https://jsonlines.org) and every line is strict JSON (no ``NaN`` tokens).
 - Compact (``,`` and ``:`` without spaces), keys in this order::
@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 
 from otel_joules.exporters._files import ExistingFile, FileSpanExporter
-from otel_joules.exporters.records import SpanRecord
+from otel_joules.exporters.records import SpanRecord, utf8
 
 
 def record_json_line(record: SpanRecord) -> str:
@@ -66,6 +66,5 @@ class JsonLinesSpanExporter(FileSpanExporter):
         return b""
 
     def _encode(self, record: SpanRecord) -> bytes:
-        # A lone surrogate becomes the JSON escape \udXXX: the line stays valid UTF-8 and
-        # reads back to the same Python string.
-        return record_json_line(record).encode("utf-8", "backslashreplace")
+        # A lone surrogate becomes U+FFFD: its \udXXX escape is not valid Unicode, and strict readers reject it.
+        return utf8(record_json_line(record))

@@ -33,7 +33,7 @@ The fields are those of :mod:`otel_joules.exporters.records`, except:
   and a prefix of another (``training.epoch`` and ``training.epoch.interrupted``), the
   value is kept under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
   doubles (NaN and infinities included). Text BSON cannot hold (a lone surrogate) is
-  stored with that character as the escape text ``\\udXXX``.
+  stored with that character as U+FFFD.
 - ``resource`` nests the exported resource attributes (host, user, job:
   :data:`~otel_joules.semconv.EXPORTED_RESOURCE_ATTRIBUTES`) the same way:
   ``{"resource.host.name": "node-7"}``; ``{}`` when the resource has none.
@@ -91,7 +91,7 @@ from typing import Any, ContextManager, Mapping
 from otel_joules.errors import ConfigurationError
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS, RetryingSpanExporter, register_exit_hook
 from otel_joules.errors import MissingExtraError
-from otel_joules.exporters.records import AttributeValue, SpanRecord
+from otel_joules.exporters.records import AttributeValue, SpanRecord, valid_text
 
 _LOGGER = logging.getLogger("otel_joules.exporters")
 
@@ -119,12 +119,8 @@ def _datetime_utc(unix_nano: int | None) -> datetime | None:
 
 
 def _bson_text(text: str) -> str:
-    """``text``, with lone surrogates (which BSON's UTF-8 cannot hold) as ``\\udXXX`` text."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    """``text``, with lone surrogates (which BSON's UTF-8 cannot hold) as U+FFFD."""
+    return valid_text(text)
 
 
 def _bson_value(value: AttributeValue) -> Any:

@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from otel_joules.exporters._files import ExistingFile, FileSpanExporter
 from otel_joules.exporters._retrying import DEFAULT_MAX_PENDING_SPANS
+from otel_joules.exporters.records import utf8
 from otel_joules.errors import MissingExtraError
 
 #: What ``pip install`` needs for this exporter.
@@ -88,5 +89,5 @@ class OtlpFileSpanExporter(FileSpanExporter):
     def _encode_batch(self, spans: Sequence[ReadableSpan]) -> list[bytes]:
         if not spans:
             return []
-        # A lone surrogate becomes the JSON escape \udXXX: the line stays valid UTF-8.
-        return [_line(self._encode_spans, spans).encode("utf-8", "backslashreplace")]
+        # A lone surrogate becomes U+FFFD: its JSON escape would make protobuf's parser reject the whole batch.
+        return [utf8(_line(self._encode_spans, spans))]

@@ -32,8 +32,8 @@ Why this layout: the four typed energy columns are the CSV export's default
 ``energy_columns`` (:data:`~otel_joules.exporters.csv_exporter.DEFAULT_ENERGY_COLUMNS`),
 so ``SELECT sum("energy.joules")`` needs no JSON; every other attribute stays in the
 ``attributes`` JSON text (keys sorted, compact, non-finite numbers as ``"NaN"``,
-``"Infinity"``, ``"-Infinity"``, text that is not valid Unicode as the escape text
-``\\udXXX``), which DuckDB (``json_extract``, ``->>``) and Spark (``get_json_object``,
+``"Infinity"``, ``"-Infinity"``, text that is not valid Unicode (a lone surrogate) as
+U+FFFD), which DuckDB (``json_extract``, ``->>``) and Spark (``get_json_object``,
 ``from_json``) read directly. Typed columns per attribute would give every file its own
 schema (a span kind adds ``energy.nvidia_gpu_0.joules``), which Spark reads only with
 ``mergeSchema`` and DuckDB only with ``union_by_name``; one JSON column keeps every file's
@@ -96,7 +96,7 @@ from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN, DEFAULT_ENERGY
 from otel_joules.errors import import_extra
 from otel_joules.exporters.errors import ExporterPathError
 from otel_joules.exporters.jsonl_exporter import record_json_line
-from otel_joules.exporters.records import CORE_FIELDS, SpanRecord
+from otel_joules.exporters.records import CORE_FIELDS, SpanRecord, utf8, valid_text
 from otel_joules.exporters.safe_open import create_new
 from otel_joules.semconv import ENERGY_SOURCE
 
@@ -146,15 +146,8 @@ def parquet_schema() -> Any:
 
 
 def _valid_text(value: str | None) -> str | None:
-    # A lone surrogate (possible in a Python str, not in UTF-8) becomes the text "\udXXX",
-    # as in the CSV export.
-    if value is None:
-        return None
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "backslashreplace").decode("utf-8")
-    return value
+    # A lone surrogate (possible in a Python str, not in UTF-8) becomes U+FFFD, as in every export.
+    return None if value is None else valid_text(value)
 
 
 #: How the JSON formats spell non-finite floats (records.json_value): NaN and infinities again in a double column.
@@ -431,7 +424,7 @@ class ParquetSpanExporter(FileSpanExporter):
         return b""
 
     def _encode(self, record: SpanRecord) -> bytes:
-        return record_json_line(record).encode("utf-8", "backslashreplace")
+        return utf8(record_json_line(record))
 
     def _open(self) -> None:
         super()._open()

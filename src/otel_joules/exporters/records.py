@@ -50,6 +50,7 @@ time fields and ``duration_s`` are None (written as empty / null), never a made-
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -89,6 +90,26 @@ AttributeValue = Union[_Primitive, Sequence[_Primitive]]
 JsonValue = Union[None, str, bool, int, float, list["JsonValue"]]
 
 _NANOS_PER_SECOND = 1_000_000_000
+
+
+#: A UTF-16 surrogate code point: in a Python str only from undecodable bytes (``surrogateescape``: a command-line
+#: argument that is not UTF-8) or a bad escape; UTF-8 cannot hold one, and protobuf's JSON parser rejects its escape.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def valid_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD (the Unicode replacement character), as every
+    exporter writes it: the output stays valid UTF-8 that any reader, protobuf's included, accepts."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def utf8(text: str) -> bytes:
+    """``text`` as UTF-8 bytes, lone surrogates as U+FFFD (:func:`valid_text`)."""
+    return valid_text(text).encode("utf-8")
 
 
 def iso_utc_from_unix_nano(unix_nano: int) -> str:

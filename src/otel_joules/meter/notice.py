@@ -12,6 +12,10 @@ A sysfs or procfs root set away from its default (``OTEL_JOULES_SYSFS_ROOT`` /
 is said the same way, once per process and root, by :func:`announce_root_problems` (which
 :func:`announce_estimates` calls): without it RAPL is silently not found, or every
 ``energy.attributed.*`` share silently missing.
+
+A meter that reads its counters through ``otel-joules agent`` says so once per process and socket too
+(:func:`announce_agent_use`, which :func:`announce_estimates` calls): which domains, and which socket, so a
+user knows where their measured energy comes from and which agent a container is trusting.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ _log = logging.getLogger("otel_joules")
 _lock = threading.Lock()
 _said = False
 _roots_said: set[str] = set()
+_agents_said: set[str] = set()
 
 
 def fallback_message(meter: EnergyMeter) -> str | None:
@@ -151,6 +156,7 @@ def announce_estimates(meter: EnergyMeter) -> None:
     """
     global _said
     announce_root_problems(meter.settings, sysfs_needed=not meter.agent_domain_ids)
+    announce_agent_use(meter)
     if _said:
         return
     message = fallback_message(meter)
@@ -163,9 +169,40 @@ def announce_estimates(meter: EnergyMeter) -> None:
     _say(message)
 
 
+def agent_use_message(meter: EnergyMeter) -> str | None:
+    """Which domains ``meter`` reads through ``otel-joules agent``, and at which socket; None when it reads none."""
+    if not meter.agent_domain_ids:
+        return None
+    return (
+        f"otel-joules: measuring {', '.join(meter.agent_domain_ids)} through the otel-joules agent at "
+        f"{meter.settings.agent_socket} (energy_uj is not readable by this user; "
+        "energy.source = measured, energy.agent.domains on each span)."
+    )
+
+
+def announce_agent_use(meter: EnergyMeter) -> None:
+    """Say once per process and socket that ``meter`` reads counters through the agent (:func:`agent_use_message`).
+
+    Said on the ``otel_joules`` logger at INFO when something handles it, else on stderr: an agent used
+    without a word leaves a user (or a test suite) unaware that a root daemon's readings are in their spans.
+    """
+    message = agent_use_message(meter)
+    if message is None:
+        return
+    with _lock:
+        if meter.settings.agent_socket in _agents_said:
+            return
+        _agents_said.add(meter.settings.agent_socket)
+    if _log.hasHandlers():
+        _log.info("%s", message)
+    else:
+        sys.stderr.write(message + "\n")
+
+
 def forget_announcement() -> None:
     """Announce again from now on (tests start each case afresh)."""
     global _said
     with _lock:
         _said = False
         _roots_said.clear()
+        _agents_said.clear()

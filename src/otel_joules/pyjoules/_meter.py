@@ -220,7 +220,7 @@ class EnergyMeter:
                 energy[name] = user[name][0]
             elif name in joules:
                 energy[name] = joules_to_microjoules(joules[name])
-        return EnergySample(begin.timestamp, begin.tag, measurement.duration_s, energy)
+        return EnergySample(begin.timestamp, begin.tag, measurement.duration_s, energy, measurement.below_resolution)
 
     def _segments(self) -> Iterator[Tuple[EnergyState, EnergyState]]:
         states = self._states

@@ -23,12 +23,15 @@ class EnergySample:
         duration: Length of the sample in seconds (from the monotonic clock).
         energy: Microjoules per domain name, in the order the domains were selected. A
             domain whose counter failed during the run is absent rather than wrong.
+        below_resolution: The sample is shorter than a counter's update period, so its values are
+            quantised (often 0.0 for a short call), not exact (spans' ``energy.below_resolution``).
     """
 
     timestamp: float
     tag: str
     duration: float
     energy: Dict[str, float]
+    below_resolution: bool = False
 
 
 class EnergyTrace:

@@ -45,7 +45,7 @@ from typing import Any, Sequence
 
 from otel_joules.errors import ConfigurationError
 from otel_joules.exporters.safe_open import open_replace
-from otel_joules.report.model import ReportError, Skipped
+from otel_joules.report.model import ReportError, Skipped, skipped_line
 from otel_joules.semconv import HOST_NAME, SERVICE_NAME
 
 #: The short keys of ``--by``, and what each stands for (the module docstring's table).
@@ -202,8 +202,10 @@ def format_groups(report: GroupReport) -> str:
     out = [
         f"otel-joules report by {', '.join(report.by)}: {len(report.groups)} group(s) from "
         f"{len(report.files_read)} file(s)",
-        "",
     ]
+    if report.skipped:
+        out.append(skipped_line(len(report.skipped)))
+    out.append("")
     if rows:
         out.append(line(headers))
         out.append(line(["-" * w for w in widths]))

@@ -293,3 +293,12 @@ class RunTally:
         self.below_resolution += runs if below else 0
         self.default_pue = self.default_pue or default_pue
         self.with_host = self.with_host or with_host
+
+
+def skipped_line(count: int) -> str:
+    """The text report's line saying how many inputs were left out and where each reason is (a reader of stdout
+    alone, a file or a pipe, must not take partial figures for the whole)."""
+    return (
+        f"{count} input(s) skipped, not in the figures below: each reason is a 'skipped PATH: REASON' "
+        'line on stderr (and in --json\'s "skipped")'
+    )

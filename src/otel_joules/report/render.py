@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from otel_joules.carbon.units import format_duration
 from otel_joules.exporters.records import iso_utc_from_unix_nano
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
@@ -14,6 +15,7 @@ from otel_joules.report.model import (
     EnergyPart,
     Report,
     RunSummary,
+    skipped_line,
 )
 
 #: Printed under every text report: what was summed, so nobody has to guess.
@@ -38,16 +40,6 @@ def source_label(run: RunSummary) -> str:
     ``(below resolution)`` when quantised."""
     label = run.energy_source or "not stated"
     return f"{label} (below resolution)" if run.below_resolution else label
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None or not math.isfinite(seconds):
-        return "-"
-    whole = int(round(seconds))
-    minutes, secs = divmod(whole, 60)
-    hours, minutes = divmod(minutes, 60)
-    text = f"{hours:d}:{minutes:02d}:{secs:02d}"
-    return text if seconds >= 1 or seconds == 0 else f"{seconds:.3f}s"
 
 
 def run_label(run: RunSummary) -> str:
@@ -84,7 +76,7 @@ def format_report(report: Report) -> str:
             run.kind,
             source_label(run),
             str(len(run.epochs)) if run.epochs else "-",
-            _duration(run.duration_s),
+            format_duration(run.duration_s),
             f"{run.joules:.3f}",
             BASIS_LABELS.get(run.energy_basis, run.energy_basis),
         ]
@@ -103,7 +95,10 @@ def format_report(report: Report) -> str:
     def line(cells: tuple[str, ...]) -> str:
         return "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
 
-    out = [f"otel-joules report: {report.run_count} run(s) from {len(report.files_read)} file(s)", ""]
+    out = [f"otel-joules report: {report.run_count} run(s) from {len(report.files_read)} file(s)"]
+    if report.skipped:
+        out.append(skipped_line(len(report.skipped)))
+    out.append("")
     if rows:
         out.append(line(tuple(headers)))
         out.append(line(tuple("-" * w for w in widths)))

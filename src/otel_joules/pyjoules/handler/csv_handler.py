@@ -2,12 +2,20 @@
 
 Format (pyJoules 0.5.1)::
 
-    timestamp;tag;duration;package_0;dram_0;nvidia_gpu_0
-    1700000000.5;foo;0.25;1500000.0;250000.0;30000000.0
+    timestamp;tag;duration;package_0;dram_0;nvidia_gpu_0;energy.below_resolution
+    1700000000.5;foo;0.25;1500000.0;250000.0;30000000.0;False
 
-- Header ``timestamp;tag;duration;<domains>``, domains in the order of the samples'
-  ``energy`` (every domain seen in the samples being saved, first seen first); written
-  only when the file is missing or empty.
+- Header ``timestamp;tag;duration;<domains>;energy.below_resolution``, domains in the order of
+  the samples' ``energy`` (every domain seen in the samples being saved, first seen first);
+  written only when the file is missing, empty or holds nothing but a header. The last column
+  (not in pyJoules' format; readers that pick columns by name are unaffected) is ``True`` where
+  the sample was shorter than a counter's update period, so its values are quantised (a short
+  call often shows ``0.0``), as spans carry ``energy.below_resolution``. A file an older
+  version wrote without that column is appended to in its own layout.
+- ``save_data()`` with no sample to save (nothing measurable ran) still writes the header (the
+  fixed columns, and the flag) to a missing or empty file, and warns once
+  (:class:`~otel_joules.pyjoules.exception.PyJoulesWarning`), so the file the next line of a
+  script opens exists and says it holds no row.
 - One row per sample; numbers as Python's ``str``; energy in microjoules for every
   domain, the GPU included. A domain missing from one sample (its counter failed
   during the run) is an empty cell. UTF-8, rows end in ``\\n``. A cell containing
@@ -37,16 +45,21 @@ import csv
 import io
 import os
 import stat
+import warnings
 from typing import Dict, List, Sequence
 
 from otel_joules.errors import ConfigurationError
+from otel_joules.exporters.records import utf8
 from otel_joules.exporters.safe_open import SymlinkRefusedError, create_new, open_append, refuse_symlink
 from otel_joules.pyjoules.energy_trace import EnergySample
-from otel_joules.pyjoules.exception import PyJoulesException
+from otel_joules.pyjoules.exception import PyJoulesException, PyJoulesWarning
 from otel_joules.pyjoules.handler.handler import EnergyHandler
+from otel_joules.semconv import ENERGY_BELOW_RESOLUTION
 
 #: The fixed first columns.
 BASE_COLUMNS = ("timestamp", "tag", "duration")
+#: The last column: the sample is below the counters' resolution (the spans' attribute name).
+BELOW_RESOLUTION_COLUMN = ENERGY_BELOW_RESOLUTION
 # Far more than any header; small enough never to read a huge file whole.
 _HEADER_READ_LIMIT = 1 << 16
 
@@ -78,12 +91,15 @@ def _csv_line(cells: Sequence[str]) -> str:
     return buffer.getvalue()
 
 
-def format_rows(samples: Sequence[EnergySample], domains: Sequence[str]) -> str:
-    """The rows :class:`CSVHandler` writes for ``samples`` under a header listing ``domains``."""
+def format_rows(samples: Sequence[EnergySample], domains: Sequence[str], flagged: bool = True) -> str:
+    """The rows :class:`CSVHandler` writes for ``samples`` under a header listing ``domains`` (then the flag,
+    unless ``flagged`` is False: a file written without that column)."""
     lines = []
     for sample in samples:
         cells = [str(sample.timestamp), str(sample.tag), str(sample.duration)]
         cells += [str(sample.energy[d]) if d in sample.energy else "" for d in domains]
+        if flagged:
+            cells.append(str(bool(getattr(sample, "below_resolution", False))))
         lines.append(_csv_line(cells))
     return "".join(lines)
 
@@ -136,6 +152,7 @@ class CSVHandler(EnergyHandler):
             raise CSVPathError(f"filename={filename!r} must be a file path (str or os.PathLike)") from None
         check_writable(self._filename)
         super().__init__()
+        self._warned_empty = False
 
     @property
     def filename(self) -> str:
@@ -153,9 +170,21 @@ class CSVHandler(EnergyHandler):
         with self._lock:
             count = len(self.traces)
             samples = self._take_samples()
-            if samples:
-                self._append(samples)
+            self._append(samples)
             self._forget(count)
+            if not samples:
+                self._warn_nothing_saved()
+
+    def _warn_nothing_saved(self) -> None:
+        if self._warned_empty:
+            return
+        self._warned_empty = True
+        warnings.warn(
+            f"CSVHandler: save_data() had no measurement to save, so {self._filename!r} holds its header only: "
+            "nothing measurable ran through this handler (the warning at the measured call says why)",
+            PyJoulesWarning,
+            stacklevel=4,
+        )
 
     def _append(self, samples: List[EnergySample]) -> None:
         domains = domain_columns(samples)
@@ -167,16 +196,25 @@ class CSVHandler(EnergyHandler):
             raise CSVPathError(f"cannot open the CSV file {self._filename!r}: {exc.strerror}; the traces are kept") from None
         try:
             size = os.fstat(fd).st_size
+            head = os.pread(fd, _HEADER_READ_LIMIT, 0) if size else b""
+            first_line, newline, rest = head.partition(b"\n")
+            if not samples and size:
+                return  # nothing to add to a file that has its header
             prefix = ""
+            columns, flagged = domains, True
+            if size:
+                try:
+                    columns, flagged = self._columns_of_existing(first_line, domains)
+                except CSVHeaderMismatchError:
+                    if not (newline and not rest and size == len(head)):
+                        raise
+                    size = 0  # a header without a row (an earlier save of nothing) gives way to these samples'
             if size == 0:
-                columns = domains
-                prefix = _csv_line([*BASE_COLUMNS, *domains])
-            else:
-                first_line = os.pread(fd, _HEADER_READ_LIMIT, 0).split(b"\n", 1)[0]
-                columns = self._columns_of_existing(first_line, domains)
-                if os.pread(fd, 1, size - 1) != b"\n":
-                    prefix = "\n"  # a writer was stopped mid-line: keep the new rows whole
-            data = memoryview((prefix + format_rows(samples, columns)).encode("utf-8", "backslashreplace"))
+                os.ftruncate(fd, 0)
+                prefix = _csv_line([*BASE_COLUMNS, *domains, BELOW_RESOLUTION_COLUMN])
+            elif os.pread(fd, 1, size - 1) != b"\n":
+                prefix = "\n"  # a writer was stopped mid-line: keep the new rows whole
+            data = memoryview(utf8(prefix + format_rows(samples, columns, flagged)))
             try:
                 # Unbuffered, looping on short writes: nothing is left in a Python buffer to fail later.
                 while data:
@@ -192,15 +230,19 @@ class CSVHandler(EnergyHandler):
         finally:
             os.close(fd)
 
-    def _columns_of_existing(self, first_line: bytes, domains: List[str]) -> List[str]:
+    def _columns_of_existing(self, first_line: bytes, domains: List[str]) -> "tuple[List[str], bool]":
+        """The file's domain columns in its order, and whether it has the below-resolution column."""
         text = first_line.decode("utf-8-sig", errors="replace").rstrip("\r\n")
         header = next(csv.reader([text], delimiter=";"), [])
         found = header[len(BASE_COLUMNS):]
+        flagged = found[-1:] == [BELOW_RESOLUTION_COLUMN]
+        if flagged:
+            found = found[:-1]
         if tuple(header[: len(BASE_COLUMNS)]) == BASE_COLUMNS and len(set(found)) == len(found) and set(found) == set(domains):
-            return found
+            return found, flagged
         raise CSVHeaderMismatchError(
             f"{self._filename!r} starts with the header {text[:300]!r}, but the samples to append measure "
-            f"{';'.join([*BASE_COLUMNS, *domains])!r}; appending would put values under the wrong columns, so "
+            f"{';'.join([*BASE_COLUMNS, *domains, BELOW_RESOLUTION_COLUMN])!r}; appending would put values under the wrong columns, so "
             "nothing was written and the traces are kept: save to a new file (CSVHandler('other.csv')) or measure "
             "the same domains as that file (domains=[...])"
         )

@@ -1,7 +1,9 @@
 """``PandasHandler`` and ``trace_to_dataframe``: samples as a pandas DataFrame, as in pyJoules.
 
 Columns: ``timestamp``, ``tag``, ``duration``, then one column per domain (microjoules,
-the GPU included) in the order of the samples' ``energy``; one row per sample. A domain
+the GPU included) in the order of the samples' ``energy``, then ``energy.below_resolution``
+(True where the sample was shorter than a counter's update period, so its values are quantised,
+often 0.0: the spans' attribute); one row per sample. A domain
 missing from a sample (its counter failed during the run) is NaN there, where pyJoules
 raised ``UnconsistantSamplesError`` and lost every sample.
 """
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable, List
 from otel_joules.errors import import_extra
 from otel_joules.pyjoules.energy_trace import EnergySample, EnergyTrace  # noqa: F401 - pyJoules' names
 from otel_joules.pyjoules.exception import PyJoulesException
-from otel_joules.pyjoules.handler.csv_handler import BASE_COLUMNS, domain_columns
+from otel_joules.pyjoules.handler.csv_handler import BASE_COLUMNS, BELOW_RESOLUTION_COLUMN, domain_columns
 from otel_joules.pyjoules.handler.handler import EnergyHandler, UnconsistantSamplesError  # noqa: F401 - pyJoules' names
 
 
@@ -31,17 +33,24 @@ class NoSampleProcessedError(PyJoulesException):
 
 
 def trace_to_dataframe(trace: Iterable[EnergySample]) -> "pandas.DataFrame":
-    """One row per sample: ``timestamp, tag, duration, <domains>`` (an empty DataFrame for no sample)."""
+    """One row per sample: ``timestamp, tag, duration, <domains>, energy.below_resolution`` (an empty DataFrame for
+    no sample)."""
     pandas = _pandas()
     samples: List[EnergySample] = list(trace)
     if not samples:
         return pandas.DataFrame()
     domains = domain_columns(samples)
     rows = [
-        [sample.timestamp, sample.tag, sample.duration, *(sample.energy.get(d, math.nan) for d in domains)]
+        [
+            sample.timestamp,
+            sample.tag,
+            sample.duration,
+            *(sample.energy.get(d, math.nan) for d in domains),
+            bool(getattr(sample, "below_resolution", False)),  # samples built by pyJoules-era code lack it
+        ]
         for sample in samples
     ]
-    return pandas.DataFrame(columns=[*BASE_COLUMNS, *domains], data=rows)
+    return pandas.DataFrame(columns=[*BASE_COLUMNS, *domains, BELOW_RESOLUTION_COLUMN], data=rows)
 
 
 class PandasHandler(EnergyHandler):
