@@ -59,7 +59,8 @@ def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONPATH": str(REPO),
+        # The checkout's own sources first: an installed copy elsewhere must not stand in for the code under test.
+        "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",
         "OTEL_SDK_DISABLED": "false",
         "OTEL_TRACES_EXPORTER": "none",
         "OTEL_METRICS_EXPORTER": "none",

@@ -387,6 +387,45 @@ def test_malformed_and_oversized_requests_close_only_that_connection(tmp_path: P
     assert agent.returncode == 0
 
 
+NESTED_FRAME = r"""
+import socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(struct.pack(">I", 1000) + b"[" * 1000)
+try:
+    closed = s.recv(65536) == b""
+except ConnectionResetError:
+    closed = True
+print("closed" if closed else "answered")
+"""
+
+
+def test_a_deeply_nested_frame_from_a_member_closes_only_that_connection(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    agent = start_agent(tmp_path, tree, sock, "--min-interval-ms", "20")
+    try:
+        script = tmp_path / "nested.py"
+        script.write_text(NESTED_FRAME)
+        os.chmod(script, 0o644)
+        for _ in range(5):  # five in a row: under systemd's default start limit that would have left it down for good
+            member = subprocess.run(
+                [*as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID]), sys.executable, str(script), str(sock)],
+                env=child_env(tmp_path), cwd=tmp_path / "home", capture_output=True, text=True, timeout=60,
+            )
+            assert member.returncode == 0 and member.stdout.strip() == "closed", member.stderr
+        assert agent.poll() is None, (tmp_path / "agent.err").read_text()
+        client = _subscribe(sock)
+        answer, *readings = _readings(client, 3)
+        assert answer["ok"] is True and all(len(r["uj"]) == 4 for r in readings)
+        client.close()
+    finally:
+        stop(agent)
+    assert agent.returncode == 0
+    assert "Traceback" not in (tmp_path / "agent.err").read_text()
+
+
 FLOOD = r"""
 import socket, struct, sys, time
 path, seconds, count_path = sys.argv[1], float(sys.argv[2]), sys.argv[3]

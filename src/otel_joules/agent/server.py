@@ -37,6 +37,7 @@ from otel_joules.errors import SensorReadError
 from otel_joules.sensors import rapl
 from otel_joules.sensors.agent_protocol import (
     MAX_REQUEST_BYTES,
+    MAX_REQUEST_DEPTH,
     OP_SUBSCRIBE,
     PROTOCOL_VERSION,
     ProtocolError,
@@ -276,6 +277,7 @@ class AgentServer:
         self._clients: dict[int, AgentClient] = {}
         self._buckets: dict[int, TokenBucket] = {}
         self._refused_uids: set[int] = set()
+        self._said_client_error = False
         self._stopping = False
         self._answer = encode(
             {
@@ -305,13 +307,28 @@ class AgentServer:
                 if key.data is None:
                     self._accept_some()
                     continue
-                client = key.data
-                if mask & selectors.EVENT_READ:
-                    self._receive(client)
-                if mask & selectors.EVENT_WRITE and client.sock.fileno() in self._clients:
-                    self._flush(client)
+                self._serve(key.data, mask)
             self._expire(time.monotonic())
         for client in list(self._clients.values()):
+            self._close(client)
+
+    def _serve(self, client: AgentClient, mask: int) -> None:
+        """One client's turn; whatever goes wrong in it ends that connection only, never the agent."""
+        try:
+            if mask & selectors.EVENT_READ:
+                self._receive(client)
+            if mask & selectors.EVENT_WRITE and client.sock.fileno() in self._clients:
+                self._flush(client)
+        except Exception as exc:  # noqa: BLE001 - one client's frame must not stop the others' readings
+            if not self._said_client_error:
+                self._said_client_error = True
+                _log.warning(
+                    "otel-joules agent: closed a connection of uid %d after an error in serving it (%s: %s); "
+                    "the agent goes on (later ones are not said)",
+                    client.uid,
+                    type(exc).__name__,
+                    exc,
+                )
             self._close(client)
 
     # -- readings ---------------------------------------------------------------------------------
@@ -408,7 +425,7 @@ class AgentServer:
             return
         client.inbox += chunk
         try:
-            messages = decode_frames(client.inbox, MAX_REQUEST_BYTES)
+            messages = decode_frames(client.inbox, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH)
         except ProtocolError:
             self._close(client)
             return
