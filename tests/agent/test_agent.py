@@ -96,13 +96,14 @@ def test_a_group_member_gets_measured_spans_within_3_percent_through_the_agent(t
 def test_the_agent_user_may_read_with_only_its_primary_group_too(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
     sock = _runtime(tmp_path)
-    agent = start_agent(tmp_path, tree, sock)
-    try:
-        out = tmp_path / "spans.jsonl"
-        child = span_child(tmp_path, out, sock, tree, as_uid(MEMBER_UID, GROUP_GID), "--spans", "1", "--span-s", "0.1")
-        _finish(child)
-    finally:
-        stop(agent)
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS}):  # moving counters: a frozen reading is not used
+        agent = start_agent(tmp_path, tree, sock)
+        try:
+            out = tmp_path / "spans.jsonl"
+            child = span_child(tmp_path, out, sock, tree, as_uid(MEMBER_UID, GROUP_GID), "--spans", "1", "--span-s", "0.1")
+            _finish(child)
+        finally:
+            stop(agent)
     assert [s["source"] for s in spans(out)] == ["measured"]
 
 

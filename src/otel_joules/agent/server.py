@@ -36,6 +36,7 @@ from otel_joules.config import DEFAULT_AGENT_SOCKET, Settings
 from otel_joules.errors import SensorReadError
 from otel_joules.sensors import rapl
 from otel_joules.sensors.agent_protocol import (
+    MAX_AGENT_POWER_WATTS,
     MAX_REQUEST_BYTES,
     MAX_REQUEST_DEPTH,
     OP_SUBSCRIBE,
@@ -202,7 +203,8 @@ def _zone_description(channel: Channel) -> dict[str, object]:
         "hw_parent": domain.hw_parent,
         "in_total": domain.in_total,
         "wrap_uj": channel.wrap_uj,
-        "max_power_watts": channel.max_power_watts,
+        # A zone claiming more (a firmware's placeholder) is served at the protocol's ceiling, which clients accept.
+        "max_power_watts": min(channel.max_power_watts, MAX_AGENT_POWER_WATTS),
     }
 
 

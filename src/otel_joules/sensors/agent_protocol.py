@@ -46,6 +46,13 @@ MAX_REPLY_BYTES = 65536
 MAX_REQUEST_DEPTH = 1
 #: Deepest nesting of an agent frame: the answer's zones are objects in a list in an object.
 MAX_REPLY_DEPTH = 3
+#: The largest power bound a zone may claim; the agent sends no more and the client accepts no more.
+#: The meter trusts a counter's move only up to the zone's bound (more is a jump, not energy): a bound
+#: far above any real CPU package or DRAM zone (the largest are rated well under 1 kW) would let a
+#: broken or hostile agent pass any energy off as measured.
+MAX_AGENT_POWER_WATTS = 5000.0
+#: The largest wrap range a zone may claim: RAPL's counters are at most 64 bits wide.
+MAX_WRAP_UJ = 2**64
 #: The frame header: the body's length.
 HEADER = struct.Struct(">I")
 
