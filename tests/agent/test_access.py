@@ -16,7 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "otel_joules.cli.main", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+                          env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"})  # the checkout's sources
 
 
 def test_setup_access_prints_a_udev_rule_and_a_tmpfiles_alternative_giving_the_counters_to_the_group() -> None:
@@ -97,7 +97,9 @@ def test_no_remedy_anywhere_makes_the_counters_world_readable() -> None:
 def test_the_agent_refuses_bad_settings_with_one_line_and_starts_nothing(tmp_path: Path) -> None:
     sock = tmp_path / "run" / "agent.sock"
     cases = {
-        ("--min-interval-ms", "0.1"): "--min-interval-ms 0.1 is outside 1..60000",
+        ("--min-interval-ms", "0.1"): "--min-interval-ms 0.1 is outside 10..60000",
+        # RAPL's own 1 ms resolution is refused: the floor is 10x it, and the error says why and what to give.
+        ("--min-interval-ms", "1"): "--min-interval-ms 1 is outside 10..60000: give at least 10 (10x RAPL's 1 ms",
         ("--group", "no-such-group-here"): "group 'no-such-group-here' does not exist: create it",
         ("--socket", "relative.sock"): "--socket 'relative.sock' is not an absolute path",
         ("--sysfs-root", str(tmp_path / "nosys")): "no RAPL counter can be read here",

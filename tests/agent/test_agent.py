@@ -160,15 +160,21 @@ def test_an_agent_restart_mid_run_gives_labelled_estimates_once_then_measured_ag
             stop(agent)
     got = spans(out)
     sources = [s["source"] for s in got]
-    # measured, then estimates while the agent is away, then measured again; the spans open across a
-    # change of source have no value at either end from one source, so they carry no energy at all.
-    assert set(sources) <= {"measured", "estimate", None}
+    # measured, then estimates while the agent is away, then measured again; a span open across the loss or
+    # the return is measured for the part the agent was there and estimated for the rest: partial, never empty.
+    assert set(sources) <= {"measured", "estimate", "partial"}, sources
     first_estimate = sources.index("estimate")
     last_estimate = len(sources) - 1 - sources[::-1].index("estimate")
-    assert all(s == "measured" for s in sources[:first_estimate] if s is not None)
-    assert all(s == "estimate" for s in sources[first_estimate:last_estimate + 1] if s is not None)
-    assert all(s == "measured" for s in sources[last_estimate + 1:] if s is not None)
-    assert sources.count(None) <= 2
+    assert all(s == "measured" for s in sources[:first_estimate] if s != "partial")
+    assert all(s == "estimate" for s in sources[first_estimate:last_estimate + 1])
+    assert all(s == "measured" for s in sources[last_estimate + 1:] if s != "partial")
+    assert sources.count("partial") <= 2, sources
+    for span in got:
+        assert span["joules"] > 0, span
+        if span["source"] == "partial":
+            assert 0 < span["estimated_s"] <= span["duration_s"] + 0.01, span
+        else:
+            assert span["estimated_s"] is None, span
     assert all(s["agent_domains"] == ["core_0", "dram_0", "package_0", "uncore_0"] for s in got if s["source"] == "measured")
     # No stall: every span lasted its 0.1 s plus scheduling, never a wait on the socket.
     assert max(s["duration_s"] for s in got) < 1.0
@@ -386,6 +392,36 @@ def test_malformed_and_oversized_requests_close_only_that_connection(tmp_path: P
     finally:
         stop(agent)
     assert agent.returncode == 0
+
+
+def test_readings_are_published_at_the_interval_rate_but_not_on_a_fixed_grid(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    interval_s = 0.05
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS}):
+        agent = start_agent(tmp_path, tree, sock, "--min-interval-ms", str(interval_s * 1e3))
+        try:
+            client = _subscribe(sock)
+            buffer = bytearray()
+            _readings(client, 2, buffer)
+            arrivals, values = [], []
+            while len(arrivals) < 80:
+                for reading in _readings(client, 1, buffer):
+                    arrivals.append(time.monotonic())
+                    values.append(reading["uj"][0])
+            client.close()
+        finally:
+            stop(agent)
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    mean_s = sum(gaps) / len(gaps)
+    spread_s = (sum((g - mean_s) ** 2 for g in gaps) / len(gaps)) ** 0.5
+    print(f"publication gaps: mean {mean_s * 1e3:.1f} ms, standard deviation {spread_s * 1e3:.1f} ms")
+    # The rate is the interval's (one reading each) ...
+    assert 0.8 * interval_s < mean_s < 1.3 * interval_s, mean_s
+    # ... but the instants are not on a grid: a random read instant and a random delay, each up to an interval,
+    # spread the gaps by ~0.58 interval (a fixed grid's jitter on a loaded box stays a few ms).
+    assert spread_s > 0.3 * interval_s, spread_s
+    assert values == sorted(values)  # published in the order they were read
 
 
 NESTED_FRAME = r"""

@@ -22,6 +22,7 @@ import grp
 import logging
 import os
 import pwd
+import random
 import selectors
 import signal
 import socket
@@ -51,8 +52,10 @@ _log = logging.getLogger("otel_joules")
 
 #: The default coarsening (README, "Measured energy without root"): 10x RAPL's ~1 ms update.
 DEFAULT_MIN_INTERVAL_MS = 10
-#: Coarser than RAPL itself at least; finer than this is refused.
-MIN_INTERVAL_FLOOR_MS = 1
+#: Finer than this is refused: 10x RAPL's ~1 ms update. An interval near 1 ms hands a member RAPL's
+#: own resolution, which is what power side channels (PLATYPUS, CVE-2020-8694) read secrets through;
+#: ten updates per reading blur a pattern in 1 ms slots into one sum (docs/measuring.md).
+MIN_INTERVAL_FLOOR_MS = 10
 #: ... and at most a minute (the library's sampler needs a reading well within a wrap period).
 MIN_INTERVAL_CEILING_MS = 60_000
 SOCKET_MODE = 0o660
@@ -280,6 +283,8 @@ class AgentServer:
         self._buckets: dict[int, TokenBucket] = {}
         self._refused_uids: set[int] = set()
         self._said_client_error = False
+        #: Unpredictable to clients: the read and publication instants must not be guessable.
+        self._random = random.SystemRandom()
         self._stopping = False
         self._answer = encode(
             {
@@ -296,16 +301,29 @@ class AgentServer:
         self._stopping = True
 
     def run(self) -> None:
-        """Serve until :meth:`stop`."""
-        next_tick_s = time.monotonic()
+        """Serve until :meth:`stop`.
+
+        One reading per interval, read at a random instant within it and published after a random
+        fraction of an interval more (in order): clients get the same rate, but neither the instant a
+        value was read nor a fixed grid to align an attack on (docs/measuring.md).
+        """
+        interval_s = self._interval_s
+        interval_start_s = time.monotonic()
+        next_read_s = interval_start_s + self._random.random() * interval_s
+        pending: list[tuple[float, bytes]] = []  # (publish at, frame), in order
         while not self._stopping:
             now_s = time.monotonic()
-            if now_s >= next_tick_s:
-                self._tick()
-                next_tick_s += self._interval_s
-                if next_tick_s <= now_s:  # fell behind (suspend, a stall): no burst of catch-up readings
-                    next_tick_s = now_s + self._interval_s
-            for key, mask in self._selector.select(max(0.0, next_tick_s - time.monotonic())):
+            if now_s >= next_read_s:
+                publish_at_s = max(now_s + self._random.random() * interval_s, pending[-1][0] if pending else 0.0)
+                pending.append((publish_at_s, self._reading()))
+                interval_start_s += interval_s
+                if interval_start_s + interval_s <= now_s:  # fell behind (suspend, a stall): no burst of catch-up readings
+                    interval_start_s = now_s
+                next_read_s = interval_start_s + self._random.random() * interval_s
+            while pending and pending[0][0] <= now_s:
+                self._publish(pending.pop(0)[1])
+            wake_s = min(next_read_s, pending[0][0]) if pending else next_read_s
+            for key, mask in self._selector.select(max(0.0, wake_s - time.monotonic())):
                 if key.data is None:
                     self._accept_some()
                     continue
@@ -344,8 +362,8 @@ class AgentServer:
                 values.append(None)
         return encode({"uj": values})
 
-    def _tick(self) -> None:
-        self._latest = frame = self._reading()
+    def _publish(self, frame: bytes) -> None:
+        self._latest = frame
         for client in list(self._clients.values()):
             if client.subscribed:
                 client.outbox += frame
@@ -507,7 +525,8 @@ def serve(
     sys.dont_write_bytecode = True
     if not MIN_INTERVAL_FLOOR_MS <= min_interval_ms <= MIN_INTERVAL_CEILING_MS:
         raise AgentSetupError(
-            f"--min-interval-ms {min_interval_ms:g} is outside {MIN_INTERVAL_FLOOR_MS}..{MIN_INTERVAL_CEILING_MS}"
+            f"--min-interval-ms {min_interval_ms:g} is outside {MIN_INTERVAL_FLOOR_MS}..{MIN_INTERVAL_CEILING_MS}: "
+            f"give at least {MIN_INTERVAL_FLOOR_MS} (10x RAPL's 1 ms update; finer readings serve power side channels)"
         )
     if not os.path.isabs(socket_path):
         raise AgentSetupError(f"--socket {socket_path!r} is not an absolute path")
