@@ -59,10 +59,12 @@ def test_the_agent_prints_a_systemd_unit_with_only_what_it_needs() -> None:
     result = cli("agent", "--group", "energy", "--print-systemd-unit")
     assert result.returncode == 0, result.stderr
     unit = result.stdout
-    assert "ExecStart=otel-joules agent --socket /run/otel-joules/agent.sock --group energy --min-interval-ms 10" in unit
-    for line in ("CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER", "NoNewPrivileges=yes",
+    # A dedicated user by default: root only to open the counters and the socket.
+    assert "agent --socket /run/otel-joules/agent.sock --group energy --min-interval-ms 10 --user otel-joules-agent" in unit
+    assert "useradd --system --no-create-home --shell /usr/sbin/nologin otel-joules-agent" in unit
+    for line in ("CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER CAP_SETUID CAP_SETGID", "NoNewPrivileges=yes",
                  "ProtectSystem=strict", "PrivateNetwork=yes", "RestrictAddressFamilies=AF_UNIX",
-                 "RuntimeDirectory=otel-joules", "WantedBy=multi-user.target"):
+                 "RuntimeDirectory=otel-joules", "RuntimeDirectoryPreserve=yes", "WantedBy=multi-user.target"):
         assert line in unit.splitlines(), line
 
 

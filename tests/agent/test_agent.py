@@ -283,6 +283,33 @@ def test_a_symlinked_runtime_directory_is_refused(tmp_path: Path) -> None:
     assert list(real.iterdir()) == []
 
 
+def test_a_directory_a_member_owns_anywhere_above_the_socket_is_refused(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    walkable(tmp_path)
+    owned = tmp_path / "members"
+    owned.mkdir(mode=0o755)
+    os.chown(owned, MEMBER_UID, GROUP_GID)  # its owner could swap the directories below it
+    sock = owned / "deep" / "run" / "agent.sock"
+    sock.parent.parent.mkdir(mode=0o755)
+    err = _refused_start(tmp_path, tree, sock)
+    assert f"{owned}, above the socket, belongs to uid {MEMBER_UID}" in err
+    assert not sock.parent.exists()
+
+
+def test_a_directory_others_may_write_above_the_socket_is_refused_unless_sticky(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    walkable(tmp_path)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    err = _refused_start(tmp_path, tree, shared / "run" / "agent.sock")
+    assert f"{shared}, above the socket, is writable by group or others (mode 0777) without the sticky bit" in err
+    os.chmod(shared, 0o1777)  # as /tmp: no one may rename another's entry
+    agent = start_agent(tmp_path, tree, shared / "run" / "agent.sock", stderr_name="sticky.err")
+    stop(agent)
+    assert agent.returncode == 0
+
+
 def test_a_live_agent_is_not_displaced_and_a_dead_ones_socket_is_replaced(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
     sock = _runtime(tmp_path)

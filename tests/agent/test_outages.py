@@ -77,6 +77,14 @@ def _runtime(tmp_path: Path) -> Path:
     return tmp_path / "run" / "agent.sock"
 
 
+def _writable(tmp_path: Path) -> Path:
+    """A directory the member's child writes its files in (never one above the socket: the agent refuses that)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    return shared
+
+
 def _member() -> list[str]:
     return as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID])
 
@@ -87,8 +95,8 @@ def test_a_3_s_agent_restart_counts_every_joule_once_in_hw_host_energy(tmp_path:
     script = tmp_path / "host_energy.py"
     script.write_text(HOST_ENERGY_CHILD)
     os.chmod(script, 0o644)
-    out, ready, until = tmp_path / "host.json", tmp_path / "ready", tmp_path / "stop-now"
-    os.chmod(tmp_path, 0o777)  # the child writes its files here (a test directory, gone afterwards)
+    shared = _writable(tmp_path)
+    out, ready, until = shared / "host.json", shared / "ready", shared / "stop-now"
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
         agent = start_agent(tmp_path, tree, sock)
         child = subprocess.Popen(
@@ -122,8 +130,7 @@ def test_a_3_s_agent_restart_counts_every_joule_once_in_hw_host_energy(tmp_path:
 def test_a_run_whose_agent_stops_for_good_keeps_its_measured_part_labelled_partial(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
     sock = _runtime(tmp_path)
-    started = tmp_path / "started"
-    os.chmod(tmp_path, 0o777)  # the command touches its start file here
+    started = _writable(tmp_path) / "started"
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
         agent = start_agent(tmp_path, tree, sock)
         run = subprocess.Popen(

@@ -160,6 +160,33 @@ def prepare_runtime_dir(path: str, gid: int) -> None:
         )
 
 
+def check_ancestors(runtime_dir: str) -> None:
+    """Refuse a runtime directory below one that someone else could swap: every directory above it, up to
+    ``/``, must be a real directory owned by root or the agent's user that others may not write (a sticky
+    one, such as ``/tmp``, is fine: no one may rename or remove another's entry in it)."""
+    ancestor = os.path.dirname(runtime_dir.rstrip("/")) or "/"
+    while True:
+        try:
+            info = os.lstat(ancestor)
+        except OSError as exc:
+            raise AgentSetupError(f"cannot check {ancestor}, above the socket: {exc.strerror}") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise AgentSetupError(f"{ancestor}, above the socket, is a symlink: give --socket by its real path")
+        if info.st_uid not in (0, os.geteuid()):
+            raise AgentSetupError(
+                f"{ancestor}, above the socket, belongs to uid {info.st_uid}: its owner could swap the directories "
+                "below it and serve a fake agent; give --socket under directories owned by root (such as /run)"
+            )
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise AgentSetupError(
+                f"{ancestor}, above the socket, is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o}) "
+                f"without the sticky bit: `chmod go-w {ancestor}` or give --socket elsewhere"
+            )
+        if ancestor == "/":
+            return
+        ancestor = os.path.dirname(ancestor)
+
+
 def prepare_socket_path(path: str) -> None:
     """Refuse anything at ``path``, except a dead agent's socket of ours (removed, and said)."""
     try:
@@ -534,6 +561,7 @@ def serve(
     switch_to = resolve_user(user) if user is not None else None
     settings = settings or Settings.from_env()
     runtime_dir = os.path.dirname(socket_path)
+    check_ancestors(runtime_dir)
     prepare_runtime_dir(runtime_dir, gid)
     prepare_socket_path(socket_path)
     channels = open_counters(settings)
@@ -564,24 +592,35 @@ def serve(
     return 0
 
 
-def systemd_unit(group: str, socket_path: str = DEFAULT_AGENT_SOCKET, min_interval_ms: float = DEFAULT_MIN_INTERVAL_MS, executable: str = "otel-joules") -> str:
-    """A systemd unit running the agent with only what it needs."""
+#: The dedicated user the printed systemd unit switches to once the counters and the socket are open.
+DEFAULT_AGENT_USER = "otel-joules-agent"
+
+
+def systemd_unit(
+    group: str,
+    socket_path: str = DEFAULT_AGENT_SOCKET,
+    min_interval_ms: float = DEFAULT_MIN_INTERVAL_MS,
+    executable: str = "otel-joules",
+    user: str = DEFAULT_AGENT_USER,
+) -> str:
+    """A systemd unit running the agent with only what it needs: root only to open the counters, then ``user``."""
     runtime = os.path.dirname(socket_path)
     runtime_directory = runtime[len("/run/") :] if runtime.startswith("/run/") else None
     lines = [
         "# /etc/systemd/system/otel-joules-agent.service",
         "# Enable: sudo systemctl daemon-reload && sudo systemctl enable --now otel-joules-agent",
         f"# Users: sudo groupadd --system {group}; sudo usermod -aG {group} USER (then log in again)",
+        f"# Agent: sudo useradd --system --no-create-home --shell /usr/sbin/nologin {user}",
         "[Unit]",
         "Description=otel-joules agent: RAPL energy counters for the group " + group,
         "After=systemd-udevd.service",
         "",
         "[Service]",
         "Type=simple",
-        f"ExecStart={executable} agent --socket {socket_path} --group {group} --min-interval-ms {min_interval_ms:g}",
+        f"ExecStart={executable} agent --socket {socket_path} --group {group} --min-interval-ms {min_interval_ms:g} --user {user}",
         "Environment=PYTHONDONTWRITEBYTECODE=1",
-        # Opening root-only counters, giving the socket to the group; the agent drops even these once set up.
-        "CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER",
+        # Opening root-only counters, giving the socket to the group, switching to --user; none is kept once set up.
+        "CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER CAP_SETUID CAP_SETGID",
         "AmbientCapabilities=",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
@@ -598,7 +637,8 @@ def systemd_unit(group: str, socket_path: str = DEFAULT_AGENT_SOCKET, min_interv
         "Restart=on-failure",
     ]
     if runtime_directory:
-        lines += [f"RuntimeDirectory={runtime_directory}", "RuntimeDirectoryMode=0755"]
+        # Preserved across restarts: a container that mounts the directory (never the socket file) sees the new socket.
+        lines += [f"RuntimeDirectory={runtime_directory}", "RuntimeDirectoryMode=0755", "RuntimeDirectoryPreserve=yes"]
     else:
         lines += [f"ReadWritePaths={runtime}"]
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from otel_joules.agent import AgentSetupError, serve, systemd_unit
-from otel_joules.agent.server import DEFAULT_MIN_INTERVAL_MS
+from otel_joules.agent.server import DEFAULT_AGENT_USER, DEFAULT_MIN_INTERVAL_MS
 from otel_joules.config import DEFAULT_AGENT_SOCKET
 from otel_joules.errors import ConfigurationError
 
@@ -31,7 +31,11 @@ def register(subparsers: Any) -> None:
         default=DEFAULT_MIN_INTERVAL_MS,
         help=f"time between readings, the finest any client gets (default {DEFAULT_MIN_INTERVAL_MS} ms; README says why)",
     )
-    parser.add_argument("--user", help="switch to this user (a name or a uid) once the counters and the socket are open")
+    parser.add_argument(
+        "--user",
+        help=f"switch to this user (a name or a uid) once the counters and the socket are open "
+        f"(the printed unit uses {DEFAULT_AGENT_USER}); without it the agent stays uid 0 with no capabilities",
+    )
     parser.add_argument("--sysfs-root", help="where sysfs is mounted (default: $OTEL_JOULES_SYSFS_ROOT or /sys)")
     parser.add_argument("--print-systemd-unit", action="store_true", help="print a systemd unit running the agent, and exit")
     parser.set_defaults(handler=run)
@@ -40,7 +44,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the unit, or serve until SIGTERM."""
     if args.print_systemd_unit:
-        sys.stdout.write(systemd_unit(args.group, args.socket, args.min_interval_ms))
+        sys.stdout.write(systemd_unit(args.group, args.socket, args.min_interval_ms, user=args.user or DEFAULT_AGENT_USER))
         return 0
     from otel_joules.config import Settings
 
