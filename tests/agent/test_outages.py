@@ -20,6 +20,8 @@ import pytest
 
 from tests.agent._support import (
     DRAM_WATTS,
+    span_child,
+    spans,
     GROUP_GID,
     MEMBER_UID,
     OUTSIDER_GID,
@@ -154,3 +156,43 @@ def test_a_run_whose_agent_stops_for_good_keeps_its_measured_part_labelled_parti
     assert joules >= 0.9 * TOTAL_WATTS * 2.5, err
     assert "PARTIAL: the otel-joules agent was away for" in err, err
     assert f"lost the otel-joules agent at {sock}" in err, err
+
+
+def test_a_container_that_mounts_the_runtime_directory_is_measured_again_after_an_agent_restart(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    container = tmp_path / "container"
+    container.mkdir()
+    walkable(container)
+    mounted = container / "run"
+    out = tmp_path / "spans.jsonl"
+    until = _writable(tmp_path) / "stop-now"
+    # The "container": its own mount namespace with the runtime directory bind-mounted in (as the docs'
+    # `docker run -v /run/otel-joules:/run/otel-joules`), the host's directory and sysfs tree covered. A mount of
+    # the socket file instead keeps the first agent's dead socket: with it this test times out after the restart.
+    script = (
+        f"mount -t tmpfs -o mode=0755 none {container} && mkdir {mounted} && mount --bind {sock.parent} {mounted} "
+        f"&& mount -t tmpfs -o mode=0755 none {sock.parent} && mount -t tmpfs -o mode=0755 none {tree.root} "
+        f"&& exec \"$@\""
+    )
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        prefix = ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script, "sh", *_member()]
+        child = span_child(tmp_path, out, mounted / "agent.sock", tree, prefix,
+                           "--spans", "1000", "--span-s", "0.1", "--until", str(until))
+        try:
+            wait_for(lambda: sum(s["source"] == "measured" for s in spans(out)) >= 3, 60, "measured spans")
+            stop(agent)
+            gone = len(spans(out))
+            wait_for(lambda: any(s["source"] == "estimate" for s in spans(out)[gone:]), 30, "estimates")
+            agent = start_agent(tmp_path, tree, sock, stderr_name="agent2.err")
+            back = len(spans(out))
+            wait_for(lambda: sum(s["source"] == "measured" for s in spans(out)[back:]) >= 3, 30, "measured spans again")
+            until.touch()
+            _, err = child.communicate(timeout=60)
+        finally:
+            until.touch()
+            stop(child)
+            stop(agent)
+    assert child.returncode == 0, err
+    assert "Traceback" not in err, err
