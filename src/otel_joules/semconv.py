@@ -74,6 +74,9 @@ ENERGY_UNAVAILABLE_REASON: Final = "energy.unavailable_reason"
 #: Seconds the wall clock stepped during the span (``date -s``, an NTP step, a VM resume), when more than 2 ms
 #: either way: its start and end times are off by it; its measured duration is ``end - start - this``.
 ENERGY_CLOCK_STEP_S: Final = "energy.clock_step_s"
+#: Seconds of the span estimated because ``otel-joules agent`` was away for them (``energy.source = partial``):
+#: the rest of the span is measured. Absent when no part was estimated so.
+ENERGY_ESTIMATED_S: Final = "energy.estimated_s"
 #: How a domain's joules were obtained, on metric points (``counter``, ``power_integration``, ``estimate``).
 ENERGY_METHOD: Final = "energy.method"
 #: kWh, where a layer reports facility energy in kWh (training-run prediction events).

@@ -61,8 +61,8 @@ def child_env(tmp_path: Path, **extra: str) -> dict[str, str]:
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "PYTHONDONTWRITEBYTECODE": "1",
-        # The test's own PYTHONPATH after the repository: a child imports the otel_joules under test, as clean_env's.
-        "PYTHONPATH": os.pathsep.join([str(REPO), *([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])]),
+        # The checkout's own sources first: an installed copy elsewhere must not stand in for the code under test.
+        "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}",
         "OTEL_SDK_DISABLED": "false",
         "OTEL_TRACES_EXPORTER": "none",
         "OTEL_METRICS_EXPORTER": "none",

@@ -33,6 +33,7 @@ class LineExporter(SpanExporter):
                 "duration_s": (span.end_time - span.start_time) / 1e9,
                 "joules": attributes.get("energy.joules"),
                 "source": attributes.get("energy.source"),
+                "estimated_s": attributes.get("energy.estimated_s"),
                 "agent_domains": list(attributes.get("energy.agent.domains", ())),
                 "domains": sorted(k for k in attributes if k.endswith(".joules") and k.count(".") == 2),
             }) + "\n")

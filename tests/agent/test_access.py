@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "otel_joules.cli.main", *args], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])})
+                          env={**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"})  # the checkout's sources
 
 
 def test_setup_access_prints_a_udev_rule_and_a_tmpfiles_alternative_giving_the_counters_to_the_group() -> None:
@@ -61,14 +61,19 @@ def test_the_agent_prints_a_systemd_unit_with_only_what_it_needs() -> None:
     assert result.returncode == 0, result.stderr
     unit = result.stdout
     # The installed otel-joules by its absolute path (systemd does not search a venv's bin), readable under the
-    # unit's own ProtectHome= (this interpreter or its venv may live in /home or /root).
+    # unit's own ProtectHome= (this interpreter or its venv may live in /home or /root); a dedicated user by
+    # default: root only to open the counters and the socket.
     command = installed_command()
     assert os.path.isabs(command[0]) and os.access(command[0], os.X_OK)
-    assert f"ExecStart={' '.join(command)} agent --socket /run/otel-joules/agent.sock --group energy --min-interval-ms 10" in unit
+    assert (
+        f"ExecStart={' '.join(command)} agent --socket /run/otel-joules/agent.sock --group energy --min-interval-ms 10"
+        " --user otel-joules-agent" in unit
+    )
     assert f"ProtectHome={protect_home_for(files_the_service_runs(command))}" in unit.splitlines()
-    for line in ("CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER", "NoNewPrivileges=yes",
+    assert "useradd --system --no-create-home --shell /usr/sbin/nologin otel-joules-agent" in unit
+    for line in ("CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER CAP_SETUID CAP_SETGID", "NoNewPrivileges=yes",
                  "ProtectSystem=strict", "PrivateNetwork=yes", "RestrictAddressFamilies=AF_UNIX",
-                 "RuntimeDirectory=otel-joules", "WantedBy=multi-user.target"):
+                 "RuntimeDirectory=otel-joules", "RuntimeDirectoryPreserve=yes", "WantedBy=multi-user.target"):
         assert line in unit.splitlines(), line
 
 
@@ -120,7 +125,9 @@ def test_no_remedy_anywhere_makes_the_counters_world_readable() -> None:
 def test_the_agent_refuses_bad_settings_with_one_line_and_starts_nothing(tmp_path: Path) -> None:
     sock = tmp_path / "run" / "agent.sock"
     cases = {
-        ("--min-interval-ms", "0.1"): "--min-interval-ms 0.1 is outside 1..60000",
+        ("--min-interval-ms", "0.1"): "--min-interval-ms 0.1 is outside 10..60000",
+        # RAPL's own 1 ms resolution is refused: the floor is 10x it, and the error says why and what to give.
+        ("--min-interval-ms", "1"): "--min-interval-ms 1 is outside 10..60000: give at least 10 (10x RAPL's 1 ms",
         ("--group", "no-such-group-here"): "group 'no-such-group-here' does not exist: create it",
         ("--socket", "relative.sock"): "--socket 'relative.sock' is not an absolute path",
         ("--sysfs-root", str(tmp_path / "nosys")): "no RAPL counter can be read here",

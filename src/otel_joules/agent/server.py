@@ -22,6 +22,7 @@ import grp
 import logging
 import os
 import pwd
+import random
 import selectors
 import signal
 import socket
@@ -36,7 +37,9 @@ from otel_joules.config import DEFAULT_AGENT_SOCKET, Settings
 from otel_joules.errors import SensorReadError
 from otel_joules.sensors import rapl
 from otel_joules.sensors.agent_protocol import (
+    MAX_AGENT_POWER_WATTS,
     MAX_REQUEST_BYTES,
+    MAX_REQUEST_DEPTH,
     OP_SUBSCRIBE,
     PROTOCOL_VERSION,
     ProtocolError,
@@ -49,8 +52,10 @@ _log = logging.getLogger("otel_joules")
 
 #: The default coarsening (README, "Measured energy without root"): 10x RAPL's ~1 ms update.
 DEFAULT_MIN_INTERVAL_MS = 10
-#: Coarser than RAPL itself at least; finer than this is refused.
-MIN_INTERVAL_FLOOR_MS = 1
+#: Finer than this is refused: 10x RAPL's ~1 ms update. An interval near 1 ms hands a member RAPL's
+#: own resolution, which is what power side channels (PLATYPUS, CVE-2020-8694) read secrets through;
+#: ten updates per reading blur a pattern in 1 ms slots into one sum (docs/measuring.md).
+MIN_INTERVAL_FLOOR_MS = 10
 #: ... and at most a minute (the library's sampler needs a reading well within a wrap period).
 MIN_INTERVAL_CEILING_MS = 60_000
 SOCKET_MODE = 0o660
@@ -155,6 +160,33 @@ def prepare_runtime_dir(path: str, gid: int) -> None:
         )
 
 
+def check_ancestors(runtime_dir: str) -> None:
+    """Refuse a runtime directory below one that someone else could swap: every directory above it, up to
+    ``/``, must be a real directory owned by root or the agent's user that others may not write (a sticky
+    one, such as ``/tmp``, is fine: no one may rename or remove another's entry in it)."""
+    ancestor = os.path.dirname(runtime_dir.rstrip("/")) or "/"
+    while True:
+        try:
+            info = os.lstat(ancestor)
+        except OSError as exc:
+            raise AgentSetupError(f"cannot check {ancestor}, above the socket: {exc.strerror}") from None
+        if stat.S_ISLNK(info.st_mode):
+            raise AgentSetupError(f"{ancestor}, above the socket, is a symlink: give --socket by its real path")
+        if info.st_uid not in (0, os.geteuid()):
+            raise AgentSetupError(
+                f"{ancestor}, above the socket, belongs to uid {info.st_uid}: its owner could swap the directories "
+                "below it and serve a fake agent; give --socket under directories owned by root (such as /run)"
+            )
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            raise AgentSetupError(
+                f"{ancestor}, above the socket, is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o}) "
+                f"without the sticky bit: `chmod go-w {ancestor}` or give --socket elsewhere"
+            )
+        if ancestor == "/":
+            return
+        ancestor = os.path.dirname(ancestor)
+
+
 def prepare_socket_path(path: str) -> None:
     """Refuse anything at ``path``, except a dead agent's socket of ours (removed, and said)."""
     try:
@@ -201,7 +233,8 @@ def _zone_description(channel: Channel) -> dict[str, object]:
         "hw_parent": domain.hw_parent,
         "in_total": domain.in_total,
         "wrap_uj": channel.wrap_uj,
-        "max_power_watts": channel.max_power_watts,
+        # A zone claiming more (a firmware's placeholder) is served at the protocol's ceiling, which clients accept.
+        "max_power_watts": min(channel.max_power_watts, MAX_AGENT_POWER_WATTS),
     }
 
 
@@ -276,6 +309,9 @@ class AgentServer:
         self._clients: dict[int, AgentClient] = {}
         self._buckets: dict[int, TokenBucket] = {}
         self._refused_uids: set[int] = set()
+        self._said_client_error = False
+        #: Unpredictable to clients: the read and publication instants must not be guessable.
+        self._random = random.SystemRandom()
         self._stopping = False
         self._answer = encode(
             {
@@ -292,26 +328,54 @@ class AgentServer:
         self._stopping = True
 
     def run(self) -> None:
-        """Serve until :meth:`stop`."""
-        next_tick_s = time.monotonic()
+        """Serve until :meth:`stop`.
+
+        One reading per interval, read at a random instant within it and published after a random
+        fraction of an interval more (in order): clients get the same rate, but neither the instant a
+        value was read nor a fixed grid to align an attack on (docs/measuring.md).
+        """
+        interval_s = self._interval_s
+        interval_start_s = time.monotonic()
+        next_read_s = interval_start_s + self._random.random() * interval_s
+        pending: list[tuple[float, bytes]] = []  # (publish at, frame), in order
         while not self._stopping:
             now_s = time.monotonic()
-            if now_s >= next_tick_s:
-                self._tick()
-                next_tick_s += self._interval_s
-                if next_tick_s <= now_s:  # fell behind (suspend, a stall): no burst of catch-up readings
-                    next_tick_s = now_s + self._interval_s
-            for key, mask in self._selector.select(max(0.0, next_tick_s - time.monotonic())):
+            if now_s >= next_read_s:
+                publish_at_s = max(now_s + self._random.random() * interval_s, pending[-1][0] if pending else 0.0)
+                pending.append((publish_at_s, self._reading()))
+                interval_start_s += interval_s
+                if interval_start_s + interval_s <= now_s:  # fell behind (suspend, a stall): no burst of catch-up readings
+                    interval_start_s = now_s
+                next_read_s = interval_start_s + self._random.random() * interval_s
+            while pending and pending[0][0] <= now_s:
+                self._publish(pending.pop(0)[1])
+            wake_s = min(next_read_s, pending[0][0]) if pending else next_read_s
+            for key, mask in self._selector.select(max(0.0, wake_s - time.monotonic())):
                 if key.data is None:
                     self._accept_some()
                     continue
-                client = key.data
-                if mask & selectors.EVENT_READ:
-                    self._receive(client)
-                if mask & selectors.EVENT_WRITE and client.sock.fileno() in self._clients:
-                    self._flush(client)
+                self._serve(key.data, mask)
             self._expire(time.monotonic())
         for client in list(self._clients.values()):
+            self._close(client)
+
+    def _serve(self, client: AgentClient, mask: int) -> None:
+        """One client's turn; whatever goes wrong in it ends that connection only, never the agent."""
+        try:
+            if mask & selectors.EVENT_READ:
+                self._receive(client)
+            if mask & selectors.EVENT_WRITE and client.sock.fileno() in self._clients:
+                self._flush(client)
+        except Exception as exc:  # noqa: BLE001 - one client's frame must not stop the others' readings
+            if not self._said_client_error:
+                self._said_client_error = True
+                _log.warning(
+                    "otel-joules agent: closed a connection of uid %d after an error in serving it (%s: %s); "
+                    "the agent goes on (later ones are not said)",
+                    client.uid,
+                    type(exc).__name__,
+                    exc,
+                )
             self._close(client)
 
     # -- readings ---------------------------------------------------------------------------------
@@ -325,8 +389,8 @@ class AgentServer:
                 values.append(None)
         return encode({"uj": values})
 
-    def _tick(self) -> None:
-        self._latest = frame = self._reading()
+    def _publish(self, frame: bytes) -> None:
+        self._latest = frame
         for client in list(self._clients.values()):
             if client.subscribed:
                 client.outbox += frame
@@ -408,7 +472,7 @@ class AgentServer:
             return
         client.inbox += chunk
         try:
-            messages = decode_frames(client.inbox, MAX_REQUEST_BYTES)
+            messages = decode_frames(client.inbox, MAX_REQUEST_BYTES, MAX_REQUEST_DEPTH)
         except ProtocolError:
             self._close(client)
             return
@@ -488,7 +552,8 @@ def serve(
     sys.dont_write_bytecode = True
     if not MIN_INTERVAL_FLOOR_MS <= min_interval_ms <= MIN_INTERVAL_CEILING_MS:
         raise AgentSetupError(
-            f"--min-interval-ms {min_interval_ms:g} is outside {MIN_INTERVAL_FLOOR_MS}..{MIN_INTERVAL_CEILING_MS}"
+            f"--min-interval-ms {min_interval_ms:g} is outside {MIN_INTERVAL_FLOOR_MS}..{MIN_INTERVAL_CEILING_MS}: "
+            f"give at least {MIN_INTERVAL_FLOOR_MS} (10x RAPL's 1 ms update; finer readings serve power side channels)"
         )
     if not os.path.isabs(socket_path):
         raise AgentSetupError(f"--socket {socket_path!r} is not an absolute path")
@@ -496,6 +561,7 @@ def serve(
     switch_to = resolve_user(user) if user is not None else None
     settings = settings or Settings.from_env()
     runtime_dir = os.path.dirname(socket_path)
+    check_ancestors(runtime_dir)
     prepare_runtime_dir(runtime_dir, gid)
     prepare_socket_path(socket_path)
     channels = open_counters(settings)
@@ -526,14 +592,19 @@ def serve(
     return 0
 
 
+#: The dedicated user the printed systemd unit switches to once the counters and the socket are open.
+DEFAULT_AGENT_USER = "otel-joules-agent"
+
+
 def systemd_unit(
     group: str,
     socket_path: str = DEFAULT_AGENT_SOCKET,
     min_interval_ms: float = DEFAULT_MIN_INTERVAL_MS,
     executable: str = "otel-joules",
     protect_home: str = "yes",
+    user: str = DEFAULT_AGENT_USER,
 ) -> str:
-    """A systemd unit running the agent with only what it needs.
+    """A systemd unit running the agent with only what it needs: root only to open the counters, then ``user``.
 
     ``executable`` is ExecStart's command (an absolute path: systemd does not search a venv's bin), already
     quoted for systemd; ``protect_home`` is ``read-only`` where that command lives under /home, /root or
@@ -545,16 +616,17 @@ def systemd_unit(
         "# /etc/systemd/system/otel-joules-agent.service",
         "# Enable: sudo systemctl daemon-reload && sudo systemctl enable --now otel-joules-agent",
         f"# Users: sudo groupadd --system {group}; sudo usermod -aG {group} USER (then log in again)",
+        f"# Agent: sudo useradd --system --no-create-home --shell /usr/sbin/nologin {user}",
         "[Unit]",
         "Description=otel-joules agent: RAPL energy counters for the group " + group,
         "After=systemd-udevd.service",
         "",
         "[Service]",
         "Type=simple",
-        f"ExecStart={executable} agent --socket {socket_path} --group {group} --min-interval-ms {min_interval_ms:g}",
+        f"ExecStart={executable} agent --socket {socket_path} --group {group} --min-interval-ms {min_interval_ms:g} --user {user}",
         "Environment=PYTHONDONTWRITEBYTECODE=1",
-        # Opening root-only counters, giving the socket to the group; the agent drops even these once set up.
-        "CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER",
+        # Opening root-only counters, giving the socket to the group, switching to --user; none is kept once set up.
+        "CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER CAP_SETUID CAP_SETGID",
         "AmbientCapabilities=",
         "NoNewPrivileges=yes",
         "ProtectSystem=strict",
@@ -571,7 +643,8 @@ def systemd_unit(
         "Restart=on-failure",
     ]
     if runtime_directory:
-        lines += [f"RuntimeDirectory={runtime_directory}", "RuntimeDirectoryMode=0755"]
+        # Preserved across restarts: a container that mounts the directory (never the socket file) sees the new socket.
+        lines += [f"RuntimeDirectory={runtime_directory}", "RuntimeDirectoryMode=0755", "RuntimeDirectoryPreserve=yes"]
     else:
         lines += [f"ReadWritePaths={runtime}"]
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]

@@ -797,14 +797,14 @@ class PriceHistory:
         k = bisect.bisect_left([t for t, _ in points], monotonic_ns)
         t1, b = points[k]
         if t1 == monotonic_ns or k == 0:
-            return _new_tuple(EnergySnapshot, (monotonic_ns, b.joules, (), b.missing, b.jumps))
+            return _new_tuple(EnergySnapshot, (monotonic_ns, b.joules, (), b.missing, b.jumps, b.outage))
         t0, a = points[k - 1]
         f = (monotonic_ns - t0) / (t1 - t0)
         joules = tuple(None if x is None or y is None else x + (y - x) * f for x, y in zip(a.joules, b.joules))
         # A domain missing at either sample is missing here too; the jumps counted are the later
         # sample's, so a jump inside the period counts as before the instant.
         missing = tuple(sorted({*a.missing, *b.missing})) if a.missing or b.missing else ()
-        return _new_tuple(EnergySnapshot, (monotonic_ns, joules, (), missing, b.jumps))
+        return _new_tuple(EnergySnapshot, (monotonic_ns, joules, (), missing, b.jumps, b.outage))
 
     @property
     def oldest_ns(self) -> int | None:

@@ -8,7 +8,7 @@ import sys
 from typing import Any, Sequence
 
 from otel_joules.agent import AgentSetupError, serve, systemd_unit
-from otel_joules.agent.server import DEFAULT_MIN_INTERVAL_MS
+from otel_joules.agent.server import DEFAULT_AGENT_USER, DEFAULT_MIN_INTERVAL_MS
 from otel_joules.config import DEFAULT_AGENT_SOCKET
 from otel_joules.errors import ConfigurationError
 
@@ -35,7 +35,11 @@ def register(subparsers: Any) -> None:
             "docs/measuring.md says why)"
         ),
     )
-    parser.add_argument("--user", help="switch to this user (a name or a uid) once the counters and the socket are open")
+    parser.add_argument(
+        "--user",
+        help=f"switch to this user (a name or a uid) once the counters and the socket are open "
+        f"(the printed unit uses {DEFAULT_AGENT_USER}); without it the agent stays uid 0 with no capabilities",
+    )
     parser.add_argument("--sysfs-root", help="where sysfs is mounted (default: $OTEL_JOULES_SYSFS_ROOT or /sys)")
     parser.add_argument(
         "--print-systemd-unit",
@@ -51,7 +55,14 @@ def run(args: argparse.Namespace) -> int:
         command = installed_command()
         protect_home = protect_home_for(files_the_service_runs(command))
         sys.stdout.write(
-            systemd_unit(args.group, args.socket, args.min_interval_ms, " ".join(map(systemd_word, command)), protect_home)
+            systemd_unit(
+                args.group,
+                args.socket,
+                args.min_interval_ms,
+                " ".join(map(systemd_word, command)),
+                protect_home,
+                user=args.user or DEFAULT_AGENT_USER,
+            )
         )
         return 0
     from otel_joules.config import Settings

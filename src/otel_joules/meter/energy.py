@@ -39,6 +39,8 @@ class Energy(NamedTuple):
         missing: Selected positions whose counter failed a read at either end and was being
             retried, by domain id.
         jumped: Selected positions whose counter jumped in between beyond its power bound, by domain id.
+        estimated_s: Seconds of the interval estimated because ``otel-joules agent`` was away for them
+            (``source`` is then ``partial``); 0.0 otherwise.
     """
 
     duration_s: float
@@ -50,6 +52,7 @@ class Energy(NamedTuple):
     stale: tuple[int, ...]
     missing: tuple[int, ...]
     jumped: tuple[int, ...]
+    estimated_s: float = 0.0
 
 
 class EnergyPlan:
@@ -57,12 +60,16 @@ class EnergyPlan:
 
     Args:
         domains: The meter's domains, in snapshot order.
+        standby: Positions of the standby estimates that stand in for the agent's domains while it is away.
     """
 
-    __slots__ = ("domains", "rows", "by_id", "in_total", "_index")
+    __slots__ = ("domains", "rows", "by_id", "in_total", "_index", "standby", "agent")
 
-    def __init__(self, domains: Sequence[Domain]) -> None:
+    def __init__(self, domains: Sequence[Domain], standby: Sequence[int] = ()) -> None:
         self.domains = tuple(domains)
+        #: Positions of the standby estimates, and of the domains read through the agent.
+        self.standby = tuple(standby)
+        self.agent = tuple(i for i, d in enumerate(self.domains) if d.via_agent)
         #: (adds to the total, is a measurement, update period) per position.
         self.rows = tuple((d.in_total, d.method.is_measurement, d.update_period_s) for d in self.domains)
         #: Positions sorted by domain id: the order of the flags.
@@ -100,6 +107,9 @@ def energy_between(
     """
     duration_s = max(0, end[0] - start[0]) / 1e9
     a_joules, b_joules = start[1], end[1]
+    estimated_s = 0.0
+    if plan.standby and len(start) > 5 and len(end) > 5 and start[5] is not None and end[5] is not None:
+        a_joules, b_joules, estimated_s = _across_outages(plan, start[5], end[5], a_joules, b_joules)
     if selected is not None:
         a_joules = tuple(j if keep else None for j, keep in zip(a_joules, selected))
     joules: list[float | None] = []
@@ -122,6 +132,8 @@ def energy_between(
         if update_period_s > slowest_update_s:
             slowest_update_s = update_period_s
     source = SOURCE_MIXED if measured and estimated else SOURCE_ESTIMATE if estimated else SOURCE_MEASURED
+    if estimated_s and measured:
+        source = SOURCE_PARTIAL  # measured while the agent was there, estimated for the rest
     stale: tuple[int, ...] = ()
     if start[2] or end[2]:
         flagged = {*start[2], *end[2]}
@@ -153,8 +165,34 @@ def energy_between(
             stale,
             missing,
             jumped,
+            estimated_s if measured else 0.0,
         ),
     )
+
+
+def _across_outages(plan: EnergyPlan, a_outage, b_outage, a_joules, b_joules):  # type: ignore[no-untyped-def]
+    """The ends' joules as an interval across the agent's outages counts them; and the seconds estimated.
+
+    Both ends with the agent there: measured (a gap between them was bridged by its counters), the
+    standby estimates left out. Both away: the estimates alone. A loss in between: measured up to
+    the loss (the agent's domains hold their last measurement), estimated after it. A return in
+    between: estimated up to the return, measured from the joules at the return on.
+    """
+    if not a_outage[0] and not b_outage[0]:
+        return _without(a_joules, plan.standby), b_joules, 0.0
+    if a_outage[0] and b_outage[0]:
+        return _without(a_joules, plan.agent), b_joules, 0.0
+    estimated_s = max(0.0, b_outage[1] - a_outage[1])
+    if a_outage[0]:
+        returned = b_outage[2]
+        a_joules = tuple(returned[i] if i in plan.agent else j for i, j in enumerate(a_joules))
+    return a_joules, b_joules, estimated_s
+
+
+def _without(joules: tuple[float | None, ...], positions: tuple[int, ...]) -> tuple[float | None, ...]:
+    if not positions:
+        return joules
+    return tuple(None if i in positions else j for i, j in enumerate(joules))
 
 
 def spent_joules(positions: Sequence[int], start: EnergySnapshot, end: EnergySnapshot) -> float:

@@ -31,6 +31,7 @@ from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
 from otel_joules.meter._channels import _ChannelState
+from otel_joules.meter.outages import Outage, Outages
 from otel_joules.meter.energy import EnergyPlan, energy_between
 from otel_joules.meter.fastpath import COMPILED, use_compiled
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
@@ -59,6 +60,8 @@ class EnergySnapshot(NamedTuple):
         jumps: Per position, how many counter moves the power bound ruled out so far (not counted
             as energy); empty while there has been none. Two snapshots whose counts differ have a
             rejected jump between them.
+        outage: Where the meter stands with ``otel-joules agent`` (:class:`Outage`); None for a meter
+            without standby estimates.
     """
 
     monotonic_ns: int
@@ -66,6 +69,7 @@ class EnergySnapshot(NamedTuple):
     stale: tuple[int, ...] = ()
     missing: tuple[int, ...] = ()
     jumps: tuple[int, ...] = ()
+    outage: Outage | None = None
 
 
 @dataclass(slots=True)
@@ -91,6 +95,8 @@ class EnergyMeasurement:
         rejected_jump_domains: Domains whose counter jumped in between by more than its power
             bound allows: the jump is not in their joules.
         agent_domains: Domains in :attr:`joules_by_domain` read through ``otel-joules agent``.
+        estimated_s: Seconds estimated because the agent was away for them (``source`` is then
+            ``partial``: the rest is measured); 0.0 otherwise.
         domain_kinds: ``energy.domain_kinds``: the domains counted in the total with their kinds
             (:func:`~otel_joules.sensors.base.domain_kinds`); None where the measurement cannot say
             (constant-power simulated devices, a caller's own measurement).
@@ -111,6 +117,7 @@ class EnergyMeasurement:
     rejected_jump_domains: tuple[str, ...] = ()
     agent_domains: tuple[str, ...] = ()
     domain_kinds: str | None = None
+    estimated_s: float = 0.0
 
 
 class EnergyMeter:
@@ -205,7 +212,8 @@ class EnergyMeter:
         #: (their positions None otherwise). Standby states come last, so positions match ``domains``.
         self._primary_states = tuple(self._states[:primary_count])
         self._standby_states = tuple(self._states[primary_count:])
-        self._standby_none = (None,) * len(self._standby_states)
+        #: The agent's comings and goings, and the standby estimates that stand in meanwhile.
+        self._outages = Outages(self._primary_states, self._standby_states, self.settings.agent_socket)
         #: Domains of the standby estimates (counted only while the agent is away).
         self.standby_domain_ids: tuple[str, ...] = tuple(s.channel.domain.id for s in self._standby_states)
         self.domains: tuple[Domain, ...] = tuple(s.channel.domain for s in self._states)
@@ -213,7 +221,7 @@ class EnergyMeter:
         self.agent_domain_ids: tuple[str, ...] = tuple(sorted(d.id for d in self.domains if d.via_agent))
         self._index = {d.id: i for i, d in enumerate(self.domains)}
         #: What :func:`~otel_joules.meter.energy.energy_between` needs of these domains, unpacked once.
-        self.plan = EnergyPlan(self.domains)
+        self.plan = EnergyPlan(self.domains, standby=range(len(self._primary_states), len(self._states)))
         self._ids = tuple(d.id for d in self.domains)
         self._methods = tuple(d.method for d in self.domains)
         #: ``energy.domain_kinds`` of every measurement over all domains, built once.
@@ -260,29 +268,25 @@ class EnergyMeter:
             if self._closed:
                 # Spans ended by other exit hooks after the meter closed: leave them
                 # without energy rather than read closed descriptors and warn per domain.
-                return _new_tuple(EnergySnapshot, (now_ns, (None,) * len(self._states), (), (), self._jump_counts))
+                return _new_tuple(EnergySnapshot, (now_ns, (None,) * len(self._states), (), (), self._jump_counts, None))
             cached = self._last_snapshot
             if cached is not None and now_ns - cached[0] < self._max_snapshot_age_ns:
                 return cached
-            if hold_devices and self._holdable_states:
-                for state in self._holdable_states:
-                    state.holding = True
-                try:
+            outage = None
+            # An idle sampler's snapshot leaves the device counters unread (see the docstring).
+            held = self._holdable_states if hold_devices else ()
+            for state in held:
+                state.holding = True
+            try:
+                if self._standby_states:
+                    before_uj = self._outages.agent_totals_uj() if self._outages.away else None
                     values, failing, away = self._read_counters(self._primary_states, now_ns)
-                finally:
-                    for state in self._holdable_states:
-                        state.holding = False
-            else:
-                values, failing, away = self._read_counters(self._primary_states, now_ns)
-            if self._standby_states:
-                if away:
-                    for state in self._standby_states:
-                        value = state.read_joules(now_ns)
-                        values.append(value)
-                        if value is None:
-                            failing = True
+                    failing, outage = self._outages.update(values, failing, away, now_ns, before_uj)
                 else:
-                    values += self._standby_none
+                    values, failing, away = self._read_counters(self._primary_states, now_ns)
+            finally:
+                for state in held:
+                    state.holding = False
             # tuple.__new__ skips the named tuple's Python-level __new__: this runs twice per span.
             joules = tuple(values)
             stale: tuple[int, ...] = ()
@@ -296,7 +300,7 @@ class EnergyMeter:
             if self._jump_events[0] != self._jumps_seen:
                 self._jumps_seen = self._jump_events[0]
                 self._jump_counts = tuple(s.jumps for s in self._states)
-            snapshot = _new_tuple(EnergySnapshot, (now_ns, joules, stale, missing, self._jump_counts))
+            snapshot = _new_tuple(EnergySnapshot, (now_ns, joules, stale, missing, self._jump_counts, outage))
             if not hold_devices:
                 self._last_snapshot = snapshot
             return snapshot
@@ -371,6 +375,7 @@ class EnergyMeter:
             tuple(ids[i] for i in energy.jumped),
             through_agent,
             self._kinds_of(domains, constant_watts),
+            energy.estimated_s,
         )
 
     def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> str | None:
@@ -381,6 +386,12 @@ class EnergyMeter:
         if domains is None:
             return self.domain_kinds
         return domain_kinds(d for d in self.domains if d.id in domains)
+
+    def withheld_estimate_joules(self) -> float:
+        """Standby estimates (of domains in the host's total) that the agent's counters bridged when it came
+        back, or may still bridge (the current outage while shorter than a wrap of its counters): the measured
+        domains hold, or will hold, that energy, so the host's total leaves these out. 0.0 without an agent."""
+        return self._outages.withheld_estimate_joules(time.monotonic_ns())
 
     def domain_index(self, domain_id: str) -> int:
         """Position of ``domain_id`` in :attr:`domains` and in snapshots."""

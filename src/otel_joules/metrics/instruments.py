@@ -113,6 +113,8 @@ class EnergyMetrics:
         self._current = self._previous
         self._current_at = time.monotonic()
         self._last_known = [0.0] * len(meter.domains)
+        #: The host's total last reported: it never goes backwards.
+        self._host_energy_joules = 0.0
         self._remember(self._current)
         self._frozen = False
         self._has_host_total = any(domain.in_total for domain in meter.domains)
@@ -260,8 +262,12 @@ class EnergyMetrics:
             return []  # e.g. a process that leaves the host to another and has no GPU
         self._snapshots()
         # Last known values: a domain that fails keeps its joules in the total, so the
-        # host counter never goes backwards.
+        # host counter never goes backwards. The standby estimates of agent outages that its
+        # counters bridged, or may still bridge, are left out (the measured domains hold that energy):
+        # counted once, never counted and then taken back.
         total = sum(joules for joules, domain in zip(self._last_known, self.meter.domains) if domain.in_total)
+        total -= self.meter.withheld_estimate_joules()
+        self._host_energy_joules = total = max(total, self._host_energy_joules)
         return [Observation(total, self._host_energy_attributes)]
 
     def _observe_host_power(self, options: CallbackOptions) -> Iterable[Observation]:

@@ -11,12 +11,22 @@ then gives spans its standby estimates, labelled ``energy.source = estimate``, a
 waits. The thread reconnects every :data:`RECONNECT_S`; once the agent answers again with the same
 zones, spans are measured again in the same process (the counters are cumulative, so a span across
 the outage still gets its whole energy).
+
+The agent is trusted with readings, not with this process: every number it sends is checked
+(finite, a wrap range of at most :data:`MAX_WRAP_UJ`, a power bound of at most
+:data:`MAX_AGENT_POWER_WATTS`, readings within the range), and nothing it sends raises into the
+application or ends the reader thread. An agent that answers badly at connect is not used (spans
+are estimates, said once); one that later sends a broken frame, dribbles bytes without completing a
+reading within :data:`SILENCE_MIN_S`, or sends the same reading for :data:`FROZEN_INTERVALS` of its
+intervals (at least :data:`FROZEN_MIN_S`: a live package counter always moves) is lost: spans are
+estimates until a reconnect gets good readings again.
 """
 
 from __future__ import annotations
 
 import errno
 import logging
+import math
 import os
 import socket
 import threading
@@ -26,7 +36,9 @@ from typing import Any
 from otel_joules.config import Settings
 from otel_joules.errors import SensorReadError
 from otel_joules.sensors.agent_protocol import (
+    MAX_AGENT_POWER_WATTS,
     MAX_REPLY_BYTES,
+    MAX_WRAP_UJ,
     OP_SUBSCRIBE,
     PROTOCOL_VERSION,
     ProtocolError,
@@ -46,6 +58,14 @@ RECONNECT_S = 0.5
 #: Silence from the agent for this many of its intervals (at least :data:`SILENCE_MIN_S`) means it hangs.
 SILENT_INTERVALS = 50
 SILENCE_MIN_S = 2.0
+#: A reading older than this many intervals (at least STALE_MIN_S) is not used: a span then gets the
+#: standby estimates instead of a frozen value (0 J labelled measured) while the link finds out why.
+STALE_INTERVALS = 10
+STALE_MIN_S = 0.5
+#: The same reading (every zone's value unchanged) for this many intervals, at least FROZEN_MIN_S, means
+#: the agent is lost: a live package counter moves at every RAPL update (~1 ms).
+FROZEN_INTERVALS = 20
+FROZEN_MIN_S = 1.0
 #: Read a counter at least this many times per wrap period (as the direct RAPL reader does).
 _READS_PER_WRAP = 4
 #: What the unavailable entries and messages call this sensor.
@@ -134,6 +154,11 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
             raise AgentUnavailable(f"the agent at {path} refused this process: {error}", join_group_remedy(group))
         if answer.get("version") != PROTOCOL_VERSION or not isinstance(answer.get("zones"), list) or not readings:
             raise AgentUnavailable(f"the agent at {path} speaks another protocol version ({answer.get('version')!r})")
+        for zone in answer["zones"]:
+            try:
+                zone_limits(zone)
+            except ValueError as exc:
+                raise AgentUnavailable(f"the agent at {path} described its zones badly: {exc}") from None
         sock.setblocking(True)
         sock.settimeout(None)
         return sock, answer, readings
@@ -148,21 +173,66 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
     except AgentUnavailable:
         sock.close()
         raise
+    except Exception as exc:  # noqa: BLE001 - whatever the agent sends, the application must not see it raise
+        sock.close()
+        raise AgentUnavailable(f"the agent at {path} sent a broken answer: {type(exc).__name__}") from None
+
+
+def zone_limits(zone: Any) -> tuple[int, float]:
+    """A zone's (wrap range in uJ, power bound in W), checked.
+
+    Raises:
+        ValueError: not an object, or a range or bound that is not a number, not finite, not positive,
+            a range above :data:`MAX_WRAP_UJ` or a bound above :data:`MAX_AGENT_POWER_WATTS`.
+    """
+    if not isinstance(zone, dict) or not isinstance(zone.get("id"), str):
+        raise ValueError("a zone is not an object with an id")
+    wrap_uj, max_power_watts = zone.get("wrap_uj"), zone.get("max_power_watts")
+    if not isinstance(wrap_uj, int) or isinstance(wrap_uj, bool) or not 0 < wrap_uj <= MAX_WRAP_UJ:
+        raise ValueError(f"zone {zone['id']!r} has a wrap range that is not an integer in 1..2**64 uJ")
+    if (
+        not isinstance(max_power_watts, (int, float))
+        or isinstance(max_power_watts, bool)
+        or not math.isfinite(max_power_watts)
+        or not 0 < max_power_watts <= MAX_AGENT_POWER_WATTS
+    ):
+        raise ValueError(
+            f"zone {zone['id']!r} claims a power bound outside 0..{MAX_AGENT_POWER_WATTS:g} W ({max_power_watts!r})"
+        )
+    return wrap_uj, float(max_power_watts)
 
 
 def _interval_s(answer: dict[str, Any]) -> float:
     """The agent's interval in seconds (1 ms if it sent none that makes sense)."""
     interval_ms = answer.get("interval_ms")
-    if isinstance(interval_ms, (int, float)) and not isinstance(interval_ms, bool) and 1 <= interval_ms <= 60_000:
+    if (
+        isinstance(interval_ms, (int, float))
+        and not isinstance(interval_ms, bool)
+        and math.isfinite(interval_ms)
+        and 1 <= interval_ms <= 60_000
+    ):
         return interval_ms / 1e3
     return 0.001
 
 
-def _values_of(reading: dict[str, Any], count: int) -> tuple[int | None, ...] | None:
+def _values_of(reading: dict[str, Any], wraps_uj: tuple[int, ...]) -> tuple[int | None, ...] | None:
+    """The reading's values, each within its zone's range or None (a failed read); None for a broken reading."""
     values = reading.get("uj")
-    if not isinstance(values, list) or len(values) != count:
+    if not isinstance(values, list) or len(values) != len(wraps_uj):
         return None
-    return tuple(v if isinstance(v, int) and not isinstance(v, bool) else None for v in values)
+    checked: list[int | None] = []
+    for value, wrap_uj in zip(values, wraps_uj):
+        if value is None:
+            checked.append(None)
+        elif isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= wrap_uj:
+            checked.append(value)
+        else:
+            return None
+    return tuple(checked)
+
+
+def _wraps_of(zones: list[Any]) -> tuple[int, ...]:
+    return tuple(zone_limits(zone)[0] for zone in zones)
 
 
 class AgentLink:
@@ -170,7 +240,7 @@ class AgentLink:
 
     Args:
         path: The agent's socket.
-        sock: A subscribed socket (from :func:`subscribe`).
+        sock: A subscribed socket (from :func:`subscribe`, whose zones are checked).
         answer: The agent's answer (its zones).
         readings: Readings received with the answer (the newest is the current value).
     """
@@ -179,16 +249,21 @@ class AgentLink:
         self.path = path
         self.zones: list[dict[str, Any]] = list(answer["zones"])
         self.zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in self.zones]
+        self._wraps_uj = _wraps_of(self.zones)
         self.interval_s = _interval_s(answer)
         #: The newest raw counter values by zone, or None while the agent is away.
         self.values: tuple[int | None, ...] | None = None
         for reading in readings:
-            self.values = _values_of(reading, len(self.zones)) or self.values
+            self.values = _values_of(reading, self._wraps_uj) or self.values
+        #: When :attr:`values` arrived (monotonic seconds), and how old they may be before they are not used.
+        self.values_at_s = time.monotonic()
+        self.stale_s = self._stale_s()
         self._sock: socket.socket | None = sock
         self._lock = threading.Lock()
         self._closed = False
         self._users = 0
         self._said_other_zones = False
+        self._said_lost = False
         self._pid = os.getpid()
         self._thread = self._start_thread()
 
@@ -211,32 +286,50 @@ class AgentLink:
             self.close()
 
     def _run(self) -> None:
-        silence_s = max(SILENCE_MIN_S, SILENT_INTERVALS * self.interval_s)
         while not self._closed:
             sock = self._sock
-            if sock is None:
-                try:
-                    connected = self._reconnect()
-                except Exception:  # noqa: BLE001 - a broken answer is the agent's fault: try again later
-                    connected = False
-                if not connected:
+            try:
+                if sock is None:
+                    if not self._reconnect():
+                        time.sleep(RECONNECT_S)
+                    continue
+                reason = self._receive(sock)
+            except Exception as exc:  # noqa: BLE001 - whatever the agent sends, this thread goes on
+                reason = f"{type(exc).__name__} while reading it"
+                if sock is None:
                     time.sleep(RECONNECT_S)
-                continue
-            reason = self._receive(sock, silence_s)
+                    continue
             if self._closed:
                 return
             self._lost(sock, reason)
 
-    def _receive(self, sock: socket.socket, silence_s: float) -> str:
-        """Keep :attr:`values` current from ``sock`` until it fails; why it did."""
+    def _stale_s(self) -> float:
+        return max(STALE_MIN_S, STALE_INTERVALS * self.interval_s)
+
+    def _silence_s(self) -> float:
+        """How long without a complete reading means the agent hangs (or dribbles)."""
+        return max(SILENCE_MIN_S, SILENT_INTERVALS * self.interval_s)
+
+    def _receive(self, sock: socket.socket) -> str:
+        """Keep :attr:`values` current from ``sock`` until it fails; why it did.
+
+        A reading must be complete within the silence deadline (bytes trickling in do not count), and
+        the readings must change: the same one for :data:`FROZEN_INTERVALS` intervals means the agent is lost.
+        """
         buffer = bytearray()
-        count = len(self.zones)
-        sock.settimeout(silence_s)
+        silence_s = self._silence_s()
+        frozen_s = max(FROZEN_MIN_S, FROZEN_INTERVALS * self.interval_s)
+        last_reading_s = changed_s = time.monotonic()
         while not self._closed:
+            now_s = time.monotonic()
+            remaining_s = last_reading_s + silence_s - now_s
+            if remaining_s <= 0:
+                return f"no complete reading for {silence_s:g} s"
+            sock.settimeout(remaining_s)
             try:
                 chunk = sock.recv(MAX_REPLY_BYTES)
             except socket.timeout:
-                return f"no reading for {silence_s:g} s"
+                return f"no complete reading for {silence_s:g} s"
             except OSError as exc:
                 return exc.strerror or str(exc)
             if not chunk:
@@ -247,9 +340,16 @@ class AgentLink:
             except ProtocolError as exc:
                 return f"broken reading: {exc}"
             for message in messages:
-                values = _values_of(message, count)
+                values = _values_of(message, self._wraps_uj)
                 if values is None:
                     return "broken reading"
+                now_s = last_reading_s = time.monotonic()
+                if values != self.values:
+                    changed_s = now_s
+                    # Only a change makes a reading fresh: a repeated one stands for no later instant.
+                    self.values_at_s = now_s
+                elif now_s - changed_s >= frozen_s:
+                    return f"its readings have not changed for {now_s - changed_s:.1f} s"
                 self.values = values
         return "closed"
 
@@ -260,7 +360,10 @@ class AgentLink:
             sock.close()
         except OSError:
             pass
-        _log.warning(
+        # Said once per process: a flapping or hostile agent must not flood the application's log.
+        log = _log.info if self._said_lost else _log.warning
+        self._said_lost = True
+        log(
             "otel-joules: lost the otel-joules agent at %s (%s): spans and metrics carry ESTIMATES "
             "(energy.source = estimate: CPU time x TDP, memory size x W/GB) until it is back; trying again every %g s.",
             self.path,
@@ -274,7 +377,7 @@ class AgentLink:
         except AgentUnavailable:
             return False
         zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in answer["zones"]]
-        if zone_ids != self.zone_ids:
+        if zone_ids != self.zone_ids or _wraps_of(answer["zones"]) != self._wraps_uj:
             sock.close()
             if not self._said_other_zones:
                 self._said_other_zones = True
@@ -289,12 +392,17 @@ class AgentLink:
         if self._closed:
             sock.close()
             return True
-        self.interval_s = _interval_s(answer)
         values = None
         for reading in readings:
-            values = _values_of(reading, len(self.zones)) or values
+            values = _values_of(reading, self._wraps_uj) or values
+        if values is None:
+            sock.close()
+            return False
+        self.interval_s = _interval_s(answer)
+        self.stale_s = self._stale_s()
         self._sock = sock
         self.values = values
+        self.values_at_s = time.monotonic()
         _log.info("otel-joules: the otel-joules agent at %s is back: spans are measured again.", self.path)
         return True
 
@@ -383,14 +491,15 @@ class AgentChannel(Channel):
         return True
 
     def read_uj(self) -> int | None:  # type: ignore[override]
-        """The zone's counter in the agent's newest reading; None while the agent is away.
+        """The zone's counter in the agent's newest reading; None while the agent is away or its reading is stale.
 
         Raises:
             SensorReadError: the agent could not read this zone, or sent a value outside its range.
         """
-        values = self._link.values
-        if values is None:
-            return None
+        link = self._link
+        values = link.values
+        if values is None or time.monotonic() - link.values_at_s > link.stale_s:
+            return None  # away, or its newest reading is too old to stand for now
         value = values[self._index]
         if value is None or value < 0 or value > self._wrap_uj:
             raise SensorReadError(f"the otel-joules agent could not read {self.domain.hw_id} ({value!r})")
@@ -428,6 +537,9 @@ def discover(settings: Settings) -> Discovery:
             return found
         found.unavailable.append(Unavailable(WHAT, exc.reason, exc.remedy))
         return found
+    except Exception as exc:  # noqa: BLE001 - an agent's answer must not break the application
+        found.unavailable.append(Unavailable(WHAT, f"the agent at {path} could not be used: {type(exc).__name__}: {exc}"))
+        return found
     try:
         for index, zone in enumerate(link.zones):
             parent = zone.get("hw_parent")
@@ -443,12 +555,9 @@ def discover(settings: Settings) -> Discovery:
                 hw_parent=str(parent) if parent else None,
                 via_agent=True,
             )
-            wrap_uj = int(zone["wrap_uj"])
-            max_power_watts = float(zone["max_power_watts"])
-            if wrap_uj <= 0 or not max_power_watts > 0:
-                raise ValueError(f"zone {zone['id']!r} has no valid range or power bound")
+            wrap_uj, max_power_watts = zone_limits(zone)
             found.channels.append(AgentChannel(domain, link, index, wrap_uj, max_power_watts))
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - an agent's odd description must not break the application
         for channel in found.channels:
             channel.close()
         link.close()

@@ -22,6 +22,10 @@ and from then on pushes one frame per reading, every ``interval_ms`` at instants
 each value a zone's raw ``energy_uj`` (wrapping at its ``wrap_uj``; null while a read fails). The
 client sends nothing more: any further byte, a frame that is not such an object, or a length above
 :data:`MAX_REQUEST_BYTES` closes that connection. Agent frames are at most :data:`MAX_REPLY_BYTES`.
+
+Neither side trusts the other's frames: a body nested deeper than the protocol ever nests
+(:data:`MAX_REQUEST_DEPTH`, :data:`MAX_REPLY_DEPTH`) is refused before it is parsed (a deeply nested
+body would exhaust Python's recursion), and so are ``NaN`` and ``Infinity``, which JSON does not have.
 """
 
 from __future__ import annotations
@@ -38,6 +42,17 @@ OP_SUBSCRIBE = "subscribe"
 MAX_REQUEST_BYTES = 1024
 #: Longest agent frame body (the zone list of a large multi-socket host fits many times over).
 MAX_REPLY_BYTES = 65536
+#: Deepest nesting of a client frame: the subscribe request is one flat object.
+MAX_REQUEST_DEPTH = 1
+#: Deepest nesting of an agent frame: the answer's zones are objects in a list in an object.
+MAX_REPLY_DEPTH = 3
+#: The largest power bound a zone may claim; the agent sends no more and the client accepts no more.
+#: The meter trusts a counter's move only up to the zone's bound (more is a jump, not energy): a bound
+#: far above any real CPU package or DRAM zone (the largest are rated well under 1 kW) would let a
+#: broken or hostile agent pass any energy off as measured.
+MAX_AGENT_POWER_WATTS = 5000.0
+#: The largest wrap range a zone may claim: RAPL's counters are at most 64 bits wide.
+MAX_WRAP_UJ = 2**64
 #: The frame header: the body's length.
 HEADER = struct.Struct(">I")
 
@@ -52,11 +67,38 @@ def encode(message: dict[str, Any]) -> bytes:
     return HEADER.pack(len(body)) + body
 
 
-def decode_frames(buffer: bytearray, max_body: int) -> list[dict[str, Any]]:
+def _reject_constant(name: str) -> Any:
+    raise ProtocolError(f"a frame holds {name}, which is not a JSON number")
+
+
+def nesting_depth(body: bytes) -> int:
+    """How deeply ``body`` (JSON text) nests arrays and objects, brackets inside strings not counted."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            deepest = max(deepest, depth)
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return deepest
+
+
+def decode_frames(buffer: bytearray, max_body: int, max_depth: int = MAX_REPLY_DEPTH) -> list[dict[str, Any]]:
     """Take every complete frame off the front of ``buffer`` (in place) and return their objects.
 
     Raises:
-        ProtocolError: a frame announces more than ``max_body`` bytes, or its body is not a JSON object.
+        ProtocolError: a frame announces more than ``max_body`` bytes, nests deeper than ``max_depth``,
+            holds ``NaN`` or ``Infinity``, or its body is not a JSON object.
     """
     messages: list[dict[str, Any]] = []
     while len(buffer) >= HEADER.size:
@@ -67,9 +109,14 @@ def decode_frames(buffer: bytearray, max_body: int) -> list[dict[str, Any]]:
             break
         body = bytes(buffer[HEADER.size : HEADER.size + length])
         del buffer[: HEADER.size + length]
+        # Counting brackets bounds the depth from above: only a body with many is scanned.
+        if body.count(b"[") + body.count(b"{") > max_depth and (depth := nesting_depth(body)) > max_depth:
+            raise ProtocolError(f"a frame nests {depth} deep, deeper than the protocol's {max_depth}")
         try:
-            message = json.loads(body)
-        except (UnicodeDecodeError, ValueError):
+            message = json.loads(body, parse_constant=_reject_constant)
+        except ProtocolError:
+            raise
+        except (UnicodeDecodeError, ValueError, RecursionError):
             raise ProtocolError("a frame is not JSON") from None
         if not isinstance(message, dict):
             raise ProtocolError("a frame is not a JSON object")

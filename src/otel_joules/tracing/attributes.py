@@ -27,6 +27,7 @@ from otel_joules.semconv import (
     ENERGY_BASELINE,
     ENERGY_BELOW_RESOLUTION,
     ENERGY_DOMAIN_KINDS,
+    ENERGY_ESTIMATED_S,
     ENERGY_JOULES,
     ENERGY_SOURCE,
     ENERGY_WATTS,
@@ -90,6 +91,8 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         attributes[domain_rejected_jump_key(domain_id)] = True
     if measurement.agent_domains:
         attributes[ENERGY_AGENT_DOMAINS] = measurement.agent_domains
+    if measurement.estimated_s:
+        attributes[ENERGY_ESTIMATED_S] = measurement.estimated_s
     return attributes
 
 
@@ -221,6 +224,8 @@ class MeterAttributes:
             through_agent = tuple(domain_id for i, domain_id in self._agent_positions if joules_at_position[i] is not None)
             if through_agent:
                 attributes[ENERGY_AGENT_DOMAINS] = through_agent
+            if energy[9]:
+                attributes[ENERGY_ESTIMATED_S] = energy[9]
         return attributes
 
     def add_attribution(self, attribution: SpanAttribution, into: dict[str, Any]) -> dict[str, Any]:

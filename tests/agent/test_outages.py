@@ -1,0 +1,198 @@
+"""Outages of ``otel-joules agent`` lose and double nothing, with real processes only.
+
+The agent runs as root on a fake powercap tree whose counters advance at a known power
+(:class:`~tests.fakes.powercap.ConstantPower`); the application runs as a group member and reads
+through it. The agent is stopped (SIGTERM) mid-run: for a few seconds and started again, or for good.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.agent._support import (
+    DRAM_WATTS,
+    span_child,
+    spans,
+    GROUP_GID,
+    MEMBER_UID,
+    OUTSIDER_GID,
+    PACKAGE_WATTS,
+    TOTAL_WATTS,
+    as_uid,
+    child_env,
+    root_only_tree,
+    start_agent,
+    stop,
+    wait_for,
+    walkable,
+)
+from tests.fakes.powercap import ConstantPower
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
+
+HOST_ENERGY_CHILD = r"""
+import json, os, sys, time
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+import otel_joules
+
+out, ready, until = sys.argv[1:4]
+reader = InMemoryMetricReader()
+tracer_provider = TracerProvider()
+otel_joules.instrument(tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader]))
+tracer = tracer_provider.get_tracer("outage-test")
+
+
+def host_joules():
+    for rm in reader.get_metrics_data().resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name == "hw.host.energy":
+                    return metric.data.data_points[0].value
+    raise SystemExit("no hw.host.energy")
+
+
+first_ns, first_j = time.monotonic_ns(), host_joules()
+open(ready, "w").close()
+while not os.path.exists(until):  # an application's spans: the meter reads as they start and end
+    with tracer.start_as_current_span("work"):
+        time.sleep(0.1)
+    host_joules()  # collected often, as during the outage too (an exporter's period)
+last_ns, last_j = time.monotonic_ns(), host_joules()
+with open(out, "w") as f:
+    json.dump({"seconds": (last_ns - first_ns) / 1e9, "joules": last_j - first_j}, f)
+"""
+
+
+def _runtime(tmp_path: Path) -> Path:
+    walkable(tmp_path)
+    return tmp_path / "run" / "agent.sock"
+
+
+def _writable(tmp_path: Path) -> Path:
+    """A directory the member's child writes its files in (never one above the socket: the agent refuses that)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    return shared
+
+
+def _member() -> list[str]:
+    return as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID])
+
+
+def test_a_3_s_agent_restart_counts_every_joule_once_in_hw_host_energy(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    script = tmp_path / "host_energy.py"
+    script.write_text(HOST_ENERGY_CHILD)
+    os.chmod(script, 0o644)
+    shared = _writable(tmp_path)
+    out, ready, until = shared / "host.json", shared / "ready", shared / "stop-now"
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        child = subprocess.Popen(
+            [*_member(), sys.executable, str(script), str(out), str(ready), str(until)],
+            env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock)),
+            cwd=tmp_path / "home", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            wait_for(ready.exists, 60, "the instrumented child")
+            time.sleep(2.0)
+            stop(agent)
+            time.sleep(3.0)
+            agent = start_agent(tmp_path, tree, sock, stderr_name="agent2.err")
+            time.sleep(3.0)
+            until.touch()
+            _, err = child.communicate(timeout=60)
+        finally:
+            until.touch()
+            stop(child)
+            stop(agent)
+    assert child.returncode == 0, err
+    result = json.loads(out.read_text())
+    truth_j = TOTAL_WATTS * result["seconds"]
+    print(f"restart: hw.host.energy {result['joules']:.1f} J over {result['seconds']:.2f} s, truth {truth_j:.1f} J")
+    # Counted once: the standby estimate of the outage is not added to the counters that bridge it.
+    assert abs(result["joules"] - truth_j) <= 0.02 * truth_j, (result, truth_j)
+    lines = [line for line in err.splitlines() if line]
+    assert len(lines) == 1 and lines[0].startswith(f"otel-joules: lost the otel-joules agent at {sock}"), err
+
+
+def test_a_run_whose_agent_stops_for_good_keeps_its_measured_part_labelled_partial(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    started = _writable(tmp_path) / "started"
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        run = subprocess.Popen(
+            [*_member(), sys.executable, "-m", "otel_joules.cli.main", "run", "--", "sh", "-c", f"touch {started}; sleep 5"],
+            env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock)),
+            cwd=tmp_path / "home", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            wait_for(started.exists, 60, "the command to start")
+            time.sleep(2.5)
+            stop(agent)  # for good: it is not back before the command ends
+            _, err = run.communicate(timeout=60)
+        finally:
+            stop(run)
+            stop(agent)
+    assert run.returncode == 0, err
+    energy = next((line for line in err.splitlines() if line.strip().startswith("energy")), "")
+    assert "(partial:" in energy, err
+    joules = float(re.search(r"energy\s+([0-9.]+) J", energy).group(1))  # type: ignore[union-attr]
+    # At least the measured part (2.5 s at the fake's power); never 0 J.
+    assert joules >= 0.9 * TOTAL_WATTS * 2.5, err
+    assert "PARTIAL: the otel-joules agent was away for" in err, err
+    assert f"lost the otel-joules agent at {sock}" in err, err
+
+
+def test_a_container_that_mounts_the_runtime_directory_is_measured_again_after_an_agent_restart(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    container = tmp_path / "container"
+    container.mkdir()
+    walkable(container)
+    mounted = container / "run"
+    out = tmp_path / "spans.jsonl"
+    until = _writable(tmp_path) / "stop-now"
+    # The "container": its own mount namespace with the runtime directory bind-mounted in (as the docs'
+    # `docker run -v /run/otel-joules:/run/otel-joules`), the host's directory and sysfs tree covered. A mount of
+    # the socket file instead keeps the first agent's dead socket: with it this test times out after the restart.
+    script = (
+        f"mount -t tmpfs -o mode=0755 none {container} && mkdir {mounted} && mount --bind {sock.parent} {mounted} "
+        f"&& mount -t tmpfs -o mode=0755 none {sock.parent} && mount -t tmpfs -o mode=0755 none {tree.root} "
+        f"&& exec \"$@\""
+    )
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        prefix = ["unshare", "--mount", "--propagation", "private", "--fork", "sh", "-c", script, "sh", *_member()]
+        child = span_child(tmp_path, out, mounted / "agent.sock", tree, prefix,
+                           "--spans", "1000", "--span-s", "0.1", "--until", str(until))
+        try:
+            wait_for(lambda: sum(s["source"] == "measured" for s in spans(out)) >= 3, 60, "measured spans")
+            stop(agent)
+            gone = len(spans(out))
+            wait_for(lambda: any(s["source"] == "estimate" for s in spans(out)[gone:]), 30, "estimates")
+            agent = start_agent(tmp_path, tree, sock, stderr_name="agent2.err")
+            back = len(spans(out))
+            wait_for(lambda: sum(s["source"] == "measured" for s in spans(out)[back:]) >= 3, 30, "measured spans again")
+            until.touch()
+            _, err = child.communicate(timeout=60)
+        finally:
+            until.touch()
+            stop(child)
+            stop(agent)
+    assert child.returncode == 0, err
+    assert "Traceback" not in err, err
