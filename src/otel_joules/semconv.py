@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from opentelemetry.semconv._incubating.attributes.host_attributes import HOST_NAME
+from opentelemetry.semconv._incubating.attributes.host_attributes import HOST_ID, HOST_NAME
 from opentelemetry.semconv._incubating.attributes.process_attributes import (
     PROCESS_COMMAND_LINE,
     PROCESS_EXECUTABLE_NAME,
@@ -47,7 +47,7 @@ EXPORTED_ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (ENERGY_NAMESPACE, CARBON_
 #: environments) can be large or secret and reach the OTLP backend only.
 EXPORTED_RESOURCE_ATTRIBUTES: Final[tuple[str, ...]] = (
     HOST_NAME,
-    "host.id",
+    HOST_ID,
     "process.owner",
     "user.name",
     SERVICE_INSTANCE_ID,

@@ -98,7 +98,8 @@ class EnergyMetrics:
         attribution: Where ``process.*``, ``energy.unattributed`` and ``energy.baseline.power``
             come from, as for :class:`~otel_joules.tracing.EnergySpanProcessor`: True (default)
             the meter's shared :class:`~otel_joules.attribution.Attributor`, an Attributor that
-            one, False none of those instruments (``hw.*`` only).
+            one, False none of those instruments (``hw.*`` only). Reading through ``otel-joules agent``,
+            only ``process.*`` are registered (:attr:`publishes_host`).
         gate: Asked at each collection; while it returns False the instruments report
             nothing, so an exporter with nowhere to send (a collector that is not there,
             :class:`~otel_joules.delivery.reachability.EndpointGate`) is given nothing of
@@ -143,7 +144,13 @@ class EnergyMetrics:
         atexit.register(_freeze_at_exit, weakref.ref(self))
         provider = meter_provider or metrics.get_meter_provider()
         otel_meter = provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
-        self._register_hardware(otel_meter)
+        #: Whether this process publishes the host's devices (``hw.*``, ``energy.components``, ``energy.nested``,
+        #: ``energy.estimate``, ``energy.missing``) and host figures (``energy.unattributed``,
+        #: ``energy.baseline.power``). False when the meter reads through ``otel-joules agent``: the agent
+        #: publishes them, once per host, and this process only its ``process.*`` share.
+        self.publishes_host: bool = not meter.agent_domain_ids
+        if self.publishes_host:
+            self._register_hardware(otel_meter)
         #: The attributor behind the share instruments (None: attribution is off, or CPU times cannot be read).
         self.attributor: Attributor | None = attributor_from(attribution, meter)
         if self.attributor is not None:
@@ -185,7 +192,7 @@ class EnergyMetrics:
         )
 
     def _register_shares(self, otel_meter: metrics.Meter, attributor: Attributor) -> None:
-        """The attributor's instruments: this process's share, the host's unattributed energy, the baselines."""
+        """The attributor's instruments: this process's share; the host's unattributed energy and baselines where it publishes the host."""
         meter = self.meter
         self._process_attributes = {
             kind: {HW_TYPE: kind, ENERGY_SOURCE: _source(meter, kind)} for kind in attributor.kinds
@@ -203,6 +210,12 @@ class EnergyMetrics:
             unit="W",
             description="This process's attributed share of the host's power, per hw.type",
         )
+        if self.publishes_host:
+            self._register_host_figures(otel_meter, attributor)
+
+    def _register_host_figures(self, otel_meter: metrics.Meter, attributor: Attributor) -> None:
+        """The attributor's host-wide instruments: the energy given to no process, the baselines."""
+        meter = self.meter
         self._unattributed_attributes = {
             kind: {**self._host_attributes, HW_TYPE: kind, ENERGY_SOURCE: _source(meter, kind)}
             for kind in attributor.kinds
