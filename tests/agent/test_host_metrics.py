@@ -25,6 +25,7 @@ from otel_joules.sensors import agent
 from tests.agent._support import GROUP_GID, REPO, child_env, root_only_tree, stop, wait_for, walkable
 from tests.fakes.otlp_receiver import otlp_grpc_receiver  # noqa: F401  (fixture)
 from tests.fakes.powercap import ConstantPower, FakePowercap
+from tests.helpers.processes import closed_port
 from tests.fakes.procfs import FakeProcfs
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
@@ -107,6 +108,23 @@ def test_without_otlp_metrics_the_agent_says_so_and_still_serves(tmp_path) -> No
     stop(process)
     err = (tmp_path / "agent.err").read_text()
     assert "OTEL_METRICS_EXPORTER is none: the host's hw.* metrics are not published" in err, err
+
+
+def test_with_no_collector_listening_the_agent_says_so_once_and_serves_on(tmp_path) -> None:
+    tree = _platform_tree(tmp_path)
+    walkable(tmp_path)
+    sock = tmp_path / "run" / "agent.sock"
+    env = {"OTEL_METRICS_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{closed_port()}",
+           "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_METRIC_EXPORT_INTERVAL": "200"}
+    process = _start_agent(tmp_path, tree, sock, **env)
+    try:
+        err_path = tmp_path / "agent.err"
+        wait_for(lambda: b"energy metrics are not exported while nothing answers" in err_path.read_bytes(), 30, "the warning")
+        time.sleep(1.0)  # five more export intervals
+        assert process.poll() is None and sock.exists()
+    finally:
+        stop(process)
+    assert err_path.read_text().count("nothing answers") == 1, err_path.read_text()
 
 
 def test_a_process_reading_through_the_agent_publishes_only_its_share(tmp_path) -> None:

@@ -25,6 +25,7 @@ from opentelemetry.sdk.resources import Resource
 
 from otel_joules.config import Settings
 from otel_joules.delivery.destinations import SIGNAL_METRICS
+from otel_joules.delivery.reachability import sdk_metrics_gate
 from otel_joules.delivery.setup import Telemetry, build_resource, telemetry_from_env
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
@@ -100,7 +101,9 @@ def start_host_metrics(settings: Settings) -> HostMetrics | None:
         telemetry.shutdown()
         return None
     meter = EnergyMeter(channels=channels, settings=settings)
-    metrics = EnergyMetrics(meter, telemetry.meter_provider, attribution=False)
+    # While the collector does not answer, nothing is exported (one warning says so) and nothing is lost:
+    # the counters are cumulative.
+    metrics = EnergyMetrics(meter, telemetry.meter_provider, attribution=False, gate=sdk_metrics_gate())
     _log.warning(
         "otel-joules agent: publishing the host's hw.* metrics (%s) to %s",
         ", ".join(d.id for d in meter.domains),
