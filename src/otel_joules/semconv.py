@@ -233,8 +233,11 @@ METRIC_PROCESS_POWER: Final = "process.power"
 #: idle periods), per ``hw.type`` (``cpu``, ``memory``), with the host's ``hw.id``. Every process on a host
 #: reports the same host figure: take one per host (``max`` of the rates by ``hw.id``), never a sum.
 METRIC_ENERGY_UNATTRIBUTED: Final = "energy.unattributed"
-#: Gauge, W: each domain's static baseline (``energy.baseline`` says where it came from).
+#: Gauge, W: each domain's static baseline (:data:`METRIC_ENERGY_BASELINE_STATE` says where it came from).
 METRIC_ENERGY_BASELINE_POWER: Final = "energy.baseline.power"
+#: Gauge, 1: per domain and ``energy.baseline`` value (learned, configured, unknown), 1 for where the domain's baseline
+#: comes from now and 0 for the others: the state changes a value, never a series' labels (as ``hw.status`` does).
+METRIC_ENERGY_BASELINE_STATE: Final = "energy.baseline.state"
 
 #: Metric attribute: the device's id (a RAPL zone path, a GPU UUID, the host name).
 HW_ID: Final = "hw.id"

@@ -171,7 +171,7 @@ def test_estimated_process_energy_says_estimate(tmp_path) -> None:
     meter.close()
 
 
-_SHARE_METRICS = {"process.energy", "process.power", "energy.unattributed", "energy.baseline.power"}
+_SHARE_METRICS = {"process.energy", "process.power", "energy.unattributed", "energy.baseline.power", "energy.baseline.state"}
 
 
 def test_attribution_false_registers_the_hardware_instruments_only(powercap, tracer_provider) -> None:
@@ -282,6 +282,11 @@ def test_unattributed_energy_is_the_hosts_and_the_same_from_every_process(powerc
     host_j = meter.measure(attributors[0].history[0].snapshot, attributors[0].history[-1].snapshot).total_joules
     print(policy, "shares", shares, "unattributed", unattributed[0], "host", host_j)
     assert shares + sum(unattributed[0].values()) == pytest.approx(host_j, rel=0.05)
-    baselines = {a["hw.id"]: (v, a["energy.baseline"]) for a, v in views[0]["energy.baseline.power"][1]}
-    assert sorted(baselines.values()) == [(20.0, "configured"), (100.0, "configured")]
+    baselines = {a["hw.id"]: v for a, v in views[0]["energy.baseline.power"][1]}
+    assert sorted(baselines.values()) == [20.0, 100.0]
+    # Where each baseline comes from: one series per domain and state, for the whole run; 1 marks the current one.
+    states = {(a["hw.id"], a["energy.baseline"]): v for a, v in views[0]["energy.baseline.state"][1]}
+    assert views[0]["energy.baseline.state"][0] == "1"
+    assert states == {(hw_id, state): int(state == "configured")
+                      for hw_id in baselines for state in ("learned", "configured", "unknown")}
     meter.close()

@@ -17,7 +17,8 @@ domain in exactly one family):
 ``process.energy``  Counter, ``J``, this process's attributed share per ``hw.type`` (``cpu``, ``memory``, ``gpu``)
 ``process.power``   Gauge,   ``W``, the same as power over the latest attribution period
 ``energy.unattributed``  Counter, ``J``, the host's energy given to no process, per ``hw.type`` (``cpu``, ``memory``)
-``energy.baseline.power``  Gauge, ``W``, each domain's static baseline, ``energy.baseline`` = learned|configured|unknown
+``energy.baseline.power``  Gauge, ``W``, each domain's static baseline
+``energy.baseline.state``  Gauge, ``1``, per domain and ``energy.baseline`` (learned, configured, unknown): 1 for the current one
 
 A series' attributes never change during a run: a domain being retried after a failed read is
 left out of the power series over that time and counted in ``energy.missing``; its energy
@@ -57,12 +58,16 @@ from otel_joules.attribution.shares import ATTRIBUTION_KIND
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.metrics.series import DomainSeries, Family, device_attributes, domain_series, missing_attributes
 from otel_joules.semconv import (
+    BASELINE_CONFIGURED,
+    BASELINE_LEARNED,
+    BASELINE_UNKNOWN,
     ENERGY_BASELINE,
     ENERGY_SOURCE,
     HW_ID,
     HW_NAME,
     HW_TYPE,
     METRIC_ENERGY_BASELINE_POWER,
+    METRIC_ENERGY_BASELINE_STATE,
     METRIC_ENERGY_COMPONENTS,
     METRIC_ENERGY_COMPONENTS_POWER,
     METRIC_ENERGY_ESTIMATE,
@@ -83,6 +88,8 @@ from otel_joules.semconv import (
 )
 
 INSTRUMENTATION_SCOPE = "otel_joules"
+#: Every ``energy.baseline`` value: ``energy.baseline.state`` has one series per domain and value, for the run.
+BASELINE_STATES = (BASELINE_LEARNED, BASELINE_CONFIGURED, BASELINE_UNKNOWN)
 #: One collection calls the four callbacks within microseconds of each other; they
 #: share a snapshot younger than this, and two collections never do.
 _SNAPSHOT_REUSE_S = 0.05
@@ -95,7 +102,7 @@ class EnergyMetrics:
         meter: Where the joules come from.
         meter_provider: The OpenTelemetry ``MeterProvider``; the global one when omitted.
         host_id: ``hw.id`` of the host total (default: the host name).
-        attribution: Where ``process.*``, ``energy.unattributed`` and ``energy.baseline.power``
+        attribution: Where ``process.*``, ``energy.unattributed`` and ``energy.baseline.*``
             come from, as for :class:`~otel_joules.tracing.EnergySpanProcessor`: True (default)
             the meter's shared :class:`~otel_joules.attribution.Attributor`, an Attributor that
             one, False none of those instruments (``hw.*`` only). Reading through ``otel-joules agent``,
@@ -127,6 +134,8 @@ class EnergyMetrics:
         #: Per domain, seconds of collection intervals at either end of which its counter was being retried.
         self._missing_s = [0.0] * len(meter.domains)
         self._missing_attributes = [missing_attributes(s) for s in self._series]
+        #: ``energy.baseline.state``'s device attributes (the same as ``energy.missing``'s): which domain.
+        self._baseline_state_attributes = self._missing_attributes
         self._lock = threading.Lock()
         # The metric reader's thread holds the lock across counter reads: a fork at that
         # moment must not leave the child's collections (and its exit-time freeze) waiting.
@@ -146,7 +155,7 @@ class EnergyMetrics:
         otel_meter = provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
         #: Whether this process publishes the host's devices (``hw.*``, ``energy.components``, ``energy.nested``,
         #: ``energy.estimate``, ``energy.missing``) and host figures (``energy.unattributed``,
-        #: ``energy.baseline.power``). False when the meter reads through ``otel-joules agent``: the agent
+        #: ``energy.baseline.*``). False when the meter reads through ``otel-joules agent``: the agent
         #: publishes them, once per host, and this process only its ``process.*`` share.
         self.publishes_host: bool = not meter.agent_domain_ids
         if self.publishes_host:
@@ -230,7 +239,13 @@ class EnergyMetrics:
             METRIC_ENERGY_BASELINE_POWER,
             [self._observe_baselines],
             unit="W",
-            description="Each domain's static (idle) power, learned, configured or unknown (energy.baseline)",
+            description="Each domain's static (idle) power (energy.baseline.state says where it comes from)",
+        )
+        otel_meter.create_observable_gauge(
+            METRIC_ENERGY_BASELINE_STATE,
+            [self._observe_baseline_states],
+            unit="1",
+            description="1 for where each domain's baseline comes from now (energy.baseline: learned, configured, unknown), 0 for the others",
         )
 
     def _new_lock(self) -> None:
@@ -375,9 +390,17 @@ class EnergyMetrics:
             return []
         self._process_sample()
         return [
-            Observation(watts, {**self._domain_attributes[i], ENERGY_BASELINE: state})
-            for i, watts, state in self.attributor.baseline_watts()
-            if watts is not None
+            Observation(watts, self._domain_attributes[i]) for i, watts, _ in self.attributor.baseline_watts() if watts is not None
+        ]
+
+    def _observe_baseline_states(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self.attributor is None or not self._reporting():
+            return []
+        self._process_sample()
+        return [
+            Observation(int(state == current), {**self._baseline_state_attributes[i], ENERGY_BASELINE: state})
+            for i, _, current in self.attributor.baseline_watts()
+            for state in BASELINE_STATES
         ]
 
     def _observe_process_power(self, options: CallbackOptions) -> Iterable[Observation]:
