@@ -30,7 +30,7 @@ VOCABULARY_TABLES = {"attribute", "span or event", "domain", "metric", "metric a
 #: Semconv constants that are not names but prefixes or values of an attribute.
 _NOT_NAMES = re.compile(r"^(.*_NAMESPACE|EXPORTED_ATTRIBUTE_PREFIXES|SOURCE_.*|KIND_.*|ATTRIBUTION_.*|ATTRIBUTED_KIND_KEYS)$")
 #: Resource attributes: the README names them in prose (where it explains grouping), not in a table.
-_RESOURCE_ATTRIBUTES = {semconv.HOST_NAME, semconv.SERVICE_NAME, semconv.SERVICE_INSTANCE_ID}
+_RESOURCE_ATTRIBUTES = {semconv.HOST_NAME, semconv.HOST_ID, semconv.SERVICE_NAME, semconv.SERVICE_INSTANCE_ID}
 _DOMAIN_KEYS = (
     semconv.domain_joules_key,
     semconv.domain_method_key,

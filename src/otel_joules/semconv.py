@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from opentelemetry.semconv._incubating.attributes.host_attributes import HOST_NAME
+from opentelemetry.semconv._incubating.attributes.host_attributes import HOST_ID, HOST_NAME
 from opentelemetry.semconv._incubating.attributes.process_attributes import (
     PROCESS_COMMAND_LINE,
     PROCESS_EXECUTABLE_NAME,
@@ -47,7 +47,7 @@ EXPORTED_ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (ENERGY_NAMESPACE, CARBON_
 #: environments) can be large or secret and reach the OTLP backend only.
 EXPORTED_RESOURCE_ATTRIBUTES: Final[tuple[str, ...]] = (
     HOST_NAME,
-    "host.id",
+    HOST_ID,
     "process.owner",
     "user.name",
     SERVICE_INSTANCE_ID,
@@ -197,14 +197,37 @@ TRAINING_WORLD_SIZE: Final = "training.world_size"
 
 # --- Metrics ---------------------------------------------------------------------------------
 
-#: Counter, J: energy of one device (a RAPL zone, a GPU, an estimate).
+#: Counter, J: measured energy of one top-level device (a RAPL package, a DRAM zone, a GPU). No two series
+#: overlap, so ``sum by (hw_type)`` counts each joule once: sub-zones are :data:`METRIC_ENERGY_NESTED`, whole-platform
+#: readings :data:`METRIC_HW_HOST_ENERGY`, estimates :data:`METRIC_ENERGY_ESTIMATE`.
 METRIC_HW_ENERGY: Final = "hw.energy"
-#: Gauge, W: power of one device.
+#: Gauge, W: power of one ``hw.energy`` device.
 METRIC_HW_POWER: Final = "hw.power"
-#: Counter, J: energy of the whole measured host, without overlap.
+#: Counter, J: energy of the entire physical host, from a whole-platform meter (RAPL psys, a platform power
+#: meter); absent where the host has none (:data:`METRIC_ENERGY_COMPONENTS` is then the nearest figure).
 METRIC_HW_HOST_ENERGY: Final = "hw.host.energy"
-#: Gauge, W: power of the whole measured host.
+#: Gauge, W: power of the entire physical host, from the same meter.
 METRIC_HW_HOST_POWER: Final = "hw.host.power"
+#: Counter, J: the sum of the host's ``hw.energy`` series (packages + DRAM + GPUs), measured only. Not the
+#: host (fans, disks, the PSU's losses are not in it): hence not ``hw.host.energy``. Not a convention's name.
+METRIC_ENERGY_COMPONENTS: Final = "energy.components"
+#: Gauge, W: the same as power.
+METRIC_ENERGY_COMPONENTS_POWER: Final = "energy.components.power"
+#: Counter, J: a measured reading that lies inside another series (a RAPL core or uncore zone inside its package,
+#: ``hw.parent``; a second whole-platform meter inside the host): kept out of ``hw.energy`` so its plain sum
+#: counts each joule once. Not a convention's name.
+METRIC_ENERGY_NESTED: Final = "energy.nested"
+#: Gauge, W: the same as power.
+METRIC_ENERGY_NESTED_POWER: Final = "energy.nested.power"
+#: Counter, J: a modelled domain's energy (CPU time x TDP, memory size x W/GB): never in a measured series. Not a
+#: convention's name.
+METRIC_ENERGY_ESTIMATE: Final = "energy.estimate"
+#: Gauge, W: the same as power.
+METRIC_ENERGY_ESTIMATE_POWER: Final = "energy.estimate.power"
+#: Counter, s: per domain, the seconds during which its counter failed reads and was being retried: the power
+#: series over that time leave the domain out (the energy counters hold its last known joules). Labels never
+#: change for it. Not a convention's name.
+METRIC_ENERGY_MISSING: Final = "energy.missing"
 #: Counter, J: this process's share of the host's energy, per ``hw.type``.
 METRIC_PROCESS_ENERGY: Final = "process.energy"
 #: Gauge, W: this process's share of the host's power, per ``hw.type``.
@@ -213,17 +236,24 @@ METRIC_PROCESS_POWER: Final = "process.power"
 #: idle periods), per ``hw.type`` (``cpu``, ``memory``), with the host's ``hw.id``. Every process on a host
 #: reports the same host figure: take one per host (``max`` of the rates by ``hw.id``), never a sum.
 METRIC_ENERGY_UNATTRIBUTED: Final = "energy.unattributed"
-#: Gauge, W: each domain's static baseline (``energy.baseline`` says where it came from).
+#: Gauge, W: each domain's static baseline (:data:`METRIC_ENERGY_BASELINE_STATE` says where it came from).
 METRIC_ENERGY_BASELINE_POWER: Final = "energy.baseline.power"
+#: Gauge, 1: per domain and ``energy.baseline`` value (learned, configured, unknown), 1 for where the domain's baseline
+#: comes from now and 0 for the others: the state changes a value, never a series' labels (as ``hw.status`` does).
+METRIC_ENERGY_BASELINE_STATE: Final = "energy.baseline.state"
 
 #: Metric attribute: the device's id (a RAPL zone path, a GPU UUID, the host name).
 HW_ID: Final = "hw.id"
 #: Metric attribute: the device's human name.
 HW_NAME: Final = "hw.name"
-#: Metric attribute: ``cpu``, ``memory``, ``gpu`` or ``enclosure`` (psys).
+#: Metric attribute: ``cpu``, ``memory``, ``gpu``; ``enclosure`` for a whole-platform meter (on ``energy.missing``
+#: and ``energy.nested``; the host's own is ``hw.host.*``).
 HW_TYPE: Final = "hw.type"
 #: Metric attribute: the ``hw.id`` of the device that contains this one (a package's core zone).
 HW_PARENT: Final = "hw.parent"
+#: Metric attribute: the domain id (``package_0``, ``psys``, ``nvidia_gpu_0``), the key a span's
+#: ``energy.<domain>.joules`` uses: it joins a span's domain to its metric series on the same host.
+ENERGY_DOMAIN: Final = "energy.domain"
 
 # --- Values ----------------------------------------------------------------------------------
 

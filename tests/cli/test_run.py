@@ -91,13 +91,13 @@ def test_root_span_and_metrics_arrive_with_exact_energy(otlp_receiver, tmp_path,
     assert resource["slurm.job.id"] == "4242"
     assert resource["slurm.procid"] == 3
 
-    otlp_receiver.wait_for_data_points("hw.host.energy")
+    otlp_receiver.wait_for_data_points("energy.components")
     energy = last_points_by_hw_id(otlp_receiver, "hw.energy")
-    assert energy == {"intel-rapl:0": 3.0, "intel-rapl:0:0": 0.25, "intel-rapl:0:1": 0.0, "intel-rapl:0:2": 0.5}
-    (host_total,) = otlp_receiver.data_points("hw.host.energy")
+    assert energy == {"intel-rapl:0": 3.0, "intel-rapl:0:2": 0.5}  # core and uncore are energy.nested
+    (host_total,) = otlp_receiver.data_points("energy.components")
     assert host_total.value == TOTAL_JOULES
     assert host_total.resource_attributes["slurm.job.id"] == "4242"
-    assert {p.metric_name for p in otlp_receiver.data_points()} >= {"hw.energy", "hw.power", "hw.host.energy", "hw.host.power"}
+    assert {p.metric_name for p in otlp_receiver.data_points()} >= {"hw.energy", "hw.power", "energy.components", "energy.components.power"}
     assert all(p.unit == "J" for p in otlp_receiver.data_points("hw.energy"))
 
     # The summary: duration, joules, kWh, gCO2eq, source, destinations.
@@ -356,8 +356,8 @@ def test_another_otel_joules_process_and_a_rank_change_nothing(otlp_grpc_receive
     assert 0 <= span.attributes["energy.attributed.joules"] <= TOTAL_JOULES
     assert span.attributes["energy.attribution"] == "cpu_time_share/capacity"  # the default policy
     assert span.resource_attributes["torchrun.local_rank"] == 1
-    otlp_grpc_receiver.wait_for_data_points("hw.host.energy")
-    assert [p.value for p in otlp_grpc_receiver.data_points("hw.host.energy")][-1] == TOTAL_JOULES
+    otlp_grpc_receiver.wait_for_data_points("energy.components")
+    assert [p.value for p in otlp_grpc_receiver.data_points("energy.components")][-1] == TOTAL_JOULES
     assert "share" in result.stderr and "of that is the command's" in result.stderr
 
 

@@ -51,7 +51,7 @@ def test_a_short_runs_last_joules_are_scraped_and_the_summary_says_so(tmp_path):
         assert "nothing sent" not in result.stderr
         assert took_s < 15  # waited for the next scrape (1 s apart), not for the bound
         # What Prometheus stored: the run's whole 3.5 J, from the scrape after the command ended.
-        stored = prometheus.query('max_over_time(hw_host_energy_joules_total{job="run"}[5m])')
+        stored = prometheus.query('max_over_time(energy_components_joules_total{job="run"}[5m])')
         assert [float(s["value"][1]) for s in stored] == [HOST_JOULES], stored
         info = prometheus.query('max_over_time(target_info{job="run"}[5m])')
         assert info and info[0]["metric"]["service_name"] == "short"

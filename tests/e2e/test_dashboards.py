@@ -2,7 +2,7 @@
 
 One instrumented app, a child process (``instrument()`` on a fake powercap tree this test
 advances at :data:`WATTS`: package 30 W, its core sub-zone 12 W inside it, DRAM 10 W, so
-the host draws 40 W), delivers its telemetry both ways the READMEs document:
+the devices draw 40 W, and psys, the whole platform, 50 W), delivers its telemetry both ways the READMEs document:
 
 - **the Collector** (the recommended path): traces and metrics over OTLP/gRPC
   (``OTLPSpanExporter``, ``OTLPMetricExporter`` read every :data:`EXPORT_INTERVAL_MS`) to the
@@ -57,10 +57,12 @@ WINDOW = "10s"
 #: over a few seconds of evaluation times (the staleness's sawtooth at both ends averages out).
 RATE_WINDOW_S = 60
 RATE_AVERAGE_S = 10
-#: Watts the fake draws, per zone (core is inside the package: not added to the host).
-WATTS = {"package_0": 30.0, "core_0": 12.0, "dram_0": 10.0}
-HOST_WATTS = 40.0
-WATTS_BY_HW_ID = {"intel-rapl:0": 30.0, "intel-rapl:0:0": 12.0, "intel-rapl:0:2": 10.0}
+#: Watts the fake draws, per zone (core is inside the package: energy.nested; psys is the whole platform: hw.host.*).
+WATTS = {"package_0": 30.0, "core_0": 12.0, "dram_0": 10.0, "psys": 50.0}
+HOST_WATTS = 50.0
+#: The hw.energy devices (package, DRAM) and their sum, energy.components.
+WATTS_BY_HW_ID = {"intel-rapl:0": 30.0, "intel-rapl:0:2": 10.0}
+COMPONENTS_WATTS = 40.0
 INTENSITY_GCO2EQ_PER_KWH = 400.0
 SPAN_NAMES = {"GET /checkout", "SELECT orders"}
 EXPORT_INTERVAL_MS = 1000
@@ -166,6 +168,7 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Paths]:
     stack_binary("jaeger")
     tmp_path = tmp_path_factory.mktemp("dashboards")
     powercap = make_powercap(tmp_path / "sys", "one_socket")
+    powercap.add_zone("intel-rapl:1", "psys", "psys")
     with contextlib.ExitStack() as stack:
         jaeger = start_jaeger(tmp_path)
         stack.callback(jaeger.stop)
@@ -371,9 +374,13 @@ def test_rate_of_the_energy_counters_is_the_fakes_power(paths: Paths, path: str)
     prometheus = paths.prometheus[path]
     assert _value(prometheus, _rate("hw_host_energy_joules_total")) == pytest.approx(HOST_WATTS, rel=0.02)
     by_device = {s["metric"]["hw_id"]: float(s["value"][1]) for s in evaluate(prometheus, _rate("hw_energy_joules_total", "hw_id"))}
+    assert set(by_device) == set(WATTS_BY_HW_ID)  # no sub-zone, no psys among the devices: their sum adds up
     for hw_id, watts in WATTS_BY_HW_ID.items():
         assert by_device[hw_id] == pytest.approx(watts, rel=0.02), by_device
-    assert by_device["intel-rapl:0:1"] == 0.0  # uncore: not advanced
+    assert _value(prometheus, _rate("energy_components_joules_total")) == pytest.approx(COMPONENTS_WATTS, rel=0.02)
+    nested = {s["metric"]["energy_domain"]: float(s["value"][1])
+              for s in evaluate(prometheus, _rate("energy_nested_joules_total", "energy_domain"))}
+    assert nested == pytest.approx({"core_0": 12.0, "uncore_0": 0.0}, rel=0.02, abs=1e-9)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -437,7 +444,7 @@ def test_span_counters_count_every_span_the_app_sent(paths: Paths) -> None:
 
 @pytest.mark.parametrize("path", PATHS)
 def test_the_share_of_host_power_per_kind_is_the_fakes(paths: Paths, path: str) -> None:
-    """collector/README's share query counts what the host total adds up: the package and DRAM, not core."""
+    """collector/README's share query counts the devices once: the package and DRAM, not core."""
     (expr,) = [e.expr for e in EXPRESSIONS if e.where == "collector/README.md" and "/ on (host_name) group_left" in e.expr]
     # Gauges of one collection interval each: the median over instants, so one export delayed on a
     # loaded box (its interval's power skewed between the two devices) does not decide the share.
@@ -446,7 +453,7 @@ def test_the_share_of_host_power_per_kind_is_the_fakes(paths: Paths, path: str) 
         for series in evaluate(paths.prometheus[path], expr, at):
             samples.setdefault(series["metric"]["hw_type"], []).append(float(series["value"][1]))
     shares = {kind: statistics.median(values) for kind, values in samples.items()}
-    assert shares == pytest.approx({"cpu": 30.0 / HOST_WATTS, "memory": 10.0 / HOST_WATTS}, rel=0.05), shares
+    assert shares == pytest.approx({"cpu": 30.0 / COMPONENTS_WATTS, "memory": 10.0 / COMPONENTS_WATTS}, rel=0.05), shares
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -457,5 +464,5 @@ def test_process_share_is_labelled_and_never_more_than_the_host(paths: Paths, pa
     assert {s["metric"]["hw_type"] for s in shares} == {"cpu", "memory"}, shares
     assert {s["metric"]["energy_source"] for s in shares} == {"measured"}, shares
     total_watts = sum(float(s["value"][1]) for s in shares)
-    assert 0 < total_watts <= HOST_WATTS * 1.02
-    assert _value(prometheus, "sum(process_power_watts)") <= HOST_WATTS * 1.05
+    assert 0 < total_watts <= COMPONENTS_WATTS * 1.02  # shares of what the measured devices spent
+    assert _value(prometheus, "sum(process_power_watts)") <= COMPONENTS_WATTS * 1.05

@@ -104,7 +104,7 @@ def test_instrument_first_warns_once_and_attaches_when_a_provider_is_set(tmp_pat
     assert out["spans"]["late-tracer"]["energy.joules"] == 0.5
     assert out["spans"]["late-tracer"]["energy.source"] == "measured"
     # The meter provider was set by then: the energy metrics are on it.
-    assert {"hw.energy", "hw.host.energy", "process.energy"} <= set(out["metrics"])
+    assert {"hw.energy", "energy.components", "process.energy"} <= set(out["metrics"])
     assert out["api_setter_restored"]
 
 

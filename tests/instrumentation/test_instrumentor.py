@@ -83,11 +83,11 @@ def test_api_only_app_gets_energy_on_its_spans_and_metrics(otlp_receiver, tmp_pa
     assert resource["service.name"] == "shop"
     assert (resource["slurm.job.id"], resource["torchrun.rank"], resource["torchrun.local_rank"], resource["torchrun.world_size"]) == ("2024", 0, 0, 1)
 
-    otlp_receiver.wait_for_data_points("hw.host.energy")
+    otlp_receiver.wait_for_data_points("energy.components")
     energy = {p.attributes["hw.id"]: p.value for p in otlp_receiver.data_points("hw.energy")}
     # The final collection at exit saw every joule the app spent.
-    assert energy == {"intel-rapl:0": 4.5, "intel-rapl:0:0": 0.0, "intel-rapl:0:1": 0.0, "intel-rapl:0:2": 1.0}
-    assert [p.value for p in otlp_receiver.data_points("hw.host.energy")] == [5.5]
+    assert energy == {"intel-rapl:0": 4.5, "intel-rapl:0:2": 1.0}  # core and uncore are energy.nested
+    assert [p.value for p in otlp_receiver.data_points("energy.components")] == [5.5]
     assert otlp_receiver.data_points("hw.energy")[0].resource_attributes["slurm.job.id"] == "2024"
 
 
@@ -132,8 +132,8 @@ def test_a_second_local_rank_beside_another_process_keeps_its_energy(otlp_grpc_r
     assert inclusive == pytest.approx(checkout.attributes["energy.attributed.self.joules"]
                                       + charge.attributes["energy.attributed.joules"], rel=1e-9, abs=1e-12)
     assert 0 <= charge.attributes["energy.attributed.joules"] <= inclusive <= 5.5
-    otlp_grpc_receiver.wait_for_data_points("hw.host.energy")
-    assert [p.value for p in otlp_grpc_receiver.data_points("hw.host.energy")] == [5.5]
+    otlp_grpc_receiver.wait_for_data_points("energy.components")
+    assert [p.value for p in otlp_grpc_receiver.data_points("energy.components")] == [5.5]
 
 
 # Ends with the monotonic clock (system-wide on Linux) read after its last span.
@@ -210,7 +210,7 @@ def test_instrumentor_in_code_with_explicit_providers(instrumentor, powercap, tm
         powercap.zones["package_0"].advance_joules(2.0)
     instrumentor.instrumentation.metrics.refresh()  # a collection right after the span reads afresh
     metrics = {m.name: m for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
-    (host_total,) = metrics["hw.host.energy"].data.data_points
+    (host_total,) = metrics["energy.components"].data.data_points
     assert host_total.value == 2.0
     instrumentor.uninstrument()
     assert instrumentor.instrumentation is None

@@ -45,18 +45,21 @@ def test_energy_and_power_per_domain_and_host(powercap, tracer_provider) -> None
     assert by_id["intel-rapl:0"][0]["hw.type"] == "cpu"
     assert by_id["intel-rapl:0"][0]["hw.name"] == "RAPL package-0"
     assert by_id["intel-rapl:0:2"][0]["hw.type"] == "memory"
-    assert by_id["intel-rapl:0:0"][0]["hw.parent"] == "intel-rapl:0"  # the package's hw.id
+    assert set(by_id) == {"intel-rapl:0", "intel-rapl:0:2"}  # core is inside the package: energy.nested
     assert {attrs["energy.source"] for attrs, _ in energy} == {"measured"}
     assert {attrs["energy.method"] for attrs, _ in energy} == {"counter"}
-    assert points["hw.host.energy"][0] == "J"
-    assert [v for _, v in points["hw.host.energy"][1]] == [36.0]  # package + dram, core is inside package
+    nested = {attrs["energy.domain"]: (attrs["hw.parent"], value) for attrs, value in points["energy.nested"][1]}
+    assert nested == {"core_0": ("intel-rapl:0", 20.0), "uncore_0": ("intel-rapl:0", 0.0)}  # the package's hw.id
+    assert "hw.host.energy" not in points  # no whole-platform meter: the components do not claim to be the host
+    assert points["energy.components"][0] == "J"
+    assert [v for _, v in points["energy.components"][1]] == [36.0]  # package + dram, core is inside package
     unit, power = points["hw.power"]
     assert unit == "W"
     watts = {attrs["hw.id"]: v for attrs, v in power}
     # 30 J over the ~0.6 s between the instrument's first snapshot and this collection.
     assert 30.0 / 1.5 < watts["intel-rapl:0"] < 30.0 / 0.6
-    (host_watts,) = [v for _, v in points["hw.host.power"][1]]
-    assert host_watts == pytest.approx(watts["intel-rapl:0"] * 36.0 / 30.0)
+    (components_watts,) = [v for _, v in points["energy.components.power"][1]]
+    assert components_watts == pytest.approx(watts["intel-rapl:0"] * 36.0 / 30.0)
     handle.uninstrument()
     after = _points(reader)
     assert after.get("hw.energy", ("J", []))[1] == []
@@ -67,9 +70,10 @@ def test_estimates_are_labelled_in_metrics(tmp_path, tracer_provider) -> None:
     reader = InMemoryMetricReader()
     handle = otel_joules.instrument(tracer_provider, MeterProvider(metric_readers=[reader]), meter=meter)
     points = _points(reader)
-    assert {a["energy.source"] for a, _ in points["hw.energy"][1]} == {"estimate"}
-    assert {a["energy.method"] for a, _ in points["hw.energy"][1]} == {"estimate"}
-    assert {a["energy.source"] for a, _ in points["hw.host.energy"][1]} == {"estimate"}
+    # Estimates have metrics of their own: no measured series carries one.
+    assert {a["energy.source"] for a, _ in points["energy.estimate"][1]} == {"estimate"}
+    assert {a["energy.method"] for a, _ in points["energy.estimate"][1]} == {"estimate"}
+    assert not {"hw.energy", "hw.host.energy", "energy.components"} & set(points)
     handle.uninstrument()
 
 
@@ -88,7 +92,7 @@ class PrintLastHostEnergy(MetricExporter):
         for rm in metrics_data.resource_metrics:
             for sm in rm.scope_metrics:
                 for m in sm.metrics:
-                    if m.name == "hw.host.energy":
+                    if m.name == "energy.components":
                         print("host", m.data.data_points[0].value, flush=True)
         return MetricExportResult.SUCCESS
     def force_flush(self, timeout_millis=10_000):
@@ -167,7 +171,7 @@ def test_estimated_process_energy_says_estimate(tmp_path) -> None:
     meter.close()
 
 
-_SHARE_METRICS = {"process.energy", "process.power", "energy.unattributed", "energy.baseline.power"}
+_SHARE_METRICS = {"process.energy", "process.power", "energy.unattributed", "energy.baseline.power", "energy.baseline.state"}
 
 
 def test_attribution_false_registers_the_hardware_instruments_only(powercap, tracer_provider) -> None:
@@ -180,7 +184,7 @@ def test_attribution_false_registers_the_hardware_instruments_only(powercap, tra
     time.sleep(0.1)  # older than the snapshot reuse window
     points = _points(reader)
     assert not _SHARE_METRICS & set(points)
-    assert [v for _, v in points["hw.host.energy"][1]] == [5.0]
+    assert [v for _, v in points["energy.components"][1]] == [5.0]
 
     instrumented = InMemoryMetricReader()
     handle = otel_joules.instrument(
@@ -217,7 +221,7 @@ def _host_points(reader: InMemoryMetricReader) -> dict[str, list[tuple[dict, flo
     return points
 
 
-def test_host_metrics_say_mixed_when_measured_and_estimated_domains_add_up(powercap) -> None:
+def test_measured_and_estimated_domains_go_to_separate_metrics(powercap) -> None:
     package = rapl.discover(Settings(sysfs_root=powercap.sysfs_root)).channels[0]
     memory = MemoryEstimateChannel(2.0)
     meter = EnergyMeter(channels=[package, memory], sample=False)
@@ -229,12 +233,12 @@ def test_host_metrics_say_mixed_when_measured_and_estimated_domains_add_up(power
     points = _host_points(reader)
     provider.shutdown()
     meter.close()
-    (host_energy,) = points["hw.host.energy"]
-    (host_power,) = points["hw.host.power"]
-    assert host_energy[0] == {"hw.id": "host-a", "hw.name": "host-a", "energy.source": "mixed"}
-    assert host_power[0]["energy.source"] == "mixed"
-    by_id = {attributes["hw.id"]: attributes["energy.source"] for attributes, _ in points["hw.energy"]}
-    assert by_id == {"intel-rapl:0": "measured", "memory_estimate": "estimate"}
+    (components,) = points["energy.components"]
+    (components_power,) = points["energy.components.power"]
+    assert components == ({"hw.id": "host-a", "hw.name": "host-a", "energy.source": "measured"}, 4.0)
+    assert components_power[0]["energy.source"] == "measured"
+    assert {a["hw.id"]: a["energy.source"] for a, _ in points["hw.energy"]} == {"intel-rapl:0": "measured"}
+    assert {a["hw.id"]: a["energy.source"] for a, _ in points["energy.estimate"]} == {"memory_estimate": "estimate"}
 
 
 @pytest.mark.parametrize("policy", ["capacity", "busy", "none"])
@@ -278,6 +282,11 @@ def test_unattributed_energy_is_the_hosts_and_the_same_from_every_process(powerc
     host_j = meter.measure(attributors[0].history[0].snapshot, attributors[0].history[-1].snapshot).total_joules
     print(policy, "shares", shares, "unattributed", unattributed[0], "host", host_j)
     assert shares + sum(unattributed[0].values()) == pytest.approx(host_j, rel=0.05)
-    baselines = {a["hw.id"]: (v, a["energy.baseline"]) for a, v in views[0]["energy.baseline.power"][1]}
-    assert sorted(baselines.values()) == [(20.0, "configured"), (100.0, "configured")]
+    baselines = {a["hw.id"]: v for a, v in views[0]["energy.baseline.power"][1]}
+    assert sorted(baselines.values()) == [20.0, 100.0]
+    # Where each baseline comes from: one series per domain and state, for the whole run; 1 marks the current one.
+    states = {(a["hw.id"], a["energy.baseline"]): v for a, v in views[0]["energy.baseline.state"][1]}
+    assert views[0]["energy.baseline.state"][0] == "1"
+    assert states == {(hw_id, state): int(state == "configured")
+                      for hw_id in baselines for state in ("learned", "configured", "unknown")}
     meter.close()

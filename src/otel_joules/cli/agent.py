@@ -67,11 +67,20 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from otel_joules.config import Settings
 
+    # Not even bytecode caches from the metrics' imports: the agent writes nothing outside its runtime directory.
+    sys.dont_write_bytecode = True
+    from otel_joules.cli.agent_metrics import start_host_metrics
+
+    settings = Settings.from_env(sysfs_root=args.sysfs_root)
+    # Opened before serve() drops the privileges: the agent is its host's one publisher of hw.* metrics.
+    host_metrics = start_host_metrics(settings)
     try:
-        settings = Settings.from_env(sysfs_root=args.sysfs_root)
         return serve(args.socket, args.group, args.min_interval_ms, args.user, settings)
     except AgentSetupError as exc:
         raise ConfigurationError(f"agent: {exc}") from None
+    finally:
+        if host_metrics is not None:
+            host_metrics.close()
 
 
 #: Where systemd's ProtectHome=yes hides files from a service (read-only keeps them readable).

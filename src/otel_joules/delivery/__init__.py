@@ -34,11 +34,13 @@ resource attributes ``host.name``, ``service.name``, ``slurm.job.id``, ``torchru
   job's processes, or ``energy.attributed.self.joules`` over its spans. Each process's share is
   its CPU time's part of the host's energy (and its part of its GPUs'), so shares of
   processes on one host add up to at most what the host spent (:mod:`otel_joules.attribution`).
-- **Energy of a host or a device**: ``hw.energy``/``hw.host.energy`` describe the hardware, and
-  every otel-joules process on a host reports the same hardware: identical rates under the
-  same ``host.name`` and ``hw.id``, from counters that started at different times. Take one
-  per device: ``max by (host_name, hw_id) (rate(hw_energy_joules_total[5m]))``, then sum
-  over devices. Never sum ``hw.*`` over processes.
+- **Energy of a host or a device**: ``hw.energy``/``hw.host.energy`` describe the hardware
+  (each domain in one metric, so a plain sum of one counts each joule once:
+  :mod:`otel_joules.metrics.series`). With ``otel-joules agent`` the agent alone publishes them,
+  once per host. Without one every otel-joules process on a host reports the same hardware:
+  identical rates under the same ``host.name`` and ``hw.id``, from counters that started at
+  different times. Take one per device: ``max by (host_name, hw_id) (rate(hw_energy_joules_total[5m]))``,
+  then sum over devices. Never sum ``hw.*`` over processes.
 - **Spans**: ``energy.joules`` is what the host spent during the span (nested and concurrent
   spans overlap); ``energy.attributed.self.joules`` is what adds up.
 - **Layers**: ``otel-joules run`` measures the whole command as one root span whose share is

@@ -11,8 +11,8 @@ With ``pip install 'otel-joules[instrument]'``::
 loads :class:`EnergyInstrumentor` through its ``opentelemetry_instrumentor`` entry point
 (named ``otel_joules``) after the distro configured the SDK. It calls
 :func:`otel_joules.instrument` with the tracer and meter providers the distro set up, so
-the app's own spans get ``energy.*`` attributes and ``hw.energy``, ``hw.power``,
-``hw.host.energy``, ``hw.host.power`` are exported with the app's other metrics, with
+the app's own spans get ``energy.*`` attributes and the energy metrics (``hw.*``,
+``process.*``: docs/metrics.md) are exported with the app's other metrics, with
 no change to the app. Turn it off with ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=otel_joules``.
 
 What else it does:

@@ -1,31 +1,41 @@
 """Observable metric instruments following the OpenTelemetry hardware semantic conventions.
 
-``hw.energy``       Counter, ``J``, per domain, attributes ``hw.id``, ``hw.type``, ``hw.name`` (+ ``hw.parent``)
-``hw.power``        Gauge,   ``W``, per domain, same attributes
-``hw.host.energy``  Counter, ``J``, the host's non-overlapping total (what ``energy.joules`` adds up)
+Every plain sum over one metric counts each joule once (:mod:`otel_joules.metrics.series` puts each
+domain in exactly one family):
+
+``hw.energy``       Counter, ``J``, measured top-level devices (packages, DRAM, GPUs): ``hw.id``, ``hw.type``, ``hw.name``
+``hw.power``        Gauge,   ``W``, the same devices
+``hw.host.energy``  Counter, ``J``, the entire host, from a whole-platform meter (psys); absent without one
 ``hw.host.power``   Gauge,   ``W``, the same as power
+``energy.components``        Counter, ``J``, the sum of ``hw.energy`` (not the host: no fans, disks, PSU losses)
+``energy.components.power``  Gauge,   ``W``, the same as power
+``energy.nested``   Counter, ``J``, readings inside another series (core, uncore: ``hw.parent``)
+``energy.nested.power``  Gauge, ``W``, the same as power
+``energy.estimate`` Counter, ``J``, modelled domains (never mixed with measurements)
+``energy.estimate.power``  Gauge, ``W``, the same as power
+``energy.missing``  Counter, ``s``, per domain: time its counter was failing and being retried
 ``process.energy``  Counter, ``J``, this process's attributed share per ``hw.type`` (``cpu``, ``memory``, ``gpu``)
 ``process.power``   Gauge,   ``W``, the same as power over the latest attribution period
 ``energy.unattributed``  Counter, ``J``, the host's energy given to no process, per ``hw.type`` (``cpu``, ``memory``)
-``energy.baseline.power``  Gauge, ``W``, each domain's static baseline, ``energy.baseline`` = learned|configured|unknown
+``energy.baseline.power``  Gauge, ``W``, each domain's static baseline
+``energy.baseline.state``  Gauge, ``1``, per domain and ``energy.baseline`` (learned, configured, unknown): 1 for the current one
 
-``hw.*`` describe the hardware: every otel-joules process on a host reports the same devices
-(take one per ``host.name`` and ``hw.id``, e.g. ``max``, never a sum over processes).
+A series' attributes never change during a run: a domain being retried after a failed read is
+left out of the power series over that time and counted in ``energy.missing``; its energy
+counters keep their last known joules. Every series carries ``energy.domain``, the key of the
+span attribute ``energy.<domain>.joules``, so a span's domain joins its series on the same host.
+
+``hw.*`` describe the hardware: every otel-joules process on a host without an agent reports the
+same devices (take one per ``host.name`` and ``hw.id``, e.g. ``max``, never a sum over processes).
 ``process.*`` are shares: summed over processes and hosts they count each joule once
 (:mod:`otel_joules.attribution`), under the attribution policy (``OTEL_JOULES_ATTRIBUTION_POLICY``).
 Energy the model gives to nobody (idle periods; the static energy of unused CPU capacity under
-``capacity``, all static energy under ``none``) is in ``hw.*`` and in ``energy.unattributed``.
-``energy.unattributed`` is a host figure that every process computes alike (from ``/proc/stat`` and
-the counters, from its own start): like ``hw.*``, take one per host, never a sum over processes:
+``capacity``, all static energy under ``none``) is in ``energy.unattributed``, a host figure that
+every process computes alike (from ``/proc/stat`` and the counters, from its own start): take one
+per host, never a sum over processes:
 ``max by (hw_id) (rate(energy_unattributed_joules_total[5m]))`` beside
 ``sum by (service_name) (rate(process_energy_joules_total[5m]))``. (GPUs' idle energy is not in it:
 a process sees only its own fraction of a GPU.)
-
-Every data point also carries ``energy.source`` (``measured`` or ``estimate``), so an
-estimate is never mistaken for a measurement in a dashboard; per-domain points add
-``energy.method`` (``counter``, ``power_integration`` or ``estimate``). ``hw.host.power`` over
-an interval in which a domain was being retried after a failed read says ``partial``: that
-power leaves the domain out (``hw.host.energy`` keeps its last known joules instead).
 """
 
 from __future__ import annotations
@@ -46,21 +56,30 @@ from otel_joules.attribution.attributor import Attributor
 from otel_joules.attribution.registry import attributor_from
 from otel_joules.attribution.shares import ATTRIBUTION_KIND
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
-from otel_joules.sensors.base import Domain
+from otel_joules.metrics.series import DomainSeries, Family, device_attributes, domain_series, missing_attributes
 from otel_joules.semconv import (
+    BASELINE_CONFIGURED,
+    BASELINE_LEARNED,
+    BASELINE_UNKNOWN,
     ENERGY_BASELINE,
-    ENERGY_METHOD,
     ENERGY_SOURCE,
     HW_ID,
     HW_NAME,
-    HW_PARENT,
     HW_TYPE,
+    METRIC_ENERGY_BASELINE_POWER,
+    METRIC_ENERGY_BASELINE_STATE,
+    METRIC_ENERGY_COMPONENTS,
+    METRIC_ENERGY_COMPONENTS_POWER,
+    METRIC_ENERGY_ESTIMATE,
+    METRIC_ENERGY_ESTIMATE_POWER,
+    METRIC_ENERGY_MISSING,
+    METRIC_ENERGY_NESTED,
+    METRIC_ENERGY_NESTED_POWER,
+    METRIC_ENERGY_UNATTRIBUTED,
     METRIC_HW_ENERGY,
     METRIC_HW_HOST_ENERGY,
     METRIC_HW_HOST_POWER,
     METRIC_HW_POWER,
-    METRIC_ENERGY_BASELINE_POWER,
-    METRIC_ENERGY_UNATTRIBUTED,
     METRIC_PROCESS_ENERGY,
     METRIC_PROCESS_POWER,
     SOURCE_ESTIMATE,
@@ -69,6 +88,8 @@ from otel_joules.semconv import (
 )
 
 INSTRUMENTATION_SCOPE = "otel_joules"
+#: Every ``energy.baseline`` value: ``energy.baseline.state`` has one series per domain and value, for the run.
+BASELINE_STATES = (BASELINE_LEARNED, BASELINE_CONFIGURED, BASELINE_UNKNOWN)
 #: One collection calls the four callbacks within microseconds of each other; they
 #: share a snapshot younger than this, and two collections never do.
 _SNAPSHOT_REUSE_S = 0.05
@@ -81,10 +102,11 @@ class EnergyMetrics:
         meter: Where the joules come from.
         meter_provider: The OpenTelemetry ``MeterProvider``; the global one when omitted.
         host_id: ``hw.id`` of the host total (default: the host name).
-        attribution: Where ``process.*``, ``energy.unattributed`` and ``energy.baseline.power``
+        attribution: Where ``process.*``, ``energy.unattributed`` and ``energy.baseline.*``
             come from, as for :class:`~otel_joules.tracing.EnergySpanProcessor`: True (default)
             the meter's shared :class:`~otel_joules.attribution.Attributor`, an Attributor that
-            one, False none of those instruments (``hw.*`` only).
+            one, False none of those instruments (``hw.*`` only). Reading through ``otel-joules agent``,
+            only ``process.*`` are registered (:attr:`publishes_host`).
         gate: Asked at each collection; while it returns False the instruments report
             nothing, so an exporter with nowhere to send (a collector that is not there,
             :class:`~otel_joules.delivery.reachability.EndpointGate`) is given nothing of
@@ -103,8 +125,17 @@ class EnergyMetrics:
         self.meter = meter
         self.enabled = True
         self._gate = gate
-        self._host_attributes = {HW_ID: host_id or socket.gethostname(), HW_NAME: host_id or socket.gethostname()}
-        self._domain_attributes = [_domain_attributes(domain) for domain in meter.domains]
+        host = host_id or socket.gethostname()
+        self._host_attributes = {HW_ID: host, HW_NAME: host}
+        self._series = domain_series(meter.domains, host)
+        self._domain_attributes = [device_attributes(domain) for domain in meter.domains]
+        self._components = [s for s in self._series if s.family is Family.COMPONENT]
+        self._components_attributes = {**self._host_attributes, ENERGY_SOURCE: SOURCE_MEASURED}
+        #: Per domain, seconds of collection intervals at either end of which its counter was being retried.
+        self._missing_s = [0.0] * len(meter.domains)
+        self._missing_attributes = [missing_attributes(s) for s in self._series]
+        #: ``energy.baseline.state``'s device attributes (the same as ``energy.missing``'s): which domain.
+        self._baseline_state_attributes = self._missing_attributes
         self._lock = threading.Lock()
         # The metric reader's thread holds the lock across counter reads: a fork at that
         # moment must not leave the child's collections (and its exit-time freeze) waiting.
@@ -117,8 +148,6 @@ class EnergyMetrics:
         self._host_energy_joules = 0.0
         self._remember(self._current)
         self._frozen = False
-        self._has_host_total = any(domain.in_total for domain in meter.domains)
-        self._host_energy_attributes = {**self._host_attributes, ENERGY_SOURCE: _host_source(meter)}
         # At exit the SDK's meter provider collects once more, after the shared meter and
         # NVML have shut down (atexit runs hooks last-registered-first, and the provider
         # usually exists before instrument()). Freezing here, in a hook registered after
@@ -126,29 +155,55 @@ class EnergyMetrics:
         atexit.register(_freeze_at_exit, weakref.ref(self))
         provider = meter_provider or metrics.get_meter_provider()
         otel_meter = provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
-        self._register_hardware(otel_meter)
+        #: Whether this process publishes the host's devices (``hw.*``, ``energy.components``, ``energy.nested``,
+        #: ``energy.estimate``, ``energy.missing``) and host figures (``energy.unattributed``,
+        #: ``energy.baseline.*``). False when the meter reads through ``otel-joules agent``: the agent
+        #: publishes them, once per host, and this process only its ``process.*`` share.
+        self.publishes_host: bool = not meter.agent_domain_ids
+        if self.publishes_host:
+            self._register_hardware(otel_meter)
         #: The attributor behind the share instruments (None: attribution is off, or CPU times cannot be read).
         self.attributor: Attributor | None = attributor_from(attribution, meter)
         if self.attributor is not None:
             self._register_shares(otel_meter, self.attributor)
 
     def _register_hardware(self, otel_meter: metrics.Meter) -> None:
-        """The ``hw.*`` instruments: each domain's energy and power, and the host's (no overlap)."""
+        """The device instruments: one energy counter and one power gauge per family, the components' sum, the gaps."""
+        families = (
+            (Family.COMPONENT, METRIC_HW_ENERGY, METRIC_HW_POWER, "the component"),
+            (Family.HOST, METRIC_HW_HOST_ENERGY, METRIC_HW_HOST_POWER, "the entire physical host (a whole-platform meter)"),
+            (Family.NESTED, METRIC_ENERGY_NESTED, METRIC_ENERGY_NESTED_POWER, "a component inside another series (hw.parent)"),
+            (Family.ESTIMATE, METRIC_ENERGY_ESTIMATE, METRIC_ENERGY_ESTIMATE_POWER, "a modelled component (an estimate)"),
+        )
+        for family, energy_name, power_name, what in families:
+            members = [s for s in self._series if s.family is family]
+            otel_meter.create_observable_counter(
+                energy_name, [self._energy_observer(members)], unit="J", description=f"Energy consumed by {what}"
+            )
+            otel_meter.create_observable_gauge(
+                power_name, [self._power_observer(members)], unit="W", description=f"Power consumed by {what}"
+            )
         otel_meter.create_observable_counter(
-            METRIC_HW_ENERGY, [self._observe_energy], unit="J", description="Energy consumed by the component"
+            METRIC_ENERGY_COMPONENTS,
+            [self._observe_components_energy],
+            unit="J",
+            description="Sum of the host's hw.energy series (measured components; not the whole host)",
         )
         otel_meter.create_observable_gauge(
-            METRIC_HW_POWER, [self._observe_power], unit="W", description="Instantaneous power consumed by the component"
+            METRIC_ENERGY_COMPONENTS_POWER,
+            [self._observe_components_power],
+            unit="W",
+            description="Sum of the host's hw.power series (measured components; not the whole host)",
         )
         otel_meter.create_observable_counter(
-            METRIC_HW_HOST_ENERGY, [self._observe_host_energy], unit="J", description="Energy consumed by the host (no overlap)"
-        )
-        otel_meter.create_observable_gauge(
-            METRIC_HW_HOST_POWER, [self._observe_host_power], unit="W", description="Power consumed by the host (no overlap)"
+            METRIC_ENERGY_MISSING,
+            [self._observe_missing],
+            unit="s",
+            description="Time a domain's counter failed reads and was being retried (left out of power meanwhile)",
         )
 
     def _register_shares(self, otel_meter: metrics.Meter, attributor: Attributor) -> None:
-        """The attributor's instruments: this process's share, the host's unattributed energy, the baselines."""
+        """The attributor's instruments: this process's share; the host's unattributed energy and baselines where it publishes the host."""
         meter = self.meter
         self._process_attributes = {
             kind: {HW_TYPE: kind, ENERGY_SOURCE: _source(meter, kind)} for kind in attributor.kinds
@@ -166,6 +221,12 @@ class EnergyMetrics:
             unit="W",
             description="This process's attributed share of the host's power, per hw.type",
         )
+        if self.publishes_host:
+            self._register_host_figures(otel_meter, attributor)
+
+    def _register_host_figures(self, otel_meter: metrics.Meter, attributor: Attributor) -> None:
+        """The attributor's host-wide instruments: the energy given to no process, the baselines."""
+        meter = self.meter
         self._unattributed_attributes = {
             kind: {**self._host_attributes, HW_TYPE: kind, ENERGY_SOURCE: _source(meter, kind)}
             for kind in attributor.kinds
@@ -180,7 +241,13 @@ class EnergyMetrics:
             METRIC_ENERGY_BASELINE_POWER,
             [self._observe_baselines],
             unit="W",
-            description="Each domain's static (idle) power, learned, configured or unknown (energy.baseline)",
+            description="Each domain's static (idle) power (energy.baseline.state says where it comes from)",
+        )
+        otel_meter.create_observable_gauge(
+            METRIC_ENERGY_BASELINE_STATE,
+            [self._observe_baseline_states],
+            unit="1",
+            description="1 for where each domain's baseline comes from now (energy.baseline: learned, configured, unknown), 0 for the others",
         )
 
     def _new_lock(self) -> None:
@@ -222,6 +289,7 @@ class EnergyMetrics:
                 self._previous, self._current = self._current, self.meter.snapshot()
                 self._current_at = now
                 self._remember(self._current)
+                self._count_missing(self._previous, self._current)
             return self._previous, self._current
 
     def _remember(self, snapshot: EnergySnapshot) -> None:
@@ -229,15 +297,40 @@ class EnergyMetrics:
             if joules is not None:
                 self._last_known[i] = joules
 
-    def _observe_energy(self, options: CallbackOptions) -> Iterable[Observation]:
-        if not self._reporting():
-            return []
-        _, current = self._snapshots()
-        return [
-            Observation(joules, attributes)
-            for joules, attributes in zip(current.joules, self._domain_attributes)
-            if joules is not None
-        ]
+    def _count_missing(self, previous: EnergySnapshot, current: EnergySnapshot) -> None:
+        """Add the interval's seconds to each domain that was being retried at either end of it."""
+        seconds = (current.monotonic_ns - previous.monotonic_ns) / 1e9
+        for i in set(previous.missing) | set(current.missing):
+            self._missing_s[i] += seconds
+
+    def _energy_observer(self, members: list[DomainSeries]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """The callback of one family's energy counter: each member's joules since the meter started."""
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            if not members or not self._reporting():
+                return []
+            _, current = self._snapshots()
+            return [
+                Observation(current.joules[s.index], s.attributes) for s in members if current.joules[s.index] is not None
+            ]
+
+        return observe
+
+    def _power_observer(self, members: list[DomainSeries]) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        """The callback of one family's power gauge: each member's watts over the latest collection interval."""
+
+        def observe(options: CallbackOptions) -> Iterable[Observation]:
+            measurement = self._interval() if members and self._reporting() else None
+            if measurement is None:
+                return []
+            joules = measurement.joules_by_domain
+            return [
+                Observation(joules[s.domain.id] / measurement.duration_s, s.attributes)
+                for s in members
+                if s.domain.id in joules
+            ]
+
+        return observe
 
     def _interval(self) -> EnergyMeasurement | None:
         """Energy between the two latest snapshots; None before time has passed."""
@@ -245,36 +338,30 @@ class EnergyMetrics:
         measurement = self.meter.measure(previous, current)
         return measurement if measurement.duration_s > 0 else None
 
-    def _observe_power(self, options: CallbackOptions) -> Iterable[Observation]:
-        measurement = self._interval() if self._reporting() else None
+    def _observe_components_energy(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self._components or not self._reporting():
+            return []
+        self._snapshots()
+        # Last known values: a domain being retried keeps its joules in the sum, so it never goes backwards.
+        return [Observation(sum(self._last_known[s.index] for s in self._components), self._components_attributes)]
+
+    def _observe_components_power(self, options: CallbackOptions) -> Iterable[Observation]:
+        measurement = self._interval() if self._components and self._reporting() else None
         if measurement is None:
             return []
-        return [
-            Observation(measurement.joules_by_domain[domain.id] / measurement.duration_s, attributes)
-            for domain, attributes in zip(self.meter.domains, self._domain_attributes)
-            if domain.id in measurement.joules_by_domain
-        ]
+        joules = measurement.joules_by_domain
+        watts = sum(joules.get(s.domain.id, 0.0) for s in self._components) / measurement.duration_s
+        return [Observation(watts, self._components_attributes)]
 
-    def _observe_host_energy(self, options: CallbackOptions) -> Iterable[Observation]:
+    def _observe_missing(self, options: CallbackOptions) -> Iterable[Observation]:
         if not self._reporting():
             return []
-        if not self._has_host_total:
-            return []  # e.g. a process that leaves the host to another and has no GPU
         self._snapshots()
-        # Last known values: a domain that fails keeps its joules in the total, so the
-        # host counter never goes backwards. The standby estimates of agent outages that its
-        # counters bridged, or may still bridge, are left out (the measured domains hold that energy):
-        # counted once, never counted and then taken back.
-        total = sum(joules for joules, domain in zip(self._last_known, self.meter.domains) if domain.in_total)
-        total -= self.meter.withheld_estimate_joules()
-        self._host_energy_joules = total = max(total, self._host_energy_joules)
-        return [Observation(total, self._host_energy_attributes)]
-
-    def _observe_host_power(self, options: CallbackOptions) -> Iterable[Observation]:
-        measurement = self._interval() if self._has_host_total and self._reporting() else None
-        if measurement is None:
-            return []
-        return [Observation(measurement.watts, {**self._host_attributes, ENERGY_SOURCE: measurement.source})]
+        return [
+            Observation(self._missing_s[s.index], self._missing_attributes[s.index])
+            for s in self._series
+            if s.family is not Family.ESTIMATE
+        ]
 
     def _process_sample(self, force: bool = False) -> None:
         """Extend the attribution history before a collection unless a sample is recent (or frozen)."""
@@ -305,9 +392,17 @@ class EnergyMetrics:
             return []
         self._process_sample()
         return [
-            Observation(watts, {**self._domain_attributes[i], ENERGY_BASELINE: state})
-            for i, watts, state in self.attributor.baseline_watts()
-            if watts is not None
+            Observation(watts, self._domain_attributes[i]) for i, watts, _ in self.attributor.baseline_watts() if watts is not None
+        ]
+
+    def _observe_baseline_states(self, options: CallbackOptions) -> Iterable[Observation]:
+        if self.attributor is None or not self._reporting():
+            return []
+        self._process_sample()
+        return [
+            Observation(int(state == current), {**self._baseline_state_attributes[i], ENERGY_BASELINE: state})
+            for i, _, current in self.attributor.baseline_watts()
+            for state in BASELINE_STATES
         ]
 
     def _observe_process_power(self, options: CallbackOptions) -> Iterable[Observation]:
@@ -316,27 +411,6 @@ class EnergyMetrics:
         self._process_sample()
         watts = self.attributor.process_watts()
         return [Observation(watts[kind], attributes) for kind, attributes in self._process_attributes.items()]
-
-
-def _domain_attributes(domain: Domain) -> dict[str, str]:
-    """A domain's ``hw.*`` metric attributes, with whether it is measured and how."""
-    attributes = {
-        HW_ID: domain.hw_id,
-        HW_TYPE: domain.hw_type.value,
-        HW_NAME: domain.hw_name,
-        ENERGY_SOURCE: SOURCE_MEASURED if domain.method.is_measurement else SOURCE_ESTIMATE,
-        # counter, power_integration or estimate: a GPU without an energy counter
-        # is measured, but by integrating its power sensor, and says so here.
-        ENERGY_METHOD: domain.method.value,
-    }
-    if domain.hw_parent:
-        attributes[HW_PARENT] = domain.hw_parent
-    return attributes
-
-
-def _host_source(meter: EnergyMeter) -> str:
-    """``energy.source`` of the host total, fixed by which domains add to it."""
-    return _source(meter, None)
 
 
 def _source(meter: EnergyMeter, kind: str | None) -> str:
