@@ -209,3 +209,17 @@ def test_exporter_endpoints_are_checked_and_never_change_the_exit_status(tmp_pat
     assert [c["status"] for c in metrics] == ["warn", "info"]
     assert "refused" in metrics[0]["detail"] and "OTEL_EXPORTER_OTLP_ENDPOINT" in metrics[0]["remedy"]
     assert "console" in metrics[1]["detail"]
+
+
+def test_the_carbon_step_says_which_source_answered_and_warns_when_a_live_provider_does_not() -> None:
+    from otel_joules.carbon import ElectricityMapsProvider
+    from otel_joules.cli.doctor import carbon_check
+
+    from tests.fakes.electricity_maps import electricity_maps_server
+
+    with electricity_maps_server(321) as (root, _):
+        live = carbon_check([ElectricityMapsProvider("key", zone="DE", base_url=root)])
+    assert (live.status, live.remedy) == ("ok", "") and live.detail.startswith("321 gCO2eq/kWh (electricitymaps")
+    down = carbon_check([ElectricityMapsProvider("key", zone="DE", base_url=f"http://127.0.0.1:{closed_port()}")])
+    assert down.status == "warn" and down.detail.startswith("no live provider answered; using ")
+    assert "key and network access" in down.remedy

@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_ENDPOINT
 
-from otel_joules.carbon import providers_from_env, resolve_carbon_intensity
+from otel_joules.carbon import LiveProvider, providers_from_env, resolve_carbon_intensity
 from otel_joules.cli.devices import describe, spans_sources
 from otel_joules.config import OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_COUNTRY, Settings
 from otel_joules.delivery.destinations import SIGNAL_METRICS, SIGNAL_TRACES, SIGNAL_VARIABLES, exporter_names, probe
@@ -201,15 +201,15 @@ def _endpoint_check(step: str, exporter: str, endpoint: str, address: tuple[str,
     )
 
 
-def carbon_check() -> Check:
-    """Which carbon intensity spans get, and from where (asking the configured live providers once)."""
+def carbon_check(providers: Sequence[LiveProvider] | None = None) -> Check:
+    """Which carbon intensity spans get, and from where, asking the live providers once (default: those configured)."""
     try:
-        providers = providers_from_env()
+        providers = providers_from_env() if providers is None else providers
         intensity = resolve_carbon_intensity(None, None, providers)
     except ConfigurationError as exc:
         return Check("carbon.intensity", FAIL, str(exc), f"fix the setting it names ({OTEL_JOULES_COUNTRY} and friends)")
     detail = f"{intensity.gco2eq_per_kwh:g} gCO2eq/kWh ({intensity.source}: {intensity.detail})"
-    if providers and intensity.source not in {p.name for p in providers}:
+    if providers and intensity.source not in {p.source for p in providers}:
         return Check("carbon.intensity", WARN, f"no live provider answered; using {detail}",
                      "check the provider's key and network access (the warnings above say why each failed)")
     if intensity.source == "world_average":
