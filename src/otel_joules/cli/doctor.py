@@ -22,7 +22,7 @@ from opentelemetry.sdk.environment_variables import OTEL_EXPORTER_OTLP_ENDPOINT
 
 from otel_joules.carbon import LiveProvider, providers_from_env, resolve_carbon_intensity
 from otel_joules.cli.devices import describe, spans_sources
-from otel_joules.config import OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_COUNTRY, Settings
+from otel_joules.config import OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_COUNTRY, OTEL_JOULES_SYSFS_ROOT, Settings
 from otel_joules.delivery.destinations import SIGNAL_METRICS, SIGNAL_TRACES, SIGNAL_VARIABLES, exporter_names, probe
 from otel_joules.delivery.outcomes import PROBE_TIMEOUT_S
 from otel_joules.delivery.reachability import sdk_otlp_targets
@@ -93,7 +93,11 @@ def register(subparsers: Any) -> None:
 
 def counters_check(settings: Settings) -> Check:
     """Whether this user reads RAPL's ``energy_uj`` itself."""
-    found = rapl.discover(settings)
+    try:
+        found = rapl.discover(settings)
+    except OSError as exc:  # a sysfs root this user may not search
+        return Check("counters.direct", FAIL, f"cannot look into {settings.sysfs_root}: {exc.strerror or exc}",
+                     f"point {OTEL_JOULES_SYSFS_ROOT} (or --sysfs-root) at a sysfs this user may read")
     for channel in found.channels:
         channel.close()
     ids = [c.domain.id for c in found.channels]
@@ -241,8 +245,13 @@ def examine(sysfs_root: str | None = None) -> dict[str, Any]:
         # One route is enough: with the agent serving, the direct route's remedy is not needed.
         counters = Check(counters.step, INFO, f"{counters.detail}; not needed: the agent serves the counters")
     checks = [counters, *agent]
-    with EnergyMeter(sysfs_root=sysfs_root, sample=False) as meter:
-        devices = describe(meter)
+    try:
+        with EnergyMeter(sysfs_root=sysfs_root, sample=False) as meter:
+            devices = describe(meter)
+    except OSError as exc:
+        # The verdict needs the meter; without one nothing is measured (the steps above say why).
+        devices = {"sysfs_root": settings.sysfs_root, "domains": [],
+                   "unavailable": [{"what": "energy meter", "reason": f"cannot start: {exc}", "remedy": ""}]}
     checks += gpu_checks(devices)
     checks += exporter_checks()
     checks.append(carbon_check())
