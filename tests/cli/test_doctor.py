@@ -87,7 +87,7 @@ def test_direct_counters_exit_0_and_need_no_agent(tmp_path: Path) -> None:
     # No agent, and none needed: said, but not a failure and no remedy to follow.
     assert steps["agent.socket"]["status"] == "info" and steps["agent.socket"]["remedy"] == ""
     assert steps["carbon.intensity"]["status"] == "ok" and "offline" in steps["carbon.intensity"]["detail"]
-    assert 'energy.source = "measured"' in report["verdict"]
+    assert 'energy.source = "measured"' in report["verdict"] and report["fallback_message"] is None
     text = _doctor(env)
     assert text.returncode == 0
     assert any(line.split()[:2] == ["ok", "counters.direct"] for line in text.stdout.splitlines())
@@ -165,6 +165,8 @@ def test_nothing_readable_and_no_agent_exits_1_and_says_to_start_the_agent(tmp_p
     }
     assert steps["agent.reachable"]["status"] == steps["agent.admits"]["status"] == "skipped"
     assert report["measured"] is False and "ESTIMATES only" in report["verdict"]
+    # The words every front door will say once, as `run` and instrument() say them.
+    assert report["fallback_message"].startswith("otel-joules: spans and metrics carry ESTIMATES")
     # Followed (the host's /sys "mounted" elsewhere, the variable pointing there): measured.
     tree = make_powercap(tmp_path / "host-sys", "one_socket")
     assert _doctor({**env, "OTEL_JOULES_SYSFS_ROOT": tree.sysfs_root}).returncode == 0

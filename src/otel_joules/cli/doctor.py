@@ -28,6 +28,7 @@ from otel_joules.delivery.outcomes import PROBE_TIMEOUT_S
 from otel_joules.delivery.reachability import sdk_otlp_targets
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
+from otel_joules.meter.notice import fallback_message
 from otel_joules.sensors import rapl
 from otel_joules.sensors.agent import AgentUnavailable, join_group_remedy, subscribe
 from otel_joules.sensors.base import Unavailable
@@ -248,10 +249,12 @@ def examine(sysfs_root: str | None = None) -> dict[str, Any]:
     try:
         with EnergyMeter(sysfs_root=sysfs_root, sample=False) as meter:
             devices = describe(meter)
+            fallback = fallback_message(meter)
     except OSError as exc:
         # The verdict needs the meter; without one nothing is measured (the steps above say why).
         devices = {"sysfs_root": settings.sysfs_root, "domains": [],
                    "unavailable": [{"what": "energy meter", "reason": f"cannot start: {exc}", "remedy": ""}]}
+        fallback = None
     checks += gpu_checks(devices)
     checks += exporter_checks()
     checks.append(carbon_check())
@@ -260,6 +263,8 @@ def examine(sysfs_root: str | None = None) -> dict[str, Any]:
         "exit_status": status,
         "measured": status == EXIT_MEASURED,
         "verdict": sentence,
+        # What instrument(), zero-code and `run` will say once when they fall back (None: they measure).
+        "fallback_message": fallback,
         "uid": os.getuid(),
         "agent_socket": settings.agent_socket,
         "checks": [asdict(c) for c in checks],
