@@ -32,6 +32,7 @@ from otel_joules.meter.notice import fallback_message
 from otel_joules.sensors import rapl
 from otel_joules.sensors.agent import AgentUnavailable, join_group_remedy, subscribe
 from otel_joules.sensors.base import Unavailable
+from otel_joules.semconv import KIND_GPU
 
 #: A step's outcome: it holds; it fails (with what to do); a warning; facts only; not tried (an earlier step failed).
 OK = "ok"
@@ -111,48 +112,57 @@ def agent_checks(socket_path: str, needed: bool) -> list[Check]:
     """The agent's socket: present, reachable, admitting this user. ``needed``: the direct counters failed."""
     parent = os.path.dirname(socket_path) or "."
     if os.path.isdir(parent) and not os.access(parent, os.X_OK):
-        # The agent's runtime directory (0750, its group): only its group may look inside.
-        group = _group_name(parent)
-        return [
-            Check("agent.socket", SKIPPED, f"cannot tell: this user may not look into {parent} ({_owner(parent, group)})"),
-            _not_tried("agent.reachable", "agent.socket"),
-            Check("agent.admits", FAIL, f"{parent} refuses uid {os.getuid()} ({_membership(group)})",
-                  join_group_remedy(group)),
-        ]
+        return _hidden_directory(parent)
     if not os.path.lexists(socket_path):
         status, remedy = (FAIL, START_AGENT_REMEDY) if needed else (INFO, "")
+        unneeded = "" if needed else " (not needed: the counters are readable directly)"
         return [
-            Check("agent.socket", status, f"no agent socket at {socket_path}"
-                  + ("" if needed else " (not needed: the counters are readable directly)"), remedy),
+            Check("agent.socket", status, f"no agent socket at {socket_path}{unneeded}", remedy),
             _not_tried("agent.reachable", "agent.socket"),
             _not_tried("agent.admits", "agent.socket"),
         ]
     group = _group_name(socket_path)
-    checks = [Check("agent.socket", OK, f"{socket_path} exists ({_owner(socket_path, group)})")]
+    present = Check("agent.socket", OK, f"{socket_path} exists ({_owner(socket_path, group)})")
     if not os.access(socket_path, os.R_OK | os.W_OK):
         # Connecting to a Unix socket needs write permission on it: the mode turns this user away.
-        reachable = Check("agent.reachable", SKIPPED, "not tried: the socket's mode refuses this user")
-        admits = Check("agent.admits", FAIL, f"the socket's mode refuses uid {os.getuid()} ({_membership(group)})",
-                       join_group_remedy(group))
-        return [*checks, reachable, admits]
+        return [
+            present,
+            Check("agent.reachable", SKIPPED, "not tried: the socket's mode refuses this user"),
+            Check("agent.admits", FAIL, f"the socket's mode refuses uid {os.getuid()} ({_membership(group)})",
+                  join_group_remedy(group)),
+        ]
+    return [present, *_agent_answer(socket_path, group, needed)]
+
+
+def _hidden_directory(parent: str) -> list[Check]:
+    """The agent's runtime directory (0750, its group) turns this user away before the socket."""
+    group = _group_name(parent)
+    return [
+        Check("agent.socket", SKIPPED, f"cannot tell: this user may not look into {parent} ({_owner(parent, group)})"),
+        _not_tried("agent.reachable", "agent.socket"),
+        Check("agent.admits", FAIL, f"{parent} refuses uid {os.getuid()} ({_membership(group)})", join_group_remedy(group)),
+    ]
+
+
+def _agent_answer(socket_path: str, group: str | None, needed: bool) -> list[Check]:
+    """Subscribe once, as the library does: whether an agent answers, and whether it admits this process."""
     try:
         sock, answer, _ = subscribe(socket_path)
     except AgentUnavailable as exc:
         if exc.remedy:  # the agent answered, and refused this process
-            return [*checks, Check("agent.reachable", OK, "the agent answers"),
+            return [Check("agent.reachable", OK, "the agent answers"),
                     Check("agent.admits", FAIL, f"{exc.reason} ({_membership(group)})", exc.remedy)]
-        return [*checks, Check("agent.reachable", FAIL, exc.reason, START_AGENT_REMEDY),
-                _not_tried("agent.admits", "agent.reachable")]
+        return [Check("agent.reachable", FAIL, exc.reason, START_AGENT_REMEDY), _not_tried("agent.admits", "agent.reachable")]
     sock.close()
     zones = ", ".join(str(z.get("id")) for z in answer.get("zones", []) if isinstance(z, dict))
-    use = "" if needed else "; not used while the counters are readable directly"
-    return [*checks, Check("agent.reachable", OK, "the agent answers"),
-            Check("agent.admits", OK, f"the agent admits uid {os.getuid()} and serves {zones or 'no zone'}{use}")]
+    unused = "" if needed else "; not used while the counters are readable directly"
+    return [Check("agent.reachable", OK, "the agent answers"),
+            Check("agent.admits", OK, f"the agent admits uid {os.getuid()} and serves {zones or 'no zone'}{unused}")]
 
 
 def gpu_checks(report: dict[str, Any]) -> list[Check]:
     """NVML (from what the meter found) and amdsmi."""
-    gpus = [d["id"] for d in report["domains"] if d["hw_type"] == "gpu" and d["source"] == "measured"]
+    gpus = [d["id"] for d in report["domains"] if d["hw_type"] == KIND_GPU and d["source"] == "measured"]
     problems = [u for u in report["unavailable"] if u["what"].startswith("nvidia_gpu")]
     if gpus:
         nvml = Check("gpu.nvml", OK if not problems else WARN, f"NVML measures {', '.join(gpus)}"
