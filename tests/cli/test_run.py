@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from otel_joules.carbon.units import format_co2eq_grams
 from tests.fakes.otlp_receiver import OTLPGrpcReceiver, OTLPHttpReceiver, otlp_grpc_receiver, otlp_receiver  # noqa: F401  (fixtures)
 from tests.fakes.powercap import FakePowercap, make_powercap
 from tests.helpers.processes import ADVANCE, clean_env, closed_port, opentelemetry_instrument, otel_joules_command
@@ -103,7 +104,11 @@ def test_root_span_and_metrics_arrive_with_exact_energy(otlp_receiver, tmp_path,
     # The summary: duration, joules, kWh, gCO2eq, source, destinations.
     assert "exited with code 0" in result.stderr
     assert f"3.5 J = {TOTAL_JOULES / 3.6e6:.4g} kWh" in result.stderr
-    assert f"{TOTAL_JOULES / 3.6e6 * 400:.4g} gCO2eq at 400 gCO2eq/kWh" in result.stderr
+    # The headline CO2eq is of the share (what `report` counts); the host's interval energy's is beside it, named.
+    share_grams = span.attributes["energy.attributed.co2eq.grams"]
+    assert f"carbon   {format_co2eq_grams(share_grams)} gCO2eq of the command's share (" in result.stderr
+    assert ") at 400 gCO2eq/kWh and PUE 1 (explicit: " in result.stderr
+    assert f"; the host's interval energy (3.5 J): {format_co2eq_grams(TOTAL_JOULES / 3.6e6 * 400)} gCO2eq" in result.stderr
     assert "measured: core_0, dram_0, package_0, uncore_0" in result.stderr
     assert f"traces -> otlp {otlp_receiver.env()['OTEL_EXPORTER_OTLP_PROTOCOL']}" in result.stderr
     assert result.stderr.count(": delivered") == 2

@@ -18,7 +18,7 @@ from otel_joules.report import aggregate
 def _figures(totals: Any) -> dict[str, Any]:
     tally = totals.tally
     return {
-        "sums": {name: (s.value, s.count) for name, s in totals._sums.items()},
+        "sums": {(kind, name): (s.value, s.count) for kind, sums in totals._sums_by_kind.items() for name, s in sums.items()},
         "runs": tally.runs,
         "by_basis": list(tally.by_basis.items()),
         "by_source": list(tally.by_source.items()),

@@ -172,12 +172,19 @@ def test_mixed_inputs_add_up_exactly(mixed) -> None:
     assert log.energy_source == "measured"
     assert log.duration_s == 5.0
 
-    assert report.total_joules == pytest.approx(1000.0 + 100.0 + 360.0 + 600.0, rel=1e-9)
-    assert report.total_kwh == pytest.approx((1500.0 + 100.0 + 360.0) / J_PER_KWH + 0.000263333333, rel=1e-12)
-    total_grams = 1500.0 / J_PER_KWH * 300.0 + 0.005 + 360.0 / J_PER_KWH * 445.0 + 0.05
-    assert report.total_co2eq_grams == pytest.approx(total_grams, rel=1e-12)
-    car = [e for e in report.equivalents if e.key == "km_by_car"][0]
-    assert car.amount == pytest.approx(total_grams / 106.8, rel=1e-12)
+    # Traces' shares and a carbontracker log's host energy are totalled apart: there is no one total.
+    assert report.mixed_kinds
+    assert report.total_joules is report.total_kwh is report.total_co2eq_grams is None and report.equivalents == ()
+    traces, logs = report.totals
+    assert (traces.kind, traces.runs, logs.kind, logs.runs) == ("trace", 3, "carbontracker", 1)
+    assert traces.joules == pytest.approx(1000.0 + 100.0 + 360.0, rel=1e-12)
+    assert logs.joules == log.joules
+    assert traces.kwh == pytest.approx((1500.0 + 100.0 + 360.0) / J_PER_KWH, rel=1e-12)
+    assert logs.kwh == 0.000263333333
+    trace_grams = 1500.0 / J_PER_KWH * 300.0 + 0.005 + 360.0 / J_PER_KWH * 445.0
+    assert traces.co2eq_grams == pytest.approx(trace_grams, rel=1e-12) and logs.co2eq_grams == 0.05
+    car = [e for e in traces.equivalents if e.key == "km_by_car"][0]
+    assert car.amount == pytest.approx(trace_grams / 106.8, rel=1e-12)
 
 
 def test_a_trace_in_two_exports_counts_once(tmp_path) -> None:
@@ -202,9 +209,10 @@ def test_options_override_what_runs_recorded(mixed) -> None:
     dk = lookup_country("DK")[0].gco2eq_per_kwh
     report = build_report([root], country="DK")
     assert {run.intensity_source for run in report.runs} == {"offline"}
-    assert report.total_co2eq_grams == pytest.approx(report.total_kwh * dk, rel=1e-12)
+    for totals in report.totals:
+        assert totals.co2eq_grams == pytest.approx(totals.kwh * dk, rel=1e-12)
     report = build_report([root], pue=2.0)
-    assert report.total_kwh == pytest.approx(2.0 * 2060.0 / J_PER_KWH, rel=1e-12)
+    assert [t.kwh for t in report.totals] == pytest.approx([2.0 * 1460.0 / J_PER_KWH, 2.0 * 600.0 / J_PER_KWH], rel=1e-8)
     b = _runs(report)[mixed["b"]]
     # With another PUE the recorded grams no longer apply: the fallback intensity does.
     assert (b.intensity_source, b.co2eq_grams) == ("world_average", pytest.approx(200.0 / J_PER_KWH * 445.0))
@@ -350,7 +358,9 @@ def test_cli_text_and_json(mixed, capsys) -> None:
     assert main(["report", str(root)]) == 0
     captured = capsys.readouterr()
     assert "otel-joules report: 4 run(s)" in captured.out
-    assert "Total: 2060.000 J" in captured.out
+    # One line per kind, never their sum (2060 J).
+    assert "2060.000" not in captured.out and "Total:" not in captured.out
+    assert "  traces, 3 run(s): 1460.000 J" in captured.out and "  carbontracker logs, 1 run(s): 600.000 J" in captured.out
     assert "km travelled by car" in captured.out
     assert "topmost energy.attributed.joules" in captured.out and "interval energy" in captured.out
     assert f"skipped {root / 'junk.txt'}: unknown format" in captured.err
@@ -358,8 +368,10 @@ def test_cli_text_and_json(mixed, capsys) -> None:
     assert main(["report", str(root), "--json", "--pue", "1.2"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data == report_dict(build_report([root], pue=1.2))
-    assert data["totals"]["energy_joules"] == pytest.approx(2060.0)
-    assert data["totals"]["energy_kwh"] == pytest.approx(2060.0 * 1.2 / J_PER_KWH)
+    assert data["totals"]["energy_joules"] is None and data["totals"]["energy_kwh"] is None
+    by_kind = data["totals"]["by_kind"]
+    assert by_kind["trace"]["energy_joules"] == pytest.approx(1460.0)
+    assert by_kind["carbontracker"]["energy_kwh"] == pytest.approx(600.0 * 1.2 / J_PER_KWH, rel=1e-8)
     assert {run["kind"] for run in data["runs"]} == {"trace", "carbontracker"}
     assert data["skipped"] == [{"path": str(root / "junk.txt"), "reason": data["skipped"][0]["reason"]}]
 

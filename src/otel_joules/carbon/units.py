@@ -36,6 +36,21 @@ def kwh_to_joules(kwh: float) -> float:
     return _finite_non_negative("kwh", kwh) * JOULES_PER_KWH
 
 
+def format_co2eq_grams(grams: float) -> str:
+    """Grams of CO2eq as every command prints them: 4 significant digits, never an exponent (``0.0008624``, ``12.35``,
+    ``123457``), so that ``otel-joules run``'s summary and ``otel-joules report`` on its export print the same digits."""
+    if not math.isfinite(grams):
+        return str(grams)
+    if grams == 0:
+        return "0"
+    decimals = max(0, 3 - math.floor(math.log10(abs(grams))))
+    text = f"{grams:.{decimals}f}"
+    # Rounding up can add a digit (0.00099996 -> 0.0010000): one decimal fewer keeps four.
+    if decimals and len(text.replace("-", "").replace(".", "").lstrip("0")) > 4:
+        text = f"{grams:.{decimals - 1}f}"
+    return text
+
+
 def validate_pue(pue: float) -> float:
     """Return ``pue`` as a float, or raise ConfigurationError unless it is finite and >= 1.0.
 

@@ -22,7 +22,12 @@ def register(subparsers: Any) -> None:
 
 
 def describe(meter: EnergyMeter) -> dict[str, Any]:
-    """The meter's domains and unavailable sensors as plain data."""
+    """The meter's domains and unavailable sensors as plain data.
+
+    A ``standby`` domain is an estimate that stands in only while the agent is away: it is not
+    part of what spans carry while the agent answers.
+    """
+    standby = set(meter.standby_domain_ids)
     return {
         "sysfs_root": meter.settings.sysfs_root,
         "domains": [
@@ -35,11 +40,17 @@ def describe(meter: EnergyMeter) -> dict[str, Any]:
                 "source": "measured" if d.method.is_measurement else "estimate",
                 "in_total": d.in_total,
                 "via_agent": d.via_agent,
+                "standby": d.id in standby,
             }
             for d in meter.domains
         ],
         "unavailable": [{"what": u.what, "reason": u.reason, "remedy": u.remedy} for u in meter.unavailable],
     }
+
+
+def spans_sources(report: dict[str, Any]) -> set[str]:
+    """``measured`` and/or ``estimate``: what the domains spans add up carry (standby estimates left out)."""
+    return {d["source"] for d in report["domains"] if d["in_total"] and not d["standby"]}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
             print(heading)
             for d in domains:
                 total = "adds to energy.joules" if d["in_total"] else "reported, inside another domain"
+                if d["standby"]:
+                    total = "stands in only while the otel-joules agent is away"
                 if d["via_agent"]:
                     total += "; read through the otel-joules agent"
                 print(f"  {d['id']:<{width}}  {d['hw_type']:<9} {d['method']:<17} {d['hw_name']}  ({total})")
@@ -75,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             if u["remedy"]:
                 print(f"      what to do: {u['remedy']}")
     print()
-    methods = {d["source"] for d in report["domains"] if d["in_total"]}
+    methods = spans_sources(report)
     if methods == {"estimate"}:
         print('No hardware energy counter is readable here: spans get ESTIMATES (energy.source = "estimate").')
     elif methods == {"measured"}:

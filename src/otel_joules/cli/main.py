@@ -14,6 +14,7 @@ from otel_joules.errors import OtelJoulesError
 #: Modules providing ``register(subparsers)``; each subcommand lives in its own module.
 SUBCOMMAND_MODULES = (
     "otel_joules.cli.devices",
+    "otel_joules.cli.doctor",
     "otel_joules.cli.run",
     "otel_joules.cli.report",
     "otel_joules.cli.agent",

@@ -36,7 +36,8 @@ Behaviour: exits with the child's exit code (128 + N when it was killed by signa
 SIGTERM is forwarded to the child; SIGINT, SIGHUP and SIGQUIT too, except when they come
 from the terminal, which already delivered them to the child (same process group). At the
 end a summary goes to standard error (duration, the host's joules during the run and the
-command's share of them, kWh, gCO2eq, source, where the data went); on a terminal a status
+command's share of them, kWh, gCO2eq of the share (of the host's energy where there is no share), with the PUE
+and intensity used, source, where the data went); on a terminal a status
 line shows elapsed time and current power while the command runs. Export problems (an unreachable collector) never change the exit code or block for
 long: they are reported in one line.
 """
@@ -253,6 +254,8 @@ def _run_measured(
     attribution, gpu_charges, host_problem = usage.finish(first, last)
     measurement = _end_command_span(span, meter, accounting, first, last, attribution)
     grams = accounting.co2eq_grams(measurement.total_joules)
+    # The span's energy.attributed.co2eq.grams: what `report` counts for this run, so the summary's headline.
+    share_grams = None if attribution is None else accounting.co2eq_grams(attribution.joules)
     if energy_metrics is not None:
         energy_metrics.refresh()  # the final collection must not reuse an older read
     return RunResult(
@@ -269,6 +272,7 @@ def _run_measured(
         child.start_error,
         gpu_charges,
         None if attribution is not None else host_problem,
+        share_grams,
     )
 
 

@@ -10,6 +10,7 @@ from opentelemetry import trace
 from otel_joules.attribution.gpu import GpuCharge
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.carbon import joules_to_kwh
+from otel_joules.carbon.units import format_co2eq_grams
 from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.units import format_duration
 from otel_joules.carbon.intensity import CarbonIntensity
@@ -45,6 +46,9 @@ class RunResult:
     gpu_charges: list[GpuCharge] = field(default_factory=list)
     #: Why the run has no share (the host's CPU time could not be read), or None.
     share_missing: str | None = None
+    #: Grams of CO2eq of the command's share (the span's ``energy.attributed.co2eq.grams``), or None without a share;
+    #: ``co2eq_grams`` is of the host's interval energy.
+    share_co2eq_grams: float | None = None
 
 
 
@@ -108,11 +112,7 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
                 f"{format_joules(charge.measured_joules)} charged ({charge.reason})"
             )
         if result.co2eq_grams is not None:
-            pue = f", PUE {result.pue:g}" if result.pue != 1.0 else ""
-            lines.append(
-                f"  carbon   {result.co2eq_grams:.4g} gCO2eq at {result.intensity.gco2eq_per_kwh:g} gCO2eq/kWh{pue} "
-                f"({result.intensity.source}: {result.intensity.detail})"
-            )
+            lines.append(carbon_line(result))
     if telemetry is None:
         lines.append("  data     not exported (OTEL_SDK_DISABLED=true)")
     elif not telemetry.destinations:
@@ -135,6 +135,24 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     if result.span_context is not None and result.span_context.is_valid:
         lines.append(f"  trace    {result.span_context.trace_id:032x}")
     return lines
+
+
+def carbon_line(result: RunResult) -> str:
+    """The summary's carbon: of the command's share (what ``otel-joules report`` counts for the run), else of the
+    host's interval energy; always with the PUE and intensity used, and the other figure beside it."""
+    m = result.measurement
+    assert m is not None and result.co2eq_grams is not None
+    used = (
+        f"at {result.intensity.gco2eq_per_kwh:g} gCO2eq/kWh and PUE {result.pue:g} "
+        f"({result.intensity.source}: {result.intensity.detail})"
+    )
+    host = f"the host's interval energy ({format_joules(m.total_joules)})"
+    if result.attribution is not None and result.share_co2eq_grams is not None:
+        return (
+            f"  carbon   {format_co2eq_grams(result.share_co2eq_grams)} gCO2eq of the command's share "
+            f"({format_joules(result.attribution.joules)}) {used}; {host}: {format_co2eq_grams(result.co2eq_grams)} gCO2eq"
+        )
+    return f"  carbon   {format_co2eq_grams(result.co2eq_grams)} gCO2eq of {host}, as there is no share, {used}"
 
 
 #: What each policy charges a command for the host's static (idle) energy, for the summary.

@@ -12,7 +12,8 @@ back (and with delta temporality the first point after its return holds the whol
 
 :func:`sdk_metrics_gate` builds the gate for the exporter the SDK configured from the
 environment, or none where a TCP check could mislead (a proxy, a Unix socket, several
-exporters, a pull or console exporter).
+exporters, a pull or console exporter). :func:`sdk_otlp_targets` says where each OTLP
+exporter the SDK configures for a signal sends (``otel-joules doctor`` checks them all).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Mapping
 
 from otel_joules._fork import register_fork_hook
@@ -104,6 +106,43 @@ class EndpointGate:
             _log.info("otel-joules: energy metrics are not exported while nothing answers at %s (%s)", self.endpoint, reason)
 
 
+@dataclass(frozen=True)
+class OtlpTarget:
+    """One OTLP exporter the SDK builds from the environment for one signal, and where it sends.
+
+    Attributes:
+        signal: ``traces`` or ``metrics``.
+        exporter: Its name in ``OTEL_TRACES_EXPORTER``/``OTEL_METRICS_EXPORTER`` (``otlp``, ``otlp_proto_grpc``, ...).
+        protocol: ``grpc`` or ``http/protobuf``.
+        endpoint: The URL it sends to, resolved as the stock exporter resolves it.
+        address: ``(host, port)`` a TCP connection can check, or None where one would mislead
+            (a proxy, a Unix socket, a URL without a host).
+    """
+
+    signal: str
+    exporter: str
+    protocol: str
+    endpoint: str
+    address: tuple[str, int] | None
+
+
+def sdk_otlp_targets(signal: str, env: Mapping[str, str] | None = None) -> list[OtlpTarget]:
+    """Every OTLP exporter the SDK configures for ``signal`` from ``env``; other exporters are left out.
+
+    Raises:
+        ConfigurationError: the OTLP protocol variables name a protocol the SDK refuses.
+    """
+    env = os.environ if env is None else env
+    targets = []
+    for name in exporter_names(signal, env):
+        if name not in _OTLP_EXPORTER_PROTOCOLS:
+            continue
+        protocol = _OTLP_EXPORTER_PROTOCOLS[name] or otlp_protocol(signal, env)
+        endpoint = otlp_endpoint(signal, protocol, env)
+        targets.append(OtlpTarget(signal, name, protocol, endpoint, probe_address(endpoint, env)))
+    return targets
+
+
 def sdk_metrics_gate(env: Mapping[str, str] | None = None) -> EndpointGate | None:
     """The gate for the one OTLP metric exporter the SDK configures from ``env``, or None.
 
@@ -111,13 +150,12 @@ def sdk_metrics_gate(env: Mapping[str, str] | None = None) -> EndpointGate | Non
     (a proxy, a Unix socket, a protocol the SDK refuses).
     """
     env = os.environ if env is None else env
-    names = exporter_names(SIGNAL_METRICS, env)
-    if len(names) != 1 or names[0] not in _OTLP_EXPORTER_PROTOCOLS:
+    if len(exporter_names(SIGNAL_METRICS, env)) != 1:
         return None
     try:
-        protocol = _OTLP_EXPORTER_PROTOCOLS[names[0]] or otlp_protocol(SIGNAL_METRICS, env)
+        targets = sdk_otlp_targets(SIGNAL_METRICS, env)
     except ConfigurationError:
         return None  # the SDK configured no OTLP exporter either
-    endpoint = otlp_endpoint(SIGNAL_METRICS, protocol, env)
-    address = probe_address(endpoint, env)
-    return None if address is None else EndpointGate(address, endpoint)
+    if len(targets) != 1 or targets[0].address is None:
+        return None
+    return EndpointGate(targets[0].address, targets[0].endpoint)

@@ -5,7 +5,9 @@ Used by ``otel-joules report PATH...``; as a library::
     from otel_joules.report import build_report, format_report
     report = build_report(["logs/", "spans.csv", "otlp.jsonl"], country="DK")
     print(format_report(report))
-    print(report.total_joules, report.total_co2eq_grams)
+    print(report.total_joules, report.total_co2eq_grams)   # None when traces and carbontracker logs mix
+    for kind in report.totals:                              # one KindTotals per kind of run, never added
+        print(kind.kind, kind.joules, kind.co2eq_grams)
 
 **Engine.** Span files are aggregated on DuckDB (embedded, out of core; the ``[report]``
 extra): :mod:`otel_joules.report.sql` holds all of its SQL, :envvar:`OTEL_JOULES_REPORT_MEMORY_LIMIT`
@@ -87,7 +89,11 @@ exports hold every ``energy.*``, ``carbon.*`` and ``training.*`` one, which is a
 report uses. An epoch span is numbered by its ``training.epoch`` (by its position among
 the trace's epoch spans only in exports written before the formats kept ``training.*``).
 
-Equivalents (km by car and more) are of the total, with their source figures.
+**Totals: one per kind of run.** Traces (their attributed shares; interval energy for exports without
+attribution) and carbontracker logs (the host's energy each tracker logged) are totalled apart, each in a
+:class:`KindTotals` of :attr:`Report.totals`; a report of one kind has its one total in
+:attr:`Report.total_joules` and friends, a report of both has None there: a share and a host's energy are
+never added into one figure. Equivalents (km by car and more) are of each total, with their source figures.
 """
 
 from otel_joules.report.aggregate import build_report
@@ -95,6 +101,7 @@ from otel_joules.report.model import (
     CarbonTrackerRun,
     EnergyPart,
     EpochSummary,
+    KindTotals,
     Report,
     ReportError,
     RunSummary,
@@ -112,6 +119,7 @@ __all__ = [
     "CarbonTrackerRun",
     "EnergyPart",
     "EpochSummary",
+    "KindTotals",
     "Report",
     "ReportError",
     "RunSummary",

@@ -24,7 +24,10 @@ from otel_joules.report.carbontracker_runs import carbontracker_summary
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
     BASIS_INTERVAL,
+    RUN_KIND_TRACE,
+    RUN_KINDS,
     CarbonTrackerRun,
+    KindTotals,
     Report,
     RunSummary,
     RunTally,
@@ -238,7 +241,8 @@ class RunTotals:
         self.skipped: list[Skipped] = []
         self.tally = RunTally()
         self._running = dict.fromkeys((name for name, _ in _TOTALLED), 0.0)
-        self._sums = {name: ExactSum() for name, _ in _TOTALLED}
+        # Per kind of run: a trace's share and a carbontracker log's host energy are never added together.
+        self._sums_by_kind = {kind: {name: ExactSum() for name, _ in _TOTALLED} for kind in RUN_KINDS}
 
     def room(self) -> int:
         """How many more runs would be listed (0 once the listing is full; no limit: -1)."""
@@ -259,12 +263,12 @@ class RunTotals:
         """Add the runs after the listed ones, summed in SQL (none of them is listed)."""
         if tail.rows is not None:
             for trace_id, path, kind, source, below, pue_default, *figures in tail.rows:
-                if self._admitted("trace", trace_id, path, figures):
+                if self._admitted(RUN_KIND_TRACE, trace_id, path, figures):
                     self.tally.count(_BASES[kind], source, below, pue_default, figures[3] is not None)
                     self.not_listed += 1
             return
         for (name, _), column in zip(_TOTALLED, TAIL_FIGURES):
-            self._sums[name].add_scaled(tail.exact[column], tail.counts[column])
+            self._sums_by_kind[RUN_KIND_TRACE][name].add_scaled(tail.exact[column], tail.counts[column])
         # New bases and sources in the order the tail first has them, after those already seen.
         by_place = sorted(tail.tally, key=lambda group: group[3])
         for kind, source, runs, _, below, pue_default, with_host in by_place:
@@ -287,28 +291,38 @@ class RunTotals:
                 problem = f"its {value!r} {unit} would make the report's total overflow to infinity"
                 break
         if problem is not None:
-            what = "trace" if kind == "trace" else "carbontracker run"
+            what = "trace" if kind == RUN_KIND_TRACE else "carbontracker run"
             self.skipped.append(Skipped(source, f"{what} {run_id} left out: {problem}"))
             return False
         self._running = after
+        sums = self._sums_by_kind[kind]
         for (name, _), value in zip(_TOTALLED, values):
             if value is not None:
-                self._sums[name].add(value)
+                sums[name].add(value)
         return True
 
     def report(self, skipped: list[Skipped], files_read: tuple[str, ...]) -> Report:
         """The report of every run added."""
-        total_co2 = self._sums["co2eq_grams"].value
-        host = self._sums["host_interval_joules"]
         return Report(
             runs=tuple(self.runs),
             skipped=tuple(skipped),
-            total_joules=self._sums["joules"].value,
-            total_kwh=self._sums["energy_kwh"].value,
-            total_co2eq_grams=total_co2,
-            equivalents=equivalents(max(total_co2, 0.0)),
+            totals=tuple(self.kind_totals(kind) for kind in RUN_KINDS if self._sums_by_kind[kind]["joules"].count),
             files_read=files_read,
-            host_interval_joules=host.value if host.count else None,
             runs_not_listed=self.not_listed,
             tally=self.tally,
+        )
+
+    def kind_totals(self, kind: str) -> KindTotals:
+        """The totals of the runs of ``kind`` added so far."""
+        sums = self._sums_by_kind[kind]
+        co2 = sums["co2eq_grams"].value
+        host = sums["host_interval_joules"]
+        return KindTotals(
+            kind=kind,
+            runs=sums["joules"].count,
+            joules=sums["joules"].value,
+            kwh=sums["energy_kwh"].value,
+            co2eq_grams=co2,
+            host_interval_joules=host.value if host.count else None,
+            equivalents=tuple(equivalents(max(co2, 0.0))),
         )

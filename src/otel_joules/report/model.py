@@ -18,6 +18,12 @@ BASIS_INTERVAL = "interval energy"
 BASIS_LOGGED = "logged total"
 BASIS_EPOCHS = "epoch power x duration"
 
+#: :attr:`RunSummary.kind` values. A report's totals are kept apart by kind (:class:`KindTotals`): a trace counts its
+#: spans' attributed share, a carbontracker log the host's energy the tracker logged, and the two never add into one figure.
+RUN_KIND_TRACE = "trace"
+RUN_KIND_CARBONTRACKER = "carbontracker"
+RUN_KINDS = (RUN_KIND_TRACE, RUN_KIND_CARBONTRACKER)
+
 #: Energy kinds a run is split into: ``hw.type`` values; ``cpu+memory`` for a carbontracker
 #: log's cpu component that holds the memory too; ``other`` for what no kind covers.
 PART_KINDS = (KIND_CPU, KIND_MEMORY, KIND_GPU, "cpu+memory", "other")
@@ -153,7 +159,7 @@ class RunSummary:
 
     Attributes:
         run_id: Trace id, or the carbontracker log stem.
-        kind: ``trace`` or ``carbontracker``.
+        kind: ``trace`` or ``carbontracker`` (:data:`RUN_KINDS`).
         name: The root span's name, or ``carbontracker`` / ``otel-joules`` for logs.
         service_name: ``service.name`` of the trace, if known.
         sources: Files it was read from.
@@ -211,19 +217,38 @@ class RunSummary:
 
 
 @dataclass(frozen=True)
+class KindTotals:
+    """The totals of the runs of one kind (:data:`RUN_KINDS`); a report never adds two kinds' totals together.
+
+    Attributes:
+        kind: ``trace`` or ``carbontracker``.
+        runs: How many runs they are of (listed or not).
+        joules: Sum of the runs' IT energy (traces: their attributed shares, or interval energy for exports
+            without attribution; carbontracker logs: the host's energy the tracker logged).
+        kwh: Sum of the runs' kWh (with each run's PUE).
+        co2eq_grams: Sum of the runs' CO2eq (each run's kWh x its intensity).
+        host_interval_joules: Sum of the attributed runs' host interval energy; None when no run has it.
+        equivalents: ``co2eq_grams`` as km by car and more.
+    """
+
+    kind: str
+    runs: int
+    joules: float
+    kwh: float
+    co2eq_grams: float
+    host_interval_joules: float | None = None
+    equivalents: tuple[Equivalent, ...] = ()
+
+
+@dataclass(frozen=True)
 class Report:
-    """Every run found, what was skipped, and the totals.
+    """Every run found, what was skipped, and the totals of each kind of run.
 
     Attributes:
         runs: The runs, in the order their inputs were given (traces by start time).
         skipped: Inputs left out, each with the reason.
-        total_joules: Sum of the runs' IT energy.
-        total_kwh: Sum of the runs' kWh (with each run's PUE).
-        total_co2eq_grams: Sum of the runs' CO2eq.
-        equivalents: ``total_co2eq_grams`` as km by car and more.
+        totals: One :class:`KindTotals` per kind of run present (traces first): never added together.
         files_read: Files that contributed at least one run.
-        host_interval_joules: Sum of the attributed runs' host interval energy (shown beside
-            their shares); None when no run is attributed.
         runs_not_listed: Runs in the totals but not in ``runs`` (past the report's listing limit,
             ``otel-joules report --runs``); 0 when every run is listed.
         tally: What every run in the totals is made of (bases, sources, ...), listed or not;
@@ -232,12 +257,8 @@ class Report:
 
     runs: tuple[RunSummary, ...]
     skipped: tuple[Skipped, ...]
-    total_joules: float
-    total_kwh: float
-    total_co2eq_grams: float
-    equivalents: tuple[Equivalent, ...] = field(default_factory=tuple)
+    totals: tuple[KindTotals, ...] = ()
     files_read: tuple[str, ...] = ()
-    host_interval_joules: float | None = None
     runs_not_listed: int = 0
     tally: RunTally | None = None
 
@@ -245,6 +266,46 @@ class Report:
     def run_count(self) -> int:
         """How many runs the totals are of: the listed ones and those not listed."""
         return len(self.runs) + self.runs_not_listed
+
+    @property
+    def mixed_kinds(self) -> bool:
+        """Runs of more than one kind: there is no one total, only :attr:`totals` per kind."""
+        return len(self.totals) > 1
+
+    def _single(self) -> KindTotals | None:
+        if self.mixed_kinds:
+            return None
+        return self.totals[0] if self.totals else KindTotals(RUN_KIND_TRACE, 0, 0.0, 0.0, 0.0)
+
+    @property
+    def total_joules(self) -> float | None:
+        """The runs' IT energy added up; None when they are of different kinds (see :attr:`totals`)."""
+        single = self._single()
+        return None if single is None else single.joules
+
+    @property
+    def total_kwh(self) -> float | None:
+        """The runs' kWh (with each run's PUE) added up; None when they are of different kinds."""
+        single = self._single()
+        return None if single is None else single.kwh
+
+    @property
+    def total_co2eq_grams(self) -> float | None:
+        """The runs' CO2eq added up; None when they are of different kinds."""
+        single = self._single()
+        return None if single is None else single.co2eq_grams
+
+    @property
+    def host_interval_joules(self) -> float | None:
+        """The attributed runs' host interval energy added up (traces only: carbontracker runs have none)."""
+        traces = next((t for t in self.totals if t.kind == RUN_KIND_TRACE), None)
+        return None if traces is None else traces.host_interval_joules
+
+    @property
+    def equivalents(self) -> tuple[Equivalent, ...]:
+        """:attr:`total_co2eq_grams` as km by car and more; none when the runs are of different kinds."""
+        single = self._single()
+        return () if single is None else single.equivalents
 
     def run_tally(self) -> RunTally:
         """:attr:`tally`, or, for a report built without one, the tally of its listed runs."""

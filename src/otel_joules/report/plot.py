@@ -27,7 +27,7 @@ from typing import Any
 
 from otel_joules.exporters.safe_open import open_replace
 from otel_joules.report.model import BASIS_ATTRIBUTED, PART_KINDS, EnergyPart, Report, ReportError, RunSummary
-from otel_joules.report.render import source_label
+from otel_joules.report.render import KIND_LABELS, source_label
 from otel_joules.semconv import (
     KIND_CPU,
     KIND_GPU,
@@ -192,7 +192,7 @@ def _energy_panel(energy: Any, report: Report, runs: list[RunSummary], labels: l
     energy.set_ylim(-0.7, len(runs) - 0.3)
     energy.set_xlabel("energy (J, IT energy without PUE)")
     energy.set_title(
-        f"Energy per run: total {_joules_text(report.total_joules)}, {report.total_co2eq_grams:.3g} gCO2eq",
+        f"Energy per run: {_totals_text(report)}",
         loc="left",
         fontsize=11,
     )
@@ -270,3 +270,13 @@ def _epochs_panel(epochs_axes: Any, with_epochs: list[tuple[RunSummary, str]]) -
     epochs_axes.grid(alpha=0.3)
     # Below the axes: long run names must not squeeze the panels above.
     epochs_axes.legend(fontsize=8, loc="upper left", bbox_to_anchor=(0.0, -0.18), borderaxespad=0, frameon=False)
+
+
+def _totals_text(report: Report) -> str:
+    """``total X J, Y gCO2eq``, or one such figure per kind of run (never added together)."""
+    parts = [
+        f"{'total' if not report.mixed_kinds else KIND_LABELS.get(t.kind, (t.kind, ''))[0]} {_joules_text(t.joules)}, "
+        f"{t.co2eq_grams:.3g} gCO2eq"
+        for t in report.totals
+    ]
+    return "; ".join(parts) or "total 0 J"

@@ -5,14 +5,18 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from otel_joules.carbon.units import format_duration
+from otel_joules.carbon.equivalents import Equivalent
+from otel_joules.carbon.units import format_co2eq_grams, format_duration
 from otel_joules.exporters.records import iso_utc_from_unix_nano
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
     BASIS_EPOCHS,
     BASIS_INTERVAL,
     BASIS_LOGGED,
+    RUN_KIND_CARBONTRACKER,
+    RUN_KIND_TRACE,
     EnergyPart,
+    KindTotals,
     Report,
     RunSummary,
     skipped_line,
@@ -23,8 +27,16 @@ COUNTING_NOTE = (
     "Per trace, the spans' attributed share is summed (the topmost energy.attributed.joules; nested spans are "
     "inside their parents'); exports without attribution fall back to the topmost spans' interval energy "
     "(energy.joules: everything the host drew while they ran), labelled 'interval'. A carbontracker log counts "
-    "with the total the tracker logged. kWh = joules x PUE / 3.6e6; CO2eq = kWh x intensity."
+    "with the total the tracker logged. kWh = joules x PUE / 3.6e6; CO2eq = kWh x intensity: each row's gCO2eq is of "
+    "its 'counted' energy, at its PUE and intensity. Totals add runs of one kind only: traces (attributed shares) "
+    "and carbontracker logs (the host's energy) are totalled apart, never added into one figure."
 )
+
+#: How each kind of run's total is named, and what its joules are.
+KIND_LABELS = {
+    RUN_KIND_TRACE: ("traces", "the traces' attributed shares"),
+    RUN_KIND_CARBONTRACKER: ("carbontracker logs", "the host's energy each tracker logged"),
+}
 
 #: How each :attr:`RunSummary.energy_basis` is written in the table's "counted" column.
 BASIS_LABELS = {
@@ -86,7 +98,7 @@ def format_report(report: Report) -> str:
             f"{run.energy_kwh:.9f}",
             f"{run.pue:g}" + ("*" if run.pue_origin == "default" else ""),
             _intensity(run),
-            f"{run.co2eq_grams:.6f}",
+            format_co2eq_grams(run.co2eq_grams),
         ]
         rows.append(tuple(cells))
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
@@ -107,15 +119,7 @@ def format_report(report: Report) -> str:
     if report.runs_not_listed:
         out.append(f"{not_listed_text(report)}.")
         out.append("")
-    out.append(
-        f"Total: {report.total_joules:.3f} J ({report.total_joules / 3.6e6:.9f} kWh IT energy), "
-        f"{report.total_kwh:.9f} kWh with PUE, {report.total_co2eq_grams:.6f} gCO2eq"
-    )
-    out.append("  " + _total_provenance(report))
-    if report.equivalents:
-        out.append("This is equivalent to:")
-        for item in report.equivalents:
-            out.append(f"  {item.amount:.9f} {item.unit}  [{item.factor.source}]")
+    out.extend(_totals_lines(report))
     notes = [(run, note) for run in report.runs for note in run.notes]
     if notes:
         out.append("")
@@ -126,6 +130,55 @@ def format_report(report: Report) -> str:
     out.append("")
     out.append(COUNTING_NOTE)
     return "\n".join(out)
+
+
+def _totals_lines(report: Report) -> list[str]:
+    """The totals: one ``Total:`` line when every run is of one kind, else one line per kind, never a sum of kinds."""
+    if not report.mixed_kinds:
+        single = report.totals[0] if report.totals else KindTotals(RUN_KIND_TRACE, 0, 0.0, 0.0, 0.0)
+        lines = [f"Total: {_figures(single)}: {_of_what(report, single)}", "  " + _total_provenance(report)]
+        return lines + _equivalents_lines("This is equivalent to:", single.equivalents)
+    lines = ["Totals, one per kind of run (never added together: a trace counts its share, a carbontracker log the host's energy):"]
+    for totals in report.totals:
+        name, _ = KIND_LABELS.get(totals.kind, (totals.kind, ""))
+        lines.append(f"  {name}, {totals.runs} run(s): {_figures(totals)}: {_of_what(report, totals)}")
+    lines.append("  " + _total_provenance(report))
+    for totals in report.totals:
+        name, _ = KIND_LABELS.get(totals.kind, (totals.kind, ""))
+        lines += _equivalents_lines(f"The {name}' CO2eq is equivalent to:", totals.equivalents)
+    return lines
+
+
+def _figures(totals: KindTotals) -> str:
+    return (
+        f"{totals.joules:.3f} J ({totals.joules / 3.6e6:.9f} kWh IT energy), {totals.kwh:.9f} kWh with PUE, "
+        f"{format_co2eq_grams(totals.co2eq_grams)} gCO2eq"
+    )
+
+
+def _of_what(report: Report, totals: KindTotals) -> str:
+    """What a total's energy is, and at which PUE and intensity."""
+    _, energy = KIND_LABELS.get(totals.kind, (totals.kind, "their energy"))
+    if totals.kind == RUN_KIND_TRACE:
+        bases = {run_basis for run_basis in report.run_tally().by_basis if run_basis in (BASIS_ATTRIBUTED, BASIS_INTERVAL)}
+        if bases == {BASIS_INTERVAL}:
+            energy = "the traces' topmost spans' interval energy (no attribution in the export)"
+        elif len(bases) > 1:
+            energy = "the traces' attributed shares, and the interval energy of those exported without attribution"
+    runs = [run for run in report.runs if run.kind == totals.kind]
+    pues = {run.pue for run in runs}
+    intensities = {(run.intensity_gco2eq_per_kwh, run.intensity_source) for run in runs}
+    if report.runs_not_listed or len(pues) != 1 or len(intensities) != 1:
+        return f"{energy}, at each run's PUE and intensity (its row)"
+    ((value, source),) = intensities
+    intensity = "an intensity derived from the recorded CO2eq" if value is None else f"{value:.2f} gCO2eq/kWh ({source})"
+    return f"{energy}, at PUE {next(iter(pues)):g} and {intensity}"
+
+
+def _equivalents_lines(heading: str, items: tuple[Equivalent, ...]) -> list[str]:
+    if not items:
+        return []
+    return [heading, *(f"  {item.amount:.9f} {item.unit}  [{item.factor.source}]" for item in items)]
 
 
 def _total_provenance(report: Report) -> str:
@@ -160,6 +213,19 @@ def not_listed_text(report: Report) -> str:
 def format_skipped(report: Report) -> list[str]:
     """One line per skipped input: ``skipped PATH: REASON``."""
     return [f"skipped {item.path}: {item.reason}" for item in report.skipped]
+
+
+def _equivalents(items: tuple[Equivalent, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "key": item.key,
+            "unit": item.unit,
+            "amount": item.amount,
+            "grams_per_unit": item.factor.grams_per_unit,
+            "source": item.factor.source,
+        }
+        for item in items
+    ]
 
 
 def _finite(value: float | None) -> float | None:
@@ -213,21 +279,25 @@ def report_dict(report: Report) -> dict[str, Any]:
            if report.runs_not_listed else {}),
         "totals": {
             "runs": report.run_count,
+            # Null when the runs are of different kinds: their totals are only in by_kind, never added.
             "energy_joules": report.total_joules,
             "energy_kwh": report.total_kwh,
             "co2eq_grams": report.total_co2eq_grams,
             "host_interval_joules": report.host_interval_joules,
+            "by_kind": {
+                totals.kind: {
+                    "runs": totals.runs,
+                    "energy_joules": totals.joules,
+                    "energy_kwh": totals.kwh,
+                    "co2eq_grams": totals.co2eq_grams,
+                    "host_interval_joules": totals.host_interval_joules,
+                    "energy_of": KIND_LABELS.get(totals.kind, (totals.kind, ""))[1],
+                    "equivalents": _equivalents(totals.equivalents),
+                }
+                for totals in report.totals
+            },
         },
-        "equivalents": [
-            {
-                "key": item.key,
-                "unit": item.unit,
-                "amount": item.amount,
-                "grams_per_unit": item.factor.grams_per_unit,
-                "source": item.factor.source,
-            }
-            for item in report.equivalents
-        ],
+        "equivalents": _equivalents(report.equivalents),
         "skipped": [{"path": item.path, "reason": item.reason} for item in report.skipped],
         "files_read": list(report.files_read),
     }
