@@ -200,6 +200,7 @@ def _zone_description(channel: Channel) -> dict[str, object]:
         "hw_id": domain.hw_id,
         "hw_parent": domain.hw_parent,
         "in_total": domain.in_total,
+        "covers": domain.covers,
         "wrap_uj": channel.wrap_uj,
         "max_power_watts": channel.max_power_watts,
     }

@@ -1,4 +1,4 @@
-"""``otel-joules devices``: every domain found, its source, and why the others are missing."""
+"""``otel-joules devices``: every domain found, its source and what it covers, which reading counts where two\ncover the same hardware, and why the others are missing."""
 
 from __future__ import annotations
 
@@ -35,11 +35,26 @@ def describe(meter: EnergyMeter) -> dict[str, Any]:
                 "source": "measured" if d.method.is_measurement else "estimate",
                 "in_total": d.in_total,
                 "via_agent": d.via_agent,
+                "hw_parent": d.hw_parent,
+                "source_name": d.source,
+                "covers": d.covers,
             }
             for d in meter.domains
         ],
+        "sources": _sources(meter),
+        "counted_once": [
+            {"domain": o.domain, "winner": o.winner, "reason": o.reason, "read": o.read} for o in meter.overlaps
+        ],
         "unavailable": [{"what": u.what, "reason": u.reason, "remedy": u.remedy} for u in meter.unavailable],
     }
+
+
+def _sources(meter: EnergyMeter) -> list[dict[str, Any]]:
+    """Every source a domain comes from, with its domains, in the meter's order."""
+    by_source: dict[str, list[str]] = {}
+    for d in meter.domains:
+        by_source.setdefault(d.source or "unnamed", []).append(d.id)
+    return [{"source": source, "domains": ids} for source, ids in by_source.items()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,6 +82,15 @@ def run(args: argparse.Namespace) -> int:
                 if d["via_agent"]:
                     total += "; read through the otel-joules agent"
                 print(f"  {d['id']:<{width}}  {d['hw_type']:<9} {d['method']:<17} {d['hw_name']}  ({total})")
+                if d["covers"] or d["source_name"]:
+                    print(f"  {'':<{width}}  covers {d['covers'] or 'unknown'}; source: {d['source_name'] or 'unnamed'}")
+    if report["counted_once"]:
+        print()
+        print("Counted once (where two sources cover the same hardware):")
+        for o in report["counted_once"]:
+            what = "read and reported, not added to energy.joules" if o["read"] else "not read"
+            print(f"  {o['domain']}: {what}; {o['winner']} counts instead")
+            print(f"      why: {o['reason']}")
     if report["unavailable"]:
         print()
         print("Not measured:")

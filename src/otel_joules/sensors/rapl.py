@@ -61,6 +61,14 @@ class PowercapZone:
     interface: str  # "intel-rapl" or "intel-rapl-mmio"
 
 
+#: What a top-level zone or dram covers, for ``otel-joules devices``.
+_COVERS = {
+    KIND_CPU: "the CPU package: cores, caches, uncore (not its memory)",
+    KIND_MEMORY: "the package's DRAM",
+    "psys": "the whole platform (SoC and more), packages included",
+}
+
+
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip()
@@ -256,6 +264,9 @@ def _open_zone(
         update_period_s=RAPL_UPDATE_PERIOD_S,
         # hw.parent is the parent's hw.id (its zone directory), per the semantic conventions.
         hw_parent=zone.path.parent.name if parent_package is not None else None,
+        source="RAPL (powercap)",
+        covers=_COVERS.get(kind if zone.name != "psys" else "psys", "") if parent_package is None or zone.name == "dram" else
+        f"the {zone.name} part of package {parent_package} (inside it)",
     )
     channel = RaplChannel(domain, fd, wrap_uj, max_power_watts)
     try:
