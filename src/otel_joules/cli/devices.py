@@ -68,6 +68,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     if report["domains"]:
         width = max(len(d["id"]) for d in report["domains"])
+        type_width = max(9, *(len(d["hw_type"]) for d in report["domains"]))
         # An estimate is never listed as a measurement.
         for source, heading in (
             ("measured", "Measured domains:"),
@@ -81,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 total = "adds to energy.joules" if d["in_total"] else "reported, inside another domain"
                 if d["via_agent"]:
                     total += "; read through the otel-joules agent"
-                print(f"  {d['id']:<{width}}  {d['hw_type']:<9} {d['method']:<17} {d['hw_name']}  ({total})")
+                print(f"  {d['id']:<{width}}  {d['hw_type']:<{type_width}} {d['method']:<17} {d['hw_name']}  ({total})")
                 if d["covers"] or d["source_name"]:
                     print(f"  {'':<{width}}  covers {d['covers'] or 'unknown'}; source: {d['source_name'] or 'unnamed'}")
     if report["counted_once"]:
@@ -89,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
         print("Counted once (where two sources cover the same hardware):")
         for o in report["counted_once"]:
             what = "read and reported, not added to energy.joules" if o["read"] else "not read"
-            print(f"  {o['domain']}: {what}; {o['winner']} counts instead")
+            print(f"  {o['domain']}: {what}; counted instead: {o['winner']}")
             print(f"      why: {o['reason']}")
     if report["unavailable"]:
         print()

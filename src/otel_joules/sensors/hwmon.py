@@ -129,8 +129,17 @@ class HwmonDevice:
 
 
 @dataclass(frozen=True)
-class _Reading:
-    """One file to read as a domain: an energy counter, or a power reading to integrate."""
+class HwmonReading:
+    """One file to read as a domain: an energy counter, or a power reading to integrate.
+
+    Attributes:
+        domain: The domain it measures.
+        path: The ``energyN_input`` or ``powerN_input``/``powerN_average`` file.
+        power: True for a power reading (integrated), False for an energy counter.
+        may_block: The read may stall (a GPU woken from runtime suspend, ACPI, I2C): read off the span path.
+        max_power_watts: The counter's power bound (energy counters only).
+        max_read_interval_s: Longest time between two reads of the counter, or None.
+    """
 
     domain: Domain
     path: Path
@@ -314,12 +323,12 @@ def _socket_of_cpu(sysfs_root: str, cpu: int) -> int | None:
     return int(text) if text is not None and text.isdigit() else None
 
 
-def _amd_energy(device: HwmonDevice, settings: Settings) -> list[_Reading]:
+def _amd_energy(device: HwmonDevice, settings: Settings) -> list[HwmonReading]:
     """Sockets (``package_<S>``, adding to the total) and cores (``amd_core_<N>``, inside their socket)."""
     bound = _power_bound_watts(device) or settings.max_power_watts
     labelled = [(n, path, _label(device, "energy", n) or "") for n, path in device.channels(_ENERGY_INPUT).items()]
     socket_ids = {int(m.group(1)): _hw_id(device, "energy", n) for n, _, label in labelled if (m := _AMD_SOCKET.match(label))}
-    readings: list[_Reading] = []
+    readings: list[HwmonReading] = []
     for channel, path, label in labelled:
         socket = _AMD_SOCKET.match(label)
         core = _AMD_CORE.match(label)
@@ -344,16 +353,16 @@ def _amd_energy(device: HwmonDevice, settings: Settings) -> list[_Reading]:
             )
         else:
             continue
-        readings.append(_Reading(domain, path, power=False, may_block=False, max_power_watts=bound))
+        readings.append(HwmonReading(domain, path, power=False, may_block=False, max_power_watts=bound))
     return readings
 
 
-def _intel_gpu(device: HwmonDevice, number: int, card_hw_id: str | None, settings: Settings) -> list[_Reading]:
+def _intel_gpu(device: HwmonDevice, number: int, card_hw_id: str | None, settings: Settings) -> list[HwmonReading]:
     """An xe or i915 card (``intel_gpu_<G>``), its package and GTs inside it."""
     bound = _power_bound_watts(device) or settings.max_power_watts
     interval_s = INTEL_GPU_REGISTER_WRAP_J / bound / _READS_PER_WRAP
     source = f"{SOURCE_NAME} {device.name}"
-    readings: list[_Reading] = []
+    readings: list[HwmonReading] = []
     gt = _I915_GT.match(device.name)
     for channel, path in device.channels(_ENERGY_INPUT).items():
         label = (_label(device, "energy", channel) or "").lower()
@@ -379,7 +388,7 @@ def _intel_gpu(device: HwmonDevice, number: int, card_hw_id: str | None, setting
             )
         else:
             continue
-        readings.append(_Reading(domain, path, power=False, may_block=True, max_power_watts=bound, max_read_interval_s=interval_s))
+        readings.append(HwmonReading(domain, path, power=False, may_block=True, max_power_watts=bound, max_read_interval_s=interval_s))
     return readings
 
 
@@ -392,7 +401,7 @@ def _card_channel(device: HwmonDevice) -> int | None:
     return None
 
 
-def _power_meter(device: HwmonDevice, number: int, grace_ids: dict[int, str]) -> list[_Reading]:
+def _power_meter(device: HwmonDevice, number: int, grace_ids: dict[int, str]) -> list[HwmonReading]:
     """An ACPI power meter's ``power1_average``: the whole platform, or one of NVIDIA Grace's sensors."""
     path = _power_file(device, 1)
     if path is None:
@@ -429,10 +438,10 @@ def _power_meter(device: HwmonDevice, number: int, grace_ids: dict[int, str]) ->
                 in_total=parent is None, update_period_s=update_s, hw_parent=parent, source=f"{source} (NVIDIA Grace)",
                 covers=f"the {part} rail of Grace socket {socket}" + (" (inside the socket's reading)" if parent else ""),
             )
-    return [_Reading(domain, path, power=True, may_block=True)]
+    return [HwmonReading(domain, path, power=True, may_block=True)]
 
 
-def _ina(device: HwmonDevice, number: int) -> list[_Reading]:
+def _ina(device: HwmonDevice, number: int) -> list[HwmonReading]:
     """Each power channel of an INA-type sensor, as a rail (never in the total)."""
     readings = []
     for channel in sorted({n for n, _ in _power_channels(device)}):
@@ -449,7 +458,7 @@ def _ina(device: HwmonDevice, number: int) -> list[_Reading]:
             hw_parent=device.device_parent or device.device_id, source=f"{SOURCE_NAME} {device.name}",
             covers="one board power rail" + (f" ({label})" if label else "") + ": what it feeds is not known, so it is not added",
         )
-        readings.append(_Reading(domain, path, power=True, may_block=True))
+        readings.append(HwmonReading(domain, path, power=True, may_block=True))
     return readings
 
 
@@ -457,9 +466,9 @@ def _power_channels(device: HwmonDevice) -> list[tuple[int, Path]]:
     return list(device.channels(_POWER_READING).items())
 
 
-def _readings(devices: list[HwmonDevice], settings: Settings, found: Discovery) -> list[_Reading]:
+def _readings(devices: list[HwmonDevice], settings: Settings, found: Discovery) -> list[HwmonReading]:
     """What to read on each known device; an unknown one with energy or power readings is said, not read."""
-    readings: list[_Reading] = []
+    readings: list[HwmonReading] = []
     intel_cards = [d for d in devices if d.name in ("xe", "i915")]
     card_ids = {d.device_id: (i, d) for i, d in enumerate(sorted(intel_cards, key=lambda d: d.device_id))}
     meters = [d for d in devices if d.name == "power_meter"]
@@ -503,7 +512,7 @@ def _readings(devices: list[HwmonDevice], settings: Settings, found: Discovery) 
     return _parent_intel_packages(readings)
 
 
-def _parent_intel_packages(readings: list[_Reading]) -> list[_Reading]:
+def _parent_intel_packages(readings: list[HwmonReading]) -> list[HwmonReading]:
     cards = {r.domain.id: r.domain.hw_id for r in readings if r.domain.id.startswith("intel_gpu_") and r.domain.id.count("_") == 2}
     out = []
     for reading in readings:
@@ -516,7 +525,7 @@ def _parent_intel_packages(readings: list[_Reading]) -> list[_Reading]:
     return out
 
 
-def _open(reading: _Reading, found: Discovery) -> Channel | None:
+def _open(reading: HwmonReading, found: Discovery) -> Channel | None:
     what = f"{reading.domain.id} ({reading.path})"
     try:
         fd = _open_fd(reading.path)
