@@ -267,3 +267,32 @@ def test_power_meter_energy_is_within_one_percent_of_truth_over_ten_seconds_and_
     assert measured.total_joules == pytest.approx(truth, rel=0.01)
     assert measured.methods_by_domain == {"power_meter_0": Method.POWER_INTEGRATION}
     assert measured.source == "measured"
+
+
+def test_an_intel_gpu_card_adds_to_the_total_through_the_meter_and_its_package_does_not(tmp_path: Path) -> None:
+    """xe's counters are read off the span path (a read may wake the GPU): the card's energy reaches the total once."""
+    hw = FakeHwmon(tmp_path / "sys")
+    xe_card(hw)
+    with EnergyMeter(settings=_settings(hw.root, tmp_path), estimate=False, sample=False) as meter:
+        assert [(d.id, d.in_total) for d in meter.domains] == [("intel_gpu_0", True), ("intel_gpu_0_pkg", False)]
+        assert meter.domain_kinds == "intel_gpu_0:gpu"
+        first = meter.snapshot()
+        hw.files["card"].advance_joules(5.0)
+        hw.files["pkg"].advance_joules(3.0)
+        # A value may be late (stale) on a loaded machine, never lost: read again until both ends are fresh.
+        for _ in range(50):
+            time.sleep(0.2)  # past DEVICE_IDLE_S: the next snapshot asks for a fresh read and waits for it
+            measured = meter.measure(first, meter.snapshot())
+            if not measured.stale_domains and measured.joules_by_domain.get("intel_gpu_0") == 5.0:
+                break
+    assert measured.joules_by_domain == {"intel_gpu_0": 5.0, "intel_gpu_0_pkg": 3.0}
+    assert measured.total_joules == 5.0
+
+
+def test_explicitly_chosen_gpus_leave_intel_gpus_out(tmp_path: Path) -> None:
+    """gpus=[] measures no GPU, and an NVML selection names NVIDIA GPUs only: hwmon's Intel cards are not read."""
+    hw = FakeHwmon(tmp_path / "sys")
+    xe_card(hw)
+    acpi_power_meter(hw, watts=50.0)
+    with EnergyMeter(settings=_settings(hw.root, tmp_path), gpus=[], estimate=False, sample=False) as meter:
+        assert [d.id for d in meter.domains] == ["power_meter_0"]
