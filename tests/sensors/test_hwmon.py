@@ -169,15 +169,18 @@ def test_root_only_amd_energy_is_reported_with_the_cve_and_a_remedy_that_never_o
 # -- accuracy: known power through the meter ------------------------------------------------------
 
 
-def test_energy_counter_is_exact_through_a_wrap_and_the_signed_overflow(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fast_path", [True, False], ids=["compiled", "python"])
+def test_energy_counter_is_exact_through_a_wrap_and_the_signed_overflow(tmp_path: Path, fast_path: bool) -> None:
     """A socket counter from just below 2**63 (where the kernel's signed value turns negative) across 2**64
-    (where it wraps to 0): every joule is counted once, by the meter's one wrap policy."""
+    (where it wraps to 0): every joule is counted once, by the meter's one wrap policy, on the compiled span
+    path (where it is built) and its pure-Python reference."""
     hw = FakeHwmon(tmp_path / "sys")
     amd_energy(hw, sockets=1, cores_per_socket=0)
     counter = hw.files["socket0"]
     for start_uj in (2**63 - 20_000_000, 2**64 - 20_000_000):
         counter.set_uj(start_uj)
-        with EnergyMeter(settings=_settings(hw.root, tmp_path), gpus=[], sample=False) as meter:
+        settings = Settings(sysfs_root=hw.sysfs_root, agent_socket=str(tmp_path / "no-agent.sock"), fast_path=fast_path)
+        with EnergyMeter(settings=settings, gpus=[], sample=False) as meter:
             assert [d.id for d in meter.domains] == ["package_0"]
             first = meter.snapshot()
             # 40 J in steps of 2 J: each within the default 1000 W bound's 10 ms slack, as a counter read
