@@ -37,7 +37,7 @@ from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_m
 from otel_joules.sensors import agent, estimator, hwmon, overlap, rapl
 from otel_joules.sensors.overlap import Overlap
 from otel_joules.semconv import KIND_CPU, KIND_GPU, SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
-from otel_joules.sensors.base import Channel, Domain, Method, Unavailable, domain_kinds
+from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable, domain_kinds
 
 _new_tuple = tuple.__new__
 _pread = os.pread
@@ -517,7 +517,7 @@ def _discover(
         raise ConfigurationError("estimate=True needs host=True: the estimator measures the host's CPU and memory")
     # hwmon after RAPL: a package both read is RAPL's (overlap.count_once). Its GPUs (Intel) are measured
     # unless the caller chose GPUs (NVML indices or UUIDs name other GPUs; [] names none).
-    found_hwmon = hwmon.discover(settings)
+    found_hwmon = hwmon.discover(settings) if host or gpus is None else Discovery()
     unavailable += found_hwmon.unavailable
     wanted = [c for c in found_hwmon.channels if (host and c.domain.kind != KIND_GPU) or (c.domain.kind == KIND_GPU and gpus is None)]
     for channel in found_hwmon.channels:

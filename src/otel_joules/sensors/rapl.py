@@ -69,6 +69,13 @@ _COVERS = {
 }
 
 
+def _covers(name: str, kind: str, parent_package: int | None) -> str:
+    """What a zone covers, in words: core and uncore are parts of their package."""
+    if parent_package is not None and name in ("core", "uncore"):
+        return f"the {name} part of package {parent_package} (inside it)"
+    return _COVERS.get("psys" if name == "psys" else kind, "")
+
+
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip()
@@ -265,8 +272,7 @@ def _open_zone(
         # hw.parent is the parent's hw.id (its zone directory), per the semantic conventions.
         hw_parent=zone.path.parent.name if parent_package is not None else None,
         source="RAPL (powercap)",
-        covers=_COVERS.get(kind if zone.name != "psys" else "psys", "") if parent_package is None or zone.name == "dram" else
-        f"the {zone.name} part of package {parent_package} (inside it)",
+        covers=_covers(zone.name, kind, parent_package),
     )
     channel = RaplChannel(domain, fd, wrap_uj, max_power_watts)
     try:
