@@ -179,6 +179,15 @@ class _DeviceReader:
         self._reset()
 
 
+def _device_reader(channel: Channel) -> _DeviceReader:
+    """The reader thread of a channel that may block, at the channel's own re-read period where it has one."""
+    reread_s = channel.device_reread_s
+    if reread_s is None:
+        return _DeviceReader(channel.read_uj, channel.domain.id)
+    # A value no older than the re-read period is as fresh as this channel gets: reuse it.
+    return _DeviceReader(channel.read_uj, channel.domain.id, fresh_s=reread_s, reread_s=reread_s)
+
+
 class _ChannelState:
     """Per-channel bookkeeping and read policy, touched only under the meter's lock.
 
@@ -230,7 +239,7 @@ class _ChannelState:
         self.first_failure_ns = 0
         self.first_error = ""
         self.resets = 0
-        self.reader = _DeviceReader(channel.read_uj, channel.domain.id) if channel.may_block else None
+        self.reader = _device_reader(channel) if channel.may_block else None
         self.stale = False
         #: A forward move up to this many microjoules fits the power bound whatever the time between
         #: the reads (its slack alone allows it): the snapshot takes it without reading a clock.

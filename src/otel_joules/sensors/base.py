@@ -183,6 +183,17 @@ class Channel(abc.ABC):
         return False
 
     @property
+    def device_reread_s(self) -> float | None:
+        """For a channel that :attr:`may_block`: how often its reader thread reads again while snapshots keep
+        asking, or None for the meter's :data:`~otel_joules.meter.channels.DEVICE_REREAD_S` (1 ms, NVML's).
+
+        A sensor whose reading changes far less often (an ACPI power meter's average) or whose read costs
+        (waking a GPU, an I2C transfer) says so here, so an idle program does not read it a thousand times a
+        second; spans' values are then up to this old at either end (late, not lost).
+        """
+        return None
+
+    @property
     def may_be_away(self) -> bool:
         """True when the channel's source can go away and come back (the agent): :meth:`read_uj` then returns None.
 

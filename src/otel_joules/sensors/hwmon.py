@@ -68,8 +68,14 @@ AMD_ENERGY_UPDATE_PERIOD_S = 0.001
 INTEL_GPU_REGISTER_WRAP_J = 2**32 / 2**14
 #: Read a counter at least this many times per wrap period (as RAPL's).
 _READS_PER_WRAP = 4
-#: Intel GPUs' energy register changes about every millisecond.
-INTEL_GPU_UPDATE_PERIOD_S = 0.001
+#: How often the meter's reader thread reads a hwmon channel off the span path again while spans keep coming:
+#: reading more often gains little (an ACPI average changes every interval, an integral every read adds
+#: milliseconds) and costs much (each read may wake a GPU, run an ACPI method or an I2C transfer; at NVML's 1 ms
+#: an idle program spent 3.5% of a core on one ACPI power meter). Spans' values are up to this old at either end.
+HWMON_REREAD_S = 0.01
+#: Intel GPUs' energy register changes about every millisecond, but it is read every HWMON_REREAD_S: that is
+#: the resolution spans see.
+INTEL_GPU_UPDATE_PERIOD_S = HWMON_REREAD_S
 
 #: Drivers read as INA-type board sensors (power per rail).
 _INA_NAME = re.compile(r"^ina(\d{3,4}[a-z]?|2xx)$")
@@ -206,6 +212,11 @@ class HwmonEnergyChannel(Channel):
         return self._may_block
 
     @property
+    def device_reread_s(self) -> float | None:
+        """:data:`HWMON_REREAD_S` for a GPU read off the span path (each read may wake it)."""
+        return HWMON_REREAD_S if self._may_block else None
+
+    @property
     def pread_fd(self) -> int | None:
         """The counter's descriptor, where a read is exactly ``int(os.pread(fd, 32, 0))`` (negative values go to :meth:`read_uj`)."""
         return self._fd if self._fd >= 0 and not self._may_block else None
@@ -243,6 +254,11 @@ class HwmonPowerChannel(Channel):
     def may_block(self) -> bool:
         """True: a read may run an ACPI method or an I2C transfer, so the meter reads it off the span path."""
         return True
+
+    @property
+    def device_reread_s(self) -> float:
+        """:data:`HWMON_REREAD_S`: the reading changes slowly and a read may be costly."""
+        return HWMON_REREAD_S
 
     @property
     def last_power_watts(self) -> float | None:
