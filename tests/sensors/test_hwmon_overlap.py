@@ -124,3 +124,23 @@ def test_psys_beside_packages_is_said_in_the_overlaps(tmp_path) -> None:
         (overlap,) = meter.overlaps
     assert overlap.domain == "psys (RAPL (powercap))" and overlap.read
     assert overlap.winner == "package_0, dram_0, package_1, dram_1"
+
+
+def test_amd_energy_without_rapl_measures_the_sockets_and_no_cpu_estimate_is_added(tmp_path) -> None:
+    hw = FakeHwmon(tmp_path / "sys")
+    amd_energy(hw, sockets=2, cores_per_socket=1)
+    with EnergyMeter(settings=_settings(hw.sysfs_root, tmp_path), gpus=[], sample=False) as meter:
+        assert meter.domain_kinds == "package_0:cpu package_1:cpu"
+        assert not any(d.id.endswith("_estimate") for d in meter.domains)
+        assert meter.overlaps == ()
+
+
+def test_a_grace_module_is_reported_beside_its_socket_and_not_added(tmp_path) -> None:
+    """The module contains the Grace socket (and the Hopper GPU): the socket counts, the module is reported."""
+    hw = FakeHwmon(tmp_path / "sys")
+    for index, (part, watts) in enumerate([("Module", 500.0), ("Grace", 200.0), ("CPU", 150.0), ("SysIO", 30.0)]):
+        acpi_power_meter(hw, watts, key=part, oem_info=f"{part} Power Socket 0", index=index)
+    with EnergyMeter(settings=_settings(hw.sysfs_root, tmp_path), gpus=[], sample=False) as meter:
+        assert meter.domain_kinds == "grace_0:cpu"
+        (overlap,) = meter.overlaps
+    assert overlap.domain == "grace_module_0 (hwmon power_meter (NVIDIA Grace))" and overlap.winner == "grace_0"
