@@ -90,7 +90,8 @@ OTEL_JOULES_MEMORY_WATTS_PER_GB = "OTEL_JOULES_MEMORY_WATTS_PER_GB"
 """Memory power in watts per GB, for the estimator. Default 0.375 (3 W per 8 GB)."""
 
 OTEL_JOULES_MAX_POWER_WATTS = "OTEL_JOULES_MAX_POWER_WATTS"
-"""Power bound for RAPL zones that expose no ``constraint_*_max_power_uw``. Default 1000."""
+"""Power bound for RAPL zones that expose no ``constraint_*_max_power_uw``, and for hwmon energy counters whose device
+exposes no ``powerN_rated_max``/``_crit``/``_max``/``_cap`` limit. Default 1000."""
 
 OTEL_JOULES_MAX_SNAPSHOT_AGE_S = "OTEL_JOULES_MAX_SNAPSHOT_AGE_S"
 """Reuse a counter snapshot younger than this many seconds. Default 0 (always read)."""

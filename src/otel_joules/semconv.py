@@ -275,6 +275,9 @@ KIND_MEMORY: Final = "memory"
 KIND_GPU: Final = "gpu"
 #: A domain's kind: the whole platform (RAPL psys); its ``hw.type`` is ``enclosure``, its attribution kind cpu.
 KIND_PLATFORM: Final = "platform"
+#: A domain's kind: one power rail of a board (an INA-type hwmon sensor). What a rail feeds is not known, so it never
+#: adds to ``energy.joules``; its ``hw.type`` is ``power_supply``.
+KIND_RAIL: Final = "rail"
 #: ``energy.attributed.<kind>.joules`` by kind.
 ATTRIBUTED_KIND_KEYS: Final = {
     KIND_CPU: ENERGY_ATTRIBUTED_CPU_JOULES,

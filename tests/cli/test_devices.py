@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.fakes.nvml import FakeCard, FakeNvml, build_library, subprocess_env, uuid_for
+from tests.fakes.hwmon import FakeHwmon, acpi_power_meter, amd_energy, ina226
 from tests.fakes.powercap import make_powercap
 
 
@@ -67,3 +68,49 @@ def test_nothing_readable_says_why_what_to_do_and_that_spans_get_estimates(tmp_p
     assert "libnvidia-ml.so.1 was not found" in lines[gpu_line]
     assert lines[gpu_line + 1].startswith("      what to do: install the NVIDIA driver")
     assert lines[-1] == 'No hardware energy counter is readable here: spans get ESTIMATES (energy.source = "estimate").'
+
+
+def test_every_source_is_listed_with_what_it_covers_and_which_reading_counts_where_two_overlap(tmp_path: Path) -> None:
+    """RAPL on an AMD host with amd_energy loaded, an ACPI power meter and an INA rail: the command names each
+    domain's source and what it covers, says amd_energy's package copy is not read (RAPL's counts) and the power
+    meter is reported but not added, and lists the rail as never added."""
+    pc = make_powercap(tmp_path / "sys", "amd")
+    hw = FakeHwmon(pc.root)
+    amd_energy(hw, sockets=1, cores_per_socket=1)
+    acpi_power_meter(hw, watts=80.0)
+    ina226(hw, watts=6.0)
+    empty_lib = tmp_path / "no-nvidia-lib"
+    empty_lib.mkdir()
+    env = subprocess_env(None, empty_lib, {"OTEL_JOULES_AGENT_SOCKET": str(tmp_path / "no-agent.sock")})
+    result = devices(["--sysfs-root", pc.sysfs_root, "--json"], env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    rows = [(d["id"], d["source_name"], d["in_total"], d["method"]) for d in report["domains"]]
+    assert rows == [
+        ("package_0", "RAPL (powercap)", True, "counter"),
+        ("core_0", "RAPL (powercap)", False, "counter"),
+        ("amd_core_0", "hwmon amd_energy", False, "counter"),
+        ("power_meter_0", "hwmon power_meter", False, "power_integration"),
+        ("ina226_0", "hwmon ina226", False, "power_integration"),
+    ]
+    assert all(d["covers"] for d in report["domains"])
+    assert [s["source"] for s in report["sources"]] == ["RAPL (powercap)", "hwmon amd_energy", "hwmon power_meter", "hwmon ina226"]
+    assert [(o["domain"], o["winner"], o["read"]) for o in report["counted_once"]] == [
+        ("package_0 (hwmon amd_energy)", "package_0 (RAPL (powercap))", False),
+        ("power_meter_0 (hwmon power_meter)", "package_0", True),
+    ]
+
+    text = devices(["--sysfs-root", pc.sysfs_root], env)
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    meter_line = next(i for i, line in enumerate(lines) if line.startswith("  power_meter_0 "))
+    assert "(reported, inside another domain)" in lines[meter_line]
+    assert lines[meter_line + 1].split()[:4] == ["covers", "the", "whole", "platform"]
+    heading = lines.index("Counted once (where two sources cover the same hardware):")
+    assert lines[heading + 1] == "  package_0 (hwmon amd_energy): not read; counted instead: package_0 (RAPL (powercap))"
+    assert lines[heading + 2].startswith("      why: both read package_0's energy")
+    assert lines[heading + 3] == (
+        "  power_meter_0 (hwmon power_meter): read and reported, not added to energy.joules; counted instead: package_0"
+    )
+    rail_line = next(line for line in lines if line.strip().startswith("covers one board power rail"))
+    assert "not added" in rail_line and "source: hwmon ina226" in rail_line

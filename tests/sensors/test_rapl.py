@@ -162,7 +162,7 @@ def test_root_only_energy_files_are_reported_with_remedy() -> None:
 
 def test_a_domain_with_a_kind_outside_the_vocabulary_is_refused() -> None:
     """A typo'd kind would silently count as no hardware at all: the error lists the kinds to choose from."""
-    with pytest.raises(ValueError, match=r"kind 'enclosure' is not one of \['cpu', 'gpu', 'memory', 'platform'\]"):
+    with pytest.raises(ValueError, match=r"kind 'enclosure' is not one of \['cpu', 'gpu', 'memory', 'platform', 'rail'\]"):
         Domain("psys", "enclosure", "RAPL psys", "intel-rapl:1")
 
 

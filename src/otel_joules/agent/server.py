@@ -232,6 +232,7 @@ def _zone_description(channel: Channel) -> dict[str, object]:
         "hw_id": domain.hw_id,
         "hw_parent": domain.hw_parent,
         "in_total": domain.in_total,
+        "covers": domain.covers,
         "wrap_uj": channel.wrap_uj,
         # A zone claiming more (a firmware's placeholder) is served at the protocol's ceiling, which clients accept.
         "max_power_watts": min(channel.max_power_watts, MAX_AGENT_POWER_WATTS),

@@ -1,4 +1,4 @@
-"""``otel-joules devices``: every domain found, its source, and why the others are missing."""
+"""``otel-joules devices``: every domain found, its source and what it covers, which reading counts where two\ncover the same hardware, and why the others are missing."""
 
 from __future__ import annotations
 
@@ -41,8 +41,15 @@ def describe(meter: EnergyMeter) -> dict[str, Any]:
                 "in_total": d.in_total,
                 "via_agent": d.via_agent,
                 "standby": d.id in standby,
+                "hw_parent": d.hw_parent,
+                "source_name": d.source,
+                "covers": d.covers,
             }
             for d in meter.domains
+        ],
+        "sources": _sources(meter),
+        "counted_once": [
+            {"domain": o.domain, "winner": o.winner, "reason": o.reason, "read": o.read} for o in meter.overlaps
         ],
         "unavailable": [{"what": u.what, "reason": u.reason, "remedy": u.remedy} for u in meter.unavailable],
     }
@@ -51,6 +58,14 @@ def describe(meter: EnergyMeter) -> dict[str, Any]:
 def spans_sources(report: dict[str, Any]) -> set[str]:
     """``measured`` and/or ``estimate``: what the domains spans add up carry (standby estimates left out)."""
     return {d["source"] for d in report["domains"] if d["in_total"] and not d["standby"]}
+
+
+def _sources(meter: EnergyMeter) -> list[dict[str, Any]]:
+    """Every source a domain comes from, with its domains, in the meter's order."""
+    by_source: dict[str, list[str]] = {}
+    for d in meter.domains:
+        by_source.setdefault(d.source or "unnamed", []).append(d.id)
+    return [{"source": source, "domains": ids} for source, ids in by_source.items()]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -64,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     if report["domains"]:
         width = max(len(d["id"]) for d in report["domains"])
+        type_width = max(9, *(len(d["hw_type"]) for d in report["domains"]))
         # An estimate is never listed as a measurement.
         for source, heading in (
             ("measured", "Measured domains:"),
@@ -79,7 +95,16 @@ def run(args: argparse.Namespace) -> int:
                     total = "stands in only while the otel-joules agent is away"
                 if d["via_agent"]:
                     total += "; read through the otel-joules agent"
-                print(f"  {d['id']:<{width}}  {d['hw_type']:<9} {d['method']:<17} {d['hw_name']}  ({total})")
+                print(f"  {d['id']:<{width}}  {d['hw_type']:<{type_width}} {d['method']:<17} {d['hw_name']}  ({total})")
+                if d["covers"] or d["source_name"]:
+                    print(f"  {'':<{width}}  covers {d['covers'] or 'unknown'}; source: {d['source_name'] or 'unnamed'}")
+    if report["counted_once"]:
+        print()
+        print("Counted once (where two sources cover the same hardware):")
+        for o in report["counted_once"]:
+            what = "read and reported, not added to energy.joules" if o["read"] else "not read"
+            print(f"  {o['domain']}: {what}; counted instead: {o['winner']}")
+            print(f"      why: {o['reason']}")
     if report["unavailable"]:
         print()
         print("Not measured:")

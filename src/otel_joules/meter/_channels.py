@@ -256,6 +256,21 @@ class _DeviceReader:
         self._reset()
 
 
+def _device_reader(channel: Channel) -> _DeviceReader:
+    """The reader thread of a channel that may block: at the counter's learned cadence, or the channel's own
+    re-read period where it states one (a slowly changing or costly reading: its period is not learned)."""
+    reread_s = channel.device_reread_s
+    if reread_s is None:
+        return _DeviceReader(
+            channel.read_uj,
+            channel.domain.id,
+            channel.domain.update_period_s,
+            learn_period=channel.max_read_interval_s is None,
+        )
+    # Read every reread_s (half the period), and a value no older than that is as fresh as this channel gets.
+    return _DeviceReader(channel.read_uj, channel.domain.id, 2 * reread_s, learn_period=False, fresh_s=reread_s)
+
+
 class _ChannelState:
     """Per-channel bookkeeping and read policy, touched only under the meter's lock.
 
@@ -307,16 +322,7 @@ class _ChannelState:
         self.first_failure_ns = 0
         self.first_error = ""
         self.resets = 0
-        self.reader = (
-            _DeviceReader(
-                channel.read_uj,
-                channel.domain.id,
-                channel.domain.update_period_s,
-                learn_period=channel.max_read_interval_s is None,
-            )
-            if channel.may_block
-            else None
-        )
+        self.reader = _device_reader(channel) if channel.may_block else None
         self.stale = False
         #: Set by the meter around a snapshot that must not wake the device (an idle sampler's):
         #: the last value handed over stands, and the next read counts the energy since it.

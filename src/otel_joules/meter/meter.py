@@ -35,9 +35,10 @@ from otel_joules.meter.outages import Outage, Outages
 from otel_joules.meter.energy import EnergyPlan, energy_between
 from otel_joules.meter.fastpath import COMPILED, use_compiled
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
-from otel_joules.sensors import agent, estimator, rapl
-from otel_joules.semconv import SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
-from otel_joules.sensors.base import Channel, Domain, Method, Unavailable, domain_kinds
+from otel_joules.sensors import agent, estimator, hwmon, overlap, rapl
+from otel_joules.sensors.overlap import Overlap
+from otel_joules.semconv import KIND_CPU, KIND_GPU, SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
+from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable, domain_kinds
 
 _new_tuple = tuple.__new__
 _pread = os.pread
@@ -172,8 +173,9 @@ class EnergyMeter:
         first_reads_uj: dict[str, int | Exception] = {}
         #: Estimates that stand in for the agent's domains while it is away (read only then).
         standby: list[Channel] = []
+        overlaps: list[Overlap] = []
         if channels is None:
-            found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable, first_reads_uj, standby)
+            found = _discover(self.settings, gpus, devices_by_pid, estimate, host, unavailable, first_reads_uj, standby, overlaps)
         else:
             found = list(channels)
         primary_count = len(found)
@@ -183,6 +185,8 @@ class EnergyMeter:
         if duplicates:
             raise ConfigurationError(f"two channels measure the same domain(s) {duplicates}; give each domain once")
         self.unavailable: tuple[Unavailable, ...] = tuple(unavailable)
+        #: Where two sources cover the same hardware: which one is left out of the total (or not read), and why.
+        self.overlaps: tuple[Overlap, ...] = tuple(overlaps)
         self._lock = threading.Lock()
         self._states: list[_ChannelState] = []
         #: Bumped by a channel at every rejected jump (shared with the states): the snapshot then
@@ -520,8 +524,10 @@ def _discover(
     unavailable: list[Unavailable],
     first_reads_uj: dict[str, int | Exception],
     standby: list[Channel],
+    overlaps: list[Overlap],
 ) -> list[Channel]:
     channels: list[Channel] = []
+    counters_found = False
     if host:
         found = rapl.discover(settings)
         channels += found.channels
@@ -540,18 +546,35 @@ def _discover(
             unavailable += through.unavailable
             found = through if through.channels else found
         unavailable += rapl_unavailable
-        if estimate or (estimate is None and not found.channels):
-            estimated = estimator.discover(settings)
-            channels += estimated.channels
-            unavailable += estimated.unavailable
+        counters_found = bool(found.channels)
     elif estimate:
         raise ConfigurationError("estimate=True needs host=True: the estimator measures the host's CPU and memory")
-    if gpus is not None and len(gpus) == 0:
-        return channels  # explicitly no GPU: do not even load NVML
-    gpu_found = _discover_gpus(settings, gpus, devices_by_pid)
-    channels += gpu_found.discovery.channels
-    unavailable += gpu_found.discovery.unavailable
-    first_reads_uj.update(gpu_found.first_reads_uj)
+    # hwmon after RAPL: a package both read is RAPL's (overlap.count_once). Its GPUs (Intel) are measured
+    # unless the caller chose GPUs (NVML indices or UUIDs name other GPUs; [] names none).
+    found_hwmon = hwmon.discover(settings) if host or gpus is None else Discovery()
+    unavailable += found_hwmon.unavailable
+    wanted = [c for c in found_hwmon.channels if (host and c.domain.kind != KIND_GPU) or (c.domain.kind == KIND_GPU and gpus is None)]
+    for channel in found_hwmon.channels:
+        if channel not in wanted:
+            channel.close()
+    kept, same = overlap.count_once(channels, wanted)
+    channels += kept
+    overlaps += same
+    host_end = len(channels)
+    if gpus is None or len(gpus) > 0:  # explicitly no GPU: do not even load NVML
+        gpu_found = _discover_gpus(settings, gpus, devices_by_pid)
+        channels += gpu_found.discovery.channels
+        unavailable += gpu_found.discovery.unavailable
+        first_reads_uj.update(gpu_found.first_reads_uj)
+    if host:
+        cpu_measured = counters_found or overlap.platform_counts(channels) or any(
+            c.domain.in_total and c.domain.kind == KIND_CPU and c.domain.method.is_measurement for c in kept
+        )
+        if estimate or (estimate is None and not cpu_measured):
+            estimated = estimator.discover(settings)
+            channels[host_end:host_end] = estimated.channels  # the host's domains first, then the GPUs'
+            unavailable += estimated.unavailable
+    overlaps += overlap.settle_platforms(channels)
     return channels
 
 

@@ -554,6 +554,8 @@ def discover(settings: Settings) -> Discovery:
                 update_period_s=max(RAPL_UPDATE_PERIOD_S, link.interval_s),
                 hw_parent=str(parent) if parent else None,
                 via_agent=True,
+                source="RAPL (powercap) through otel-joules agent",
+                covers=str(zone.get("covers", "")),
             )
             wrap_uj, max_power_watts = zone_limits(zone)
             found.channels.append(AgentChannel(domain, link, index, wrap_uj, max_power_watts))

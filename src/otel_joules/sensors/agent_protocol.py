@@ -13,7 +13,7 @@ or the zones it reads, in the order of every later reading::
 
     {"ok": true, "version": 1, "interval_ms": 10, "zones": [
         {"id": "package_0", "hw_type": "cpu", "hw_name": "RAPL package-0", "hw_id": "intel-rapl:0",
-         "hw_parent": null, "in_total": true, "wrap_uj": 262143328850, "max_power_watts": 125.0}, ...]}
+         "hw_parent": null, "in_total": true, "covers": "...", "wrap_uj": 262143328850, "max_power_watts": 125.0}, ...]}
 
 and from then on pushes one frame per reading, every ``interval_ms`` at instants it chooses::
 

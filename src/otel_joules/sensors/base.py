@@ -15,7 +15,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, KIND_PLATFORM, SOURCE_ESTIMATE
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, KIND_PLATFORM, KIND_RAIL, SOURCE_ESTIMATE
 
 
 class HardwareType(str, enum.Enum):
@@ -28,6 +28,8 @@ class HardwareType(str, enum.Enum):
     #: psys: the whole platform (SoC and more). The conventions have no "platform"
     #: type; "enclosure" is their name for the whole box.
     PLATFORM = "enclosure"
+    #: A board's power rail (INA-type sensor): the conventions' name for what supplies power.
+    RAIL = "power_supply"
 
 
 #: The ``hw.type`` of each domain kind; its keys are the kinds a :class:`Domain` may have.
@@ -36,6 +38,7 @@ HW_TYPES: dict[str, HardwareType] = {
     KIND_MEMORY: HardwareType.MEMORY,
     KIND_GPU: HardwareType.GPU,
     KIND_PLATFORM: HardwareType.PLATFORM,
+    KIND_RAIL: HardwareType.RAIL,
 }
 
 
@@ -81,6 +84,10 @@ class Domain:
             zone's package zone), if any.
         via_agent: Read through ``otel-joules agent`` (``energy.agent.domains`` on spans), because this
             user may not read the counter itself.
+        source: Where the reading comes from, in words (``RAPL (powercap)``, ``hwmon amd_energy``, ``NVML``), for
+            ``otel-joules devices``.
+        covers: What hardware the reading covers, in words (``CPU package 0: cores, caches, uncore``), for
+            ``otel-joules devices``.
     """
 
     id: str
@@ -92,10 +99,14 @@ class Domain:
     update_period_s: float = 0.001
     hw_parent: str | None = None
     via_agent: bool = False
+    source: str = ""
+    covers: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in HW_TYPES:
             raise ValueError(f"domain {self.id!r}: kind {self.kind!r} is not one of {sorted(HW_TYPES)}; pass a semconv KIND_* value")
+        if self.kind == KIND_RAIL and self.in_total:
+            raise ValueError(f"domain {self.id!r}: a rail's coverage is unknown, so it cannot add to the total")
 
     @property
     def hw_type(self) -> HardwareType:
@@ -170,6 +181,18 @@ class Channel(abc.ABC):
         (:data:`otel_joules.meter.channels.DEVICE_READ_DEADLINE_S`) instead of inline.
         """
         return False
+
+    @property
+    def device_reread_s(self) -> float | None:
+        """For a channel that :attr:`may_block`: how often its reader thread reads again while snapshots keep
+        asking, or None for the meter's cadence: half the counter's update period, learned from its readings
+        (NVML's: about 50 ms).
+
+        A sensor whose reading changes far less often (an ACPI power meter's average) or whose read costs
+        (waking a GPU, an I2C transfer) says so here, so an idle program does not read it a thousand times a
+        second; spans' values are then up to this old at either end (late, not lost).
+        """
+        return None
 
     @property
     def may_be_away(self) -> bool:

@@ -84,6 +84,8 @@ class CpuTimeEstimateChannel(Channel):
                 hw_id="cpu_estimate",
                 method=Method.ESTIMATE,
                 update_period_s=CPU_TIME_ESTIMATE_RESOLUTION_S,
+                source="estimator (CPU time)",
+                covers="the CPUs, modelled from busy CPU time x TDP per CPU: not a measurement",
             )
         )
         self.watts_per_cpu = watts_per_cpu
@@ -107,6 +109,8 @@ class MemoryEstimateChannel(Channel):
                 hw_id="memory_estimate",
                 method=Method.ESTIMATE,
                 update_period_s=0.0,
+                source="estimator (memory size)",
+                covers="memory, modelled from its size x watts per GB: not a measurement",
             )
         )
         self.watts = watts

@@ -49,6 +49,7 @@ from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
 from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
 from otel_joules.sensors.gpu_selection import GpuInfo, GpuSelection, select_gpus
+from otel_joules.sensors.integration import POWER_SAMPLE_PERIOD_S, PowerIntegral
 from otel_joules.sensors.nvml_session import (  # noqa: F401 - the session's public names, also importable from here
     _LOST_CODES,
     _NVML_ERROR_NOT_FOUND,
@@ -69,8 +70,8 @@ UJ_PER_MJ = 1000
 DISCOVERY_DEADLINE_S = 5.0
 #: How often NVML's energy counter changes (about 100 ms on Volta and newer).
 ENERGY_COUNTER_UPDATE_PERIOD_S = 0.1
-#: Longest step between two power readings of an integrated channel.
-POWER_SAMPLE_PERIOD_S = 0.1
+#: Milliwatts per watt: NVML's power unit to the integrator's.
+MW_PER_W = 1000.0
 
 
 class NvmlChannel(Channel):
@@ -145,11 +146,11 @@ class NvmlEnergyChannel(NvmlChannel):
 
 
 class NvmlPowerChannel(NvmlChannel):
-    """A GPU's power reading (mW) integrated over time with the trapezoid rule, as microjoules.
+    """A GPU's power reading (mW) integrated over time with the trapezoid rule
+    (:class:`~otel_joules.sensors.integration.PowerIntegral`), as microjoules.
 
-    The first read starts the integral at 0; each later read adds the mean of the last two
-    readings times the time between them. Accuracy depends on reads being frequent
-    (:attr:`max_read_interval_s`), which the meter's sampler guarantees.
+    Accuracy depends on reads being frequent (:attr:`max_read_interval_s`), which the meter's
+    sampler guarantees.
     """
 
     def __init__(
@@ -162,9 +163,7 @@ class NvmlPowerChannel(NvmlChannel):
     ) -> None:
         super().__init__(domain, gpu, session, handle)
         self._clock = clock
-        self._last_time_s: float | None = None
-        self._last_power_mw = 0
-        self._energy_uj = 0.0
+        self._integral = PowerIntegral()
 
     @property
     def max_read_interval_s(self) -> float | None:
@@ -174,19 +173,13 @@ class NvmlPowerChannel(NvmlChannel):
     @property
     def last_power_watts(self) -> float | None:
         """The latest power reading, or None before the first read."""
-        return None if self._last_time_s is None else self._last_power_mw / 1000.0
+        return self._integral.last_power_watts
 
     def read_uj(self) -> int:
         """Integrated energy so far, in microjoules."""
         nvml, handle = self._device()
         power_mw = int(self._call("the power reading", nvml.nvmlDeviceGetPowerUsage, handle))
-        now_s = self._clock()
-        if self._last_time_s is not None and now_s > self._last_time_s:
-            # mW x s = mJ; x1000 = uJ.
-            self._energy_uj += (self._last_power_mw + power_mw) / 2 * (now_s - self._last_time_s) * UJ_PER_MJ
-        self._last_time_s = now_s
-        self._last_power_mw = power_mw
-        return int(self._energy_uj)
+        return self._integral.add(power_mw / MW_PER_W, self._clock())
 
 
 @dataclass
@@ -280,6 +273,8 @@ def _gpu_domain(gpu: GpuInfo, method: Method) -> Domain:
         in_total=True,
         # The counter refreshes every ~100 ms; integrated power has the sampling step as resolution.
         update_period_s=ENERGY_COUNTER_UPDATE_PERIOD_S if method is Method.COUNTER else POWER_SAMPLE_PERIOD_S,
+        source="NVML" if method is Method.COUNTER else "NVML power reading",
+        covers="the whole GPU board (NVML's reading for the device)",
     )
 
 

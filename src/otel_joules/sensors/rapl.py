@@ -61,6 +61,21 @@ class PowercapZone:
     interface: str  # "intel-rapl" or "intel-rapl-mmio"
 
 
+#: What a top-level zone or dram covers, for ``otel-joules devices``.
+_COVERS = {
+    KIND_CPU: "the CPU package: cores, caches, uncore (not its memory)",
+    KIND_MEMORY: "the package's DRAM",
+    "psys": "the whole platform (SoC and more), packages included",
+}
+
+
+def _covers(name: str, kind: str, parent_package: int | None) -> str:
+    """What a zone covers, in words: core and uncore are parts of their package."""
+    if parent_package is not None and name in ("core", "uncore"):
+        return f"the {name} part of package {parent_package} (inside it)"
+    return _COVERS.get("psys" if name == "psys" else kind, "")
+
+
 def _read_text(path: Path) -> str | None:
     try:
         return path.read_text().strip()
@@ -256,6 +271,8 @@ def _open_zone(
         update_period_s=RAPL_UPDATE_PERIOD_S,
         # hw.parent is the parent's hw.id (its zone directory), per the semantic conventions.
         hw_parent=zone.path.parent.name if parent_package is not None else None,
+        source="RAPL (powercap)",
+        covers=_covers(zone.name, kind, parent_package),
     )
     channel = RaplChannel(domain, fd, wrap_uj, max_power_watts)
     try:
