@@ -30,7 +30,7 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.meter.notice import fallback_message
 from otel_joules.sensors import rapl
-from otel_joules.sensors.agent import AgentUnavailable, join_group_remedy, subscribe
+from otel_joules.sensors.agent import AgentUnavailable, group_of, join_group_remedy, subscribe
 from otel_joules.sensors.base import Unavailable
 from otel_joules.semconv import KIND_GPU
 
@@ -121,7 +121,7 @@ def agent_checks(socket_path: str, needed: bool) -> list[Check]:
             _not_tried("agent.reachable", "agent.socket"),
             _not_tried("agent.admits", "agent.socket"),
         ]
-    group = _group_name(socket_path)
+    group = group_of(socket_path)
     present = Check("agent.socket", OK, f"{socket_path} exists ({_owner(socket_path, group)})")
     if not os.access(socket_path, os.R_OK | os.W_OK):
         # Connecting to a Unix socket needs write permission on it: the mode turns this user away.
@@ -136,7 +136,7 @@ def agent_checks(socket_path: str, needed: bool) -> list[Check]:
 
 def _hidden_directory(parent: str) -> list[Check]:
     """The agent's runtime directory (0750, its group) turns this user away before the socket."""
-    group = _group_name(parent)
+    group = group_of(parent)
     return [
         Check("agent.socket", SKIPPED, f"cannot tell: this user may not look into {parent} ({_owner(parent, group)})"),
         _not_tried("agent.reachable", "agent.socket"),
@@ -326,19 +326,6 @@ def _remedies(unavailable: Sequence[Unavailable]) -> str:
 
 def _remedies_of(unavailable: Iterable[dict[str, Any]]) -> str:
     return " / ".join(dict.fromkeys(u["remedy"] for u in unavailable if u.get("remedy")))
-
-
-def _group_name(path: str) -> str | None:
-    try:
-        gid = os.stat(path).st_gid
-    except OSError:
-        return None
-    try:
-        import grp
-
-        return grp.getgrgid(gid).gr_name
-    except (ImportError, KeyError):
-        return str(gid)
 
 
 def _owner(path: str, group: str | None) -> str:

@@ -81,7 +81,7 @@ class AgentUnavailable(Exception):
         self.remedy = remedy
 
 
-def _group_of(path: str) -> str | None:
+def group_of(path: str) -> str | None:
     """The name (or gid) of the group owning ``path``, if this process may stat it."""
     try:
         gid = os.stat(path).st_gid
@@ -119,7 +119,7 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
         except FileNotFoundError:
             raise AgentUnavailable(f"no agent socket at {path}") from None
         except PermissionError:
-            group = _group_of(path)
+            group = group_of(path)
             raise AgentUnavailable(
                 f"the agent's socket {path} refuses uid {os.getuid()}: only members of "
                 f"{'group ' + group if group else 'its group'} may connect",
@@ -150,7 +150,7 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
         answer, readings = messages[0], messages[1:]
         if answer.get("ok") is not True:
             error = str(answer.get("error") or "no reason given")[:300]
-            group = _group_of(path)
+            group = group_of(path)
             raise AgentUnavailable(f"the agent at {path} refused this process: {error}", join_group_remedy(group))
         if answer.get("version") != PROTOCOL_VERSION or not isinstance(answer.get("zones"), list) or not readings:
             raise AgentUnavailable(f"the agent at {path} speaks another protocol version ({answer.get('version')!r})")
