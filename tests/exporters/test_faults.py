@@ -469,10 +469,13 @@ def test_sigkill_at_random_points_every_acknowledged_record_is_readable(tmp_path
     assert acknowledged <= read  # every acknowledged record is readable
     assert len(read - acknowledged) <= 4  # at most the one in flight per kill (written, not yet acknowledged)
     assert report.total_joules == float(len(read))  # no energy invented
-    # Our writer left no damaged line at any kill; the foreign half line is skipped, with a reason,
-    # and the next writer started on a new line, so nothing after it was lost.
-    (damaged,) = report.skipped
-    assert damaged.path.startswith(f"{path}:") and "not valid JSON" in damaged.reason
+    # The foreign half line is skipped, with a reason, and the next writer started on a new line, so
+    # nothing after it was lost. A kill can also land inside one of our write() calls: the kernel stops a
+    # write to a file between pages for a fatal signal, so that record (never acknowledged, so not counted
+    # above) is torn; each such line is skipped the same way, at most one per kill.
+    assert 1 <= len(report.skipped) <= 1 + 4, report.skipped
+    for damaged in report.skipped:
+        assert damaged.path.startswith(f"{path}:") and "not valid JSON" in damaged.reason
 
 
 def test_rotated_file_replaced_by_another_layout_keeps_records_and_says_why(

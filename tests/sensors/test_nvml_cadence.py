@@ -96,3 +96,45 @@ def test_spans_read_the_gpu_at_the_counters_cadence_and_add_up_to_its_energy(tmp
     # Back-to-back 20 ms spans: their GPU joules add up to the card's 300 W over their time.
     truth_j = 300.0 * (out["last_end_ns"] - out["first_start_ns"]) / 1e9
     assert out["gpu_joules"] == pytest.approx(truth_j, rel=0.03)
+
+
+INTEGRATED_SPANS = r"""
+import json, random, time
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import otel_joules
+
+provider = TracerProvider()
+exporter = InMemorySpanExporter()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+otel_joules.instrument(provider, sysfs_root={sysfs!r})
+tracer = provider.get_tracer("t")
+rng = random.Random(7)
+with tracer.start_as_current_span("warm"):
+    time.sleep(0.2)
+exporter.clear()
+for _ in range(30):
+    with tracer.start_as_current_span("step"):
+        time.sleep(rng.uniform(0.03, 0.15))
+    time.sleep(rng.uniform(0.0, 0.05))  # ends and starts fall anywhere between two readings
+print(json.dumps([
+    [s.attributes.get("energy.nvidia_gpu_0.joules"), s.attributes.get("energy.nvidia_gpu_0.method"),
+     (s.end_time - s.start_time) / 1e9]
+    for s in exporter.get_finished_spans()
+]))
+"""
+
+
+def test_a_power_reading_read_off_the_span_path_gives_each_span_its_energy_through_its_ends(tmp_path: Path) -> None:
+    # A GPU without an energy counter: its power reading is integrated, read every 50 ms by the reader
+    # thread. A span's ends fall between readings; each span still gets the power times its own
+    # duration, not the integral up to the reading before its end (up to 50 ms x 80 W = 4 J off).
+    pc = make_powercap(tmp_path / "sys", "amd")
+    fake = FakeNvml(cards=[FakeCard(uuid=uuid_for(0), watts=80.0, energy=False)], update_ms=20)
+    rows = run_python(INTEGRATED_SPANS.format(sysfs=pc.sysfs_root), fake, tmp_path).data
+    assert len(rows) == 30
+    for joules, method, duration_s in rows:
+        assert method == "power_integration"
+        # The span's own clock reads bracket the snapshots by a few microseconds to a millisecond.
+        assert joules == pytest.approx(80.0 * duration_s, abs=80.0 * 0.002), (joules, duration_s)

@@ -22,7 +22,7 @@ from otel_joules.semconv import (
     domain_rejected_jump_key,
 )
 from otel_joules.meter import channels as policy
-from otel_joules.sensors.base import Channel
+from otel_joules.sensors.base import Channel, Method
 
 _log = logging.getLogger("otel_joules")
 
@@ -297,7 +297,7 @@ class _ChannelState:
     __slots__ = (
         "channel", "read_uj", "wrap_uj", "max_power_watts", "last_raw_uj", "last_ns", "total_uj", "failed",
         "failures", "retry_at_ns", "first_failure_ns", "first_error", "resets", "reader", "stale", "fd",
-        "jump_free_uj", "jumps", "jump_events", "suspended_ns", "holding",
+        "jump_free_uj", "jumps", "jump_events", "suspended_ns", "holding", "integrates",
     )
 
     def __init__(
@@ -323,6 +323,9 @@ class _ChannelState:
         self.first_error = ""
         self.resets = 0
         self.reader = _device_reader(channel) if channel.may_block else None
+        #: A power reading integrated per read, read off the span path: a snapshot takes its integral through
+        #: now (Channel.energy_uj_now), so a span's end is not up to a reread period late.
+        self.integrates = self.reader is not None and channel.domain.method is Method.POWER_INTEGRATION
         self.stale = False
         #: Set by the meter around a snapshot that must not wake the device (an idle sampler's):
         #: the last value handed over stands, and the next read counts the energy since it.
@@ -368,13 +371,20 @@ class _ChannelState:
         for value in values:
             if isinstance(value, Exception):
                 self._failed_read(value, now_ns)
-            else:
+            elif not self.integrates or self.failures:
+                # An integral's reading is taken below, through now; after a failure its reading re-originates it.
                 self._advance(value, now_ns)
         self.stale = not fresh
         if self.failed or (values and isinstance(values[-1], Exception)):
             return None
         if self.failures and not fresh:
             return None  # still failing as far as we know
+        if self.integrates and fresh:
+            # The integral through now, not through its last reading (the thread's reading, handed over
+            # above, is inside it): the integral never goes back, so no reading is counted twice.
+            through_now_uj = self.channel.energy_uj_now()
+            if through_now_uj is not None:
+                self._advance(through_now_uj, now_ns)
         return self.total_uj / 1e6
 
     def _advance(self, raw: int, now_ns: int) -> None:

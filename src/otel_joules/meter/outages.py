@@ -123,7 +123,9 @@ class Outages:
     def _lose(self, now_ns: int) -> None:
         """The agent went away: the standby estimates count from now (not from the meter's start)."""
         self.away = True
-        self._since_ns = now_ns
+        # Away since the last snapshot that saw it: the loss lies somewhere after that one, so the snapshot
+        # that finds it ends an interval that was not measured throughout (a span across it is partial).
+        self._since_ns = min(now_ns, self._last_present_ns)
         for state in self._standby:
             if state.failures or state.failed or state.last_raw_uj is None:
                 continue  # its own failure policy decides its origin

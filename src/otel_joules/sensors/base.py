@@ -194,6 +194,16 @@ class Channel(abc.ABC):
         """
         return None
 
+    def energy_uj_now(self) -> int | None:
+        """For a power reading integrated per read (:attr:`Method.POWER_INTEGRATION`): the integral through now,
+        the latest power held since its reading, in :meth:`read_uj`'s microjoules; None for a counter.
+
+        A channel read off the span path is read every :attr:`device_reread_s` or so: a counter's value
+        at a span's end is at most that late, but an integral can say how much more has been spent since,
+        and does (:class:`~otel_joules.sensors.integration.PowerIntegral`). Never blocks: no device is read.
+        """
+        return None
+
     @property
     def may_be_away(self) -> bool:
         """True when the channel's source can go away and come back (the agent): :meth:`read_uj` then returns None.
