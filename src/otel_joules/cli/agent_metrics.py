@@ -29,7 +29,7 @@ from otel_joules.delivery.reachability import sdk_metrics_gate
 from otel_joules.delivery.setup import Telemetry, build_resource, telemetry_from_env
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
-from otel_joules.sensors import nvml, rapl
+from otel_joules.sensors import hwmon, nvml, overlap, rapl
 from otel_joules.sensors.base import Channel
 from otel_joules.semconv import HOST_ID, HOST_NAME
 
@@ -81,10 +81,16 @@ def host_resource() -> Resource:
 
 
 def open_host_channels(settings: Settings) -> list[Channel]:
-    """Every RAPL zone and every GPU of the host, opened now (as root, before the agent drops its privileges)."""
+    """Every RAPL zone, hwmon sensor and GPU of the host, opened now (as root, before the agent drops its
+    privileges), each device once by the rules an instrumented process applies (:mod:`otel_joules.sensors.overlap`):
+    a package both RAPL and hwmon read is RAPL's, and one whole-platform reading, the broadest, is the host's."""
     channels: list[Channel] = list(rapl.discover(settings).channels)
-    if channels:
-        channels += nvml.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
+    if not channels:
+        return channels
+    kept, _ = overlap.count_once(channels, hwmon.discover(settings).channels)
+    channels += kept
+    channels += nvml.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
+    overlap.settle_platforms(channels)
     return channels
 
 
