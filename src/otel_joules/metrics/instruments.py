@@ -217,7 +217,7 @@ class EnergyMetrics:
                 METRIC_ENERGY_COVERAGE,
                 [self._observe_coverage],
                 unit="1",
-                description="The components' share of the host's energy (energy.components / hw.host.energy), latest interval",
+                description="The components' share of the host's energy (energy.components / hw.host.energy) since the publisher started",
             )
         otel_meter.create_observable_counter(
             METRIC_ENERGY_MISSING,
