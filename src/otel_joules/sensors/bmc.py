@@ -26,8 +26,8 @@ The credentials stay in this file and in the agent: the file must be a regular f
 may read or write (it is refused otherwise, before anything in it is used); they are never in a command line, a
 log line, a domain's attributes (``hw.id`` is the BMC's address) or anything the agent serves to its clients.
 
-**Polling.** Each BMC is polled in a thread of its own every ``poll_interval_s``, each request bounded by
-``timeout_s``. The meter's reads take the poller's latest reading and never wait for the BMC: a slow or dead BMC
+**Polling.** Each BMC is polled in threads of its own every ``poll_interval_s``; a poll waits at most
+``timeout_s`` for its answer (a request still in flight is not sent again). The meter's reads take the poller's latest reading and never wait for the BMC: a slow or dead BMC
 delays no span and no other source. Its first failure is said once (with the reason); while it has no reading
 younger than :func:`max_age_s` its domain is away (left out, not zero) and comes back with the next reading.
 
@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import queue
 import stat
 import threading
 import time
@@ -253,24 +254,74 @@ class BmcSample(NamedTuple):
     power_watts: float | None
 
 
+class _RequestThread:
+    """Runs one BMC request at a time in a daemon thread of its own, so the poller can stop waiting for it.
+
+    A client library's own timeouts are per socket operation (urllib) or grow over retries (pyghmi's, up to a
+    minute): this thread may stay in a request that long, but no one waits for it beyond the poll's timeout, and
+    a hung request never holds up the agent's exit (daemon).
+    """
+
+    def __init__(self, reader: BmcReader, name: str, clock: Callable[[], float]) -> None:
+        self._reader = reader
+        self._clock = clock
+        self._asks: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        self.answers: queue.SimpleQueue[tuple[float, BmcReading | BaseException]] = queue.SimpleQueue()
+        self.busy = False
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def ask(self) -> None:
+        """Start one request (the caller checks :attr:`busy` first)."""
+        self.busy = True
+        self._asks.put(True)
+
+    def stop(self) -> None:
+        """End the thread (closing the reader) after its request in flight, if any."""
+        self._asks.put(False)
+
+    def _run(self) -> None:
+        while self._asks.get():
+            started_s = self._clock()
+            try:
+                answer: BmcReading | BaseException = self._reader.read()
+            except BaseException as exc:  # noqa: BLE001 - handed to the poller, which says it
+                answer = exc
+            self.answers.put((started_s, answer))
+        try:
+            self._reader.close()
+        except Exception:  # noqa: BLE001 - closing a dead BMC's session must not fail the agent's exit
+            pass
+
+
 class BmcPoller:
-    """Polls one BMC in a thread of its own; :meth:`latest` never waits for it.
+    """Polls one BMC in threads of its own; :meth:`latest` never waits for it.
+
+    Each poll waits at most ``timeout_s`` for its answer; a request still in flight at the next poll is waited
+    for again (no second request is sent meanwhile), and an answer that comes later than ``timeout_s`` after its
+    request started is dropped (its reading is not of now).
 
     Args:
         label: The BMC in words, for messages.
         domain_id: Its domain, for messages.
-        reader: The protocol client (used by the poller's thread only).
+        reader: The protocol client (used, and closed, by one request thread only).
         poll_interval_s: Time between the starts of two polls.
+        timeout_s: How long a poll waits for its answer.
         clock: Monotonic seconds.
     """
 
     def __init__(
-        self, label: str, domain_id: str, reader: BmcReader, poll_interval_s: float, clock: Callable[[], float] = time.monotonic
+        self,
+        label: str,
+        domain_id: str,
+        reader: BmcReader,
+        poll_interval_s: float,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.label = label
         self.domain_id = domain_id
-        self._reader = reader
         self.poll_interval_s = poll_interval_s
+        self.timeout_s = timeout_s
         self._clock = clock
         self._lock = threading.Lock()
         self._samples: deque[BmcSample] = deque(maxlen=2)
@@ -280,6 +331,7 @@ class BmcPoller:
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._first = threading.Event()
+        self._requests = _RequestThread(reader, f"otel-joules-{domain_id}-request", clock)
         self._thread = threading.Thread(target=self._run, name=f"otel-joules-{domain_id}", daemon=True)
         self._thread.start()
 
@@ -296,24 +348,34 @@ class BmcPoller:
     def _run(self) -> None:
         next_s = self._clock()
         while not self._stop.is_set():
-            try:
-                reading = self._reader.read()
-            except BmcError as exc:
-                self._failed(str(exc))
-            except Exception as exc:  # noqa: BLE001 - a client library's surprise is one more failed poll, never the thread's end
-                self._failed(f"{type(exc).__name__}: {exc}")
-            else:
-                self._answered(reading, self._clock())
+            self._poll()
             self._first.set()
             next_s += self.poll_interval_s
             now_s = self._clock()
             if next_s < now_s:  # a poll that ran long: start again now, no burst of catch-up polls
                 next_s = now_s
             self._stop.wait(next_s - now_s)
+        self._requests.stop()
+
+    def _poll(self) -> None:
+        if not self._requests.busy:
+            self._requests.ask()
         try:
-            self._reader.close()
-        except Exception:  # noqa: BLE001 - closing a dead BMC's session must not fail the agent's exit
-            pass
+            started_s, answer = self._requests.answers.get(timeout=self.timeout_s)
+        except queue.Empty:
+            self._failed(f"no answer within {self.timeout_s:g} s")
+            return
+        self._requests.busy = False
+        now_s = self._clock()
+        if isinstance(answer, BmcError):
+            self._failed(str(answer))
+        elif isinstance(answer, BaseException):
+            # A client library's surprise is one more failed poll, never the poller's end.
+            self._failed(f"{type(answer).__name__}: {answer}")
+        elif now_s - started_s > self.timeout_s + self.poll_interval_s:
+            self._failed(f"an answer {now_s - started_s:.1f} s after its request, later than {self.timeout_s:g} s")
+        else:
+            self._answered(answer, now_s)
 
     def _answered(self, reading: BmcReading, now_s: float) -> None:
         with self._lock:
@@ -344,9 +406,9 @@ class BmcPoller:
             )
 
     def close(self) -> None:
-        """Stop polling; waits at most a moment for a request in flight (the thread is a daemon)."""
+        """Stop polling; waits at most a moment for the poller (a request in flight is left to its daemon thread)."""
         self._stop.set()
-        self._thread.join(timeout=0.5)
+        self._thread.join(timeout=self.timeout_s + 0.5)
 
 
 class BmcChannel(Channel):
@@ -444,7 +506,7 @@ def open_target(target: BmcTarget, config: BmcConfig, clock: Callable[[], float]
     integrates power.
     """
     reader = target.make_reader()
-    poller = BmcPoller(target.label, target.domain_id, reader, config.poll_interval_s, clock)
+    poller = BmcPoller(target.label, target.domain_id, reader, config.poll_interval_s, config.timeout_s, clock)
     first = poller.wait_first(config.timeout_s + 0.5)
     counter = first is not None and first.reading.energy_joules is not None
     resource = getattr(reader, "resource", None)

@@ -32,6 +32,9 @@ _REPLY = struct.Struct("<BHHHHIIB")
 _MEASUREMENT_ACTIVE = 0x40
 #: IPMI's default port (RMCP).
 IPMI_PORT = 623
+#: Tries per poll: pyghmi waits ``timeout`` for a reply before it sends the request again, so a lost UDP datagram
+#: costs a quarter of the poll's timeout, not all of it.
+TRIES_PER_POLL = 4
 
 
 def parse_power_reading(code: int, data: Sequence[int]) -> BmcReading:
@@ -58,7 +61,7 @@ class IpmiReader:
         port: Its RMCP+ port.
         username: The IPMI user.
         password: Its password.
-        timeout_s: How long to wait for each reply (pyghmi retries within it).
+        timeout_s: The poll's timeout: pyghmi waits a :data:`TRIES_PER_POLL`-th of it for each try's reply.
     """
 
     def __init__(self, host: str, port: int, username: str, password: str, timeout_s: float) -> None:
@@ -80,7 +83,8 @@ class IpmiReader:
                     bmc=self.host, userid=self._username, password=self._password, port=self.port, keepalive=False
                 )
             reply = self._command.raw_command(
-                netfn=DCMI_NETFN, command=DCMI_GET_POWER_READING, data=GET_POWER_READING_REQUEST, timeout=self._timeout_s
+                netfn=DCMI_NETFN, command=DCMI_GET_POWER_READING, data=GET_POWER_READING_REQUEST,
+                timeout=self._timeout_s / TRIES_PER_POLL,
             )
         except self._pyghmi_errors.IpmiException as exc:
             self._command = None
