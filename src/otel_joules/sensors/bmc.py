@@ -254,7 +254,7 @@ class BmcSample(NamedTuple):
     power_watts: float | None
 
 
-class _RequestThread:
+class RequestThread:
     """Runs one BMC request at a time in a daemon thread of its own, so the poller can stop waiting for it.
 
     A client library's own timeouts are per socket operation (urllib) or grow over retries (pyghmi's, up to a
@@ -331,7 +331,7 @@ class BmcPoller:
         self.last_error: str | None = None
         self._stop = threading.Event()
         self._first = threading.Event()
-        self._requests = _RequestThread(reader, f"otel-joules-{domain_id}-request", clock)
+        self._requests = RequestThread(reader, f"otel-joules-{domain_id}-request", clock)
         self._thread = threading.Thread(target=self._run, name=f"otel-joules-{domain_id}", daemon=True)
         self._thread.start()
 

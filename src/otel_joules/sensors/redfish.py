@@ -37,7 +37,7 @@ JOULES_PER_KWH = 3.6e6
 MAX_REPLY_BYTES = 1 << 20
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
+class NoRedirect(urllib.request.HTTPRedirectHandler):
     """Refuse every redirect: a redirected request would carry the credentials to wherever it points."""
 
     def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
@@ -125,7 +125,7 @@ class RedfishReader:
         if username is not None:
             token = base64.b64encode(f"{username}:{password or ''}".encode()).decode("ascii")
             self._headers["Authorization"] = f"Basic {token}"
-        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({}), _NoRedirect()]
+        handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({}), NoRedirect()]
         if parts.scheme == "https":
             context = ssl.create_default_context(cafile=ca_file)
             if not verify_tls:
