@@ -116,3 +116,39 @@ def test_the_agent_refuses_a_bmc_file_others_may_read_in_one_line(tmp_path: Path
     assert len(lines) == 1 and "Traceback" not in err, err
     assert f"`chmod 600 {config}`" in lines[0]
     assert PASSWORD not in err and not sock.exists()
+
+
+@pytest.mark.parametrize("mode", ["slow", "garbage"])
+def test_a_bmc_that_hangs_or_talks_garbage_is_said_once_and_spans_through_the_agent_are_not_slowed(
+    tmp_path: Path, otlp_grpc_receiver, mode: str
+) -> None:
+    tree = root_only_tree(tmp_path)
+    walkable(tmp_path)
+    sock = tmp_path / "run" / "agent.sock"
+    env = {**otlp_grpc_receiver.env(), "OTEL_METRICS_EXPORTER": "otlp", "OTEL_METRIC_EXPORT_INTERVAL": "300"}
+    runs: dict[str, list] = {}
+    with redfish_fake(PLATFORM_WATTS, mode=mode) as url, ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        for name, args in (("without", ()), ("with", ("--bmc-config", bmc_file(
+            tmp_path / "bmc.toml", f'poll_interval_s = 0.1\ntimeout_s = 0.5\n[redfish]\nurl = "{url}"\n'
+        )))):
+            out = tmp_path / f"spans-{name}.jsonl"
+            agent = start_agent(tmp_path, tree, sock, *args, env=env, stderr_name=f"agent-{name}.err")
+            try:
+                child = span_child(tmp_path, out, sock, tree, as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID]),
+                                   "--spans", "20", "--span-s", "0.05")
+                child.communicate(timeout=60)
+                if name == "with":
+                    otlp_grpc_receiver.wait_for_data_points("energy.components", 2, timeout=30)
+            finally:
+                stop(agent)
+            runs[name] = spans(out)
+    err = (tmp_path / "agent-with.err").read_text()
+    assert err.count("gave no reading") == 1, err
+    assert ("no answer within 0.5 s" if mode == "slow" else "not JSON") in err
+    for name in ("without", "with"):
+        assert [s["source"] for s in runs[name]] == ["measured"] * 20, runs[name]
+    # Loosely: a span's own time is its work's, with or without a BMC that never answers properly.
+    assert max(s["duration_s"] for s in runs["with"]) < 0.05 + 0.05
+    assert sum(s["duration_s"] for s in runs["with"]) < sum(s["duration_s"] for s in runs["without"]) * 1.5
+    # The host's energy has no value from the BMC; its components are still published.
+    assert not otlp_grpc_receiver.data_points("hw.host.energy")
