@@ -69,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 " ".join(map(systemd_word, command)),
                 protect_home,
                 user=args.user or DEFAULT_AGENT_USER,
+                bmc_config=systemd_word(os.path.abspath(args.bmc_config)) if args.bmc_config else None,
             )
         )
         return 0
