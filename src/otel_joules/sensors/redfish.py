@@ -45,7 +45,7 @@ class NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def _number(value: Any, what: str) -> float:
-    """``value`` as a platform reading: a finite number from 0 to :data:`MAX_PLATFORM_WATTS`-scale, else BmcError."""
+    """``value`` as a reading: a finite, non-negative number (not a boolean), else BmcError."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
         raise BmcError(f"{what} is {value!r}, not a finite non-negative number")
     return float(value)
