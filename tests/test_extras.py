@@ -18,7 +18,7 @@ import pytest
 from tests.helpers.processes import REPO, clean_env, otel_joules_command
 
 #: The modules only extras install (and what they pull in, such as numpy).
-EXTRA_MODULES = ("pandas", "numpy", "matplotlib", "pymongo", "pyarrow", "duckdb", "pyspark")
+EXTRA_MODULES = ("pandas", "numpy", "matplotlib", "pymongo", "pyarrow", "duckdb", "pyspark", "pyghmi")
 
 _BLOCKER = "import sys\nfor _name in {names!r}:\n    sys.modules[_name] = None\n"
 
@@ -110,8 +110,9 @@ def test_instrument_and_the_file_exporters_need_no_extra(tmp_path: Path) -> None
             "parser.parse_logs('logs')",
             "pandas",
         ),
+        ("from otel_joules.sensors.ipmi import IpmiReader", "IpmiReader('127.0.0.1', 623, 'u', 'p', 1.0)", "bmc"),
     ],
-    ids=["dataframe", "parquet", "mongo-exporter", "pandas-handler", "carbontracker-parse-logs"],
+    ids=["dataframe", "parquet", "mongo-exporter", "pandas-handler", "carbontracker-parse-logs", "ipmi-bmc"],
 )
 def test_a_feature_without_its_extra_says_which_to_install(tmp_path: Path, setup: str, call: str, extra: str) -> None:
     _raises_missing_extra(tmp_path, setup, call, extra)

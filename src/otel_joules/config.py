@@ -55,6 +55,9 @@ Environment variable                     Meaning                                
 ``OTEL_JOULES_REPORT_MEMORY_LIMIT``      Memory ``otel-joules report``'s DuckDB engine    ``250MB``
                                          holds before it spills to a private temporary
                                          folder (a size: ``250MB``, ``2GB``)
+``OTEL_JOULES_BMC_CONFIG``               ``otel-joules agent``'s BMC file (Redfish or     none
+                                         IPMI address and credentials; readable by the
+                                         agent's user only): the platform's power
 =======================================  ===============================================  ===============
 
 The estimator's defaults are CodeCarbon's published fallbacks: 85 W TDP when the
@@ -151,6 +154,12 @@ OTEL_JOULES_REPORT_MEMORY_LIMIT = "OTEL_JOULES_REPORT_MEMORY_LIMIT"
 folder (removed when the report is done): a size as DuckDB reads it (``350MB``, ``2GB``, ``1.5GiB``). Default
 :data:`DEFAULT_REPORT_MEMORY_LIMIT`; a bad value is reported once and the default used."""
 
+OTEL_JOULES_BMC_CONFIG = "OTEL_JOULES_BMC_CONFIG"
+"""The path of ``otel-joules agent``'s BMC file (TOML: a ``[redfish]`` or ``[ipmi]`` table with the address and the
+credentials, :mod:`otel_joules.sensors.bmc`), read by the agent alone: the platform's power from the BMC. The file
+must be readable by the agent's user only; one that group or others may read is refused. ``--bmc-config`` wins.
+Default: none (no BMC is read)."""
+
 OTEL_SDK_DISABLED = "OTEL_SDK_DISABLED"
 """The OpenTelemetry SDK's own switch: ``true`` (any case) turns telemetry off, and otel-joules measures nothing
 for spans (``instrument()`` returns an inactive handle; ``otel-joules run`` still prints its summary)."""
@@ -204,6 +213,7 @@ ENVIRONMENT_VARIABLES: tuple[str, ...] = (
     OTEL_JOULES_PARQUET_MAX_BYTES,
     OTEL_JOULES_PARQUET_MAX_AGE_S,
     OTEL_JOULES_REPORT_MEMORY_LIMIT,
+    OTEL_JOULES_BMC_CONFIG,
 )
 
 # -- defaults and bounds ----------------------------------------------------------------------
@@ -555,3 +565,9 @@ def report_memory_limit(env: Mapping[str, str] | None = None) -> str:
                          DEFAULT_REPORT_MEMORY_LIMIT)
         return DEFAULT_REPORT_MEMORY_LIMIT
     return f"{int(size)}B"
+
+
+def bmc_config_path(env: Mapping[str, str] | None = None) -> str | None:
+    """``OTEL_JOULES_BMC_CONFIG`` from ``env`` (default ``os.environ``): the agent's BMC file, or None where unset."""
+    env = os.environ if env is None else env
+    return _text(env, OTEL_JOULES_BMC_CONFIG)

@@ -228,6 +228,14 @@ METRIC_ENERGY_ESTIMATE_POWER: Final = "energy.estimate.power"
 #: series over that time leave the domain out (the energy counters hold its last known joules). Labels never
 #: change for it. Not a convention's name.
 METRIC_ENERGY_MISSING: Final = "energy.missing"
+#: Counter, J: the part of the host's energy (``hw.host.energy``, a whole-platform meter: a BMC, an ACPI power meter,
+#: psys) that its component counters do not cover (``hw.host.energy`` minus ``energy.components``: fans, disks, the
+#: board, the supplies' losses), per host; never going back. Published only where a platform meter exists. Not a
+#: convention's name.
+METRIC_ENERGY_UNCOVERED: Final = "energy.uncovered"
+#: Gauge, 1: the components' share of the platform's energy (``energy.components`` / ``hw.host.energy``) since the
+#: publisher started, per host. Not a convention's name.
+METRIC_ENERGY_COVERAGE: Final = "energy.coverage"
 #: Counter, J: this process's share of the host's energy, per ``hw.type``.
 METRIC_PROCESS_ENERGY: Final = "process.energy"
 #: Gauge, W: this process's share of the host's power, per ``hw.type``.

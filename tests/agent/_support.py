@@ -84,14 +84,16 @@ def start_agent(
     group: int | str = GROUP_GID,
     wait: bool = True,
     stderr_name: str = "agent.err",
+    env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """``otel-joules agent`` as root on ``tree``; with ``wait``, returns once its socket exists."""
+    """``otel-joules agent`` as root on ``tree`` (``env`` on top of :func:`child_env`'s); with ``wait``, returns once
+    its socket exists."""
     err = open(tmp_path / stderr_name, "ab")
     cwd = tmp_path / "agent-cwd"
     cwd.mkdir(exist_ok=True)
     process = subprocess.Popen(
         [sys.executable, "-m", "otel_joules.cli.main", "agent", "--socket", str(socket_path), "--group", str(group), *args],
-        env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root),
+        env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, **(env or {})),
         cwd=cwd,
         stdout=subprocess.DEVNULL,
         stderr=err,

@@ -77,6 +77,16 @@ def test_the_agent_prints_a_systemd_unit_with_only_what_it_needs() -> None:
         assert line in unit.splitlines(), line
 
 
+def test_the_unit_with_a_bmc_file_passes_it_and_lets_the_agent_reach_the_network_only_over_ip() -> None:
+    result = cli("agent", "--group", "energy", "--bmc-config", "/etc/otel-joules/bmc.toml", "--print-systemd-unit")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    (exec_start,) = [line for line in lines if line.startswith("ExecStart=")]
+    assert exec_start.endswith(" --user otel-joules-agent --bmc-config /etc/otel-joules/bmc.toml")
+    assert "PrivateNetwork=no" in lines and "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6" in lines
+    assert "PrivateNetwork=yes" not in lines
+
+
 def test_the_unit_keeps_a_home_readable_where_the_installation_lives_and_quotes_for_systemd() -> None:
     assert protect_home_for(["/home/alice/venv/bin/otel-joules", "/usr/bin/python3.12"]) == "read-only"
     assert protect_home_for(["/opt/venv/bin/otel-joules", "/root/.pyenv/versions/3.11/bin/python3.11"]) == "read-only"

@@ -604,12 +604,14 @@ def systemd_unit(
     executable: str = "otel-joules",
     protect_home: str = "yes",
     user: str = DEFAULT_AGENT_USER,
+    bmc_config: str | None = None,
 ) -> str:
     """A systemd unit running the agent with only what it needs: root only to open the counters, then ``user``.
 
     ``executable`` is ExecStart's command (an absolute path: systemd does not search a venv's bin), already
     quoted for systemd; ``protect_home`` is ``read-only`` where that command lives under /home, /root or
-    /run/user, which ``yes`` would hide from the service.
+    /run/user, which ``yes`` would hide from the service. ``bmc_config``: the BMC file (already quoted), read by
+    the agent; the service then reaches the network (the BMC is on it), over IPv4 and IPv6 only.
     """
     runtime = os.path.dirname(socket_path)
     runtime_directory = runtime[len("/run/") :] if runtime.startswith("/run/") else None
@@ -624,7 +626,8 @@ def systemd_unit(
         "",
         "[Service]",
         "Type=simple",
-        f"ExecStart={executable} agent --socket {socket_path} --group {group} --min-interval-ms {min_interval_ms:g} --user {user}",
+        f"ExecStart={executable} agent --socket {socket_path} --group {group} --min-interval-ms {min_interval_ms:g} --user {user}"
+        + (f" --bmc-config {bmc_config}" if bmc_config else ""),
         "Environment=PYTHONDONTWRITEBYTECODE=1",
         # Opening root-only counters, giving the socket to the group, switching to --user; none is kept once set up.
         "CapabilityBoundingSet=CAP_DAC_READ_SEARCH CAP_CHOWN CAP_FOWNER CAP_SETUID CAP_SETGID",
@@ -633,11 +636,12 @@ def systemd_unit(
         "ProtectSystem=strict",
         f"ProtectHome={protect_home}",
         "PrivateTmp=yes",
-        "PrivateNetwork=yes",
+        # The BMC is reached over the network; without one the agent needs none.
+        "PrivateNetwork=no" if bmc_config else "PrivateNetwork=yes",
         "ProtectKernelTunables=yes",
         "ProtectKernelModules=yes",
         "ProtectControlGroups=yes",
-        "RestrictAddressFamilies=AF_UNIX",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6" if bmc_config else "RestrictAddressFamilies=AF_UNIX",
         "RestrictNamespaces=yes",
         "LockPersonality=yes",
         "SystemCallArchitectures=native",

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from otel_joules.agent import AgentSetupError, serve, systemd_unit
 from otel_joules.agent.server import DEFAULT_AGENT_USER, DEFAULT_MIN_INTERVAL_MS
-from otel_joules.config import DEFAULT_AGENT_SOCKET
+from otel_joules.config import DEFAULT_AGENT_SOCKET, OTEL_JOULES_BMC_CONFIG, bmc_config_path
 from otel_joules.errors import ConfigurationError
 
 
@@ -42,6 +42,13 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--sysfs-root", help="where sysfs is mounted (default: $OTEL_JOULES_SYSFS_ROOT or /sys)")
     parser.add_argument(
+        "--bmc-config",
+        help=(
+            "the BMC file (TOML: Redfish or IPMI address and credentials, readable by the agent's user only; "
+            f"docs/bmc.md): the platform's power goes to the host's metrics (default: ${OTEL_JOULES_BMC_CONFIG}, else none)"
+        ),
+    )
+    parser.add_argument(
         "--print-systemd-unit",
         action="store_true",
         help="print a systemd unit running this installation's otel-joules (by its absolute path) as the agent, and exit",
@@ -62,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
                 " ".join(map(systemd_word, command)),
                 protect_home,
                 user=args.user or DEFAULT_AGENT_USER,
+                bmc_config=systemd_word(os.path.abspath(args.bmc_config)) if args.bmc_config else None,
             )
         )
         return 0
@@ -72,8 +80,12 @@ def run(args: argparse.Namespace) -> int:
     from otel_joules.cli.agent_metrics import start_host_metrics
 
     settings = Settings.from_env(sysfs_root=args.sysfs_root)
-    # Opened before serve() drops the privileges: the agent is its host's one publisher of hw.* metrics.
-    host_metrics = start_host_metrics(settings)
+    # Opened before serve() drops the privileges: the agent is its host's one publisher of hw.* metrics. The BMC
+    # file is read here, as root, and its credentials stay in this process's pollers.
+    try:
+        host_metrics = start_host_metrics(settings, args.bmc_config or bmc_config_path())
+    except ConfigurationError as exc:
+        raise ConfigurationError(f"agent: {exc}") from None
     try:
         return serve(args.socket, args.group, args.min_interval_ms, args.user, settings)
     except AgentSetupError as exc:

@@ -14,6 +14,9 @@ domain in exactly one family):
 ``energy.estimate`` Counter, ``J``, modelled domains (never mixed with measurements)
 ``energy.estimate.power``  Gauge, ``W``, the same as power
 ``energy.missing``  Counter, ``s``, per domain: time its counter was failing and being retried
+``energy.uncovered``  Counter, ``J``, the host's energy the components do not cover (``hw.host.energy`` minus
+                    ``energy.components``), where a platform meter exists
+``energy.coverage`` Gauge,   ``1``, ``energy.components`` / ``hw.host.energy`` since the meter started, the same
 ``process.energy``  Counter, ``J``, this process's attributed share per ``hw.type`` (``cpu``, ``memory``, ``gpu``)
 ``process.power``   Gauge,   ``W``, the same as power over the latest attribution period
 ``energy.unattributed``  Counter, ``J``, the host's energy given to no process, per ``hw.type`` (``cpu``, ``memory``)
@@ -70,12 +73,14 @@ from otel_joules.semconv import (
     METRIC_ENERGY_BASELINE_STATE,
     METRIC_ENERGY_COMPONENTS,
     METRIC_ENERGY_COMPONENTS_POWER,
+    METRIC_ENERGY_COVERAGE,
     METRIC_ENERGY_ESTIMATE,
     METRIC_ENERGY_ESTIMATE_POWER,
     METRIC_ENERGY_MISSING,
     METRIC_ENERGY_NESTED,
     METRIC_ENERGY_NESTED_POWER,
     METRIC_ENERGY_UNATTRIBUTED,
+    METRIC_ENERGY_UNCOVERED,
     METRIC_HW_ENERGY,
     METRIC_HW_HOST_ENERGY,
     METRIC_HW_HOST_POWER,
@@ -131,6 +136,12 @@ class EnergyMetrics:
         self._domain_attributes = [device_attributes(domain) for domain in meter.domains]
         self._components = [s for s in self._series if s.family is Family.COMPONENT]
         self._components_attributes = {**self._host_attributes, ENERGY_SOURCE: SOURCE_MEASURED}
+        #: The platform meter the host's energy comes from (``hw.host.*``), if any: coverage is measured against it.
+        self._platform = next((s for s in self._series if s.family is Family.HOST), None)
+        # The host's, as energy.components' (no energy.domain: that joins a domain's own joules to spans).
+        self._coverage_attributes = self._components_attributes
+        #: ``energy.uncovered`` last reported: it never goes back.
+        self._uncovered_joules = 0.0
         #: Per domain, seconds of collection intervals at either end of which its counter was being retried.
         self._missing_s = [0.0] * len(meter.domains)
         self._missing_attributes = [missing_attributes(s) for s in self._series]
@@ -195,6 +206,19 @@ class EnergyMetrics:
             unit="W",
             description="Sum of the host's hw.power series (measured components; not the whole host)",
         )
+        if self._platform is not None and self._components:
+            otel_meter.create_observable_counter(
+                METRIC_ENERGY_UNCOVERED,
+                [self._observe_uncovered],
+                unit="J",
+                description="The host's energy its components do not cover (hw.host.energy minus energy.components)",
+            )
+            otel_meter.create_observable_gauge(
+                METRIC_ENERGY_COVERAGE,
+                [self._observe_coverage],
+                unit="1",
+                description="The components' share of the host's energy (energy.components / hw.host.energy) since the publisher started",
+            )
         otel_meter.create_observable_counter(
             METRIC_ENERGY_MISSING,
             [self._observe_missing],
@@ -352,6 +376,28 @@ class EnergyMetrics:
         joules = measurement.joules_by_domain
         watts = sum(joules.get(s.domain.id, 0.0) for s in self._components) / measurement.duration_s
         return [Observation(watts, self._components_attributes)]
+
+    def _observe_uncovered(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self._reporting():
+            return []
+        self._snapshots()
+        assert self._platform is not None
+        components = sum(self._last_known[s.index] for s in self._components)
+        # Never back: a platform reading a poll behind its components is caught up with, not subtracted.
+        self._uncovered_joules = max(self._uncovered_joules, self._last_known[self._platform.index] - components)
+        return [Observation(self._uncovered_joules, self._coverage_attributes)]
+
+    def _observe_coverage(self, options: CallbackOptions) -> Iterable[Observation]:
+        if not self._reporting():
+            return []
+        self._snapshots()
+        assert self._platform is not None
+        # Since the meter started, from last known values: a part being retried changes neither the labels nor
+        # the ratio (its joules arrive when it reads again).
+        platform = self._last_known[self._platform.index]
+        if platform <= 0:
+            return []
+        return [Observation(sum(self._last_known[s.index] for s in self._components) / platform, self._coverage_attributes)]
 
     def _observe_missing(self, options: CallbackOptions) -> Iterable[Observation]:
         if not self._reporting():

@@ -24,9 +24,10 @@ from typing import Sequence
 from otel_joules.sensors.base import Channel
 from otel_joules.semconv import KIND_PLATFORM
 
-#: Whole-platform readings, broadest first, by domain id prefix: the ACPI power meter usually reads the power
-#: supply's input (the whole box); a Grace module is one superchip; psys is the SoC platform.
-PLATFORM_BREADTH = ("power_meter_", "grace_module_", "psys")
+#: Whole-platform readings, broadest first, by domain id prefix: a BMC (``bmc_redfish``, ``bmc_ipmi``) and the ACPI
+#: power meter usually read the power supplies' input (the whole box); a Grace module is one superchip; psys is the
+#: SoC platform.
+PLATFORM_BREADTH = ("bmc_", "power_meter_", "grace_module_", "psys")
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ def _breadth(channel: Channel) -> int:
 
 
 def _is_hwmon(channel: Channel) -> bool:
+    """A platform reading other than RAPL's psys (hwmon's, a BMC's): it adds to the total only where nothing else does."""
     return not channel.domain.id.startswith("psys")
 
 
