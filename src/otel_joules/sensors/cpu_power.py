@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import functools
-import importlib.resources
 import io
 import os
 import re
@@ -90,7 +89,10 @@ class ReferenceRow:
 @functools.lru_cache(maxsize=1)
 def reference() -> dict[str, ReferenceRow]:
     """The shipped reference data (``data/ccf_cpu_power.csv``) by key."""
-    text = importlib.resources.files("otel_joules.sensors").joinpath("data", REFERENCE_FILE).read_text(encoding="utf-8")
+    # A plain open beside this module, not importlib.resources: its readers are imported lazily, which fails in a
+    # process that has dropped privileges since (a service switching to its user after importing otel_joules).
+    with open(os.path.join(os.path.dirname(__file__), "data", REFERENCE_FILE), encoding="utf-8") as f:
+        text = f.read()
     rows = csv.DictReader(io.StringIO("".join(line for line in text.splitlines(True) if not line.startswith("#"))))
     return {
         row["key"]: ReferenceRow(

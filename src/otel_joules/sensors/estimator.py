@@ -118,11 +118,6 @@ class CpuTimeEstimateChannel(Channel):
         self._origin_busy_s = busy_seconds()
         self._origin_s = clock()
 
-    @property
-    def max_power_watts(self) -> float:
-        """Every logical CPU busy: the most this model can say."""
-        return self.model.watts(self.cpus, self.cpus)
-
     def read_uj(self) -> int:
         """The model's joules since the channel was created, in microjoules."""
         wall_s = self._clock() - self._origin_s

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_joules.attribution.shares import SpanAttribution
-from otel_joules.meter.energy import energy_between, estimate_band
+from otel_joules.meter.energy import energy_between
 from otel_joules.meter.fastpath import COMPILED
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
@@ -193,10 +193,10 @@ class MeterAttributes:
         compiled = self._compiled
         attributes = NotImplemented if compiled is None else compiled(self._spec, start, end, attribution)
         if attributes is NotImplemented:
-            attributes = self.attributes(start, end)
+            attributes = self._measured(start, end)
             if attribution is not None:
                 attributes = self.add_attribution(attribution, {} if attributes is None else attributes)
-        elif self._band_keys and attributes is not None:
+        if self._band_keys and attributes is not None:
             self._add_band(attributes)
         return attributes  # type: ignore[no-any-return]
 
@@ -222,6 +222,13 @@ class MeterAttributes:
     def attributes(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
         """The span attributes for the interval between two of the meter's snapshots; None when no domain has a
         value and none is missing."""
+        attributes = self._measured(start, end)
+        if self._band_keys and attributes is not None:
+            self._add_band(attributes)
+        return attributes
+
+    def _measured(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
+        """:meth:`attributes` without the estimate's band (added last, after a share where there is one)."""
         energy = energy_between(self._plan, start, end)
         attributes: dict[str, Any] = {
             ENERGY_JOULES: energy[2],
@@ -255,11 +262,6 @@ class MeterAttributes:
                 attributes[ENERGY_AGENT_DOMAINS] = through_agent
             if energy[9]:
                 attributes[ENERGY_ESTIMATED_S] = energy[9]
-        if self._band_keys:
-            band = estimate_band(self._plan, energy[1], energy[2])
-            if band is not None:
-                attributes[ENERGY_ESTIMATE_LOW_JOULES], attributes[ENERGY_ESTIMATE_HIGH_JOULES] = band
-                attributes[ENERGY_ESTIMATE_SOURCE] = self._plan.estimate_source
         return attributes
 
     def add_attribution(self, attribution: SpanAttribution, into: dict[str, Any]) -> dict[str, Any]:
