@@ -217,7 +217,8 @@ class MeterAttributes:
         if found:
             attributes[ENERGY_ESTIMATE_LOW_JOULES] = low
             attributes[ENERGY_ESTIMATE_HIGH_JOULES] = high
-            attributes[ENERGY_ESTIMATE_SOURCE] = self._plan.estimate_source
+            if self._plan.estimate_source:
+                attributes[ENERGY_ESTIMATE_SOURCE] = self._plan.estimate_source
 
     def attributes(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
         """The span attributes for the interval between two of the meter's snapshots; None when no domain has a
