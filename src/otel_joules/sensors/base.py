@@ -92,6 +92,8 @@ class Domain:
             ``tdp:skylake``, ``memory:0.375_w_per_gb``), ``energy.estimate.source`` on spans; '' for a measurement.
         estimate_band: For an estimate: the low and high ends of its uncertainty band as factors on its joules
             (``energy.estimate.low.joules``, ``...high.joules``); (1.0, 1.0) for a measurement.
+        estimate_static_watts: For a CPU estimate: the watts its model draws whatever the load (every logical CPU's
+            idle watts), the static baseline that attribution then need not learn; 0.0 otherwise.
     """
 
     id: str
@@ -107,6 +109,7 @@ class Domain:
     covers: str = ""
     estimate_source: str = ""
     estimate_band: tuple[float, float] = (1.0, 1.0)
+    estimate_static_watts: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in HW_TYPES:

@@ -109,6 +109,7 @@ class CpuTimeEstimateChannel(Channel):
                 covers=f"the CPUs, modelled, not measured: {model.description}",
                 estimate_source=model.source,
                 estimate_band=(model.low_factor, model.high_factor),
+                estimate_static_watts=cpus * model.idle_watts_per_cpu,
             )
         )
         self.model = model
