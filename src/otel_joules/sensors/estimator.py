@@ -43,8 +43,6 @@ CPU_TIME_ESTIMATE_RESOLUTION_S = CPU_TIME_ESTIMATE_RESOLUTION_TICKS * CPU_TIMES_
 _BYTES_PER_GB = 1024**3
 #: Where the installed memory (``MemTotal``) is read when :func:`discover` is given no path.
 MEMINFO_PATH = "/proc/meminfo"
-#: ``energy.estimate.source``'s part for memory: ``memory:<W/GB>_w_per_gb``.
-MEMORY_SOURCE = "memory"
 #: The memory estimate's band as factors on its joules. No maintained reference gives a spread for watts per GB:
 #: the two published figures (CodeCarbon's 0.375, Cloud Carbon Footprint's 0.392 W/GB) agree within 5%, but both
 #: average over DIMM generations and activity, so the band is a stated judgement of half to one and a half times.
@@ -141,7 +139,8 @@ class MemoryEstimateChannel(Channel):
                 update_period_s=0.0,
                 source="estimator (memory size)",
                 covers=f"memory, modelled, not measured: its size x {watts_per_gb:g} W per GB",
-                estimate_source=f"{MEMORY_SOURCE}:{watts_per_gb:g}_w_per_gb",
+                # energy.estimate.source's part for memory: memory:<W/GB>_w_per_gb.
+                estimate_source=f"{KIND_MEMORY}:{watts_per_gb:g}_w_per_gb",
                 estimate_band=MEMORY_BAND,
             )
         )
