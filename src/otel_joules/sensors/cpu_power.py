@@ -93,14 +93,17 @@ def reference() -> dict[str, ReferenceRow]:
     # process that has dropped privileges since (a service switching to its user after importing otel_joules).
     with open(os.path.join(os.path.dirname(__file__), "data", REFERENCE_FILE), encoding="utf-8") as f:
         text = f.read()
-    rows = csv.DictReader(io.StringIO("".join(line for line in text.splitlines(True) if not line.startswith("#"))))
-    return {
-        row["key"]: ReferenceRow(
-            row["key"], row["kind"], row["family"], row["name"],
-            float(row["min_watts_per_vcpu"]), float(row["max_watts_per_vcpu"]),
+    rows: dict[str, ReferenceRow] = {}
+    for raw in csv.DictReader(io.StringIO("".join(line for line in text.splitlines(True) if not line.startswith("#")))):
+        row = ReferenceRow(
+            raw["key"], raw["kind"], raw["family"], raw["name"],
+            float(raw["min_watts_per_vcpu"]), float(raw["max_watts_per_vcpu"]),
         )
-        for row in rows
-    }
+        # A broken packaged file is a packaging bug: fail loudly, naming the row.
+        if row.key in rows or row.kind not in ("architecture", "provider") or not 0 < row.min_watts < row.max_watts < 1000:
+            raise RuntimeError(f"{REFERENCE_FILE}: bad or duplicate row {raw!r}")
+        rows[row.key] = row
+    return rows
 
 
 @dataclass(frozen=True)
