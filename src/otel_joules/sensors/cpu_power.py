@@ -288,7 +288,8 @@ def power_model(machine: Machine, logical_cpus: int, tdp_watts: float) -> CpuPow
         idle = sum(f[0] for f in figures) / len(figures)
         busy = sum(f[1] for f in figures) / len(figures)
         name = family if family is not None and len(candidates) < len(architectures) else ANY_ARCHITECTURE
-        described = f"the mean of Cloud Carbon Footprint's {len(candidates)} {name if name != ANY_ARCHITECTURE else ''} architectures, {idle:.2f}..{busy:.2f} W per vCPU".replace("  ", " ")
+        which = f"{len(candidates)} {name}" if name != ANY_ARCHITECTURE else f"{len(candidates)}"
+        described = f"the mean of Cloud Carbon Footprint's {which} architectures, {idle:.2f}..{busy:.2f} W per vCPU"
     low, high = _spread(idle, busy, figures)
     return CpuPowerModel(
         f"{SOURCE_CCF}:{name}",
