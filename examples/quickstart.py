@@ -59,11 +59,12 @@ def main() -> int:
     source = spans[-1].attributes["energy.source"]
     print("otel-joules quickstart: energy of an example workload, one span per step\n")
     if source == "estimate":
+        models = "".join(f"\n  {d.id}: {d.covers}" for d in meter.domains if d.estimate_source)
         print(
-            "SOURCE: ESTIMATE. No hardware energy counter is readable on this machine, so the figures come from a\n"
-            f"model: busy CPU time x {meter.settings.cpu_tdp_watts:g} W TDP / CPU count, plus memory size x "
-            f"{meter.settings.memory_watts_per_gb:g} W/GB.\n"
-            "They compare runs on this machine; they are not measurements. `otel-joules devices` says why and what to do.\n"
+            "SOURCE: ESTIMATE. No hardware energy counter is readable on this machine, so the figures come from "
+            f"models:{models}\n"
+            "They compare runs on this machine; they are not measurements, and each has a band (below). "
+            "`otel-joules devices` says why and what to do.\n"
         )
     else:
         print(f"SOURCE: {source.upper()} (domains: {', '.join(d.id for d in meter.domains)})\n")
@@ -85,6 +86,11 @@ def main() -> int:
     )
     print(f"\nhost during the workload, by domain: {domains}")
     print(f"host during the workload: {root['energy.joules']:.2f} J = {root['energy.joules'] / 3.6e6:.3e} kWh ({source})")
+    if "energy.estimate.low.joules" in root:
+        print(
+            f"band of that estimate: {root['energy.estimate.low.joules']:.2f} J to {root['energy.estimate.high.joules']:.2f} J "
+            f"(energy.estimate.low/high.joules; models: {root['energy.estimate.source']}; docs/estimates.md)"
+        )
     if "energy.attributed.joules" in root:
         share = root["energy.attributed.joules"]
         print(f"share of the workload: {share:.2f} J = {share / 3.6e6:.3e} kWh ({source}; the rest was other work or idle)")

@@ -20,7 +20,8 @@ Environment variable                     Meaning                                
                                          the host's elsewhere)
 ``OTEL_JOULES_PROCFS_ROOT``              Where procfs is mounted (host busy time,         ``/proc``
                                          process and thread CPU times for attribution)
-``OTEL_JOULES_CPU_TDP_WATTS``            CPU thermal design power for the estimator       ``85``
+``OTEL_JOULES_CPU_TDP_WATTS``            CPU thermal design power for the estimator's     ``85``
+                                         bare-metal model (VMs: per-vCPU figures)
 ``OTEL_JOULES_MEMORY_WATTS_PER_GB``      Memory power per GB for the estimator            ``0.375``
 ``OTEL_JOULES_MAX_POWER_WATTS``          Power bound for RAPL zones without a             ``1000``
                                          ``constraint_*_max_power_uw`` file
@@ -87,7 +88,9 @@ OTEL_JOULES_PROCFS_ROOT = "OTEL_JOULES_PROCFS_ROOT"
 """Where procfs is mounted (host busy time, process and thread CPU times for attribution). Default ``/proc``."""
 
 OTEL_JOULES_CPU_TDP_WATTS = "OTEL_JOULES_CPU_TDP_WATTS"
-"""The CPU's thermal design power in watts, for the estimator. Default 85 (CodeCarbon's fallback)."""
+"""The CPU's thermal design power in watts, for the estimator's TDP-style model on bare metal with a known CPU (a VM
+or cloud instance uses per-vCPU figures instead: :mod:`otel_joules.sensors.cpu_power`). Default 85 (CodeCarbon's
+fallback)."""
 
 OTEL_JOULES_MEMORY_WATTS_PER_GB = "OTEL_JOULES_MEMORY_WATTS_PER_GB"
 """Memory power in watts per GB, for the estimator. Default 0.375 (3 W per 8 GB)."""

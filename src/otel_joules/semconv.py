@@ -77,6 +77,15 @@ ENERGY_CLOCK_STEP_S: Final = "energy.clock_step_s"
 #: Seconds of the span estimated because ``otel-joules agent`` was away for them (``energy.source = partial``):
 #: the rest of the span is measured. Absent when no part was estimated so.
 ENERGY_ESTIMATED_S: Final = "energy.estimated_s"
+#: The low end of ``energy.joules``'s uncertainty band where a domain in it is estimated (double): measured domains
+#: count as read, each estimated one at the low end of its model's band (docs/estimates.md).
+ENERGY_ESTIMATE_LOW_JOULES: Final = "energy.estimate.low.joules"
+#: The high end of the same band (double).
+ENERGY_ESTIMATE_HIGH_JOULES: Final = "energy.estimate.high.joules"
+#: The models behind the estimated domains, space-separated, sorted (``ccf:cascade_lake memory:0.375_w_per_gb``):
+#: ``ccf:<architecture|family|provider>`` (Cloud Carbon Footprint's per-vCPU watts), ``tdp:<architecture>``
+#: (TDP-style, bare metal), ``memory:<W/GB>_w_per_gb``. On spans with an estimate, and on ``energy.estimate`` points.
+ENERGY_ESTIMATE_SOURCE: Final = "energy.estimate.source"
 #: How a domain's joules were obtained, on metric points (``counter``, ``power_integration``, ``estimate``).
 ENERGY_METHOD: Final = "energy.method"
 #: kWh, where a layer reports facility energy in kWh (training-run prediction events).
@@ -219,7 +228,7 @@ METRIC_ENERGY_COMPONENTS_POWER: Final = "energy.components.power"
 METRIC_ENERGY_NESTED: Final = "energy.nested"
 #: Gauge, W: the same as power.
 METRIC_ENERGY_NESTED_POWER: Final = "energy.nested.power"
-#: Counter, J: a modelled domain's energy (CPU time x TDP, memory size x W/GB): never in a measured series. Not a
+#: Counter, J: a modelled domain's energy (CPU time x per-CPU watts, memory size x W/GB): never in a measured series. Not a
 #: convention's name.
 METRIC_ENERGY_ESTIMATE: Final = "energy.estimate"
 #: Gauge, W: the same as power.
@@ -267,7 +276,7 @@ ENERGY_DOMAIN: Final = "energy.domain"
 
 #: ``energy.source``: every value read from hardware counters (or integrated hardware power).
 SOURCE_MEASURED: Final = "measured"
-#: ``energy.source``: every value modelled (CPU time x TDP), not measured.
+#: ``energy.source``: every value modelled (CPU time x per-CPU watts), not measured.
 SOURCE_ESTIMATE: Final = "estimate"
 #: ``energy.source``: some domains measured, some estimated.
 SOURCE_MIXED: Final = "mixed"

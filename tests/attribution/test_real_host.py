@@ -1,8 +1,9 @@
 """Attribution on the real /proc, real threads and processes, with tolerances.
 
 The energy comes from the CPU-time estimator (no readable RAPL here: the sysfs root is an empty
-folder), so a CPU second is worth ``TDP / CPUs`` joules whatever else the machine runs, and the
-shares must follow the CPU time each span really got. Work is defined in CPU seconds (burned
+folder). Its model's static part (every CPU's idle watts) is known, so under the default ``capacity``
+policy a CPU second is worth the model's full-load watts per CPU (its dynamic part plus one CPU's
+idle share) whatever else the machine runs, and the shares must follow the CPU time each span really got. Work is defined in CPU seconds (burned
 against the thread's own clock), not wall time, so a loaded machine changes how long the tests
 take, not what they assert.
 """
@@ -20,6 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -27,6 +29,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_joules import EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import Attributor
+from otel_joules.sensors import cpu_power
 
 
 def burn(cpu_s: float) -> None:
@@ -34,6 +37,13 @@ def burn(cpu_s: float) -> None:
     deadline = time.thread_time() + cpu_s
     while time.thread_time() < deadline:
         pass
+
+
+def cpu_second_watts(meter: EnergyMeter) -> float:
+    """What one CPU second is worth under the capacity policy: the estimator's full-load watts per CPU for this
+    host's CPU, as the model chooses it from the meter's roots."""
+    machine = cpu_power.detect_machine(meter.settings.sysfs_root, meter.settings.procfs_root)
+    return cpu_power.power_model(machine, psutil.cpu_count(logical=True) or 1, meter.settings.cpu_tdp_watts).busy_watts_per_cpu
 
 
 class Estimated:
@@ -119,8 +129,8 @@ def test_eight_threads_sixty_four_requests_add_up_to_the_process_share(estimated
     interval_total = sum(s.attributes["energy.joules"] for s in spans)
     assert self_total <= host_joules
     assert self_total <= process_joules * 1.05
-    # A CPU second is worth TDP / CPUs here: the requests get what their CPU time is worth ...
-    watts_per_cpu = estimated.meter.settings.cpu_tdp_watts / (os.cpu_count() or 1)
+    # A CPU second is worth the model's full-load watts per CPU: the requests get what their CPU time is worth ...
+    watts_per_cpu = cpu_second_watts(estimated.meter)
     worth_joules = sum(in_span_cpu_s) * watts_per_cpu
     # Each 0.1 s period is priced from its energy over its busy ticks; on a loaded box the two reads are
     # moments apart, so a price is off by a tick or two. Against the process's share, priced by the same
@@ -190,7 +200,7 @@ WORKER = textwrap.dedent(
             pass
         cpu_s = time.thread_time() - start
     (span,) = exporter.get_finished_spans()
-    watts_per_cpu = next(c for c in meter._states if c.channel.domain.id == "cpu_estimate").channel.watts_per_cpu
+    watts_per_cpu = next(c for c in meter._states if c.channel.domain.id == "cpu_estimate").channel.model.busy_watts_per_cpu
     print(json.dumps({"attributes": dict(span.attributes), "cpu_s": cpu_s, "watts_per_cpu": watts_per_cpu}))
     """
 )
@@ -246,7 +256,7 @@ def test_a_forked_child_attributes_its_own_spans(estimated: Estimated) -> None:
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     attributes = json.loads(data)
-    watts_per_cpu = estimated.meter.settings.cpu_tdp_watts / (os.cpu_count() or 1)
+    watts_per_cpu = cpu_second_watts(estimated.meter)
     assert attributes["energy.attributed.cpu.joules"] == pytest.approx(0.3 * watts_per_cpu, rel=0.2)
 
 
@@ -285,7 +295,7 @@ def test_a_sleeping_span_gets_almost_nothing_while_another_process_keeps_the_box
         burner.kill()
         burner.wait()
     (sleep,) = [s.attributes for s in estimated.exporter.get_finished_spans() if s.name == "sleep"]
-    watts_per_cpu = estimated.meter.settings.cpu_tdp_watts / (os.cpu_count() or 1)
+    watts_per_cpu = cpu_second_watts(estimated.meter)
     assert sleep["energy.source"] == "estimate"
     # The box was busy: at least most of one CPU's worth over the 0.5 s (the burner alone).
     assert sleep["energy.cpu_estimate.joules"] > 0.5 * 0.5 * watts_per_cpu

@@ -23,6 +23,7 @@ import pytest
 from otel_joules import EnergyMeter
 from otel_joules.cli.child import StatusLine
 
+from tests.fakes.machine import write_dmi
 from tests.fakes.powercap import make_powercap
 from tests.helpers.processes import REPO, clean_env, otel_joules_command
 
@@ -60,6 +61,27 @@ def test_run_on_a_box_without_counters_reports_the_estimate_devices_lists(tmp_pa
     assert result.returncode == 0, result.stderr
     assert "nothing measurable" not in result.stderr
     assert "(estimate: cpu_estimate, memory_estimate)" in result.stderr
+
+
+def test_on_a_cloud_vm_run_prints_the_estimates_band_and_devices_names_its_model(tmp_path: Path) -> None:
+    # No powercap; DMI (in the sysfs root) says an EC2 instance: the CPU model is Cloud Carbon Footprint's per vCPU
+    # (the architecture from this host's cpuinfo, else AWS's fleet average), never a TDP shared by the vCPUs.
+    write_dmi(tmp_path / "sys", sys_vendor="Amazon EC2", product_name="m5.large")
+    env = clean_env(tmp_path, {"OTEL_JOULES_SYSFS_ROOT": str(tmp_path / "sys")})
+    devices = _cli("devices", env=env).stdout
+    estimated = devices.split("Estimated domains (no energy counter: a model, NOT a measurement):\n")[1]
+    assert "DMI sys_vendor 'Amazon EC2'" in estimated
+    (model_line,) = [line for line in estimated.splitlines() if line.strip().startswith("model ccf:")]
+    assert re.search(r"band 0\.\d\dx to \d\.\d\dx the estimate", model_line), model_line
+    result = _cli("run", "--exporter", "none", "--", sys.executable, "-c", "sum(range(3_000_000))", env=env)
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    energy = next(line for line in lines if line.startswith("  energy   "))
+    (band,) = [line for line in lines if line.startswith("  band     ESTIMATE between ")]
+    joules = float(energy.split()[1])
+    low, high = float(band.split()[3]), float(band.split()[6])
+    assert low < joules < high
+    assert "(model: ccf:" in band and "memory:0.375_w_per_gb" in band
 
 
 def test_run_summary_says_below_resolution_for_a_short_run() -> None:

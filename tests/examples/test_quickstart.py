@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.fakes.machine import write_dmi
 from tests.fakes.powercap import make_powercap
 from tests.helpers.processes import REPO
 
@@ -21,10 +22,18 @@ def _run(sysfs_root: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_without_counters_it_prints_estimates_and_says_so(tmp_path: Path) -> None:
-    result = _run(tmp_path)  # no class/powercap here
+    # No class/powercap here; DMI says an EC2 instance, so the CPU model is Cloud Carbon Footprint's per vCPU.
+    write_dmi(tmp_path, sys_vendor="Amazon EC2", product_name="m5.large")
+    result = _run(tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "SOURCE: ESTIMATE" in out and "not measurements" in out
+    assert "cpu_estimate: the CPUs, modelled, not measured:" in out and "DMI sys_vendor 'Amazon EC2'" in out
+    (band,) = [line for line in out.splitlines() if line.startswith("band of that estimate: ")]
+    low, high = float(band.split()[4]), float(band.split()[7])
+    host = float(next(line for line in out.splitlines() if line.startswith("host during the workload: ")).split()[4])
+    assert low < host < high
+    assert "models: ccf:" in band and "memory:0.375_w_per_gb" in band
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.split()[:1] in (["count_primes"], ["hash_chain"], ["sort_numbers"], ["workload"])}
     assert set(rows) == {"count_primes", "hash_chain", "sort_numbers", "workload"}
     parts = [float(rows[name][1]) for name in ("count_primes", "hash_chain", "sort_numbers")]

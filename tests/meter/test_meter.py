@@ -100,30 +100,42 @@ def test_no_rapl_falls_back_to_the_estimator(tmp_path: Path) -> None:
 
 
 def test_measured_gpu_with_estimated_host_is_mixed(powercap) -> None:
+    from otel_joules.sensors.cpu_power import CpuPowerModel
     from otel_joules.sensors.estimator import CpuTimeEstimateChannel
     from otel_joules.sensors.rapl import discover
     from otel_joules.config import Settings
 
-    busy = [100.0]
+    busy, clock = [100.0], [50.0]
+    model = CpuPowerModel("ccf:test", "a test model", idle_watts_per_cpu=1.0, busy_watts_per_cpu=11.0, low_factor=0.5, high_factor=2.0)
     channels = discover(Settings(sysfs_root=powercap.sysfs_root)).channels[:1] + [
-        CpuTimeEstimateChannel(10.0, busy_seconds=lambda: busy[0])
+        CpuTimeEstimateChannel(model, 2, busy_seconds=lambda: busy[0], clock=lambda: clock[0])
     ]
     meter = EnergyMeter(channels=channels, sample=False)
     start = meter.snapshot()
     busy[0] += 1.5
+    clock[0] += 3.0
     powercap.zones["package_0"].advance_joules(4.0)
     m = meter.measure(start, meter.snapshot())
-    assert m.joules_by_domain == {"package_0": 4.0, "cpu_estimate": 15.0}
+    # 2 CPUs x 1 W idle x 3 s, plus 1.5 busy CPU-seconds x (11 - 1) W.
+    assert m.joules_by_domain == {"package_0": 4.0, "cpu_estimate": 21.0}
     assert m.source == "mixed"
+    # The measured package as read, the estimate at its band's ends.
+    assert m.estimate_band == (4.0 + 21.0 * 0.5, 4.0 + 21.0 * 2.0)
+    assert m.estimate_source == "ccf:test"
 
 
-def test_estimator_cpu_model_is_busy_time_times_watts_per_cpu() -> None:
+def test_estimator_cpu_model_interpolates_per_cpu_watts_by_busy_time() -> None:
+    from otel_joules.sensors.cpu_power import CpuPowerModel
     from otel_joules.sensors.estimator import CpuTimeEstimateChannel, MemoryEstimateChannel
 
-    busy = [50.0]
-    cpu = CpuTimeEstimateChannel(85.0 / 4, busy_seconds=lambda: busy[0])
-    busy[0] += 2.0  # two CPU-seconds of work on a 4-CPU, 85 W part
-    assert cpu.read_uj() == 42_500_000
+    # Cloud Carbon Footprint's AWS fleet average: 0.74 W per idle vCPU, 3.5 W per busy one.
+    model = CpuPowerModel("ccf:aws", "AWS", idle_watts_per_cpu=0.74, busy_watts_per_cpu=3.5, low_factor=0.2, high_factor=2.15)
+    busy, clock = [50.0], [7.0]
+    cpu = CpuTimeEstimateChannel(model, 2, busy_seconds=lambda: busy[0], clock=lambda: clock[0])
+    busy[0] += 10.0  # one of two vCPUs busy for 10 s
+    clock[0] += 10.0
+    assert cpu.read_uj() == round((2 * 0.74 * 10 + 10 * (3.5 - 0.74)) * 1e6)  # 42.4 J: 4.24 W, not 46.5 W per busy vCPU
+    assert cpu.domain.estimate_source == "ccf:aws" and cpu.domain.estimate_band == (0.2, 2.15)
     clock = [10.0]
     memory = MemoryEstimateChannel(16 * 0.375, clock=lambda: clock[0])
     clock[0] += 10.0
@@ -193,11 +205,14 @@ def test_snapshot_reuse_window_from_environment(monkeypatch, powercap) -> None:
 def _meter_with_counters_and_estimates(powercap, busy: list[float], clock: list[float]) -> EnergyMeter:
     """package_0, core_0, uncore_0, dram_0 (1 ms counters), cpu_estimate (100 ms: ten 10 ms ticks), memory_estimate (0 s)."""
     from otel_joules.config import Settings
+    from otel_joules.sensors.cpu_power import CpuPowerModel
     from otel_joules.sensors.estimator import CpuTimeEstimateChannel, MemoryEstimateChannel
     from otel_joules.sensors.rapl import discover
 
+    # No idle watts: the CPU estimate moves with busy time alone, 10 W per busy CPU.
+    model = CpuPowerModel("ccf:test", "a test model", idle_watts_per_cpu=0.0, busy_watts_per_cpu=10.0, low_factor=1.0, high_factor=1.0)
     channels = discover(Settings(sysfs_root=powercap.sysfs_root)).channels + [
-        CpuTimeEstimateChannel(10.0, busy_seconds=lambda: busy[0]),
+        CpuTimeEstimateChannel(model, 4, busy_seconds=lambda: busy[0], clock=lambda: clock[0]),
         MemoryEstimateChannel(3.0, clock=lambda: clock[0]),
     ]
     return EnergyMeter(channels=channels, sample=False)

@@ -21,6 +21,7 @@ from otel_joules.config import Settings
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.sensors import estimator, rapl
 
+from tests.fakes.machine import write_cpuinfo
 from tests.fakes.nvml import FakeCard, FakeNvml, run_python, uuid_for
 from tests.fakes.powercap import make_powercap
 
@@ -42,12 +43,14 @@ def test_busy_cpu_time_leaves_out_idle_and_does_not_count_guest_time_twice(monke
 
 
 def _fake_machine(monkeypatch: pytest.MonkeyPatch, cpus: int, memory_gib: int, tmp_path: Path) -> Callable[[float], None]:
-    """A machine with ``cpus`` logical CPUs and ``memory_gib`` GiB; returns a function that adds busy CPU seconds."""
+    """A bare-metal machine with ``cpus`` logical CPUs of an Intel Xeon Gold 6148 (Skylake) and ``memory_gib`` GiB
+    (cpuinfo in ``tmp_path/proc``, no DMI, no powercap); returns a function that adds busy CPU seconds."""
     busy = [1000.0]
     monkeypatch.setattr(psutil, "cpu_count", lambda logical=True: cpus)
     meminfo = tmp_path / "meminfo"
     meminfo.write_text(f"MemTotal:       {memory_gib * GIB // 1024} kB\nMemFree:        1024 kB\n")
     monkeypatch.setattr(estimator, "MEMINFO_PATH", str(meminfo))
+    write_cpuinfo(tmp_path / "proc", cpus, "Intel(R) Xeon(R) Gold 6148 CPU @ 2.40GHz")
     monkeypatch.setattr(
         psutil,
         "cpu_times",
@@ -62,8 +65,8 @@ def _fake_machine(monkeypatch: pytest.MonkeyPatch, cpus: int, memory_gib: int, t
 
 
 def _estimated(tmp_path: Path, spend: Callable[[float], None], cpu_seconds: float, wall_s: float) -> dict[str, float]:
-    """Estimator watts per domain over an interval in which the machine was busy for ``cpu_seconds``."""
-    meter = EnergyMeter(sysfs_root=str(tmp_path / "no-powercap"), gpus=[], sample=False)
+    """Estimator joules and watts per domain over an interval in which the machine was busy for ``cpu_seconds``."""
+    meter = EnergyMeter(sysfs_root=str(tmp_path / "no-powercap"), procfs_root=str(tmp_path / "proc"), gpus=[], sample=False)
     try:
         assert [d.id for d in meter.domains] == ["cpu_estimate", "memory_estimate"]
         start = meter.snapshot()
@@ -73,16 +76,28 @@ def _estimated(tmp_path: Path, spend: Callable[[float], None], cpu_seconds: floa
     finally:
         meter.close()
     assert m.source == "estimate"
-    return {"cpu_joules": m.joules_by_domain["cpu_estimate"], "memory_watts": m.joules_by_domain["memory_estimate"] / m.duration_s}
+    return {
+        "cpu_joules": m.joules_by_domain["cpu_estimate"],
+        "memory_watts": m.joules_by_domain["memory_estimate"] / m.duration_s,
+        "duration_s": m.duration_s,
+    }
 
 
-def test_estimator_default_model_is_tdp_per_cpu_and_watts_per_gb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+#: Cloud Carbon Footprint's Skylake figures, watts per thread at idle and at full load: the idle/full ratio of the
+#: TDP-style model on bare metal.
+SKYLAKE_IDLE_TO_FULL = 0.65 / 4.26
+
+
+def test_estimator_default_model_on_bare_metal_is_tdp_per_cpu_and_watts_per_gb(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for name in ESTIMATOR_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     spend = _fake_machine(monkeypatch, cpus=4, memory_gib=16, tmp_path=tmp_path)
     got = _estimated(tmp_path, spend, cpu_seconds=2.0, wall_s=0.2)
-    # Two busy CPU-seconds at 85 W / 4 CPUs; 16 GiB x 0.375 W/GB = 6 W for memory.
-    assert got["cpu_joules"] == pytest.approx(2.0 * 85.0 / 4, abs=1e-6)
+    # A known CPU on bare metal: 85 W / 4 CPUs at full load, Skylake's idle/full ratio at idle; every CPU draws its
+    # idle watts for the wall time, the two busy CPU-seconds the rest. 16 GiB x 0.375 W/GB = 6 W for memory.
+    full = 85.0 / 4
+    idle = full * SKYLAKE_IDLE_TO_FULL
+    assert got["cpu_joules"] == pytest.approx(4 * idle * got["duration_s"] + 2.0 * (full - idle), rel=1e-3)
     assert got["memory_watts"] == pytest.approx(16 * 0.375, rel=0.01)
 
 
@@ -91,7 +106,9 @@ def test_estimator_settings_from_the_environment_size_the_model(monkeypatch: pyt
     monkeypatch.setenv("OTEL_JOULES_MEMORY_WATTS_PER_GB", "0.5")
     spend = _fake_machine(monkeypatch, cpus=8, memory_gib=64, tmp_path=tmp_path)
     got = _estimated(tmp_path, spend, cpu_seconds=4.0, wall_s=0.2)
-    assert got["cpu_joules"] == pytest.approx(4.0 * 120.0 / 8, abs=1e-6)
+    full = 120.0 / 8
+    idle = full * SKYLAKE_IDLE_TO_FULL
+    assert got["cpu_joules"] == pytest.approx(8 * idle * got["duration_s"] + 4.0 * (full - idle), rel=1e-3)
     assert got["memory_watts"] == pytest.approx(64 * 0.5, rel=0.01)
 
 

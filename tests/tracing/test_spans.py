@@ -269,3 +269,44 @@ def test_planned_attributes_equal_those_of_a_measurement() -> None:
         into = MeterAttributes(meter, kinds).add_attribution(attribution, {"x": 1})
         assert list(into.items()) == list(attribution_attributes(attribution, kinds, {"x": 1}).items())
     meter.close()
+
+
+def test_an_estimated_span_carries_its_band_and_its_models(tracer_provider, span_exporter, powercap) -> None:
+    """A measured package beside estimated CPU and memory: the band counts the package as read and each estimate
+    at its model's ends; the models are named. On both span paths (the autouse fixture)."""
+    from otel_joules.config import Settings
+    from otel_joules.sensors.cpu_power import CpuPowerModel
+    from otel_joules.sensors.estimator import CpuTimeEstimateChannel, MemoryEstimateChannel
+    from otel_joules.sensors.rapl import discover
+
+    busy, clock = [100.0], [10.0]
+    cascade_lake = CpuPowerModel("ccf:cascade_lake", "a Cascade Lake VM", 0.64, 3.97, low_factor=0.2, high_factor=2.15)
+    channels = discover(Settings(sysfs_root=powercap.sysfs_root)).channels[:1] + [
+        CpuTimeEstimateChannel(cascade_lake, 2, busy_seconds=lambda: busy[0], clock=lambda: clock[0]),
+        MemoryEstimateChannel(16 * 0.375, clock=lambda: clock[0], watts_per_gb=0.375),
+    ]
+    meter = EnergyMeter(channels=channels, sample=False)
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    with tracer_provider.get_tracer("t").start_as_current_span("work"):
+        powercap.zones["package_0"].advance_joules(4.0)
+        busy[0] += 2.0
+        clock[0] += 1.0
+    meter.close()
+    a = span_exporter.get_finished_spans()[0].attributes
+    cpu = 2 * 0.64 * 1.0 + 2.0 * (3.97 - 0.64)  # 7.94 J: two vCPUs idle for 1 s, both busy for it
+    memory = 16 * 0.375 * 1.0
+    assert a["energy.cpu_estimate.joules"] == pytest.approx(cpu)
+    assert a["energy.source"] == "mixed"
+    assert a["energy.joules"] == pytest.approx(4.0 + cpu + memory)
+    assert a["energy.estimate.low.joules"] == pytest.approx(4.0 + cpu * 0.2 + memory * 0.5)
+    assert a["energy.estimate.high.joules"] == pytest.approx(4.0 + cpu * 2.15 + memory * 1.5)
+    assert a["energy.estimate.source"] == "ccf:cascade_lake memory:0.375_w_per_gb"
+
+
+def test_a_measured_span_carries_no_band(tracer_provider, span_exporter, powercap, meter) -> None:
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter))
+    with tracer_provider.get_tracer("t").start_as_current_span("work"):
+        powercap.zones["package_0"].advance_joules(4.0)
+    a = span_exporter.get_finished_spans()[0].attributes
+    assert a["energy.source"] == "measured"
+    assert not {"energy.estimate.low.joules", "energy.estimate.high.joules", "energy.estimate.source"} & set(a)

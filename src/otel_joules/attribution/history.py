@@ -134,9 +134,11 @@ class PriceHistory:
         fitted = len(self.kind_indices[KIND_CPU]) + len(self.kind_indices[KIND_MEMORY])
         #: The baselines' positions of the CPU-side and memory domains (their ``energy.baseline``).
         self._fit_positions = tuple(range(fitted))
-        # The CPU-time estimate (busy CPU seconds x TDP per CPU) has no static part by construction.
+        # The CPU-time estimate's static part is its model's idle watts, known by construction: nothing to learn.
         self._configured_watts = {
-            d.id: 0.0 for d in meter.domains if d.in_total and d.method is Method.ESTIMATE and ATTRIBUTION_KIND[d.kind] == KIND_CPU
+            d.id: d.estimate_static_watts
+            for d in meter.domains
+            if d.in_total and d.method is Method.ESTIMATE and ATTRIBUTION_KIND[d.kind] == KIND_CPU
         }
         self._configured_watts.update(meter.settings.static_watts)
         self.baselines = Baselines(

@@ -135,7 +135,7 @@ class TrackerOutput:
             self.note(
                 f"{ESTIMATE_LOG_PREFIX}{', '.join(estimated)} "
                 + (
-                    "(no readable RAPL counter: CPU time x TDP and memory size x W/GB; run `otel-joules devices` for why)"
+                    "(no readable RAPL counter: CPU time x per-CPU watts and memory size x W/GB; run `otel-joules devices` for why)"
                     if has_estimates
                     else "(simulated constant power)"
                 )

@@ -46,7 +46,7 @@ What is different, on purpose:
   reported as an epoch (``interrupted=True``), so "Actual consumption for N epoch(s)" states
   every epoch its energy covers (carbontracker states one fewer).
 - The CPU estimate is said to be one: where no RAPL counter is readable, the ``cpu``
-  component is estimated from CPU time x TDP (and memory size x W/GB), and the console,
+  component is estimated from CPU time x per-CPU watts (and memory size x W/GB), and the console,
   the standard log and the spans (``energy.source = "estimate"``) say so.
 
 Spans: a root span ``training`` and one child ``epoch`` per epoch, with the energy of the

@@ -81,6 +81,8 @@ def _domain_entry(d: Domain, standby: bool) -> dict[str, Any]:
         "hw_parent": d.hw_parent,
         "source_name": d.source,
         "covers": d.covers,
+        "estimate_source": d.estimate_source or None,
+        "estimate_band": list(d.estimate_band) if not d.method.is_measurement else None,
     }
 
 
@@ -227,6 +229,12 @@ def run(args: argparse.Namespace) -> int:
                 print(f"  {d['id']:<{width}}  {d['hw_type']:<{type_width}} {d['method']:<17} {d['hw_name']}  ({total})")
                 if d["covers"] or d["source_name"]:
                     print(f"  {'':<{width}}  covers {d['covers'] or 'unknown'}; source: {d['source_name'] or 'unnamed'}")
+                if d["estimate_band"] is not None:
+                    low, high = d["estimate_band"]
+                    print(
+                        f"  {'':<{width}}  model {d['estimate_source'] or 'unnamed'}; band {low:.2f}x to {high:.2f}x "
+                        "the estimate (energy.estimate.low/high.joules)"
+                    )
     if report["counted_once"]:
         print()
         print("Counted once (where two sources cover the same hardware):")

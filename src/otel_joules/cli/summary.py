@@ -80,10 +80,15 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
             f"  energy   {format_joules(m.total_joules)} = {kwh:.4g} kWh, {m.watts:.4g} W on average, "
             f"the whole host's during the command ({m.source}: {', '.join(sorted(m.joules_by_domain))})"
         )
+        if m.estimate_band is not None:
+            lines.append(
+                f"  band     ESTIMATE between {format_joules(m.estimate_band[0])} and {format_joules(m.estimate_band[1])} "
+                f"(model: {m.estimate_source or 'unnamed'}; docs/estimates.md)"
+            )
         if m.estimated_s:
             lines.append(
                 f"  note     PARTIAL: the otel-joules agent was away for {format_duration(m.estimated_s)} of the "
-                f"{format_duration(m.duration_s)}: that part is estimated (CPU time x TDP, memory size x W/GB), the "
+                f"{format_duration(m.duration_s)}: that part is estimated (CPU time x per-CPU watts, memory size x W/GB), the "
                 "rest measured through it; `otel-joules devices` says whether it is back"
             )
         if m.below_resolution:

@@ -63,7 +63,7 @@ class EnergyPlan:
         standby: Positions of the standby estimates that stand in for the agent's domains while it is away.
     """
 
-    __slots__ = ("domains", "rows", "by_id", "in_total", "_index", "standby", "agent")
+    __slots__ = ("domains", "rows", "by_id", "in_total", "_index", "standby", "agent", "estimate_bands", "estimate_source")
 
     def __init__(self, domains: Sequence[Domain], standby: Sequence[int] = ()) -> None:
         self.domains = tuple(domains)
@@ -76,6 +76,16 @@ class EnergyPlan:
         self.by_id = tuple(i for i, _ in sorted(enumerate(self.domains), key=lambda x: x[1].id))
         self.in_total = tuple(d.in_total for d in self.domains)
         self._index = {d.id: i for i, d in enumerate(self.domains)}
+        #: (position, low factor, high factor) of the estimated domains that add to the total (:func:`estimate_band`).
+        self.estimate_bands = tuple(
+            (i, d.estimate_band[0], d.estimate_band[1])
+            for i, d in enumerate(self.domains)
+            if d.in_total and not d.method.is_measurement
+        )
+        #: ``energy.estimate.source``: the estimated domains' models, sorted, or '' when none is estimated.
+        self.estimate_source = " ".join(
+            sorted({d.estimate_source for d in self.domains if not d.method.is_measurement and d.estimate_source})
+        )
 
     def selection(self, domain_ids: Collection[str]) -> tuple[bool, ...]:
         """Per position, whether its domain is in ``domain_ids`` (for :func:`energy_between`'s ``selected``).
@@ -206,3 +216,18 @@ def spent_joules(positions: Sequence[int], start: EnergySnapshot, end: EnergySna
         if a is not None and b is not None:
             spent += b - a
     return spent
+
+
+def estimate_band(plan: EnergyPlan, joules: Sequence[float | None], total_joules: float) -> tuple[float, float] | None:
+    """``(low, high)`` of ``total_joules`` (an :class:`Energy`'s, with its per-position ``joules``): the measured
+    domains as read, each estimated one at the ends of its model's band; None when no estimated domain has a value."""
+    low = high = total_joules
+    found = False
+    for i, low_factor, high_factor in plan.estimate_bands:
+        spent = joules[i]
+        if spent is None:
+            continue
+        found = True
+        low += spent * (low_factor - 1.0)
+        high += spent * (high_factor - 1.0)
+    return (low, high) if found else None

@@ -32,7 +32,7 @@ from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
 from otel_joules.meter._channels import _ChannelState
 from otel_joules.meter.outages import Outage, Outages
-from otel_joules.meter.energy import EnergyPlan, energy_between
+from otel_joules.meter.energy import EnergyPlan, energy_between, estimate_band
 from otel_joules.meter.fastpath import COMPILED, use_compiled
 from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
 from otel_joules.sensors import agent, estimator, hwmon, overlap, rapl
@@ -101,6 +101,9 @@ class EnergyMeasurement:
         domain_kinds: ``energy.domain_kinds``: the domains counted in the total with their kinds
             (:func:`~otel_joules.sensors.base.domain_kinds`); None where the measurement cannot say
             (constant-power simulated devices, a caller's own measurement).
+        estimate_band: ``(low, high)`` joules of :attr:`total_joules` where an estimated domain is in it (measured
+            domains as read, estimated ones at their model's band ends); None when nothing in it is estimated.
+        estimate_source: The estimated domains' models (``energy.estimate.source``), with :attr:`estimate_band`.
 
     Not frozen: one is built for every span, and a frozen dataclass's ``__init__`` costs
     several times more. Treat it as read-only.
@@ -119,6 +122,8 @@ class EnergyMeasurement:
     agent_domains: tuple[str, ...] = ()
     domain_kinds: str | None = None
     estimated_s: float = 0.0
+    estimate_band: tuple[float, float] | None = None
+    estimate_source: str | None = None
 
 
 class EnergyMeter:
@@ -366,6 +371,10 @@ class EnergyMeter:
                 source = SOURCE_MIXED if measured else SOURCE_ESTIMATE
         through_agent = tuple(d for d in self.agent_domain_ids if d in by_domain) if self.agent_domain_ids else ()
         duration_s = energy.duration_s
+        band = estimate_band(self.plan, energy.joules, energy.total_joules)
+        if band is not None:
+            # Simulated devices' constant watts are the caller's own figures: in both ends as they are.
+            band = (band[0] + total - energy.total_joules, band[1] + total - energy.total_joules)
         return EnergyMeasurement(
             duration_s,
             by_domain,
@@ -380,6 +389,8 @@ class EnergyMeter:
             through_agent,
             self._kinds_of(domains, constant_watts),
             energy.estimated_s,
+            band,
+            self.plan.estimate_source if band is not None else None,
         )
 
     def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> str | None:

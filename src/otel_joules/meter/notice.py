@@ -65,9 +65,12 @@ def fallback_message(meter: EnergyMeter) -> str | None:
         reasons.append(rapl_problems[0].reason)
         remedy = remedy or rapl_problems[0].remedy
     why = "; ".join(reasons) or "this machine exposes no energy counter otel-joules can read"
+    models = "; ".join(
+        f"{d.id}: {d.covers.split(': ', 1)[-1]}" for d in meter.domains if d.id in estimated and d.estimate_source
+    )
     return (
         f"otel-joules: spans and metrics carry ESTIMATES, not measurements, for {', '.join(estimated)} "
-        f"(energy.source = estimate: CPU time x TDP, memory size x W/GB), because {why}. "
+        f"(energy.source = estimate, with a band in energy.estimate.low/high.joules; {models or 'modelled'}), because {why}. "
         f"To measure: {remedy or 'run on hardware with RAPL or an NVIDIA GPU'} "
         "(`otel-joules devices` lists what is found and why)."
     )

@@ -1,6 +1,6 @@
 """The agent's outages as a meter sees them: standby estimates only while it is away, and no joule twice.
 
-A meter reading RAPL through ``otel-joules agent`` keeps standby estimates (CPU time x TDP, memory
+A meter reading RAPL through ``otel-joules agent`` keeps standby estimates (CPU time x per-CPU watts, memory
 size x W/GB) for the agent's domains. :class:`Outages` decides, at each snapshot:
 
 * While the agent is away, the agent's domains hold their last measured joules (frozen) and the

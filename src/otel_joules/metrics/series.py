@@ -8,7 +8,7 @@ measurements. Each domain therefore goes to exactly one family, fixed for the wh
 ``component``  measured, top-level, not the platform (packages, DRAM, GPUs): ``hw.energy``/``hw.power``
 ``host``       the first measured whole-platform meter (psys): ``hw.host.energy``/``hw.host.power``
 ``nested``     measured, inside another's energy (core, uncore; a second platform meter): ``energy.nested``
-``estimate``   modelled (CPU time x TDP, memory size x W/GB): ``energy.estimate``
+``estimate``   modelled (CPU time x per-CPU watts, memory size x W/GB): ``energy.estimate``
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Sequence
 from otel_joules.sensors.base import Domain
 from otel_joules.semconv import (
     ENERGY_DOMAIN,
+    ENERGY_ESTIMATE_SOURCE,
     ENERGY_METHOD,
     ENERGY_SOURCE,
     HW_ID,
@@ -109,6 +110,8 @@ def device_attributes(domain: Domain) -> dict[str, str]:
     }
     if domain.hw_parent:
         attributes[HW_PARENT] = domain.hw_parent
+    if domain.estimate_source:
+        attributes[ENERGY_ESTIMATE_SOURCE] = domain.estimate_source
     return attributes
 
 

@@ -365,7 +365,7 @@ class AgentLink:
         self._said_lost = True
         log(
             "otel-joules: lost the otel-joules agent at %s (%s): spans and metrics carry ESTIMATES "
-            "(energy.source = estimate: CPU time x TDP, memory size x W/GB) until it is back; trying again every %g s.",
+            "(energy.source = estimate: CPU time x per-CPU watts, memory size x W/GB) until it is back; trying again every %g s.",
             self.path,
             reason,
             RECONNECT_S,

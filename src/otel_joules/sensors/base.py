@@ -49,7 +49,7 @@ class Method(str, enum.Enum):
     COUNTER = "counter"
     #: A hardware power sensor integrated over time by the meter's sampler.
     POWER_INTEGRATION = "power_integration"
-    #: A model (CPU time x TDP, memory size x W/GB): not a measurement. The same word as
+    #: A model (CPU time x per-CPU watts, memory size x W/GB): not a measurement. The same word as
     #: ``energy.source``'s estimate (defined once, in semconv): an estimated domain reads
     #: ``estimate`` in both attributes.
     ESTIMATE = SOURCE_ESTIMATE
@@ -88,6 +88,12 @@ class Domain:
             ``otel-joules devices``.
         covers: What hardware the reading covers, in words (``CPU package 0: cores, caches, uncore``), for
             ``otel-joules devices``.
+        estimate_source: For an estimate: the model and its reference data (``ccf:cascade_lake``,
+            ``tdp:skylake``, ``memory:0.375_w_per_gb``), ``energy.estimate.source`` on spans; '' for a measurement.
+        estimate_band: For an estimate: the low and high ends of its uncertainty band as factors on its joules
+            (``energy.estimate.low.joules``, ``...high.joules``); (1.0, 1.0) for a measurement.
+        estimate_static_watts: For a CPU estimate: the watts its model draws whatever the load (every logical CPU's
+            idle watts), the static baseline that attribution then need not learn; 0.0 otherwise.
     """
 
     id: str
@@ -101,10 +107,15 @@ class Domain:
     via_agent: bool = False
     source: str = ""
     covers: str = ""
+    estimate_source: str = ""
+    estimate_band: tuple[float, float] = (1.0, 1.0)
+    estimate_static_watts: float = 0.0
 
     def __post_init__(self) -> None:
         if self.kind not in HW_TYPES:
             raise ValueError(f"domain {self.id!r}: kind {self.kind!r} is not one of {sorted(HW_TYPES)}; pass a semconv KIND_* value")
+        if not self.estimate_band[0] <= 1.0 <= self.estimate_band[1]:
+            raise ValueError(f"domain {self.id!r}: estimate band {self.estimate_band} does not hold the estimate itself (1.0)")
         if self.kind == KIND_RAIL and self.in_total:
             raise ValueError(f"domain {self.id!r}: a rail's coverage is unknown, so it cannot add to the total")
 

@@ -1,18 +1,18 @@
 """Energy *estimates* for machines without a readable energy counter.
 
-CPU: machine-wide busy CPU time (psutil) x per-core power, where per-core power is
-the CPU's TDP (``OTEL_JOULES_CPU_TDP_WATTS``, default 85 W) divided by the number of
-logical CPUs. Memory: installed memory in GiB x ``OTEL_JOULES_MEMORY_WATTS_PER_GB``
-(default 0.375 W/GB) x wall time. Both are models, not measurements: their domains
-carry :attr:`Method.ESTIMATE`, which spans report as ``energy.source = "estimate"``.
-
-The figures are coarse (TDP is neither idle nor peak power), but they scale with
-the work done, which is what lets a user compare two runs on a laptop or CI box.
+CPU: a per-thread power model (:mod:`otel_joules.sensors.cpu_power`): every logical CPU draws its idle watts
+for the wall time and its full-load watts while busy, interpolated by machine-wide busy CPU time (psutil):
+``cpus x idle_W x wall_s + (busy_W - idle_W) x busy_cpu_s``. The figures are Cloud Carbon Footprint's
+per-vCPU watts for the CPU's architecture on a VM or cloud instance, a TDP-style model
+(``OTEL_JOULES_CPU_TDP_WATTS`` / logical CPUs at full load) on bare metal with a known CPU. Memory: installed
+memory in GiB x ``OTEL_JOULES_MEMORY_WATTS_PER_GB`` (default 0.375 W/GB) x wall time. Both are models, not
+measurements: their domains carry :attr:`Method.ESTIMATE` (``energy.source = "estimate"`` on spans), the model's
+name (``Domain.estimate_source``) and an uncertainty band (``Domain.estimate_band``).
 
 An input the estimator cannot read (``/proc/meminfo`` hidden or without ``MemTotal``
 in some containers, ``/proc/stat`` unreadable) drops that one estimate with one warning
 and an :class:`~otel_joules.sensors.base.Unavailable` entry; the other estimate and the
-GPUs are still measured.
+GPUs are still measured. An unreadable ``cpuinfo`` or DMI only widens the band (the CPU is then unknown).
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from typing import Callable
 
 import psutil
 
-from otel_joules.config import Settings
+from otel_joules.config import DEFAULT_MEMORY_WATTS_PER_GB, Settings
+from otel_joules.sensors import cpu_power
 from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
+from otel_joules.sensors.cpu_power import CpuPowerModel
 from otel_joules.semconv import KIND_CPU, KIND_MEMORY
 
 _log = logging.getLogger("otel_joules")
@@ -41,6 +43,10 @@ CPU_TIME_ESTIMATE_RESOLUTION_S = CPU_TIME_ESTIMATE_RESOLUTION_TICKS * CPU_TIMES_
 _BYTES_PER_GB = 1024**3
 #: Where the installed memory (``MemTotal``) is read when :func:`discover` is given no path.
 MEMINFO_PATH = "/proc/meminfo"
+#: The memory estimate's band as factors on its joules. No maintained reference gives a spread for watts per GB:
+#: the two published figures (CodeCarbon's 0.375, Cloud Carbon Footprint's 0.392 W/GB) agree within 5%, but both
+#: average over DIMM generations and activity, so the band is a stated judgement of half to one and a half times.
+MEMORY_BAND = (0.5, 1.5)
 _MEMINFO_UNITS = {b"kb": 1024, b"mb": 1024**2, b"gb": 1024**3, b"b": 1}
 
 
@@ -73,34 +79,56 @@ def busy_cpu_seconds() -> float:
 
 
 class CpuTimeEstimateChannel(Channel):
-    """CPU energy estimated as busy CPU seconds x watts per logical CPU."""
+    """CPU energy modelled per logical CPU: idle watts for the wall time, plus the busy increment for busy CPU time.
 
-    def __init__(self, watts_per_cpu: float, busy_seconds: Callable[[], float] = busy_cpu_seconds) -> None:
+    Args:
+        model: The per-thread figures, their band and source (:func:`~otel_joules.sensors.cpu_power.power_model`).
+        cpus: Logical CPUs of the machine (each draws the idle figure).
+        busy_seconds: Busy CPU-seconds of the whole machine since boot.
+        clock: Wall seconds (monotonic).
+    """
+
+    def __init__(
+        self,
+        model: CpuPowerModel,
+        cpus: int,
+        busy_seconds: Callable[[], float] = busy_cpu_seconds,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(
             Domain(
                 id="cpu_estimate",
                 kind=KIND_CPU,
-                hw_name="CPU (estimated from CPU time x TDP)",
+                hw_name=f"CPU (estimated: {model.source})",
                 hw_id="cpu_estimate",
                 method=Method.ESTIMATE,
                 update_period_s=CPU_TIME_ESTIMATE_RESOLUTION_S,
-                source="estimator (CPU time)",
-                covers="the CPUs, modelled from busy CPU time x TDP per CPU: not a measurement",
+                source=f"estimator ({model.source}, CPU time)",
+                covers=f"the CPUs, modelled, not measured: {model.description}",
+                estimate_source=model.source,
+                estimate_band=(model.low_factor, model.high_factor),
+                estimate_static_watts=cpus * model.idle_watts_per_cpu,
             )
         )
-        self.watts_per_cpu = watts_per_cpu
+        self.model = model
+        self.cpus = cpus
         self._busy_seconds = busy_seconds
-        self._origin_s = busy_seconds()
+        self._clock = clock
+        self._origin_busy_s = busy_seconds()
+        self._origin_s = clock()
 
     def read_uj(self) -> int:
-        """Busy CPU seconds since the channel was created, times watts per CPU, in microjoules."""
-        return round((self._busy_seconds() - self._origin_s) * self.watts_per_cpu * 1e6)
+        """The model's joules since the channel was created, in microjoules."""
+        wall_s = self._clock() - self._origin_s
+        busy_s = self._busy_seconds() - self._origin_busy_s
+        idle_w = self.model.idle_watts_per_cpu
+        return round((self.cpus * idle_w * wall_s + busy_s * (self.model.busy_watts_per_cpu - idle_w)) * 1e6)
 
 
 class MemoryEstimateChannel(Channel):
-    """Memory energy estimated as installed GiB x W/GB x wall time."""
+    """Memory energy estimated as installed GiB x W/GB x wall time (``watts``; ``watts_per_gb`` names the figure)."""
 
-    def __init__(self, watts: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, watts: float, clock: Callable[[], float] = time.monotonic, watts_per_gb: float = DEFAULT_MEMORY_WATTS_PER_GB) -> None:
         super().__init__(
             Domain(
                 id="memory_estimate",
@@ -110,7 +138,10 @@ class MemoryEstimateChannel(Channel):
                 method=Method.ESTIMATE,
                 update_period_s=0.0,
                 source="estimator (memory size)",
-                covers="memory, modelled from its size x watts per GB: not a measurement",
+                covers=f"memory, modelled, not measured: its size x {watts_per_gb:g} W per GB",
+                # energy.estimate.source's part for memory: memory:<W/GB>_w_per_gb.
+                estimate_source=f"{KIND_MEMORY}:{watts_per_gb:g}_w_per_gb",
+                estimate_band=MEMORY_BAND,
             )
         )
         self.watts = watts
@@ -126,7 +157,7 @@ def discover(settings: Settings, *, meminfo_path: str | None = None) -> Discover
     """The estimator's two channels, sized for this machine from ``settings``.
 
     Args:
-        settings: TDP and W/GB.
+        settings: TDP, W/GB, and the sysfs and procfs roots (DMI and ``cpuinfo`` are read there).
         meminfo_path: Where to read ``MemTotal`` (default :data:`MEMINFO_PATH`).
 
     An estimate whose input cannot be read is left out (one warning, one
@@ -134,8 +165,9 @@ def discover(settings: Settings, *, meminfo_path: str | None = None) -> Discover
     """
     found = Discovery()
     cpus = psutil.cpu_count(logical=True) or 1
+    model = cpu_power.power_model(cpu_power.detect_machine(settings.sysfs_root, settings.procfs_root), cpus, settings.cpu_tdp_watts)
     try:
-        found.channels.append(CpuTimeEstimateChannel(settings.cpu_tdp_watts / cpus))
+        found.channels.append(CpuTimeEstimateChannel(model, cpus))
     except Exception as exc:  # noqa: BLE001 - a missing input drops this estimate only
         _drop(found, "cpu_estimate", f"cannot read the CPU times (/proc/stat): {exc}", "mount /proc readable in the container")
     try:
@@ -149,7 +181,7 @@ def discover(settings: Settings, *, meminfo_path: str | None = None) -> Discover
             "make /proc/meminfo readable in the container",
         )
     else:
-        found.channels.append(MemoryEstimateChannel(memory_gb * settings.memory_watts_per_gb))
+        found.channels.append(MemoryEstimateChannel(memory_gb * settings.memory_watts_per_gb, watts_per_gb=settings.memory_watts_per_gb))
     return found
 
 

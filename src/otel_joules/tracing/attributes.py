@@ -28,6 +28,9 @@ from otel_joules.semconv import (
     ENERGY_BELOW_RESOLUTION,
     ENERGY_DOMAIN_KINDS,
     ENERGY_ESTIMATED_S,
+    ENERGY_ESTIMATE_HIGH_JOULES,
+    ENERGY_ESTIMATE_LOW_JOULES,
+    ENERGY_ESTIMATE_SOURCE,
     ENERGY_JOULES,
     ENERGY_SOURCE,
     ENERGY_WATTS,
@@ -93,6 +96,10 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
         attributes[ENERGY_AGENT_DOMAINS] = measurement.agent_domains
     if measurement.estimated_s:
         attributes[ENERGY_ESTIMATED_S] = measurement.estimated_s
+    if measurement.estimate_band is not None:
+        attributes[ENERGY_ESTIMATE_LOW_JOULES], attributes[ENERGY_ESTIMATE_HIGH_JOULES] = measurement.estimate_band
+        if measurement.estimate_source:
+            attributes[ENERGY_ESTIMATE_SOURCE] = measurement.estimate_source
     return attributes
 
 
@@ -135,7 +142,7 @@ class MeterAttributes:
 
     __slots__ = (
         "_plan", "_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions",
-        "domain_kinds", "_compiled", "_spec",
+        "domain_kinds", "_compiled", "_spec", "_band_keys",
     )
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
@@ -160,6 +167,9 @@ class MeterAttributes:
             for position, kind in enumerate((KIND_CPU, KIND_MEMORY, KIND_GPU))
             if kind in kinds
         )
+        #: (energy.<domain>.joules, low factor, high factor) of the estimated domains in the total: the band is added
+        #: from the attributes either path wrote, so the compiled path needs no change for it.
+        self._band_keys = tuple((self._rows[i][0], low, high) for i, low, high in self._plan.estimate_bands)
         #: The compiled span_attributes and what it needs of this plan, unpacked once; None: the reference here.
         #: The agent's domains (energy.agent.domains) are left to the reference.
         self._compiled = COMPILED.span_attributes if meter.fast_path and not self._agent_positions else None  # type: ignore[union-attr]
@@ -181,18 +191,45 @@ class MeterAttributes:
         """``attributes(start, end)`` with ``add_attribution(attribution, ...)`` when a share is given (a dict of the
         share alone where the snapshots give none); None when neither gives an attribute."""
         compiled = self._compiled
-        if compiled is not None:
-            attributes = compiled(self._spec, start, end, attribution)
-            if attributes is not NotImplemented:
-                return attributes  # type: ignore[no-any-return]
-        attributes = self.attributes(start, end)
-        if attribution is not None:
-            attributes = self.add_attribution(attribution, {} if attributes is None else attributes)
-        return attributes
+        attributes = NotImplemented if compiled is None else compiled(self._spec, start, end, attribution)
+        if attributes is NotImplemented:
+            attributes = self._measured(start, end)
+            if attribution is not None:
+                attributes = self.add_attribution(attribution, {} if attributes is None else attributes)
+        if self._band_keys and attributes is not None:
+            self._add_band(attributes)
+        return attributes  # type: ignore[no-any-return]
+
+    def _add_band(self, attributes: dict[str, Any]) -> None:
+        """``energy.estimate.low/high.joules`` and ``energy.estimate.source`` from the estimated domains' joules."""
+        total = attributes.get(ENERGY_JOULES)
+        if total is None:
+            return
+        low = high = total
+        found = False
+        for key, low_factor, high_factor in self._band_keys:
+            spent = attributes.get(key)
+            if spent is None:
+                continue
+            found = True
+            low += spent * (low_factor - 1.0)
+            high += spent * (high_factor - 1.0)
+        if found:
+            attributes[ENERGY_ESTIMATE_LOW_JOULES] = low
+            attributes[ENERGY_ESTIMATE_HIGH_JOULES] = high
+            if self._plan.estimate_source:
+                attributes[ENERGY_ESTIMATE_SOURCE] = self._plan.estimate_source
 
     def attributes(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
         """The span attributes for the interval between two of the meter's snapshots; None when no domain has a
         value and none is missing."""
+        attributes = self._measured(start, end)
+        if self._band_keys and attributes is not None:
+            self._add_band(attributes)
+        return attributes
+
+    def _measured(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
+        """:meth:`attributes` without the estimate's band (added last, after a share where there is one)."""
         energy = energy_between(self._plan, start, end)
         attributes: dict[str, Any] = {
             ENERGY_JOULES: energy[2],

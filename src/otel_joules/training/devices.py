@@ -120,7 +120,7 @@ class DeviceSelection:
         return [d.id for d in self.domains if d.method.is_measurement]
 
     def has_estimates(self) -> bool:
-        """Some measured domain is an estimate (CPU time x TDP, memory size x W/GB)."""
+        """Some measured domain is an estimate (CPU time x per-CPU watts, memory size x W/GB)."""
         return any(d.method is Method.ESTIMATE for d in self.domains)
 
     def measure(self, meter: EnergyMeter, start: EnergySnapshot, end: EnergySnapshot) -> EnergyMeasurement:

@@ -2,7 +2,7 @@
 
 ``psys`` is the RAPL platform zone (the whole SoC and more: never added to packages).
 ``cpu_estimate`` and ``memory_estimate`` are the core meter's model-based figures where
-no RAPL zone can be read (CPU time x TDP, memory size x W/GB): estimates, not
+no RAPL zone can be read (CPU time x per-CPU watts, memory size x W/GB): estimates, not
 measurements, and named so in every output. They are part of the default domains
 exactly when the core meter measures them (see :class:`otel_joules.EnergyMeter`'s
 ``estimate`` option).
