@@ -41,7 +41,7 @@ from otel_joules.report.sql import (
     SPARK_SPAN_COLUMNS,
     SPARK_TRACES,
     TraceSpans,
-    _json_safe,
+    json_safe,
     spark_csv_select,
     spark_jsonl_select,
     spark_parquet_select,
@@ -262,7 +262,7 @@ class SparkSpanStore:
             (
                 index, first + position, True, span.trace_id, span.span_id, span.parent_span_id, span.name,
                 span.start_unix_nano, span.end_unix_nano, span.service_name,
-                json.dumps(_json_safe(dict(span.attributes)), allow_nan=False), len(span.attributes),
+                json.dumps(json_safe(dict(span.attributes)), allow_nan=False), len(span.attributes),
             )
             for position, span in enumerate(spans)
         ]
