@@ -91,7 +91,7 @@ def jsonl_checks(d: Dialect) -> tuple[str, ...]:
     """The checks of a JSON-lines record, over the reader's columns ``tid sid pid nm svc st et`` (its fields) and ``a``
     (its attributes) read as the map ``m``."""
     return (
-        *d.json_record_ok,
+        d.json_record_ok,
         d.json_hex("tid", TRACE_ID_HEX_DIGITS),
         d.json_hex("sid", SPAN_ID_HEX_DIGITS),
         d.json_parent_ok("pid"),
@@ -113,7 +113,7 @@ def csv_checks(d: Dialect, header: Sequence[str], core: Sequence[str], attrs: st
     st, et = position["start_time_unix_nano"], position["end_time_unix_nano"]
     plain = " AND ".join(f"(coalesce(length({c}), 0) <= {CSV_FIELD_LIMIT} AND {d.no_line_breaks(c)})" for c in cells)
     return (
-        *d.csv_row_ok,
+        d.csv_row_ok,
         plain,
         hex_ok(d, position["trace_id"], TRACE_ID_HEX_DIGITS),
         hex_ok(d, position["span_id"], SPAN_ID_HEX_DIGITS),

@@ -78,8 +78,8 @@ class Dialect:
     is_object: Callable[[str, str], str]
     number_ok: Callable[[str, str, str], str]
     shallow: Callable[[str], str]
-    csv_row_ok: tuple[str, ...]
-    json_record_ok: tuple[str, ...]
+    csv_row_ok: str
+    json_record_ok: str
     json_hex: Callable[[str, int], str]
     json_parent_ok: Callable[[str], str]
     json_text_ok: Callable[[str], str]
@@ -172,8 +172,8 @@ DUCKDB = Dialect(
     is_object=lambda text, m: f"{m} IS NOT NULL",
     number_ok=_duckdb_number_ok,
     shallow=lambda text: f"shallow({text})",  # the macro of report.sql.checks.DUCKDB_MACROS
-    csv_row_ok=(),  # strict_mode: a row DuckDB cannot parse fails the whole query
-    json_record_ok=("json_type(j) = 'OBJECT'", "shallow(CAST(j AS VARCHAR))"),
+    csv_row_ok="true",  # strict_mode: a row DuckDB cannot parse fails the whole query
+    json_record_ok="json_type(j) = 'OBJECT' AND shallow(CAST(j AS VARCHAR))",
     json_hex=lambda value, digits: (
         f"(json_type({value}) = 'VARCHAR' AND {_duckdb_full_match(_string(value), hex_id_pattern(digits))})"
     ),
@@ -249,8 +249,8 @@ SPARK = Dialect(
     is_object=lambda text, m: f"{text} RLIKE '^[ ]*[{{]' AND {m} IS NOT NULL",
     number_ok=_spark_number_ok,
     shallow=lambda text: "true",
-    csv_row_ok=("_corrupt IS NULL",),
-    json_record_ok=("parsed", "value RLIKE '^[ \t]*[{]'"),
+    csv_row_ok="_corrupt IS NULL",
+    json_record_ok="parsed AND value RLIKE '^[ \t]*[{]'",
     json_hex=_spark_hex,
     json_parent_ok=lambda value: (
         f"(coalesce({value}, '') = '' OR {_spark_full_match(value, hex_id_pattern(SPAN_ID_HEX_DIGITS))})"
