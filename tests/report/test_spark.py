@@ -22,6 +22,7 @@ from otel_joules.report import build_report, report_dict
 
 from tests.helpers.known_spans import emit_run, emit_train_and_epoch, make_provider
 from tests.helpers.processes import REPO, clean_env, otel_joules_command
+from tests.report.test_sql_dialect import verdicts
 
 pytest.importorskip("pyspark", reason="the Spark engine needs pyspark: pip install -e '.[spark]'")
 pytest.importorskip("duckdb", reason="the Spark engine is compared with the DuckDB one: pip install -e '.[report]'")
@@ -93,3 +94,11 @@ def test_the_cli_takes_engine_spark(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout)["totals"]["energy_joules"] == 3.5
+
+
+def test_spark_sql_judges_records_as_the_python_reader(tmp_path: Path, spark: object) -> None:
+    from otel_joules.report.spark_engine import SparkSpanStore
+    from otel_joules.report.sql import FORMAT_JSONL
+
+    with SparkSpanStore(spark) as store:
+        assert verdicts(store, tmp_path, FORMAT_JSONL, "spark") == []

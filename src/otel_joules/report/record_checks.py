@@ -41,6 +41,16 @@ REPORT_ATTRIBUTE_PREFIXES = (
 #: they are; the report never adds them up.
 CHECKED_NUMBER_PREFIXES = (ENERGY_NAMESPACE, CARBON_NAMESPACE)
 CHECKED_NUMBER_SUFFIXES = (".joules", ".grams", ".gco2eq_per_kwh", ".pue")
+#: Hex digits of a trace id and of a span id (OTLP's 16 and 8 bytes), either case.
+TRACE_ID_HEX_DIGITS = 32
+SPAN_ID_HEX_DIGITS = 16
+#: The most digits a time written as text has (:data:`MAX_UNIX_NANO` has 19).
+TIME_MAX_DIGITS = len(str(MAX_UNIX_NANO))
+
+
+def hex_id_pattern(digits: int) -> str:
+    """The regular expression an id of ``digits`` hex digits matches in full (the Python reader's and the SQL's)."""
+    return f"[0-9a-fA-F]{{{digits}}}"
 
 
 def number_problem(value: float) -> str | None:

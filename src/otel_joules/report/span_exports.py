@@ -22,10 +22,19 @@ from otel_joules.exporters.csv_exporter import ATTRIBUTES_COLUMN
 from otel_joules.report import filestream
 from otel_joules.report.inputs import Inputs, LineErrors
 from otel_joules.report.model import SpanRow
-from otel_joules.report.record_checks import checked_attributes, checked_times, clock_step_number, loads_json
+from otel_joules.report.record_checks import (
+    SPAN_ID_HEX_DIGITS,
+    TRACE_ID_HEX_DIGITS,
+    checked_attributes,
+    checked_times,
+    clock_step_number,
+    hex_id_pattern,
+    loads_json,
+)
 
-_HEX_TRACE = re.compile(r"^[0-9a-f]{32}$")
-_HEX_SPAN = re.compile(r"^[0-9a-f]{16}$")
+# Matched against lowercased ids; the SQL checks render the same patterns (report.sql.checks).
+_HEX_TRACE = re.compile(f"^{hex_id_pattern(TRACE_ID_HEX_DIGITS)}$")
+_HEX_SPAN = re.compile(f"^{hex_id_pattern(SPAN_ID_HEX_DIGITS)}$")
 
 
 def csv_cells(text: str) -> list[str] | None:
@@ -196,12 +205,12 @@ def _span_from_record(record: dict[str, Any], attributes: object, path: str) -> 
     trace_id = str(record.get("trace_id") or "").lower()
     span_id = str(record.get("span_id") or "").lower()
     if not _HEX_TRACE.match(trace_id):
-        raise ValueError(f"trace_id {str(record.get('trace_id'))[:80]!r} is not 32 hex digits")
+        raise ValueError(f"trace_id {str(record.get('trace_id'))[:80]!r} is not {TRACE_ID_HEX_DIGITS} hex digits")
     if not _HEX_SPAN.match(span_id):
-        raise ValueError(f"span_id {str(record.get('span_id'))[:80]!r} is not 16 hex digits")
+        raise ValueError(f"span_id {str(record.get('span_id'))[:80]!r} is not {SPAN_ID_HEX_DIGITS} hex digits")
     parent = sys.intern(str(record.get("parent_span_id") or "").lower()) or None
     if parent is not None and not _HEX_SPAN.match(parent):
-        raise ValueError(f"parent_span_id {str(record.get('parent_span_id'))[:80]!r} is not 16 hex digits")
+        raise ValueError(f"parent_span_id {str(record.get('parent_span_id'))[:80]!r} is not {SPAN_ID_HEX_DIGITS} hex digits")
     if not isinstance(attributes, dict):
         raise ValueError("attributes is not a JSON object")
     kept = checked_attributes(attributes)

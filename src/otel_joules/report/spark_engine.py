@@ -5,8 +5,8 @@ interface (``register``, ``load`` of a batch of files of one format, ``add_spans
 and ``load_file`` for one file), so :func:`~otel_joules.report.readers.read_inputs` and
 :mod:`otel_joules.report.trace_runs` run unchanged and the totals are the same floats. Each
 batch of span files is read by Spark's own readers (``text`` for JSON lines, ``csv``,
-``parquet``) in one query, checked by the Spark SQL of :mod:`otel_joules.report.sql` (beside
-DuckDB's); a file with a record failing a check, and an OTLP/JSON file, go to the Python line
+``parquet``) in one query, checked by the record checks of :mod:`otel_joules.report.sql.checks`
+rendered for Spark (the same definitions DuckDB's are rendered from); a file with a record failing a check, and an OTLP/JSON file, go to the Python line
 reader, whose records are handed to Spark. Duplicates, nesting (recursive CTEs, Spark 4.1 or newer), roots and per-trace figures
 are resolved in Spark SQL; only the spans a run is made of come back to the driver.
 
@@ -41,7 +41,7 @@ from otel_joules.report.sql import (
     SPARK_SPAN_COLUMNS,
     SPARK_TRACES,
     TraceSpans,
-    _json_safe,
+    json_safe,
     spark_csv_select,
     spark_jsonl_select,
     spark_parquet_select,
@@ -262,7 +262,7 @@ class SparkSpanStore:
             (
                 index, first + position, True, span.trace_id, span.span_id, span.parent_span_id, span.name,
                 span.start_unix_nano, span.end_unix_nano, span.service_name,
-                json.dumps(_json_safe(dict(span.attributes)), allow_nan=False), len(span.attributes),
+                json.dumps(json_safe(dict(span.attributes)), allow_nan=False), len(span.attributes),
             )
             for position, span in enumerate(spans)
         ]
