@@ -54,7 +54,8 @@ class EnergySpanProcessor(SpanProcessor):
     comes from the meter's :class:`~otel_joules.attribution.Attributor` and adds up.
 
     A span started or ended with an explicit time gets the energy of its stated interval from
-    the attributor's history, or no ``energy.joules`` and ``energy.unavailable_reason``.
+    the meter's history, or no ``energy.joules`` and ``energy.unavailable_reason``, whether or not
+    shares are attributed (the meter's shared attributor keeps that history).
 
     Every interval is on the monotonic clock. The wall clock (the SDK's span times) is read
     beside it at a span's start and end: an explicit time is one that differs from the wall
@@ -205,7 +206,7 @@ class EnergySpanProcessor(SpanProcessor):
                 self._on_measurement is None
                 and measurement is None
                 and end_time is None
-                and (attributor is None or stated_start_ns is None)
+                and stated_start_ns is None
             ):
                 # The common case: no hook wants the measurement and the span's interval is the
                 # snapshots' (no explicit times): one dict straight from the snapshots.
@@ -219,10 +220,13 @@ class EnergySpanProcessor(SpanProcessor):
                 return
             reason = None
             if measurement is None:
-                if attributor is not None and (end_time is not None or stated_start_ns is not None):
+                if end_time is not None or stated_start_ns is not None:
                     stated_end_ns = None if end_time is None else end_time - end_offset_ns
+                    # Explicit times are looked up in the meter's history, kept by its shared attributor
+                    # whether or not this processor attributes shares: both modes give a span the same energy.
+                    history = attributor if attributor is not None else attributor_for(meter)
                     measurement, reason = _stated_interval(
-                        meter, attributor, start, end, stated_start_ns, stated_end_ns  # type: ignore[arg-type]
+                        meter, history, start, end, stated_start_ns, stated_end_ns  # type: ignore[arg-type]
                     )
                 else:
                     measurement = meter.measure(start, end)  # type: ignore[arg-type]
@@ -268,7 +272,7 @@ def _has_energy(measurement: EnergyMeasurement) -> bool:
 
 def _stated_interval(
     meter: EnergyMeter,
-    attributor: Attributor,
+    attributor: Attributor | None,
     start: EnergySnapshot,
     end: EnergySnapshot,
     stated_start_ns: int | None,
@@ -278,7 +282,7 @@ def _stated_interval(
 
     ``stated_start_ns`` and ``stated_end_ns`` are the explicit times on the monotonic clock (None
     where not stated: the snapshot taken at ``start()`` or ``end()`` stands); explicit times are
-    looked up in the attributor's history.
+    looked up in the attributor's history (None: the meter keeps none, CPU times being unreadable).
     """
     explicit_start = stated_start_ns is not None
     explicit_end = stated_end_ns is not None
@@ -291,6 +295,8 @@ def _stated_interval(
         return None, "end_time is before start_time"
     if t1 > end.monotonic_ns + EXPLICIT_TIME_TOLERANCE_NS:
         return None, "end_time is in the future: energy not yet spent is unknown"
+    if attributor is None:
+        return None, "the energy meter keeps no history here (CPU times cannot be read), so explicit span times have none"
     first = attributor.snapshot_at(t0, end) if explicit_start else start
     last = attributor.snapshot_at(min(t1, end.monotonic_ns), end) if explicit_end else end
     if first is None or last is None:
