@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import get_current_span
 
 from otel_joules.attribution.attributor import Attributor, check_attribution_options
-from otel_joules.attribution.registry import attributor_for, check_attribution
+from otel_joules.attribution.registry import attributor_for, attributor_from
 from otel_joules.attribution.sampling import HISTORY_S
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.attribution.spans import SpanShare
@@ -81,7 +81,7 @@ class EnergySpanProcessor(SpanProcessor):
             snapshot: ``"torch"``, ``"jax"``, ``"cupy"``, ``"auto"`` or a callable (see
             :mod:`otel_joules.meter.sync`). Off by default: it stalls the host at every span
             boundary, so pipelines that overlap host and device work lose that overlap.
-        attribution_policy: Who carries static energy in shares (``capacity``, ``busy``, ``none``), set
+        attribution_policy: Who carries static energy in shares (``capacity``, ``busy``, ``dynamic``), set
             on the attributor (shared by the meter's processors and metrics); None: the settings'.
         static_watts: Static watts by domain id, set on the attributor the same way.
     """
@@ -96,8 +96,7 @@ class EnergySpanProcessor(SpanProcessor):
         attribution_policy: str | None = None,
         static_watts: Mapping[str, float] | None = None,
     ) -> None:
-        check_attribution(attribution)
-        check_attribution_options(attribution_policy, static_watts)
+        attribution_policy = check_attribution_options(attribution_policy, static_watts)
         self._attribution_options = (attribution_policy, static_watts)
         self._meter = meter
         self._synchronize = resolve_synchronizer(synchronize)
@@ -106,11 +105,12 @@ class EnergySpanProcessor(SpanProcessor):
         self._on_measurement = on_measurement
         self.enabled = True
         self._failure_reported = False
+        # The shared attributor (True) waits for the meter, which may be created on first use.
         self._attributor: Any = (
-            attribution if isinstance(attribution, Attributor) else _UNSET if attribution else None
+            _UNSET
+            if attribution is True
+            else attributor_from(attribution, meter, policy=attribution_policy, static_watts=static_watts)
         )
-        if isinstance(attribution, Attributor) and self._attribution_options != (None, None):
-            attribution.configure(policy=attribution_policy, static_watts=static_watts)
         #: The meter's attributes planned once (keys per domain, kinds), built with the meter.
         self._plan: MeterAttributes | None = None
         self._self_ref = weakref.ref(self)
@@ -126,10 +126,8 @@ class EnergySpanProcessor(SpanProcessor):
     def attributor(self) -> Attributor | None:
         """The meter's attributor (None when attribution is off or CPU times cannot be read)."""
         if self._attributor is _UNSET:
-            self._attributor = attributor_for(self.meter)
-            if self._attributor is not None and self._attribution_options != (None, None):
-                policy, static_watts = self._attribution_options
-                self._attributor.configure(policy=policy, static_watts=static_watts)
+            policy, static_watts = self._attribution_options
+            self._attributor = attributor_from(True, self.meter, policy=policy, static_watts=static_watts)
         return self._attributor  # type: ignore[no-any-return]
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
