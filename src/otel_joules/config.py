@@ -42,7 +42,7 @@ Environment variable                     Meaning                                
                                          Prometheus endpoint up after the command, for
                                          the scrape that holds the last values (0: none)
 ``OTEL_JOULES_ATTRIBUTION_POLICY``       Who carries static (idle) energy in shares:      ``capacity``
-                                         ``capacity``, ``busy`` or ``none``
+                                         ``capacity``, ``busy`` or ``dynamic``
 ``OTEL_JOULES_STATIC_WATTS``             Static watts per domain id, e.g.                 learned
                                          ``package_0=10,dram_0=3``
 ``OTEL_JOULES_AGENT_SOCKET``             The ``otel-joules agent``'s Unix socket, read    ``/run/otel-joules/agent.sock``
@@ -72,6 +72,7 @@ import math
 import os
 import re
 import threading
+import warnings
 from dataclasses import dataclass, fields
 from typing import Mapping
 
@@ -131,7 +132,8 @@ OTEL_JOULES_PROMETHEUS_WAIT_S = "OTEL_JOULES_PROMETHEUS_WAIT_S"
 OTEL_JOULES_ATTRIBUTION_POLICY = "OTEL_JOULES_ATTRIBUTION_POLICY"
 """Who carries the host's static (idle) energy in shares (:data:`ATTRIBUTION_POLICIES`): ``capacity`` (each CPU
 second carries one core's share of the static power; unused capacity's is nobody's), ``busy`` (the busy CPU seconds
-carry all of it) or ``none`` (dynamic energy only). Default ``capacity``."""
+carry all of it) or ``dynamic`` (dynamic energy only; ``none``, its former name, still works with a
+``DeprecationWarning``). Default ``capacity``."""
 
 OTEL_JOULES_STATIC_WATTS = "OTEL_JOULES_STATIC_WATTS"
 """Static (idle) watts per domain, ``id=watts`` separated by commas (``package_0=10,dram_0=3``: the ids of
@@ -239,9 +241,11 @@ DK_PRICE_AREAS = ("DK1", "DK2")
 #: ``OTEL_JOULES_ATTRIBUTION_POLICY``'s choices (:mod:`otel_joules.attribution.model`).
 POLICY_CAPACITY = "capacity"
 POLICY_BUSY = "busy"
-POLICY_NONE = "none"
-ATTRIBUTION_POLICIES = (POLICY_CAPACITY, POLICY_BUSY, POLICY_NONE)
+POLICY_DYNAMIC = "dynamic"
+ATTRIBUTION_POLICIES = (POLICY_CAPACITY, POLICY_BUSY, POLICY_DYNAMIC)
 DEFAULT_ATTRIBUTION_POLICY = POLICY_CAPACITY
+#: Former policy names, still taken with a ``DeprecationWarning``: ``none`` read like "attribution off".
+DEPRECATED_POLICY_NAMES = {"none": POLICY_DYNAMIC}
 #: The largest static watts taken as meant for one domain.
 MAX_STATIC_WATTS = 100_000.0
 
@@ -358,6 +362,32 @@ def _choice(
         return value
     report_bad_value(name, raw, f"is not one of {', '.join(choices)}", meaning or repr(default))
     return default
+
+
+def attribution_policy_name(policy: str | None, where: str = "attribution_policy") -> str | None:
+    """The attribution policy ``policy`` names: itself, or the current name of a former one
+    (:data:`DEPRECATED_POLICY_NAMES`), with a ``DeprecationWarning`` that says which name to use in ``where``.
+
+    The one place a policy name is read: every entry point (settings, ``instrument()``, the span processor,
+    the attributor) passes what it was given through here, and only current names go further.
+    """
+    current = DEPRECATED_POLICY_NAMES.get(policy) if isinstance(policy, str) else None
+    if current is None:
+        return policy
+    warnings.warn(
+        f"{where}={policy!r} is deprecated: write {current!r} (the same policy: dynamic energy only, "
+        f"attribution stays on)",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return current
+
+
+def _policy(env: Mapping[str, str]) -> str | None:
+    former = env.get(OTEL_JOULES_ATTRIBUTION_POLICY, "").strip().lower()
+    if former in DEPRECATED_POLICY_NAMES:
+        return attribution_policy_name(former, OTEL_JOULES_ATTRIBUTION_POLICY)
+    return _choice(env, OTEL_JOULES_ATTRIBUTION_POLICY, ATTRIBUTION_POLICIES, DEFAULT_ATTRIBUTION_POLICY)
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
@@ -496,9 +526,7 @@ class Settings:
             "prometheus_wait_s": _number(
                 env, OTEL_JOULES_PROMETHEUS_WAIT_S, "prometheus_wait_s", DEFAULT_PROMETHEUS_WAIT_S
             ),
-            "attribution_policy": _choice(
-                env, OTEL_JOULES_ATTRIBUTION_POLICY, ATTRIBUTION_POLICIES, DEFAULT_ATTRIBUTION_POLICY
-            ),
+            "attribution_policy": _policy(env),
             "static_watts": _static_watts(env),
             "agent_socket": _absolute_path(env, OTEL_JOULES_AGENT_SOCKET, DEFAULT_AGENT_SOCKET),
             "parquet_max_bytes": _number(
@@ -517,7 +545,7 @@ class Settings:
                 problem = _number_problem(key, value)
                 if problem is not None:
                     raise ConfigurationError(f"{key}={value!r} {problem}")
-            values[key] = value
+            values[key] = attribution_policy_name(value, key) if key == "attribution_policy" else value
         return cls(**values)  # type: ignore[arg-type]
 
 

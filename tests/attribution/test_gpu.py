@@ -101,12 +101,12 @@ def test_a_gpu_shared_by_two_processes_is_split_by_their_utilisation(tmp_path: P
     assert sum(out["process_gpu"] / out["gpu_joules"] for out in outs) == pytest.approx(1.0)
 
 
-@pytest.mark.parametrize(("policy", "gpu_watts"), [("capacity", 100.0), ("busy", 100.0), ("none", 60.0)])
+@pytest.mark.parametrize(("policy", "gpu_watts"), [("capacity", 100.0), ("busy", 100.0), ("dynamic", 60.0)])
 def test_a_gpus_dynamic_share_is_above_its_baseline_and_its_static_goes_with_the_policy(
     tmp_path: Path, policy: str, gpu_watts: float
 ) -> None:
     """A 100 W GPU, 40 W of it static (configured), this process alone on it: a span's dynamic share is 60 W x
-    its time; its share is all 100 W under capacity and busy (a GPU in use is held whole), 60 W under none."""
+    its time; its share is all 100 W under capacity and busy (a GPU in use is held whole), 60 W under dynamic."""
     fake = FakeNvml(cards=[card(compute_pids=("self",))], update_ms=1, epoch_monotonic_s=time.monotonic())
     env = {"OTEL_JOULES_STATIC_WATTS": "nvidia_gpu_0=40", "OTEL_JOULES_ATTRIBUTION_POLICY": policy}
     out = run_python(CHILD, fake, tmp_path, env=env).data

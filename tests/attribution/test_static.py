@@ -197,8 +197,14 @@ def test_configured_baselines_win_and_bad_ones_are_refused(tmp_path: Path, monke
             host.attributor.configure(static_watts={"package_0": -1})
     finally:
         host.close()
-    settings = Settings.from_env({"OTEL_JOULES_STATIC_WATTS": "package_0=10, dram_0=3", "OTEL_JOULES_ATTRIBUTION_POLICY": "none"})
-    assert settings.static_watts == (("package_0", 10.0), ("dram_0", 3.0)) and settings.attribution_policy == "none"
+    settings = Settings.from_env({"OTEL_JOULES_STATIC_WATTS": "package_0=10, dram_0=3", "OTEL_JOULES_ATTRIBUTION_POLICY": "dynamic"})
+    assert settings.static_watts == (("package_0", 10.0), ("dram_0", 3.0)) and settings.attribution_policy == "dynamic"
+
+
+def test_the_former_policy_name_none_in_the_environment_is_dynamic_and_warns() -> None:
+    with pytest.warns(DeprecationWarning, match="OTEL_JOULES_ATTRIBUTION_POLICY='none' is deprecated: write 'dynamic'"):
+        settings = Settings.from_env({"OTEL_JOULES_ATTRIBUTION_POLICY": "none"})
+    assert settings.attribution_policy == "dynamic"
 
 
 def test_bad_policy_and_static_watts_are_said_once_and_the_rest_used(caplog) -> None:
@@ -210,7 +216,7 @@ def test_bad_policy_and_static_watts_are_said_once_and_the_rest_used(caplog) -> 
     assert settings.static_watts == (("package_0", 10.0),)
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == len(set(messages)) == 3, messages
-    assert any("OTEL_JOULES_ATTRIBUTION_POLICY='fair' is not one of capacity, busy, none" in m for m in messages)
+    assert any("OTEL_JOULES_ATTRIBUTION_POLICY='fair' is not one of capacity, busy, dynamic" in m for m in messages)
 
 
 def test_instrument_takes_the_policy_and_refuses_a_bad_one(tmp_path: Path) -> None:
@@ -224,19 +230,43 @@ def test_instrument_takes_the_policy_and_refuses_a_bad_one(tmp_path: Path) -> No
     with pytest.raises(ConfigurationError, match="attribution_policy"):
         otel_joules.instrument(provider, meter=meter, metrics_enabled=False, attribution_policy="most")
     handle = otel_joules.instrument(
-        provider, meter=meter, metrics_enabled=False, attribution_policy="none", static_watts={"package_0": 1.0}
+        provider, meter=meter, metrics_enabled=False, attribution_policy="dynamic", static_watts={"package_0": 1.0}
     )
     try:
         with provider.get_tracer("t").start_as_current_span("work"):
             burn(0.01)
         (span,) = exporter.get_finished_spans()
-        assert span.attributes["energy.attribution"] == "cpu_time_share/none"
-        # Under none the share is the dynamic share.
+        assert span.attributes["energy.attribution"] == "cpu_time_share/dynamic"
+        # Under dynamic the share is the dynamic share.
         assert span.attributes["energy.attributed.self.joules"] == pytest.approx(
             span.attributes["energy.attributed.dynamic.self.joules"], rel=1e-9, abs=1e-12
         )
     finally:
         handle.uninstrument()
+        provider.shutdown()
+        meter.close()
+
+
+def test_the_former_policy_keyword_none_is_dynamic_and_warns(tmp_path: Path) -> None:
+    """``attribution_policy="none"`` read like "attribution off": it still works, as ``dynamic``, and says so."""
+    powercap = make_powercap(tmp_path / "sys", "one_socket")
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    try:
+        with pytest.warns(DeprecationWarning, match="attribution_policy='none' is deprecated: write 'dynamic'"):
+            processor = EnergySpanProcessor(meter, attribution_policy="none")
+        provider.add_span_processor(processor)
+        with provider.get_tracer("t").start_as_current_span("work"):
+            burn(0.01)
+        (span,) = exporter.get_finished_spans()
+        assert processor.attributor is not None and processor.attributor.policy == "dynamic"
+        assert span.attributes["energy.attribution"] == "cpu_time_share/dynamic"
+        assert span.attributes["energy.attributed.self.joules"] == pytest.approx(
+            span.attributes["energy.attributed.dynamic.self.joules"], rel=1e-9, abs=1e-12
+        )
+    finally:
         provider.shutdown()
         meter.close()
 
@@ -251,8 +281,8 @@ def test_the_64_core_example_in_the_readme() -> None:
     energy, static = (100.0 + 3.0 * request / dt) * dt, 100.0 * dt
     capacity = policy_prices("capacity", energy, static, 0.0, 0.0, request, cores * dt)
     busy = policy_prices("busy", energy, static, 0.0, 0.0, request, cores * dt)
-    none = policy_prices("none", energy, static, 0.0, 0.0, request, cores * dt)
+    dynamic = policy_prices("dynamic", energy, static, 0.0, 0.0, request, cores * dt)
     assert (capacity.cpu - capacity.dynamic) * request == pytest.approx(0.031, abs=0.001)
     assert capacity.dynamic * request == pytest.approx(0.06, rel=1e-9)
     assert busy.cpu * request == pytest.approx(10.06, rel=1e-9)
-    assert none.cpu * request == pytest.approx(0.06, rel=1e-9)
+    assert dynamic.cpu * request == pytest.approx(0.06, rel=1e-9)

@@ -80,18 +80,18 @@ def test_command_whose_grandchild_is_on_the_gpus_gets_their_energy_as_spans_shar
     assert "shared with other processes, as spans share a GPU" in lines["nvidia_gpu_1"][2], stderr
 
 
-def test_under_the_none_policy_a_commands_gpu_is_charged_its_energy_above_the_baseline(tmp_path):
-    """The command alone on a 100 W GPU whose baseline is configured at 40 W: under none it is charged the
+def test_under_the_dynamic_policy_a_commands_gpu_is_charged_its_energy_above_the_baseline(tmp_path):
+    """The command alone on a 100 W GPU whose baseline is configured at 40 W: under dynamic it is charged the
     60 W above it, its share's GPU part and its summary line alike; the dynamic share counts it too."""
     pids = tmp_path / "pids"
     cards = [FakeCard(uuid=uuid_for(0), watts=100.0, compute_pids_file=str(pids))]
     attributes, stderr = _run(
         tmp_path, cards, ["sh", "-c", f"sh -c 'echo $$ > {pids}; sleep 1.2'; true"],
-        OTEL_JOULES_ATTRIBUTION_POLICY="none", OTEL_JOULES_STATIC_WATTS="nvidia_gpu_0=40",
+        OTEL_JOULES_ATTRIBUTION_POLICY="dynamic", OTEL_JOULES_STATIC_WATTS="nvidia_gpu_0=40",
     )
     gpu0 = attributes["energy.nvidia_gpu_0.joules"]
     charged = attributes["energy.attributed.gpu.joules"]
-    assert attributes["energy.attribution"] == "cpu_time_share/none"
+    assert attributes["energy.attribution"] == "cpu_time_share/dynamic"
     # Before the grandchild lists itself (a period at most) the GPU is idle, nobody's. (5% of slack above: each
     # period's static is 40 W x its seconds between snapshots, whose GPU reads are a counter update apart.)
     assert 0.6 * 0.6 * gpu0 <= charged <= 0.6 * gpu0 * 1.05

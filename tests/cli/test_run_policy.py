@@ -50,14 +50,14 @@ def test_run_under_the_default_policy_says_what_it_charged_and_why(tmp_path: Pat
     assert "(baseline unknown; OTEL_JOULES_ATTRIBUTION_POLICY)" in stderr
 
 
-def test_run_with_configured_baselines_and_the_none_policy_charges_dynamic_energy_only(tmp_path: Path) -> None:
+def test_run_with_configured_baselines_and_the_dynamic_policy_charges_dynamic_energy_only(tmp_path: Path) -> None:
     """Static 4 W + 1 W of the 13 W: the command, alone on the host, is charged the other 8 W x its duration."""
-    attributes, stderr = _run(tmp_path, OTEL_JOULES_ATTRIBUTION_POLICY="none", OTEL_JOULES_STATIC_WATTS="package_0=4,dram_0=1")
+    attributes, stderr = _run(tmp_path, OTEL_JOULES_ATTRIBUTION_POLICY="dynamic", OTEL_JOULES_STATIC_WATTS="package_0=4,dram_0=1")
     print(stderr)
-    assert attributes["energy.attribution"] == "cpu_time_share/none"
+    assert attributes["energy.attribution"] == "cpu_time_share/dynamic"
     assert attributes["energy.baseline"] == "configured"
     total = attributes["energy.joules"]
     assert attributes["energy.attributed.joules"] == pytest.approx(attributes["energy.attributed.dynamic.joules"])
     assert attributes["energy.attributed.dynamic.joules"] == pytest.approx(total * 8 / 13, rel=0.1)
-    assert "  policy   none: " in stderr and "only the energy above the idle baseline counts" in stderr
+    assert "  policy   dynamic: " in stderr and "only the energy above the idle baseline counts" in stderr
     assert "(baseline configured;" in stderr

@@ -241,7 +241,7 @@ def test_measured_and_estimated_domains_go_to_separate_metrics(powercap) -> None
     assert {a["hw.id"]: a["energy.source"] for a, _ in points["energy.estimate"]} == {"memory_estimate": "estimate"}
 
 
-@pytest.mark.parametrize("policy", ["capacity", "busy", "none"])
+@pytest.mark.parametrize("policy", ["capacity", "busy", "dynamic"])
 def test_unattributed_energy_is_the_hosts_and_the_same_from_every_process(powercap, tmp_path, policy) -> None:
     """Two processes on one written host (2001: 1 of 4 busy CPU seconds, 2002: 3): each reports the host's
     energy.unattributed with the host's hw.id, the same value, so a dashboard takes one per host (max by hw.id);

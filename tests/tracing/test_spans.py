@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import threading
 import time
 
@@ -12,12 +13,13 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import otel_joules
 from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
-from otel_joules.attribution import SpanAttribution
+from otel_joules.attribution import SpanAttribution, attributor_for
 from otel_joules.attribution.shares import measured_kinds
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
 
 from tests.fakes.powercap import make_powercap
+from tests.fakes.procfs import FakeProcfs
 from tests.helpers.domains import FixedChannel, five_domains
 
 
@@ -310,3 +312,25 @@ def test_a_measured_span_carries_no_band(tracer_provider, span_exporter, powerca
     a = span_exporter.get_finished_spans()[0].attributes
     assert a["energy.source"] == "measured"
     assert not {"energy.estimate.low.joules", "energy.estimate.high.joules", "energy.estimate.source"} & set(a)
+
+
+@pytest.mark.parametrize("attribution", [True, False], ids=["attributed", "attribution_off"])
+def test_a_span_stated_an_hour_ago_has_no_energy_with_or_without_attribution(
+    tracer_provider, span_exporter, tmp_path, attribution
+) -> None:
+    """The stated interval, not the joules spent between start() and end(), is the span's: an hour ago is
+    older than the meter's history whether or not shares are attributed."""
+    powercap = make_powercap(tmp_path / "sys", "one_socket")
+    proc = FakeProcfs(tmp_path / "proc")
+    proc.add_thread(os.getpid(), threading.get_native_id(), 0.0)
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[], sample=False)
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter, attribution=attribution))
+    span = tracer_provider.get_tracer("t").start_span("ancient", start_time=time.time_ns() - 3600 * 10**9)
+    powercap.zones["package_0"].advance_joules(5.0)  # spent between start() and end(): not the stated interval
+    span.end()
+    attributes = span_exporter.get_finished_spans()[0].attributes
+    attributor_for(meter).close()
+    meter.close()
+    assert "energy.joules" not in attributes
+    assert "history" in attributes["energy.unavailable_reason"]
+    assert ("energy.attributed.joules" in attributes) is attribution

@@ -17,7 +17,7 @@ from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.attribution.sampling import HISTORY_PERIOD_S, HISTORY_S, HistorySample
 from otel_joules.attribution.shares import ATTRIBUTION_KIND, SpanAttribution
 from otel_joules.attribution.spans import SpanLedger, SpanShare
-from otel_joules.config import ATTRIBUTION_POLICIES, static_watts_problem
+from otel_joules.config import ATTRIBUTION_POLICIES, DEPRECATED_POLICY_NAMES, attribution_policy_name, static_watts_problem
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.semconv import KIND_GPU
@@ -28,19 +28,21 @@ if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter
 
 
-def check_attribution_options(policy: object = None, static_watts: object = None) -> None:
-    """Raise :class:`ConfigurationError` unless ``policy`` (None or one of ``capacity``, ``busy``, ``none``) and
+def check_attribution_options(policy: object = None, static_watts: object = None) -> str | None:
+    """The policy's current name (:func:`~otel_joules.config.attribution_policy_name`: a former name warns);
+    raise :class:`ConfigurationError` unless ``policy`` (None or one of ``capacity``, ``busy``, ``dynamic``) and
     ``static_watts`` (None or a mapping of domain id to watts) are valid (``instrument()``'s keywords)."""
-    if policy is not None and policy not in ATTRIBUTION_POLICIES:
+    if policy is not None and policy not in ATTRIBUTION_POLICIES and policy not in DEPRECATED_POLICY_NAMES:
         raise ConfigurationError(f"attribution_policy={policy!r} is not one of {', '.join(ATTRIBUTION_POLICIES)}")
     if static_watts is None:
-        return
+        return attribution_policy_name(policy)  # type: ignore[arg-type]
     if not isinstance(static_watts, Mapping):
         raise ConfigurationError(f"static_watts={static_watts!r} is not a mapping of domain id to watts")
     for domain, watts in static_watts.items():
         problem = static_watts_problem(domain, watts)
         if problem is not None:
             raise ConfigurationError(f"static_watts={{{domain!r}: {watts!r}}}: {problem}")
+    return attribution_policy_name(policy)  # type: ignore[arg-type]
 
 
 class Attributor:
@@ -57,7 +59,7 @@ class Attributor:
         sample: Run the sampler thread (started on first use).
         period_s: Sampler period.
         history_s: How much history to keep.
-        policy: Who carries static energy (``capacity``, ``busy``, ``none``); default the meter's
+        policy: Who carries static energy (``capacity``, ``busy``, ``dynamic``); default the meter's
             settings' (``OTEL_JOULES_ATTRIBUTION_POLICY``).
         static_watts: Static watts by domain id, over the settings' (``OTEL_JOULES_STATIC_WATTS``).
 
@@ -113,10 +115,10 @@ class Attributor:
         next sampler period on: what was priced stays as it was.
 
         Raises:
-            ConfigurationError: ``policy`` is not one of ``capacity``, ``busy``, ``none``, or a static-watts
+            ConfigurationError: ``policy`` is not one of ``capacity``, ``busy``, ``dynamic``, or a static-watts
                 entry is not a domain id with watts between 0 and the bound.
         """
-        check_attribution_options(policy, static_watts)
+        policy = check_attribution_options(policy, static_watts)
         self.prices.configure(policy=policy, static_watts=static_watts)
 
     @property
@@ -156,7 +158,7 @@ class Attributor:
 
     @property
     def policy(self) -> str:
-        """Who carries static energy (``capacity``, ``busy``, ``none``)."""
+        """Who carries static energy (``capacity``, ``busy``, ``dynamic``)."""
         return self.prices.policy
 
     @property

@@ -17,17 +17,17 @@ Model ``cpu_time_share``; ``energy.attribution`` names it with the policy: ``cpu
     ``capacity`` (default): dynamic + static / capacity, for both kinds: a CPU second carries one
     core's share of the static power, and the static energy of idle capacity is nobody's;
     ``busy``: the whole bill to the work: CPU-side joules / busy, memory joules / capacity (DRAM
-    power is mostly refresh and background); ``none``: the dynamic price.
+    power is mostly refresh and background); ``dynamic``: the dynamic price.
 
   No period's energy is priced into another's CPU time, so the shares stay conservative across
   load changes: per period, the shares of all processes plus the unattributed remainder
   (``energy.unattributed``: what the prices leave of the energy) are the host's energy.
 * **GPUs**: the process's fraction of each GPU comes from NVML (:mod:`.gpu`); its dynamic share is
   (energy - static) x the fraction; its policy share is energy x the fraction under ``capacity`` and
-  ``busy`` (the processes on a GPU hold all of it), the dynamic share under ``none``.
+  ``busy`` (the processes on a GPU hold all of it), the dynamic share under ``dynamic``.
 * **Idle**: the energy of a period with fewer than :data:`MIN_BUSY_S` busy CPU seconds (two
   ticks: too few to tell who was busy), and what the prices leave in the others (idle capacity's
-  static energy under ``capacity``, all static energy under ``none``, idle capacity's memory
+  static energy under ``capacity``, all static energy under ``dynamic``, idle capacity's memory
   energy under ``busy``), belong to no process and no span.
 * **Spans**: a span's CPU seconds are those of the thread it started on while it is a *leaf*
   there (open with no open child span on that thread); when several spans are leaves on one

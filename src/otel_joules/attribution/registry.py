@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from otel_joules._fork import register_fork_hook
 from otel_joules.attribution.attributor import Attributor
@@ -91,14 +91,30 @@ def check_attribution(attribution: object) -> None:
         )
 
 
-def attributor_from(attribution: "bool | Attributor", meter: "EnergyMeter") -> Attributor | None:
-    """What ``attribution=`` means wherever it is taken: True the meter's shared attributor
-    (:func:`attributor_for`), an :class:`Attributor` that one, False none.
+def attributor_from(
+    attribution: "bool | Attributor",
+    meter: "EnergyMeter | None",
+    *,
+    policy: str | None = None,
+    static_watts: "Mapping[str, float] | None" = None,
+) -> Attributor | None:
+    """What ``attribution=`` means wherever it is taken, the one place it is resolved: True the meter's shared
+    attributor (:func:`attributor_for`; None when CPU times cannot be read), an :class:`Attributor` that one,
+    False none. ``policy`` and ``static_watts``, when given, are set on the attributor found
+    (:meth:`Attributor.configure`). ``meter`` is read only for True.
 
     Raises:
-        ConfigurationError: ``attribution`` is none of those.
+        ConfigurationError: ``attribution`` is none of those, or the options are not valid.
     """
     check_attribution(attribution)
+    if attribution is False:
+        return None
     if isinstance(attribution, Attributor):
-        return attribution
-    return attributor_for(meter) if attribution else None
+        found: Attributor | None = attribution
+    else:
+        if meter is None:
+            raise ConfigurationError("attribution=True needs the meter whose shared attributor it means")
+        found = attributor_for(meter)
+    if found is not None and (policy is not None or static_watts is not None):
+        found.configure(policy=policy, static_watts=static_watts)
+    return found

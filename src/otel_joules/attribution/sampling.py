@@ -114,7 +114,7 @@ def policy_prices(
     The dynamic price is the dynamic energy over the busy seconds, for both kinds. The policy's:
     ``capacity``: dynamic over busy + static over the capacity (busy + idle seconds); ``busy``: the
     whole bill to the busy work (CPU-side: the whole energy over busy; memory: the whole over
-    the capacity, DRAM's power being mostly refresh and background); ``none``: the dynamic price.
+    the capacity, DRAM's power being mostly refresh and background); ``dynamic``: the dynamic price.
     """
     if busy < _IDLE_BELOW_S:
         return _NO_PRICES  # idle (too few busy ticks to tell who was busy): nobody's

@@ -66,7 +66,7 @@ from otel_joules.carbon.accounting import CarbonAccounting
 from otel_joules.carbon.refresh import RefreshingIntensity
 from otel_joules.cli.child import ChildOutcome, check_runnable, run_child
 from otel_joules.cli.summary import RunResult, failure_line, summary_lines
-from otel_joules.config import POLICY_NONE, Settings, sdk_disabled
+from otel_joules.config import POLICY_DYNAMIC, Settings, sdk_disabled
 from otel_joules.instrumentation.context import child_environment, context_from_environment
 from otel_joules.delivery.redaction import command_line
 from otel_joules.delivery.outcomes import DeliveryReport, capture_sdk_logs
@@ -337,7 +337,7 @@ class CommandUsage:
         gpu_charges = self.gpu_shares.finish(last)
         baselines = self.baselines
         baselines.close()
-        if baselines.policy == POLICY_NONE:
+        if baselines.policy == POLICY_DYNAMIC:
             # Dynamic energy only: each GPU's line says the part above its baseline, as the share counts it.
             gpu_charges = [dataclasses.replace(c, charged_joules=c.dynamic_joules) for c in gpu_charges]
         host_after, problem_after = _host_cpu(self.clocks)

@@ -19,7 +19,7 @@ from otel_joules.config import (
     OTEL_JOULES_PROCFS_ROOT,
     POLICY_BUSY,
     POLICY_CAPACITY,
-    POLICY_NONE,
+    POLICY_DYNAMIC,
 )
 from otel_joules.delivery.destinations import SIGNAL_METRICS, SIGNAL_TRACES, Destination
 from otel_joules.delivery.outcomes import DeliveryReport, iter_failures_by_destination
@@ -164,7 +164,7 @@ def carbon_line(result: RunResult) -> str:
 _POLICY_WORDS = {
     POLICY_CAPACITY: "each of its CPU seconds carries one core's share of the host's idle power; unused capacity's is nobody's",
     POLICY_BUSY: "the host's busy CPU time carries all of its idle power (a dedicated machine's bill)",
-    POLICY_NONE: "only the energy above the idle baseline counts",
+    POLICY_DYNAMIC: "only the energy above the idle baseline counts",
 }
 
 

@@ -175,7 +175,7 @@ def instrument(
             host and device work, at every span boundary.
         attribution_policy: Who carries the host's static (idle) energy in shares: ``"capacity"``
             (default: each CPU second carries one core's share of it), ``"busy"`` (the busy CPU
-            time carries all of it) or ``"none"`` (dynamic energy only); default
+            time carries all of it) or ``"dynamic"`` (dynamic energy only; ``"none"``, its former name, warns); default
             ``OTEL_JOULES_ATTRIBUTION_POLICY``. Set on the meter's attributor, shared by its spans and
             ``process.energy`` (:mod:`otel_joules.attribution.model`).
         static_watts: Static watts by domain id (``{"package_0": 10.0, "dram_0": 3.0}``) instead of
@@ -213,7 +213,7 @@ def instrument(
     span_carbon = span_carbon_from_settings(carbon_intensity, country, pue)
     resolve_synchronizer(synchronize)
     check_attribution(attribution)
-    check_attribution_options(attribution_policy, static_watts)
+    attribution_policy = check_attribution_options(attribution_policy, static_watts)
     _check_meter_options(options)
 
     def attach(handle: Instrumentation, sdk_provider: Any) -> Instrumentation:

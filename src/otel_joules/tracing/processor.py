@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import get_current_span
 
 from otel_joules.attribution.attributor import Attributor, check_attribution_options
-from otel_joules.attribution.registry import attributor_for, check_attribution
+from otel_joules.attribution.registry import attributor_for, attributor_from
 from otel_joules.attribution.sampling import HISTORY_S
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.attribution.spans import SpanShare
@@ -54,7 +54,8 @@ class EnergySpanProcessor(SpanProcessor):
     comes from the meter's :class:`~otel_joules.attribution.Attributor` and adds up.
 
     A span started or ended with an explicit time gets the energy of its stated interval from
-    the attributor's history, or no ``energy.joules`` and ``energy.unavailable_reason``.
+    the meter's history, or no ``energy.joules`` and ``energy.unavailable_reason``, whether or not
+    shares are attributed (the meter's shared attributor keeps that history).
 
     Every interval is on the monotonic clock. The wall clock (the SDK's span times) is read
     beside it at a span's start and end: an explicit time is one that differs from the wall
@@ -80,7 +81,7 @@ class EnergySpanProcessor(SpanProcessor):
             snapshot: ``"torch"``, ``"jax"``, ``"cupy"``, ``"auto"`` or a callable (see
             :mod:`otel_joules.meter.sync`). Off by default: it stalls the host at every span
             boundary, so pipelines that overlap host and device work lose that overlap.
-        attribution_policy: Who carries static energy in shares (``capacity``, ``busy``, ``none``), set
+        attribution_policy: Who carries static energy in shares (``capacity``, ``busy``, ``dynamic``), set
             on the attributor (shared by the meter's processors and metrics); None: the settings'.
         static_watts: Static watts by domain id, set on the attributor the same way.
     """
@@ -95,8 +96,7 @@ class EnergySpanProcessor(SpanProcessor):
         attribution_policy: str | None = None,
         static_watts: Mapping[str, float] | None = None,
     ) -> None:
-        check_attribution(attribution)
-        check_attribution_options(attribution_policy, static_watts)
+        attribution_policy = check_attribution_options(attribution_policy, static_watts)
         self._attribution_options = (attribution_policy, static_watts)
         self._meter = meter
         self._synchronize = resolve_synchronizer(synchronize)
@@ -105,11 +105,12 @@ class EnergySpanProcessor(SpanProcessor):
         self._on_measurement = on_measurement
         self.enabled = True
         self._failure_reported = False
+        # The shared attributor (True) waits for the meter, which may be created on first use.
         self._attributor: Any = (
-            attribution if isinstance(attribution, Attributor) else _UNSET if attribution else None
+            _UNSET
+            if attribution is True
+            else attributor_from(attribution, meter, policy=attribution_policy, static_watts=static_watts)
         )
-        if isinstance(attribution, Attributor) and self._attribution_options != (None, None):
-            attribution.configure(policy=attribution_policy, static_watts=static_watts)
         #: The meter's attributes planned once (keys per domain, kinds), built with the meter.
         self._plan: MeterAttributes | None = None
         self._self_ref = weakref.ref(self)
@@ -125,10 +126,8 @@ class EnergySpanProcessor(SpanProcessor):
     def attributor(self) -> Attributor | None:
         """The meter's attributor (None when attribution is off or CPU times cannot be read)."""
         if self._attributor is _UNSET:
-            self._attributor = attributor_for(self.meter)
-            if self._attributor is not None and self._attribution_options != (None, None):
-                policy, static_watts = self._attribution_options
-                self._attributor.configure(policy=policy, static_watts=static_watts)
+            policy, static_watts = self._attribution_options
+            self._attributor = attributor_from(True, self.meter, policy=policy, static_watts=static_watts)
         return self._attributor  # type: ignore[no-any-return]
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -205,7 +204,7 @@ class EnergySpanProcessor(SpanProcessor):
                 self._on_measurement is None
                 and measurement is None
                 and end_time is None
-                and (attributor is None or stated_start_ns is None)
+                and stated_start_ns is None
             ):
                 # The common case: no hook wants the measurement and the span's interval is the
                 # snapshots' (no explicit times): one dict straight from the snapshots.
@@ -219,10 +218,13 @@ class EnergySpanProcessor(SpanProcessor):
                 return
             reason = None
             if measurement is None:
-                if attributor is not None and (end_time is not None or stated_start_ns is not None):
+                if end_time is not None or stated_start_ns is not None:
                     stated_end_ns = None if end_time is None else end_time - end_offset_ns
+                    # Explicit times are looked up in the meter's history, kept by its shared attributor
+                    # whether or not this processor attributes shares: both modes give a span the same energy.
+                    history = attributor if attributor is not None else attributor_for(meter)
                     measurement, reason = _stated_interval(
-                        meter, attributor, start, end, stated_start_ns, stated_end_ns  # type: ignore[arg-type]
+                        meter, history, start, end, stated_start_ns, stated_end_ns  # type: ignore[arg-type]
                     )
                 else:
                     measurement = meter.measure(start, end)  # type: ignore[arg-type]
@@ -268,7 +270,7 @@ def _has_energy(measurement: EnergyMeasurement) -> bool:
 
 def _stated_interval(
     meter: EnergyMeter,
-    attributor: Attributor,
+    attributor: Attributor | None,
     start: EnergySnapshot,
     end: EnergySnapshot,
     stated_start_ns: int | None,
@@ -278,7 +280,7 @@ def _stated_interval(
 
     ``stated_start_ns`` and ``stated_end_ns`` are the explicit times on the monotonic clock (None
     where not stated: the snapshot taken at ``start()`` or ``end()`` stands); explicit times are
-    looked up in the attributor's history.
+    looked up in the attributor's history (None: the meter keeps none, CPU times being unreadable).
     """
     explicit_start = stated_start_ns is not None
     explicit_end = stated_end_ns is not None
@@ -291,6 +293,8 @@ def _stated_interval(
         return None, "end_time is before start_time"
     if t1 > end.monotonic_ns + EXPLICIT_TIME_TOLERANCE_NS:
         return None, "end_time is in the future: energy not yet spent is unknown"
+    if attributor is None:
+        return None, "the energy meter keeps no history here (CPU times cannot be read), so explicit span times have none"
     first = attributor.snapshot_at(t0, end) if explicit_start else start
     last = attributor.snapshot_at(min(t1, end.monotonic_ns), end) if explicit_end else end
     if first is None or last is None:
