@@ -193,6 +193,19 @@ def run_python(
         library_dir.mkdir(exist_ok=True)
     elif library_dir is None:
         library_dir = build_library()
+    return run_child(code, config, library_dir, tmp_path, env, args, timeout_s)
+
+
+def run_child(
+    code: str,
+    config: Path | None,
+    library_dir: Path | None,
+    tmp_path: Path,
+    env: Mapping[str, str | None] | None,
+    args: Sequence[str],
+    timeout_s: float,
+) -> RunResult:
+    """Run ``code`` (or ``args``) in a child with :func:`subprocess_env`; its last stdout line is JSON (or nothing)."""
     command = [sys.executable, *args] if args else [sys.executable, "-c", textwrap.dedent(code)]
     proc = subprocess.run(
         command,

@@ -29,7 +29,7 @@ from otel_joules.delivery.reachability import sdk_metrics_gate
 from otel_joules.delivery.setup import Telemetry, build_resource, telemetry_from_env
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
-from otel_joules.sensors import nvml, rapl
+from otel_joules.sensors import amdsmi, nvml, rapl
 from otel_joules.sensors.base import Channel
 from otel_joules.semconv import HOST_ID, HOST_NAME
 
@@ -85,6 +85,7 @@ def open_host_channels(settings: Settings) -> list[Channel]:
     channels: list[Channel] = list(rapl.discover(settings).channels)
     if channels:
         channels += nvml.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
+        channels += amdsmi.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
     return channels
 
 

@@ -26,6 +26,7 @@ from otel_joules.semconv import (
     HW_NAME,
     HW_PARENT,
     HW_TYPE,
+    HW_VENDOR,
     KIND_PLATFORM,
     SOURCE_ESTIMATE,
     SOURCE_MEASURED,
@@ -109,6 +110,8 @@ def device_attributes(domain: Domain) -> dict[str, str]:
     }
     if domain.hw_parent:
         attributes[HW_PARENT] = domain.hw_parent
+    if domain.vendor:
+        attributes[HW_VENDOR] = domain.vendor
     return attributes
 
 

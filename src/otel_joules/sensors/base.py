@@ -88,6 +88,8 @@ class Domain:
             ``otel-joules devices``.
         covers: What hardware the reading covers, in words (``CPU package 0: cores, caches, uncore``), for
             ``otel-joules devices``.
+        vendor: ``hw.vendor``: the device's manufacturer (semconv ``VENDOR_AMD``, ``VENDOR_NVIDIA``), or empty
+            where the sensor does not know it.
     """
 
     id: str
@@ -101,6 +103,7 @@ class Domain:
     via_agent: bool = False
     source: str = ""
     covers: str = ""
+    vendor: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in HW_TYPES:
