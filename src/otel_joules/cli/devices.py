@@ -42,6 +42,7 @@ def describe(meter: EnergyMeter) -> dict[str, Any]:
                 "via_agent": d.via_agent,
                 "standby": d.id in standby,
                 "hw_parent": d.hw_parent,
+                "hw_vendor": d.vendor or None,
                 "source_name": d.source,
                 "covers": d.covers,
             }
