@@ -181,9 +181,9 @@ def test_an_amd_gpu_without_amdsmi_is_said_once_with_the_extra_to_install(tmp_pa
     (device / "vendor").write_text("0x1002\n")
     code = (
         "import json\n"
-        "from otel_joules.cli.devices import describe\n"
         "from otel_joules.meter.meter import EnergyMeter\n"
         "meter = EnergyMeter(sysfs_root='sys', estimate=False)\n"
+        "EnergyMeter(sysfs_root='sys', estimate=False).close()\n"
         "print(json.dumps([[u.what, u.reason, u.remedy] for u in meter.unavailable if u.what.startswith('amd_gpu')]))\n"
     )
     result = _python(tmp_path, code)
@@ -191,3 +191,6 @@ def test_an_amd_gpu_without_amdsmi_is_said_once_with_the_extra_to_install(tmp_pa
     ((what, reason, remedy),) = json.loads(result.stdout.splitlines()[-1])
     assert (what, reason) == ("amd_gpu", "1 AMD GPU in sysfs, but the amdsmi package is not installed")
     assert "pip install 'otel-joules[amd]'" in remedy
+    # Said once for the process (two meters), in one line naming the extra.
+    said = [line for line in result.stderr.splitlines() if "amdsmi" in line]
+    assert len(said) == 1 and "pip install 'otel-joules[amd]'" in said[0], result.stderr

@@ -42,6 +42,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import io
+import logging
 import os
 import re
 import threading
@@ -69,6 +70,8 @@ from otel_joules.sensors.gpu_selection import (
 from otel_joules.sensors.integration import POWER_SAMPLE_PERIOD_S, PowerIntegral
 from otel_joules.semconv import KIND_GPU, VENDOR_AMD
 
+_log = logging.getLogger("otel_joules")
+
 #: The ``Unavailable`` subject for amdsmi as a whole, and the prefix of every AMD GPU's domain id.
 WHAT = "amd_gpu"
 #: Longest a meter waits for AMD GPU discovery (import, init, listing, probes, first reads), in seconds.
@@ -91,6 +94,19 @@ INSTALL_REMEDY = "pip install 'otel-joules[amd]' (the amdsmi package, matching y
 _STATUS_NOT_SUPPORTED = 2
 _STATUS_NO_PERM = 10
 _STATUS_DRIVER_NOT_LOADED = 34
+
+
+_said: set[str] = set()
+_said_lock = threading.Lock()
+
+
+def _say_once(message: str) -> None:
+    """Warn once per process: every meter rediscovers the GPUs, and a missing package is news only once."""
+    with _said_lock:
+        if message in _said:
+            return
+        _said.add(message)
+    _log.warning("otel-joules: %s", message)
 
 
 class AmdSmiUnavailableError(SensorUnavailableError):
@@ -641,6 +657,8 @@ def discover(
         if exc.missing and not present:
             return Discovery()  # no AMD GPU, no amdsmi: nothing to say
         seen = f"{present} AMD GPU{'s' if present != 1 else ''} in sysfs, but " if present else ""
+        if present:
+            _say_once(f"{seen}{exc.reason}: their energy is in no span or metric ({exc.remedy})")
         return Discovery(unavailable=[Unavailable(WHAT, seen + exc.reason, exc.remedy)])
     try:
         found, handles, problems = _inventory(amdsmi, session)
