@@ -187,3 +187,30 @@ print(json.dumps([n for n in names if not hasattr(lib, n)]))
 
     assert run_python(code, None, tmp_path, env={"NAMES": json.dumps(names)}).data == []
     assert (build_library() / "lib" / "libamd_smi.so").exists()
+
+
+FORKED = r"""
+import json, os, time
+from otel_joules.meter.meter import EnergyMeter
+os.makedirs("empty-sys", exist_ok=True)
+meter = EnergyMeter(sysfs_root="empty-sys", estimate=False)
+a = meter.snapshot()
+start = time.monotonic()
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.5)
+    b = meter.snapshot()
+    with open("child.json", "w") as out:
+        json.dump({"joules": meter.measure(a, b).joules_by_domain.get("amd_gpu_0"), "seconds": time.monotonic() - start}, out)
+    os._exit(0)
+os.waitpid(pid, 0)
+with open("child.json") as f:
+    print(f.read())
+"""
+
+
+def test_a_forked_child_measures_the_gpu_through_its_own_amdsmi(tmp_path: Path) -> None:
+    fake = FakeAmdSmi(gpus=[FakeAmdGpu(uuid=uuid_for(0), watts=100.0)])
+    out = run_python(FORKED, fake, tmp_path).data
+    assert out["joules"] is not None
+    assert out["joules"] == pytest.approx(100.0 * out["seconds"], rel=0.05)

@@ -14,7 +14,9 @@
  * One `key=value` per line; `[card]` starts a GPU; `#` starts a comment.
  * Global keys (before the first card):
  *   update_ms=1              the energy accumulator's refresh period (quantised)
- *   epoch_monotonic_s=F      CLOCK_MONOTONIC time at which counters start (default: init)
+ *   epoch_monotonic_s=F      CLOCK_MONOTONIC time at which counters start (default: the first
+ *                            init in this process or its parent: a re-init, after fork too, keeps
+ *                            the counters running as a driver's do)
  *   init_error=N             amdsmi_init returns this status
  * Card keys:
  *   name (market name), uuid, bdf ("0000:0c:00.0")
@@ -112,7 +114,7 @@ typedef struct {
 static card_t cards[MAX_CARDS];
 static int n_cards;
 static int initialised;
-static double update_ms = 1.0, epoch_s = -1.0;
+static double update_ms = 1.0, epoch_s = -1.0, first_init_s = -1.0;
 static int init_error;
 
 static double monotonic_s(void) {
@@ -213,7 +215,8 @@ EXPORT int amdsmi_init(uint64_t flags) {
     (void)flags;
     if (load_config() != 0) return AMDSMI_STATUS_INVAL;
     if (init_error) return init_error;
-    if (epoch_s < 0) epoch_s = monotonic_s();
+    if (first_init_s < 0) first_init_s = monotonic_s();
+    if (epoch_s < 0) epoch_s = first_init_s;
     initialised = 1;
     return AMDSMI_STATUS_SUCCESS;
 }
