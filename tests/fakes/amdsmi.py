@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import math
 import os
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from tests.fakes.nvml import RunResult, run_child
+from tests.fakes.nvml import RunResult, card_lines, run_child, sine_energy_joules
 
 STUB_DIR = Path(__file__).resolve().parent / "amdsmi_stub"
 SOURCE = STUB_DIR / "fake_amdsmi.c"
@@ -53,24 +52,11 @@ class FakeAmdGpu:
 
     def energy_joules(self, t0_s: float, t1_s: float) -> float:
         """Exact energy between two times (seconds since the stand-in's epoch)."""
-        return self._integral(t1_s) - self._integral(t0_s)
-
-    def _integral(self, t_s: float) -> float:
-        omega = 2 * math.pi / self.watts_period_s
-        return self.watts * t_s + self.watts_amplitude * (1 - math.cos(omega * t_s)) / omega
+        return sine_energy_joules(self.watts, self.watts_amplitude, self.watts_period_s, t0_s, t1_s)
 
     def lines(self) -> list[str]:
         """The GPU's section of the config file."""
-        out = ["[card]"]
-        for key, value in vars(self).items():
-            if value is None or (isinstance(value, (list, tuple)) and not value):
-                continue
-            if isinstance(value, bool):
-                value = int(value)
-            elif isinstance(value, (list, tuple)):
-                value = ",".join(str(v) for v in value)
-            out.append(f"{key}={value}")
-        return out
+        return card_lines(vars(self))
 
 
 @dataclass

@@ -214,3 +214,19 @@ def test_a_forked_child_measures_the_gpu_through_its_own_amdsmi(tmp_path: Path) 
     out = run_python(FORKED, fake, tmp_path).data
     assert out["joules"] is not None
     assert out["joules"] == pytest.approx(100.0 * out["seconds"], rel=0.05)
+
+
+def test_devices_by_pid_selects_the_gpus_amdsmi_lists_this_process_on(tmp_path: Path) -> None:
+    gpus = [
+        FakeAmdGpu(uuid=uuid_for(0), pids=("999999",)),
+        FakeAmdGpu(uuid=uuid_for(1), bdf="0000:0d:00.0", pids=("self", "999999")),
+    ]
+    code = r"""
+import json
+from otel_joules.sensors import amdsmi
+found = amdsmi.discover(devices_by_pid=True, env={"ROCR_VISIBLE_DEVICES": "0"})
+print(json.dumps({"ids": [c.domain.id for c in found.channels], "notes": [u.reason for u in found.unavailable]}))
+"""
+    out = run_python(code, FakeAmdSmi(gpus=gpus), tmp_path).data
+    assert out["ids"] == ["amd_gpu_1"]  # devices_by_pid replaces the visibility variables
+    assert out["notes"] == ["devices_by_pid: no process of this process tree runs on it (amdsmi lists: 999999)"]

@@ -69,6 +69,18 @@ def fraction_of(ours: Collection[int], running: Sequence[int], sm_util_by_pid: d
     return len(mine) / len(pids)
 
 
+def plain_share(pids: set[int], ours: Collection[int]) -> tuple[float, str] | None:
+    """Our fraction of a GPU and why where no split is needed: nobody on it (:data:`IDLE`), only others
+    (:data:`OTHERS`), only ours (:data:`OURS`); None where ours and others' share it."""
+    if not pids:
+        return 0.0, IDLE
+    if not (pids & set(ours)):
+        return 0.0, OTHERS
+    if pids <= set(ours):
+        return 1.0, OURS
+    return None
+
+
 class NvmlProcessShares:
     """Reads, per GPU (by UUID), which processes run on it and how busy each keeps it.
 
@@ -113,13 +125,9 @@ class NvmlProcessShares:
         except Exception as exc:  # noqa: BLE001
             self._report(exc)
             return 1.0, UNLISTED
-        pids = set(running)
-        if not pids:
-            return 0.0, IDLE
-        if not (pids & ours):
-            return 0.0, OTHERS
-        if pids <= ours:
-            return 1.0, OURS
+        plain = plain_share(set(running), ours)
+        if plain is not None:
+            return plain
         return fraction_of(ours, running, self._utilisation(nvml, uuid, handle)), SHARED
 
     def _utilisation(self, nvml: Any, uuid: str, handle: Any) -> dict[int, int] | None:
@@ -198,15 +206,11 @@ class AmdSmiProcessShares:
         gfx_ns = {int(p["pid"]): _gfx_ns(p) for p in processes}
         before = self._last_gfx_ns.get(uuid, {})
         self._last_gfx_ns[uuid] = gfx_ns
-        pids = set(gfx_ns)
-        if not pids:
-            return 0.0, IDLE
-        if not (pids & ours):
-            return 0.0, OTHERS
-        if pids <= ours:
-            return 1.0, OURS
+        plain = plain_share(set(gfx_ns), ours)
+        if plain is not None:
+            return plain
         used = {pid: max(ns - before.get(pid, ns), 0) for pid, ns in gfx_ns.items()}
-        return fraction_of(ours, list(pids), used), SHARED
+        return fraction_of(ours, list(gfx_ns), used), SHARED
 
     def _report(self, exc: BaseException) -> None:
         if not self._failure_reported:

@@ -60,11 +60,12 @@ from otel_joules.sensors.deadline import Stall, TimedDiscovery
 from otel_joules.sensors.deadline import discover_within as _discover_within
 from otel_joules.sensors.gpu_selection import (
     SOURCE_ALL,
-    SOURCE_DEVICES_BY_PID,
     SOURCE_EXPLICIT,
     GpuSelection,
     SelectionNote,
     process_tree_pids,
+    read_visible_list,
+    select_by_pids,
     split_requested,
 )
 from otel_joules.sensors.integration import POWER_SAMPLE_PERIOD_S, PowerIntegral
@@ -85,6 +86,11 @@ DEVICE_REREAD_S = 0.05
 ACCUMULATOR_BITS = 64
 #: The power fields of ``amdsmi_get_power_info``, in order of preference (all watts).
 POWER_FIELDS = ("current_socket_power", "average_socket_power", "socket_power")
+#: Why devices_by_pid may miss AMD GPUs, and what to do.
+AMDSMI_PIDS_REMEDY = (
+    "amdsmi reports host PIDs: in a container without --pid=host they never match; a process is listed only once "
+    "it has opened the GPU. Select GPUs explicitly in either case"
+)
 #: PCI vendor id of AMD (ATI), as sysfs writes it.
 AMD_PCI_VENDOR = "0x1002"
 #: The remedy where the package is missing.
@@ -537,25 +543,17 @@ def _match(entry: str, gpus: Sequence[AmdGpu]) -> tuple[AmdGpu | None, str]:
 
 def _visible(value: str, gpus: Sequence[AmdGpu], variable: str, notes: list[SelectionNote]) -> list[AmdGpu]:
     """The GPUs a ROCm list keeps, by position in ``gpus`` or by UUID; the first bad entry ends it."""
-    kept: list[AmdGpu] = []
-    entries = value.split(",")
-    for position, raw in enumerate(entries):
-        entry = raw.strip()
-        gpu: AmdGpu | None
+
+    def resolve(entry: str) -> tuple[AmdGpu | None, str]:
         if re.fullmatch(r"\d+", entry):
             number = int(entry)
-            gpu = gpus[number] if number < len(gpus) else None
-            problem = f"is index {number}, but only {len(gpus)} AMD GPUs are visible at that point"
-        else:
-            gpu, problem = _match(entry, gpus)
-        if gpu is None:
-            ignored = len(entries) - position - 1
-            tail = f" and the {ignored} entries after it are" if ignored > 1 else " and the entry after it are" if ignored else " is"
-            notes.append(SelectionNote(f"{variable} entry {entry!r}", f"{entry!r} {problem}; as in ROCm, it{tail} ignored", "fix or remove the entry"))
-            break
-        if gpu not in kept:
-            kept.append(gpu)
-    return kept
+            found = gpus[number] if number < len(gpus) else None
+            return found, f"is index {number}, but only {len(gpus)} AMD GPUs are visible at that point"
+        return _match(entry, gpus)
+
+    named, ended = read_visible_list(value, resolve, variable, "ROCm")
+    notes += [ended] if ended is not None else []
+    return list(dict.fromkeys(gpu for _, gpu in named))
 
 
 def select_amd_gpus(
@@ -589,18 +587,8 @@ def select_amd_gpus(
     if devices_by_pid:
         if gpu_pids is None:
             raise ValueError("devices_by_pid needs gpu_pids")
-        listed = gpu_pids()
-        tree = set(process_tree_pids() if tree_pids is None else tree_pids)
-        chosen = []
-        for gpu in ordered:
-            pids = listed.get(gpu.index, ())
-            if isinstance(pids, str):
-                notes.append(SelectionNote(gpu.describe(), f"its process list cannot be read: {pids}", "select GPUs explicitly"))
-            elif tree & set(pids):
-                chosen.append(gpu.index)
-            else:
-                notes.append(SelectionNote(gpu.describe(), "devices_by_pid: no process of this process tree runs on it", "select GPUs explicitly"))
-        return GpuSelection(tuple(chosen), SOURCE_DEVICES_BY_PID, tuple(notes))
+        tree = process_tree_pids() if tree_pids is None else tree_pids
+        return select_by_pids(ordered, gpu_pids(), tree, "amdsmi", AMDSMI_PIDS_REMEDY)
     env = os.environ if env is None else env
     visible = list(ordered)
     used = []
