@@ -18,7 +18,7 @@ import pytest
 from tests.helpers.processes import REPO, clean_env, otel_joules_command
 
 #: The modules only extras install (and what they pull in, such as numpy).
-EXTRA_MODULES = ("pandas", "numpy", "matplotlib", "pymongo", "pyarrow", "duckdb", "pyspark", "pyghmi")
+EXTRA_MODULES = ("pandas", "numpy", "matplotlib", "pymongo", "pyarrow", "duckdb", "pyspark", "pyghmi", "amdsmi")
 
 _BLOCKER = "import sys\nfor _name in {names!r}:\n    sys.modules[_name] = None\n"
 
@@ -174,3 +174,24 @@ def test_report_plot_without_matplotlib_is_one_line(tmp_path: Path) -> None:
 
 def test_report_engine_spark_without_pyspark_is_one_line(tmp_path: Path) -> None:
     _one_line(_cli(tmp_path, "report", "--engine", "spark", str(_jsonl_export(tmp_path))), "spark")
+
+
+def test_an_amd_gpu_without_amdsmi_is_said_once_with_the_extra_to_install(tmp_path: Path) -> None:
+    device = tmp_path / "sys" / "class" / "drm" / "card0" / "device"
+    device.mkdir(parents=True)
+    (device / "vendor").write_text("0x1002\n")
+    code = (
+        "import json\n"
+        "from otel_joules.meter.meter import EnergyMeter\n"
+        "meter = EnergyMeter(sysfs_root='sys', estimate=False)\n"
+        "EnergyMeter(sysfs_root='sys', estimate=False).close()\n"
+        "print(json.dumps([[u.what, u.reason, u.remedy] for u in meter.unavailable if u.what.startswith('amd_gpu')]))\n"
+    )
+    result = _python(tmp_path, code)
+    assert result.returncode == 0, result.stderr
+    ((what, reason, remedy),) = json.loads(result.stdout.splitlines()[-1])
+    assert (what, reason) == ("amd_gpu", "1 AMD GPU in sysfs, but the amdsmi package is not installed")
+    assert "pip install 'otel-joules[amd]'" in remedy
+    # Said once for the process (two meters), in one line naming the extra.
+    said = [line for line in result.stderr.splitlines() if "amdsmi" in line]
+    assert len(said) == 1 and "pip install 'otel-joules[amd]'" in said[0], result.stderr

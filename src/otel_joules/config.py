@@ -182,6 +182,17 @@ CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 CUDA_DEVICE_ORDER = "CUDA_DEVICE_ORDER"
 """How CUDA numbers GPUs (``FASTEST_FIRST`` or ``PCI_BUS_ID``): the meaning of the indices in ``CUDA_VISIBLE_DEVICES``."""
 
+ROCR_VISIBLE_DEVICES = "ROCR_VISIBLE_DEVICES"
+"""ROCm's runtime-level list of the AMD GPUs a process sees (indices or ``GPU-<unique id>``): applied first
+(:mod:`otel_joules.sensors.amdsmi`)."""
+
+HIP_VISIBLE_DEVICES = "HIP_VISIBLE_DEVICES"
+"""HIP's list of the AMD GPUs a process sees, indices into what ``ROCR_VISIBLE_DEVICES`` leaves; where it is
+unset HIP reads ``CUDA_VISIBLE_DEVICES`` instead (:mod:`otel_joules.sensors.amdsmi`)."""
+
+ROCM_PATH = "ROCM_PATH"
+"""Where ROCm is installed: the ``amdsmi`` package loads ``$ROCM_PATH/lib/libamd_smi.so`` first."""
+
 TRACEPARENT = "TRACEPARENT"
 """W3C trace context in a process's environment: ``otel-joules run`` sets it for its command, whose spans then
 continue the run's trace (:mod:`otel_joules.instrumentation.context`)."""

@@ -268,6 +268,12 @@ HW_NAME: Final = "hw.name"
 HW_TYPE: Final = "hw.type"
 #: Metric attribute: the ``hw.id`` of the device that contains this one (a package's core zone).
 HW_PARENT: Final = "hw.parent"
+#: Metric attribute: the device's manufacturer (``AMD``, ``NVIDIA``), where the sensor knows it.
+HW_VENDOR: Final = "hw.vendor"
+#: ``hw.vendor``'s value on AMD GPUs (read through amdsmi).
+VENDOR_AMD: Final = "AMD"
+#: ``hw.vendor``'s value on NVIDIA GPUs (read through NVML).
+VENDOR_NVIDIA: Final = "NVIDIA"
 #: Metric attribute: the domain id (``package_0``, ``psys``, ``nvidia_gpu_0``), the key a span's
 #: ``energy.<domain>.joules`` uses: it joins a span's domain to its metric series on the same host.
 ENERGY_DOMAIN: Final = "energy.domain"

@@ -114,3 +114,29 @@ def test_every_source_is_listed_with_what_it_covers_and_which_reading_counts_whe
     )
     rail_line = next(line for line in lines if line.strip().startswith("covers one board power rail"))
     assert "not added" in rail_line and "source: hwmon ina226" in rail_line
+
+
+def test_amd_gpus_are_listed_with_their_source_vendor_and_partitions(tmp_path: Path) -> None:
+    from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdSmi, build_library as build_amdsmi, uuid_for as amd_uuid
+
+    fake = FakeAmdSmi(gpus=[
+        FakeAmdGpu(uuid=amd_uuid(0), compute_partition="SPX", memory_partition="NPS1"),
+        FakeAmdGpu(uuid=amd_uuid(1), name="AMD Radeon PRO W7900", bdf="0000:0d:00.0", energy=False),
+    ])
+    no_nvidia = tmp_path / "no-nvidia-lib"
+    no_nvidia.mkdir()
+    env = subprocess_env(None, no_nvidia, {
+        "ROCM_PATH": str(build_amdsmi()), "FAKE_AMDSMI_CONFIG": str(fake.write(tmp_path / "amd.conf")),
+        "OTEL_JOULES_SYSFS_ROOT": str(tmp_path / "nosys"),
+    })
+    result = devices(["--json"], env)
+    assert result.returncode == 0, result.stderr
+    gpus = [d for d in json.loads(result.stdout)["domains"] if d["hw_type"] == "gpu"]
+    assert [(d["id"], d["hw_id"], d["method"], d["hw_vendor"], d["source_name"]) for d in gpus] == [
+        ("amd_gpu_0", amd_uuid(0), "counter", "AMD", "amdsmi energy accumulator"),
+        ("amd_gpu_1", amd_uuid(1), "power_integration", "AMD", "amdsmi power reading"),
+    ]
+    assert gpus[0]["hw_name"] == "AMD Instinct MI300X (SPX, NPS1)"
+    text = devices([], env)
+    assert text.returncode == 0, text.stderr
+    assert "amd_gpu_0" in text.stdout and "amd_gpu_1" in text.stdout and "amdsmi energy accumulator" in text.stdout

@@ -225,3 +225,19 @@ def test_the_carbon_step_says_which_source_answered_and_warns_when_a_live_provid
     down = carbon_check([ElectricityMapsProvider("key", zone="DE", base_url=f"http://127.0.0.1:{closed_port()}")])
     assert down.status == "warn" and down.detail.startswith("no live provider answered; using ")
     assert "key and network access" in down.remedy
+
+
+def test_amd_gpus_are_checked_through_amdsmi(tmp_path: Path) -> None:
+    from tests.fakes.amdsmi import FakeAmdGpu, FakeAmdSmi, build_library as build_amdsmi, uuid_for as amd_uuid
+
+    tree = make_powercap(tmp_path / "sys", "one_socket")
+    fake = FakeAmdSmi(gpus=[FakeAmdGpu(uuid=amd_uuid(0)), FakeAmdGpu(uuid=amd_uuid(1), energy=False, power=False)])
+    env = _env(tmp_path, tree.sysfs_root, tmp_path / "no-agent.sock",
+               ROCM_PATH=str(build_amdsmi()), FAKE_AMDSMI_CONFIG=str(fake.write(tmp_path / "amd.conf")))
+    steps = _steps(_json(_doctor(env, (), "--json")))
+    amd = steps["gpu.amdsmi"]
+    # One GPU measured, the other said with its reason: a warning, not silence.
+    assert amd["status"] == "warn"
+    assert amd["detail"].startswith("amdsmi measures amd_gpu_0")
+    assert "amdsmi supports neither its energy accumulator nor its power reading" in amd["detail"]
+    assert "amd_gpu" not in steps["gpu.nvml"]["detail"]

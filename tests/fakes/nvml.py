@@ -62,24 +62,35 @@ class FakeCard:
 
     def energy_joules(self, t0_s: float, t1_s: float) -> float:
         """Exact energy between two times (seconds since the stand-in's epoch)."""
-        return self._integral(t1_s) - self._integral(t0_s)
-
-    def _integral(self, t_s: float) -> float:
-        omega = 2 * math.pi / self.watts_period_s
-        return self.watts * t_s + self.watts_amplitude * (1 - math.cos(omega * t_s)) / omega
+        return sine_energy_joules(self.watts, self.watts_amplitude, self.watts_period_s, t0_s, t1_s)
 
     def lines(self) -> list[str]:
         """The card's section of the config file."""
-        out = ["[card]"]
-        for key, value in vars(self).items():
-            if value is None or (isinstance(value, (list, tuple)) and not value):
-                continue
-            if isinstance(value, bool):
-                value = int(value)
-            elif isinstance(value, (list, tuple)):
-                value = ",".join(str(v) for v in value)
-            out.append(f"{key}={value}")
-        return out
+        return card_lines(vars(self))
+
+
+def sine_energy_joules(watts: float, amplitude_watts: float, period_s: float, t0_s: float, t1_s: float) -> float:
+    """The exact energy of P(t) = watts + amplitude x sin(2 pi t / period) between two times: the stand-ins' truth."""
+    omega = 2 * math.pi / period_s
+
+    def integral(t_s: float) -> float:
+        return watts * t_s + amplitude_watts * (1 - math.cos(omega * t_s)) / omega
+
+    return integral(t1_s) - integral(t0_s)
+
+
+def card_lines(fields: Mapping[str, Any]) -> list[str]:
+    """A stand-in card's ``[card]`` section: one ``key=value`` per set field (lists comma-separated, bools 0/1)."""
+    out = ["[card]"]
+    for key, value in fields.items():
+        if value is None or (isinstance(value, (list, tuple)) and not value):
+            continue
+        if isinstance(value, bool):
+            value = int(value)
+        elif isinstance(value, (list, tuple)):
+            value = ",".join(str(v) for v in value)
+        out.append(f"{key}={value}")
+    return out
 
 
 @dataclass
@@ -193,6 +204,19 @@ def run_python(
         library_dir.mkdir(exist_ok=True)
     elif library_dir is None:
         library_dir = build_library()
+    return run_child(code, config, library_dir, tmp_path, env, args, timeout_s)
+
+
+def run_child(
+    code: str,
+    config: Path | None,
+    library_dir: Path | None,
+    tmp_path: Path,
+    env: Mapping[str, str | None] | None,
+    args: Sequence[str],
+    timeout_s: float,
+) -> RunResult:
+    """Run ``code`` (or ``args``) in a child with :func:`subprocess_env`; its last stdout line is JSON (or nothing)."""
     command = [sys.executable, *args] if args else [sys.executable, "-c", textwrap.dedent(code)]
     proc = subprocess.run(
         command,

@@ -23,7 +23,7 @@ from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.semconv import KIND_GPU
 
 if TYPE_CHECKING:
-    from otel_joules.attribution.gpu import NvmlProcessShares
+    from otel_joules.attribution.gpu import GpuProcessShares, NvmlProcessShares
     from otel_joules.attribution.baseline import Baselines
     from otel_joules.meter.meter import EnergyMeter
 
@@ -73,7 +73,7 @@ class Attributor:
         meter: "EnergyMeter",
         *,
         clocks: CpuClocks | None = None,
-        gpu_shares: "NvmlProcessShares | None" = None,
+        gpu_shares: "GpuProcessShares | NvmlProcessShares | None" = None,
         sample: bool = True,
         period_s: float = HISTORY_PERIOD_S,
         history_s: float = HISTORY_S,
@@ -83,11 +83,11 @@ class Attributor:
         self.meter = meter
         clocks = clocks or CpuClocks(meter.settings.procfs_root)
         if gpu_shares is None:
-            gpu_uuids = [d.hw_id for d in meter.domains if d.in_total and ATTRIBUTION_KIND[d.kind] == KIND_GPU]
-            if gpu_uuids:
-                from otel_joules.attribution.gpu import NvmlProcessShares
+            gpu_domains = [d for d in meter.domains if d.in_total and ATTRIBUTION_KIND[d.kind] == KIND_GPU]
+            if gpu_domains:
+                from otel_joules.attribution.gpu import gpu_process_shares
 
-                gpu_shares = NvmlProcessShares(gpu_uuids)
+                gpu_shares = gpu_process_shares(gpu_domains)
         #: The sampler thread, the history, its prices and baselines.
         self.prices = PriceHistory(
             meter, clocks=clocks, gpu_shares=gpu_shares, sample=sample, period_s=period_s, history_s=history_s
@@ -127,7 +127,7 @@ class Attributor:
         return self.prices.clocks
 
     @property
-    def gpu_shares(self) -> "NvmlProcessShares | None":
+    def gpu_shares(self) -> "GpuProcessShares | NvmlProcessShares | None":
         """This process's fraction of each GPU domain (None: no GPU measured)."""
         return self.prices.gpu_shares
 

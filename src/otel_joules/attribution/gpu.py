@@ -27,10 +27,11 @@ from otel_joules.attribution.procfs import process_tree
 from otel_joules.attribution.sampling import HISTORY_PERIOD_S
 from otel_joules.attribution.shares import ATTRIBUTION_KIND
 from otel_joules.meter.energy import energy_between
-from otel_joules.semconv import KIND_GPU
+from otel_joules.semconv import KIND_GPU, VENDOR_AMD
 
 if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
+    from otel_joules.sensors.base import Domain
 
 _log = logging.getLogger("otel_joules")
 
@@ -66,6 +67,18 @@ def fraction_of(ours: Collection[int], running: Sequence[int], sm_util_by_pid: d
         if total > 0:
             return sum(sm_util_by_pid.get(pid, 0) for pid in mine) / total
     return len(mine) / len(pids)
+
+
+def plain_share(pids: set[int], ours: Collection[int]) -> tuple[float, str] | None:
+    """Our fraction of a GPU and why where no split is needed: nobody on it (:data:`IDLE`), only others
+    (:data:`OTHERS`), only ours (:data:`OURS`); None where ours and others' share it."""
+    if not pids:
+        return 0.0, IDLE
+    if not (pids & set(ours)):
+        return 0.0, OTHERS
+    if pids <= set(ours):
+        return 1.0, OURS
+    return None
 
 
 class NvmlProcessShares:
@@ -112,13 +125,9 @@ class NvmlProcessShares:
         except Exception as exc:  # noqa: BLE001
             self._report(exc)
             return 1.0, UNLISTED
-        pids = set(running)
-        if not pids:
-            return 0.0, IDLE
-        if not (pids & ours):
-            return 0.0, OTHERS
-        if pids <= ours:
-            return 1.0, OURS
+        plain = plain_share(set(running), ours)
+        if plain is not None:
+            return plain
         return fraction_of(ours, running, self._utilisation(nvml, uuid, handle)), SHARED
 
     def _utilisation(self, nvml: Any, uuid: str, handle: Any) -> dict[int, int] | None:
@@ -147,6 +156,111 @@ class NvmlProcessShares:
                 "this process's",
                 exc,
             )
+
+
+class AmdSmiProcessShares:
+    """Reads, per AMD GPU (by UUID), which processes amdsmi lists on it and how much graphics-engine time each used.
+
+    The same rules as :class:`NvmlProcessShares`: no process listed: idle (0); only ours: 1; others only: 0;
+    ours and others': split by each process's graphics-engine time since the last sample (amdsmi's
+    ``engine_usage.gfx``, ns), or equally where none moved; amdsmi cannot list processes: ours (1).
+    amdsmi, like NVML, lists host PIDs.
+
+    Args:
+        uuids: The measured AMD GPUs' UUIDs (``hw.id`` of their domains).
+        our_pids: Returns the PIDs counted as this job's (default: this process).
+    """
+
+    def __init__(self, uuids: Sequence[str], our_pids: Callable[[], Collection[int]] | None = None) -> None:
+        self.uuids = tuple(uuids)
+        self._our_pids = our_pids or (lambda: (os.getpid(),))
+        self._last_gfx_ns: dict[str, dict[int, int]] = {}
+        self._failure_reported = False
+
+    def fractions(self) -> list[float]:
+        """Our fraction of each GPU, in the order of :attr:`uuids` (1.0 where amdsmi cannot say)."""
+        return [fraction for fraction, _ in self.observations()]
+
+    def observations(self) -> list[tuple[float, str]]:
+        """Our fraction of each GPU and why (:meth:`NvmlProcessShares.observations`' words)."""
+        try:
+            from otel_joules.sensors.amdsmi import default_session
+
+            session = default_session()
+            amdsmi = session.acquire()
+        except Exception as exc:  # noqa: BLE001 - attribution must never break measurement
+            self._report(exc)
+            return [(1.0, UNLISTED)] * len(self.uuids)
+        ours = set(self._our_pids())
+        return [self._observe(amdsmi, session, uuid, ours) for uuid in self.uuids]
+
+    def _observe(self, amdsmi: Any, session: Any, uuid: str, ours: set[int]) -> tuple[float, str]:
+        try:
+            handle = session.handle_by_uuid(uuid)
+            if handle is None:
+                raise LookupError(f"amdsmi no longer lists the GPU {uuid}")
+            processes = list(amdsmi.amdsmi_get_gpu_process_list(handle))
+        except Exception as exc:  # noqa: BLE001
+            self._report(exc)
+            return 1.0, UNLISTED
+        gfx_ns = {int(p["pid"]): _gfx_ns(p) for p in processes}
+        before = self._last_gfx_ns.get(uuid, {})
+        self._last_gfx_ns[uuid] = gfx_ns
+        plain = plain_share(set(gfx_ns), ours)
+        if plain is not None:
+            return plain
+        used = {pid: max(ns - before.get(pid, ns), 0) for pid, ns in gfx_ns.items()}
+        return fraction_of(ours, list(gfx_ns), used), SHARED
+
+    def _report(self, exc: BaseException) -> None:
+        if not self._failure_reported:
+            self._failure_reported = True
+            _log.info(
+                "otel-joules: amdsmi cannot say which processes use the AMD GPUs (%s); each measured AMD GPU counts as "
+                "this process's",
+                exc,
+            )
+
+
+def _gfx_ns(process: Any) -> int:
+    usage = process.get("engine_usage") if isinstance(process, dict) else None
+    value = usage.get("gfx") if isinstance(usage, dict) else None
+    return value if isinstance(value, int) else 0
+
+
+class GpuProcessShares:
+    """This process's fraction of each measured GPU, each asked of its vendor's library.
+
+    AMD GPUs (``hw.vendor`` AMD) go to :class:`AmdSmiProcessShares`, the others to :class:`NvmlProcessShares`
+    (where NVML does not know a GPU, an Intel one, it counts as ours, as before).
+
+    Args:
+        gpus: ``(hw.id, hw.vendor)`` of the measured GPU domains, in the meter's order.
+        our_pids: Returns the PIDs counted as this job's (default: this process).
+    """
+
+    def __init__(self, gpus: Sequence[tuple[str, str]], our_pids: Callable[[], Collection[int]] | None = None) -> None:
+        self.uuids = tuple(uuid for uuid, _ in gpus)
+        self._is_amd = [vendor == VENDOR_AMD for _, vendor in gpus]
+        amd = [uuid for uuid, vendor in gpus if vendor == VENDOR_AMD]
+        other = [uuid for uuid, vendor in gpus if vendor != VENDOR_AMD]
+        self._amd = AmdSmiProcessShares(amd, our_pids) if amd else None
+        self._nvml = NvmlProcessShares(other, our_pids) if other else None
+
+    def fractions(self) -> list[float]:
+        """Our fraction of each GPU, in the order of :attr:`uuids`."""
+        return [fraction for fraction, _ in self.observations()]
+
+    def observations(self) -> list[tuple[float, str]]:
+        """Our fraction of each GPU and why, in the order of :attr:`uuids`."""
+        amd = iter(self._amd.observations() if self._amd is not None else [])
+        other = iter(self._nvml.observations() if self._nvml is not None else [])
+        return [next(amd) if is_amd else next(other) for is_amd in self._is_amd]
+
+
+def gpu_process_shares(domains: Sequence["Domain"], our_pids: Callable[[], Collection[int]] | None = None) -> GpuProcessShares:
+    """:class:`GpuProcessShares` over the given GPU domains."""
+    return GpuProcessShares([(d.hw_id, d.vendor) for d in domains], our_pids)
 
 
 def _error_value(exc: BaseException) -> int | None:
@@ -197,7 +311,7 @@ class CommandGpuShares:
     Args:
         meter: The run's meter; its GPU domains that add to the total are followed.
         start: The run's first snapshot: the charged periods start there.
-        shares: NVML's view (default: :class:`NvmlProcessShares` over the command's tree).
+        shares: The GPU libraries' view (default: :class:`GpuProcessShares` over the command's tree).
         period_s: How often NVML's lists are read.
         static_watts: Each domain's idle baseline by the meter's domain index, asked every period
             (:class:`~otel_joules.attribution.command.CommandBaselines`); None or a None entry: the
@@ -208,7 +322,7 @@ class CommandGpuShares:
         self,
         meter: "EnergyMeter",
         start: "EnergySnapshot",
-        shares: NvmlProcessShares | None = None,
+        shares: "GpuProcessShares | NvmlProcessShares | None" = None,
         period_s: float | None = None,
         static_watts: "Callable[[], Sequence[float | None]] | None" = None,
     ) -> None:
@@ -219,7 +333,7 @@ class CommandGpuShares:
         self._indices = [i for i, d in enumerate(meter.domains) if d.in_total and ATTRIBUTION_KIND[d.kind] == KIND_GPU]
         self._pid: int | None = None
         if shares is None and self._indices:
-            shares = NvmlProcessShares([meter.domains[i].hw_id for i in self._indices], our_pids=self._tree)
+            shares = gpu_process_shares([meter.domains[i] for i in self._indices], our_pids=self._tree)
         self._shares = shares
         self._period_s = HISTORY_PERIOD_S if period_s is None else period_s
         self._charged_j = [0.0] * len(self._indices)

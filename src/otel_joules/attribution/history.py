@@ -57,7 +57,7 @@ from otel_joules.semconv import ENERGY_ATTRIBUTED_NAMESPACE, ENERGY_JOULES, KIND
 from otel_joules.sensors.base import Method
 
 if TYPE_CHECKING:
-    from otel_joules.attribution.gpu import NvmlProcessShares
+    from otel_joules.attribution.gpu import GpuProcessShares, NvmlProcessShares
     from otel_joules.meter.meter import EnergyMeter
 
 _log = logging.getLogger("otel_joules")
@@ -103,7 +103,7 @@ class PriceHistory:
         meter: "EnergyMeter",
         *,
         clocks: CpuClocks,
-        gpu_shares: "NvmlProcessShares | None",
+        gpu_shares: "GpuProcessShares | NvmlProcessShares | None",
         sample: bool = True,
         period_s: float = HISTORY_PERIOD_S,
         history_s: float = HISTORY_S,

@@ -29,7 +29,7 @@ from otel_joules.delivery.reachability import sdk_metrics_gate
 from otel_joules.delivery.setup import Telemetry, build_resource, telemetry_from_env
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
-from otel_joules.sensors import bmc, hwmon, nvml, overlap, rapl
+from otel_joules.sensors import amdsmi, bmc, hwmon, nvml, overlap, rapl
 from otel_joules.sensors.base import Channel
 from otel_joules.semconv import HOST_ID, HOST_NAME
 
@@ -96,6 +96,7 @@ def open_host_channels(settings: Settings, bmc_config: str | None = None) -> lis
     kept, _ = overlap.count_once(channels, hwmon.discover(settings).channels)
     channels += kept
     channels += nvml.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
+    channels += amdsmi.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
     if bmc_config is not None:
         channels += bmc.discover(bmc_config).channels
     overlap.settle_platforms(channels)

@@ -79,6 +79,7 @@ def _domain_entry(d: Domain, standby: bool) -> dict[str, Any]:
         "via_agent": d.via_agent,
         "standby": standby,
         "hw_parent": d.hw_parent,
+        "hw_vendor": d.vendor or None,
         "source_name": d.source,
         "covers": d.covers,
         "estimate_source": d.estimate_source or None,

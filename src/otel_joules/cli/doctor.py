@@ -31,6 +31,7 @@ from otel_joules.meter.meter import EnergyMeter
 from otel_joules.meter.notice import fallback_message
 from otel_joules.sensors import rapl
 from otel_joules.sensors.agent import AgentUnavailable, group_of, join_group_remedy, subscribe
+from otel_joules.sensors.amdsmi import WHAT as AMD_WHAT
 from otel_joules.sensors.base import Unavailable
 from otel_joules.semconv import KIND_GPU
 
@@ -161,8 +162,10 @@ def _agent_answer(socket_path: str, group: str | None, needed: bool) -> list[Che
 
 
 def gpu_checks(report: dict[str, Any]) -> list[Check]:
-    """NVML (from what the meter found) and amdsmi."""
-    gpus = [d["id"] for d in report["domains"] if d["hw_type"] == KIND_GPU and d["source"] == "measured"]
+    """NVML and amdsmi, from what the meter found."""
+    measured = [d["id"] for d in report["domains"] if d["hw_type"] == KIND_GPU and d["source"] == "measured"]
+    amd_gpus = [g for g in measured if g.startswith(AMD_WHAT)]
+    gpus = [g for g in measured if not g.startswith(AMD_WHAT)]
     problems = [u for u in report["unavailable"] if u["what"].startswith("nvidia_gpu")]
     if gpus:
         nvml = Check("gpu.nvml", OK if not problems else WARN, f"NVML measures {', '.join(gpus)}"
@@ -170,11 +173,17 @@ def gpu_checks(report: dict[str, Any]) -> list[Check]:
     else:
         reasons = "; ".join(u["reason"] for u in problems) or "NVML found no GPU"
         nvml = Check("gpu.nvml", INFO, f"no NVIDIA GPU measured: {reasons}", _remedies_of(problems))
-    if importlib.util.find_spec("amdsmi") is None:
-        amd = Check("gpu.amdsmi", INFO, "amdsmi is not installed; otel-joules measures NVIDIA GPUs only (through NVML)")
+    amd_problems = [u for u in report["unavailable"] if u["what"].startswith(AMD_WHAT)]
+    said = "".join(f"; {u['what']}: {u['reason']}" for u in amd_problems)
+    if amd_gpus:
+        amd = Check("gpu.amdsmi", OK if not amd_problems else WARN, f"amdsmi measures {', '.join(amd_gpus)}{said}",
+                    _remedies_of(amd_problems))
+    elif amd_problems:
+        amd = Check("gpu.amdsmi", WARN, f"no AMD GPU measured{said}", _remedies_of(amd_problems))
+    elif importlib.util.find_spec("amdsmi") is None:
+        amd = Check("gpu.amdsmi", INFO, "amdsmi is not installed, and sysfs shows no AMD GPU")
     else:
-        amd = Check("gpu.amdsmi", WARN, "amdsmi is installed, but otel-joules measures NVIDIA GPUs only: "
-                    "an AMD GPU's energy is in no span", "")
+        amd = Check("gpu.amdsmi", INFO, "amdsmi found no AMD GPU")
     return [nvml, amd]
 
 

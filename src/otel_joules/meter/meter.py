@@ -590,9 +590,17 @@ def _discover(
 
 
 def _discover_gpus(settings: Settings, gpus: Sequence[int | str] | None, devices_by_pid: bool):  # type: ignore[no-untyped-def]
-    from otel_joules.sensors import nvml
+    """NVIDIA GPUs (NVML), then AMD GPUs (amdsmi). AMD GPUs are measured unless the caller chose GPUs: an
+    explicit choice names NVML indices and UUIDs, as for hwmon's Intel GPUs."""
+    from otel_joules.sensors import amdsmi, nvml
 
-    return nvml.discover_within(settings, gpus=gpus, devices_by_pid=devices_by_pid)
+    found = nvml.discover_within(settings, gpus=gpus, devices_by_pid=devices_by_pid)
+    if gpus is None:
+        amd = amdsmi.discover_within(settings, devices_by_pid=devices_by_pid)
+        found.discovery.channels += amd.discovery.channels
+        found.discovery.unavailable += amd.discovery.unavailable
+        found.first_reads_uj.update(amd.first_reads_uj)
+    return found
 
 
 def _first_read_uj(channel: Channel, first_reads_uj: dict[str, int | Exception]) -> int:

@@ -27,6 +27,7 @@ from otel_joules.semconv import (
     HW_NAME,
     HW_PARENT,
     HW_TYPE,
+    HW_VENDOR,
     KIND_PLATFORM,
     SOURCE_ESTIMATE,
     SOURCE_MEASURED,
@@ -112,6 +113,8 @@ def device_attributes(domain: Domain) -> dict[str, str]:
         attributes[HW_PARENT] = domain.hw_parent
     if domain.estimate_source:
         attributes[ENERGY_ESTIMATE_SOURCE] = domain.estimate_source
+    if domain.vendor:
+        attributes[HW_VENDOR] = domain.vendor
     return attributes
 
 

@@ -94,6 +94,8 @@ class Domain:
             (``energy.estimate.low.joules``, ``...high.joules``); (1.0, 1.0) for a measurement.
         estimate_static_watts: For a CPU estimate: the watts its model draws whatever the load (every logical CPU's
             idle watts), the static baseline that attribution then need not learn; 0.0 otherwise.
+        vendor: ``hw.vendor``: the device's manufacturer (semconv ``VENDOR_AMD``, ``VENDOR_NVIDIA``), or empty
+            where the sensor does not know it.
     """
 
     id: str
@@ -110,6 +112,7 @@ class Domain:
     estimate_source: str = ""
     estimate_band: tuple[float, float] = (1.0, 1.0)
     estimate_static_watts: float = 0.0
+    vendor: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in HW_TYPES:

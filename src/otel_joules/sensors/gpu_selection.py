@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
-from typing import Callable, Collection, Mapping, Sequence
+from typing import Callable, Collection, Mapping, Protocol, Sequence, TypeVar
 
 from otel_joules.config import CUDA_DEVICE_ORDER, CUDA_VISIBLE_DEVICES
 from otel_joules.errors import ConfigurationError
@@ -184,6 +184,31 @@ def _excluded_notes(gpus: Sequence[GpuInfo], selected: Collection[int], reason: 
     return [SelectionNote(gpu.describe(), reason, remedy) for gpu in sorted(gpus, key=lambda g: g.index) if gpu.index not in selected]
 
 
+_Named = TypeVar("_Named")
+
+
+def read_visible_list(
+    value: str, resolve: Callable[[str], tuple[_Named | None, str]], variable: str, runtime: str
+) -> tuple[list[tuple[str, _Named]], SelectionNote | None]:
+    """Each entry of a visibility list (``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES``, ...) with the GPU it names.
+
+    ``resolve`` maps an entry to its GPU, or to None and the problem in words. The first entry that names no GPU
+    ends the list, as in the runtimes; the note returned with the entries before it says so.
+    """
+    named: list[tuple[str, _Named]] = []
+    entries = value.split(",")
+    for position, raw in enumerate(entries):
+        entry = raw.strip()
+        found, problem = resolve(entry)
+        if found is None:
+            ignored = len(entries) - position - 1
+            tail = f" and the {ignored} {'entry' if ignored == 1 else 'entries'} after it are" if ignored else " is"
+            reason = f"{entry!r} {problem}; as in {runtime}, it{tail} ignored"
+            return named, SelectionNote(f"{variable} entry {entry!r}", reason, "fix or remove the entry")
+        named.append((entry, found))
+    return named, None
+
+
 def parse_cuda_visible_devices(
     value: str | None, gpus: Sequence[GpuInfo], device_order: str | None = None
 ) -> GpuSelection:
@@ -197,31 +222,20 @@ def parse_cuda_visible_devices(
     ordered = cuda_order(gpus, device_order)
     selected: list[int] = []
     notes: list[SelectionNote] = []
-    entries = value.split(",")
-    for position, raw in enumerate(entries):
-        entry = raw.strip()
-        gpu: GpuInfo | None
+
+    def resolve(entry: str) -> tuple[GpuInfo | None, str]:
         if re.fullmatch(r"\d+", entry):
             number = int(entry)
-            gpu = ordered[number] if number < len(ordered) else None
-            problem = f"is index {number}, but there are only {len(ordered)} GPUs"
-        else:
-            gpu, problem = _resolve_identifier(entry, ordered)
-        if gpu is None:
-            ignored = len(entries) - position - 1
-            tail = f" and the {ignored} {'entry' if ignored == 1 else 'entries'} after it are" if ignored else " is"
-            notes.append(
-                SelectionNote(
-                    f"CUDA_VISIBLE_DEVICES entry {entry!r}",
-                    f"{entry!r} {problem}; as in CUDA, it{tail} ignored",
-                    "fix or remove the entry",
-                )
-            )
-            break
+            return (ordered[number] if number < len(ordered) else None), f"is index {number}, but there are only {len(ordered)} GPUs"
+        return _resolve_identifier(entry, ordered)
+
+    named, ended = read_visible_list(value, resolve, CUDA_VISIBLE_DEVICES, "CUDA")
+    for entry, gpu in named:
         if entry.upper().startswith("MIG-"):
             notes.append(SelectionNote(f"MIG device {entry}", _MIG_NOTE.format(domain=gpu.domain_id)))
         if gpu.index not in selected:
             selected.append(gpu.index)
+    notes += [ended] if ended is not None else []
     notes += _excluded_notes(gpus, selected, f"not visible to this process: CUDA_VISIBLE_DEVICES={value!r}", remedy)
     return GpuSelection(tuple(selected), SOURCE_CUDA_VISIBLE_DEVICES, tuple(notes))
 
@@ -283,21 +297,39 @@ def process_tree_pids(root_pid: int | None = None) -> frozenset[int]:
     return frozenset(pids)
 
 
+class ListedGpu(Protocol):
+    """What :func:`select_by_pids` needs of a GPU (NVML's :class:`GpuInfo`, amdsmi's ``AmdGpu``)."""
+
+    @property
+    def index(self) -> int:
+        """The library's index of the GPU."""
+
+    def describe(self) -> str:
+        """The GPU in messages."""
+
+
+#: Why devices_by_pid may miss NVIDIA GPUs, and what to do.
+NVML_PIDS_REMEDY = (
+    "NVML reports host PIDs: in a container without --pid=host they never match; a process is listed "
+    "only once it has created a CUDA context. Select GPUs explicitly in either case"
+)
+
+
 def select_by_pids(
-    gpus: Sequence[GpuInfo], gpu_pids: Mapping[int, Collection[int] | str], tree_pids: Collection[int]
+    gpus: Sequence[ListedGpu],
+    gpu_pids: Mapping[int, Collection[int] | str],
+    tree_pids: Collection[int],
+    library: str = "NVML",
+    remedy: str = NVML_PIDS_REMEDY,
 ) -> GpuSelection:
     """GPUs on which a process of ``tree_pids`` runs.
 
-    ``gpu_pids`` maps an NVML index to the PIDs NVML lists on it, or to a message when the
-    list could not be read.
+    ``gpu_pids`` maps the library's index of a GPU to the PIDs ``library`` lists on it, or to a message when
+    the list could not be read; ``remedy`` says what to do where a GPU is left out.
     """
     tree = set(tree_pids)
     selected = []
     notes = []
-    remedy = (
-        "NVML reports host PIDs: in a container without --pid=host they never match; a process is listed "
-        "only once it has created a CUDA context. Select GPUs explicitly in either case"
-    )
     for gpu in sorted(gpus, key=lambda g: g.index):
         listed = gpu_pids.get(gpu.index, ())
         if isinstance(listed, str):
@@ -309,7 +341,7 @@ def select_by_pids(
             notes.append(
                 SelectionNote(
                     gpu.describe(),
-                    f"devices_by_pid: no process of this process tree runs on it (NVML lists: {shown})",
+                    f"devices_by_pid: no process of this process tree runs on it ({library} lists: {shown})",
                     remedy,
                 )
             )

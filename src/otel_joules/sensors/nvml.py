@@ -39,7 +39,6 @@ background. The bound is generous because a healthy driver that is not kept load
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -48,6 +47,8 @@ from typing import Any, Callable, Collection, Mapping, Sequence
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
 from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
+from otel_joules.sensors.deadline import Stall, TimedDiscovery  # noqa: F401 - TimedDiscovery: importable from here too
+from otel_joules.sensors.deadline import discover_within as _discover_within
 from otel_joules.sensors.gpu_selection import GpuInfo, GpuSelection, select_gpus
 from otel_joules.sensors.integration import POWER_SAMPLE_PERIOD_S, PowerIntegral
 from otel_joules.sensors.nvml_session import (  # noqa: F401 - the session's public names, also importable from here
@@ -60,7 +61,7 @@ from otel_joules.sensors.nvml_session import (  # noqa: F401 - the session's pub
     _error_code,
     default_session,
 )
-from otel_joules.semconv import KIND_GPU
+from otel_joules.semconv import KIND_GPU, VENDOR_NVIDIA
 
 _log = logging.getLogger("otel_joules")
 
@@ -279,6 +280,7 @@ def _gpu_domain(gpu: GpuInfo, method: Method) -> Domain:
         update_period_s=ENERGY_COUNTER_UPDATE_PERIOD_S if method is Method.COUNTER else POWER_SAMPLE_PERIOD_S,
         source="NVML" if method is Method.COUNTER else "NVML power reading",
         covers="the whole GPU board (NVML's reading for the device)",
+        vendor=VENDOR_NVIDIA,
     )
 
 
@@ -385,22 +387,6 @@ def discover(
     return Discovery(channels=channels, unavailable=unavailable)
 
 
-@dataclass
-class TimedDiscovery:
-    """What :func:`discover_within` found: the discovery and each channel's first reading.
-
-    Attributes:
-        discovery: Channels and unavailable GPUs, as :func:`discover` returns them.
-        first_reads_uj: Each channel's first ``read_uj()`` by domain id: microjoules, or the
-            exception the read raised (the meter's failure policy decides what it means).
-        timed_out: NVML did not answer within the deadline: no GPU is measured.
-    """
-
-    discovery: Discovery
-    first_reads_uj: dict[str, int | Exception] = field(default_factory=dict)
-    timed_out: bool = False
-
-
 def discover_within(
     settings: Settings | None = None,
     gpus: Sequence[int | str] | str | None = None,
@@ -411,43 +397,27 @@ def discover_within(
     """:func:`discover` and each channel's first read, waiting at most ``deadline_s`` (default :data:`DISCOVERY_DEADLINE_S`).
 
     Past the deadline (a stalled NVML) no GPU is measured: one warning says so, and the
-    discovery goes on in a daemon thread whose result is dropped.
+    discovery goes on in a daemon thread whose result is dropped
+    (:func:`otel_joules.sensors.deadline.discover_within`).
 
     Raises:
         ConfigurationError: as :func:`discover`, when discovery finishes in time.
     """
-    deadline_s = DISCOVERY_DEADLINE_S if deadline_s is None else deadline_s
-    outcome: list[TimedDiscovery | BaseException] = []
-
-    def run() -> None:
-        try:
-            found = discover(settings, gpus=gpus, devices_by_pid=devices_by_pid)
-            first: dict[str, int | Exception] = {}
-            for channel in found.channels:
-                try:
-                    first[channel.domain.id] = channel.read_uj()
-                except Exception as exc:  # noqa: BLE001 - handed to the meter's failure policy
-                    first[channel.domain.id] = exc
-            outcome.append(TimedDiscovery(found, first))
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, name="otel-joules-gpu-discovery", daemon=True)
-    worker.start()
-    worker.join(deadline_s)
-    if outcome:
-        result = outcome[0]
-        if isinstance(result, BaseException):
-            raise result
-        return result
     what = "the GPUs" if gpus is None else f"gpus={gpus!r}"
-    reason = f"NVML did not answer within {deadline_s:g} s while discovering {what}"
-    remedy = (
-        "check the GPUs with nvidia-smi (a GPU that fell off the bus stalls every NVML call); "
-        "`nvidia-smi -pm 1` keeps a healthy driver loaded so it starts fast"
+    stall = Stall(
+        what="nvidia_gpu",
+        reason="NVML did not answer within {deadline_s} s while discovering " + what.replace("{", "{{").replace("}", "}}"),
+        remedy=(
+            "check the GPUs with nvidia-smi (a GPU that fell off the bus stalls every NVML call); "
+            "`nvidia-smi -pm 1` keeps a healthy driver loaded so it starts fast"
+        ),
+        thread_name="otel-joules-gpu-discovery",
     )
-    _log.warning("otel-joules: %s; measuring no GPU in this process (%s)", reason, remedy)
-    return TimedDiscovery(Discovery(unavailable=[Unavailable("nvidia_gpu", reason, remedy)]), timed_out=True)
+    return _discover_within(
+        lambda: discover(settings, gpus=gpus, devices_by_pid=devices_by_pid),
+        DISCOVERY_DEADLINE_S if deadline_s is None else deadline_s,
+        stall,
+    )
 
 
 def _wants_any(gpus: Sequence[int | str] | str | None) -> bool:
