@@ -45,10 +45,12 @@ from otel_joules.sensors.agent_protocol import (
     MAX_REQUEST_DEPTH,
     OP_SUBSCRIBE,
     PROTOCOL_VERSION,
+    SHARED_MEMORY,
     ProtocolError,
     decode_frames,
     encode,
 )
+from otel_joules.sensors.agent_shm import LAYOUT_VERSION, SegmentWriter
 from otel_joules.sensors.base import Channel
 
 _log = logging.getLogger("otel_joules")
@@ -60,6 +62,9 @@ CONNECTS_PER_S = 10.0
 CONNECT_BURST = 20.0
 SUBSCRIBE_DEADLINE_S = 2.0
 MAX_PENDING_OUT_BYTES = 65536
+#: Readings are floored to a multiple of this many uJ (docs/measuring.md, the side channel): a zone's
+#: value then says nothing finer, while a span of a second at a few watts is off by a hundredth of a percent.
+READING_RESOLUTION_UJ = 1000
 _SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)
 
 
@@ -132,10 +137,17 @@ class AgentServer:
         gid: Members of this group may subscribe (and root).
         group_name: The group's name, for refusals.
         min_interval_s: Time between readings: clients get nothing finer.
+        resolution_uj: Readings are floored to a multiple of this (:data:`READING_RESOLUTION_UJ`).
     """
 
     def __init__(
-        self, listener: socket.socket, channels: Sequence[Channel], gid: int, group_name: str, min_interval_s: float
+        self,
+        listener: socket.socket,
+        channels: Sequence[Channel],
+        gid: int,
+        group_name: str,
+        min_interval_s: float,
+        resolution_uj: int | None = None,
     ) -> None:
         self._listener = listener
         listener.setblocking(False)
@@ -143,6 +155,7 @@ class AgentServer:
         self._gid = gid
         self._group_name = group_name
         self._interval_s = min_interval_s
+        self._resolution_uj = READING_RESOLUTION_UJ if resolution_uj is None else resolution_uj
         self._selector = selectors.DefaultSelector()
         self._selector.register(listener, selectors.EVENT_READ, None)
         self._clients: dict[int, AgentClient] = {}
@@ -152,15 +165,30 @@ class AgentServer:
         #: Unpredictable to clients: the read and publication instants must not be guessable.
         self._random = random.SystemRandom()
         self._stopping = False
-        self._answer = encode(
-            {
-                "ok": True,
-                "version": PROTOCOL_VERSION,
-                "interval_ms": round(min_interval_s * 1e3, 3),
-                "zones": [_zone_description(c) for c in self._channels],
-            }
-        )
-        self._latest = self._reading()
+        answer = {
+            "ok": True,
+            "version": PROTOCOL_VERSION,
+            "interval_ms": round(min_interval_s * 1e3, 3),
+            "zones": [_zone_description(c) for c in self._channels],
+        }
+        self._answer = encode(answer)
+        self._latest = encode({"uj": self._reading()})
+        #: The readings in sealed shared memory, for clients that ask (None where the kernel offers no sealed memfd).
+        self._segment = self._shared_segment()
+        self._shm_answer = b""
+        if self._segment is not None:
+            self._segment.publish(self._reading())
+            self._shm_answer = encode({**answer, SHARED_MEMORY: {"layout": LAYOUT_VERSION, "bytes": self._segment.size}})
+
+    def _shared_segment(self) -> SegmentWriter | None:
+        try:
+            return SegmentWriter(len(self._channels))
+        except (OSError, AttributeError) as exc:
+            _log.warning(
+                "otel-joules agent: no sealed shared memory here (%s): clients get readings on the socket",
+                getattr(exc, "strerror", None) or exc,
+            )
+            return None
 
     def stop(self) -> None:
         """End :meth:`run` at its next turn (safe from a signal handler)."""
@@ -176,7 +204,7 @@ class AgentServer:
         interval_s = self._interval_s
         interval_start_s = time.monotonic()
         next_read_s = interval_start_s + self._random.random() * interval_s
-        pending: list[tuple[float, bytes]] = []  # (publish at, frame), in order
+        pending: list[tuple[float, list[int | None]]] = []  # (publish at, values), in order
         while not self._stopping:
             now_s = time.monotonic()
             if now_s >= next_read_s:
@@ -197,6 +225,9 @@ class AgentServer:
             self._expire(time.monotonic())
         for client in list(self._clients.values()):
             self._close(client)
+        if self._segment is not None:
+            self._segment.mark_stopped()
+            self._segment.close()
 
     def _serve(self, client: AgentClient, mask: int) -> None:
         """One client's turn; whatever goes wrong in it ends that connection only, never the agent."""
@@ -219,17 +250,20 @@ class AgentServer:
 
     # -- readings ---------------------------------------------------------------------------------
 
-    def _reading(self) -> bytes:
+    def _reading(self) -> list[int | None]:
         values: list[int | None] = []
+        resolution_uj = self._resolution_uj
         for channel in self._channels:
             try:
-                values.append(channel.read_uj())
+                values.append(channel.read_uj() // resolution_uj * resolution_uj)
             except SensorReadError:
                 values.append(None)
-        return encode({"uj": values})
+        return values
 
-    def _publish(self, frame: bytes) -> None:
-        self._latest = frame
+    def _publish(self, values: list[int | None]) -> None:
+        if self._segment is not None:
+            self._segment.publish(values)
+        frame = self._latest = encode({"uj": values})
         for client in list(self._clients.values()):
             if client.subscribed:
                 client.outbox += frame
@@ -326,9 +360,21 @@ class AgentServer:
         if request.get("version") != PROTOCOL_VERSION:
             self._refuse_client(client, f"protocol version {request.get('version')!r} unknown; this agent speaks {PROTOCOL_VERSION}")
             return
+        if request.get(SHARED_MEMORY) is True and self._segment is not None:
+            self._hand_segment(client)
+            return
         client.subscribed = True
         client.outbox += self._answer + self._latest
         self._flush(client)
+
+    def _hand_segment(self, client: AgentClient) -> None:
+        """The answer with the read-only segment attached; the connection then ends (the segment is the feed)."""
+        assert self._segment is not None
+        try:
+            socket.send_fds(client.sock, [self._shm_answer], [self._segment.client_fd])
+        except OSError:
+            pass  # gone already, or its buffer full at its first byte: it reconnects
+        self._close(client)
 
     def _refuse_client(self, client: AgentClient, why: str) -> None:
         self._forget(client)

@@ -41,10 +41,12 @@ from otel_joules.sensors.agent_protocol import (
     MAX_WRAP_UJ,
     OP_SUBSCRIBE,
     PROTOCOL_VERSION,
+    SHARED_MEMORY,
     ProtocolError,
     decode_frames,
     encode,
 )
+from otel_joules.sensors.agent_shm import SegmentRefused, SharedReadings
 from otel_joules.sensors.base import HW_TYPES, Channel, Discovery, Domain, Method, Unavailable
 from otel_joules.sensors.rapl import RAPL_UPDATE_PERIOD_S
 from otel_joules.semconv import KIND_CPU
@@ -110,7 +112,17 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
     Raises:
         AgentUnavailable: no agent there, access refused (by the socket's mode or by the agent), or a broken answer.
     """
+    sock, answer, readings, _ = _subscribe(path, timeout_s, shared_memory=False)
+    return sock, answer, readings
+
+
+def _subscribe(
+    path: str, timeout_s: float, shared_memory: bool
+) -> tuple[socket.socket, dict[str, Any], list[dict[str, Any]], int | None]:
+    """:func:`subscribe`, asking for the readings in shared memory with ``shared_memory``: then also the
+    descriptor the agent attached to its answer (None if it attached none)."""
     deadline = time.monotonic() + timeout_s
+    fds: list[int] = []
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | getattr(socket, "SOCK_CLOEXEC", 0))
     try:
         sock.settimeout(timeout_s)
@@ -130,17 +142,26 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
         except OSError as exc:
             raise AgentUnavailable(f"cannot connect to the agent socket {path}: {exc.strerror or exc}") from None
         try:
-            sock.sendall(encode({"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION}))
+            request: dict[str, Any] = {"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION}
+            if shared_memory:
+                request[SHARED_MEMORY] = True
+            sock.sendall(encode(request))
         except (BrokenPipeError, ConnectionResetError):
             pass  # the agent refused at once and closed: its answer, saying why, is still there to read
         buffer = bytearray()
         messages: list[dict[str, Any]] = []
-        while not messages or (messages[0].get("ok") is True and len(messages) < 2):
+        while not messages or (
+            messages[0].get("ok") is True and len(messages) < 2 and SHARED_MEMORY not in messages[0]
+        ):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise AgentUnavailable(f"the agent at {path} did not answer within {timeout_s:g} s")
             sock.settimeout(remaining)
-            chunk = sock.recv(MAX_REPLY_BYTES)
+            if shared_memory:
+                chunk, received, _flags, _address = socket.recv_fds(sock, MAX_REPLY_BYTES, 1)
+                fds += received
+            else:
+                chunk = sock.recv(MAX_REPLY_BYTES)
             if not chunk:
                 if messages:
                     break
@@ -152,7 +173,11 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
             error = str(answer.get("error") or "no reason given")[:300]
             group = group_of(path)
             raise AgentUnavailable(f"the agent at {path} refused this process: {error}", join_group_remedy(group))
-        if answer.get("version") != PROTOCOL_VERSION or not isinstance(answer.get("zones"), list) or not readings:
+        if (
+            answer.get("version") != PROTOCOL_VERSION
+            or not isinstance(answer.get("zones"), list)
+            or not (readings or SHARED_MEMORY in answer)
+        ):
             raise AgentUnavailable(f"the agent at {path} speaks another protocol version ({answer.get('version')!r})")
         for zone in answer["zones"]:
             try:
@@ -161,7 +186,8 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
                 raise AgentUnavailable(f"the agent at {path} described its zones badly: {exc}") from None
         sock.setblocking(True)
         sock.settimeout(None)
-        return sock, answer, readings
+        fd = fds.pop(0) if fds else None
+        return sock, answer, readings, fd
     except socket.timeout:
         sock.close()
         raise AgentUnavailable(f"the agent at {path} did not answer within {timeout_s:g} s") from None
@@ -176,6 +202,44 @@ def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.s
     except Exception as exc:  # noqa: BLE001 - whatever the agent sends, the application must not see it raise
         sock.close()
         raise AgentUnavailable(f"the agent at {path} sent a broken answer: {type(exc).__name__}") from None
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _connect(path: str) -> tuple[dict[str, Any], socket.socket | None, list[dict[str, Any]], SharedReadings | None]:
+    """Subscribe to the agent at ``path``: its answer, and either its readings in shared memory or a socket
+    pushing them (where the agent shares no memory, or hands over a segment this process refuses, said once).
+
+    Raises:
+        AgentUnavailable: the agent cannot be used (why, and what to do).
+    """
+    sock, answer, readings, fd = _subscribe(path, CONNECT_TIMEOUT_S, shared_memory=True)
+    if SHARED_MEMORY not in answer:
+        if fd is not None:
+            os.close(fd)
+        return answer, sock, readings, None
+    sock.close()  # the agent ends the connection once the segment is handed over
+    try:
+        if fd is None:
+            raise SegmentRefused("the agent attached no descriptor")
+        shared = SharedReadings(fd, _wraps_of(answer["zones"]), max(SILENCE_MIN_S, SILENT_INTERVALS * _interval_s(answer)))
+    except (SegmentRefused, OSError, ValueError) as exc:
+        if path not in _said_refused:
+            _said_refused.add(path)
+            _log.warning(
+                "otel-joules: the otel-joules agent at %s handed over shared memory this process does not map (%s): "
+                "reading its readings on the socket instead.",
+                path,
+                exc,
+            )
+        sock, answer, readings, _ = _subscribe(path, CONNECT_TIMEOUT_S, shared_memory=False)
+        return answer, sock, readings, None
+    return answer, None, [], shared
+
+
+#: Sockets whose agent's shared memory this process refused, said once each.
+_said_refused: set[str] = set()
 
 
 def zone_limits(zone: Any) -> tuple[int, float]:
@@ -236,16 +300,26 @@ def _wraps_of(zones: list[Any]) -> tuple[int, ...]:
 
 
 class AgentLink:
-    """This process's subscription to the agent at one socket; its thread keeps :attr:`values` current.
+    """This process's subscription to the agent at one socket: its readings in shared memory, read on the
+    span path (no thread), or, where the agent shares none, pushed on the socket to a thread that keeps
+    :attr:`values` current. A thread runs too while a lost agent is tried again.
 
     Args:
         path: The agent's socket.
-        sock: A subscribed socket (from :func:`subscribe`, whose zones are checked).
+        sock: A subscribed socket (from :func:`subscribe`, whose zones are checked); None with ``shared``.
         answer: The agent's answer (its zones).
         readings: Readings received with the answer (the newest is the current value).
+        shared: The agent's segment, mapped.
     """
 
-    def __init__(self, path: str, sock: socket.socket, answer: dict[str, Any], readings: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        path: str,
+        sock: socket.socket | None,
+        answer: dict[str, Any],
+        readings: list[dict[str, Any]],
+        shared: SharedReadings | None = None,
+    ) -> None:
         self.path = path
         self.zones: list[dict[str, Any]] = list(answer["zones"])
         self.zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in self.zones]
@@ -255,6 +329,9 @@ class AgentLink:
         self.values: tuple[int | None, ...] | None = None
         for reading in readings:
             self.values = _values_of(reading, self._wraps_uj) or self.values
+        self._shared = shared
+        if shared is not None:
+            self.values = shared.latest[2]
         #: When :attr:`values` arrived (monotonic seconds), and how old they may be before they are not used.
         self.values_at_s = time.monotonic()
         self.stale_s = self._stale_s()
@@ -265,12 +342,49 @@ class AgentLink:
         self._said_other_zones = False
         self._said_lost = False
         self._pid = os.getpid()
-        self._thread = self._start_thread()
+        self._thread: threading.Thread | None = None
+        if shared is None:
+            self._thread = self._start_thread()
 
     def _start_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self._run, name="otel-joules-agent", daemon=True)
         thread.start()
         return thread
+
+    def current(self) -> tuple[int | None, ...] | None:
+        """The newest raw values by zone; None while the agent is away or its newest reading is too old to stand for now."""
+        shared = self._shared
+        if shared is None:
+            values = self.values
+            if values is None or time.monotonic() - self.values_at_s > self.stale_s:
+                return None
+            return values
+        latest = shared.latest
+        now_s = time.monotonic()
+        if shared.sequence() != latest[0]:
+            refreshed = shared.refresh(now_s, self._frozen_s())
+            if isinstance(refreshed, str):
+                self._lose_shared(shared, refreshed)
+                return None
+            latest = refreshed
+            self.values = latest[2]
+        age_s = now_s - latest[1]
+        if age_s > self.stale_s:
+            if age_s > self._silence_s():
+                self._lose_shared(shared, f"no new reading for {age_s:.1f} s")
+            return None
+        return latest[2]
+
+    def _lose_shared(self, shared: SharedReadings, reason: str) -> None:
+        """The agent behind ``shared`` is lost: say so once, and try again in a thread (one at a time)."""
+        with self._lock:
+            if self._shared is not shared:
+                return  # another thread of this process found it first
+            self._shared = None
+            self.values = None
+            self._say_lost(reason)
+            if self._thread is None and not self._closed:
+                self._thread = self._start_thread()
 
     def acquire(self) -> None:
         """One more channel uses this link."""
@@ -287,6 +401,10 @@ class AgentLink:
 
     def _run(self) -> None:
         while not self._closed:
+            with self._lock:
+                if self._shared is not None:
+                    self._thread = None  # back in shared memory: no thread (a later loss starts one)
+                    return
             sock = self._sock
             try:
                 if sock is None:
@@ -303,6 +421,9 @@ class AgentLink:
                 return
             self._lost(sock, reason)
 
+    def _frozen_s(self) -> float:
+        return max(FROZEN_MIN_S, FROZEN_INTERVALS * self.interval_s)
+
     def _stale_s(self) -> float:
         return max(STALE_MIN_S, STALE_INTERVALS * self.interval_s)
 
@@ -318,7 +439,7 @@ class AgentLink:
         """
         buffer = bytearray()
         silence_s = self._silence_s()
-        frozen_s = max(FROZEN_MIN_S, FROZEN_INTERVALS * self.interval_s)
+        frozen_s = self._frozen_s()
         last_reading_s = changed_s = time.monotonic()
         while not self._closed:
             now_s = time.monotonic()
@@ -360,6 +481,9 @@ class AgentLink:
             sock.close()
         except OSError:
             pass
+        self._say_lost(reason)
+
+    def _say_lost(self, reason: str) -> None:
         # Said once per process: a flapping or hostile agent must not flood the application's log.
         log = _log.info if self._said_lost else _log.warning
         self._said_lost = True
@@ -373,12 +497,13 @@ class AgentLink:
 
     def _reconnect(self) -> bool:
         try:
-            sock, answer, readings = subscribe(self.path)
+            answer, sock, readings, shared = _connect(self.path)
         except AgentUnavailable:
             return False
         zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in answer["zones"]]
         if zone_ids != self.zone_ids or _wraps_of(answer["zones"]) != self._wraps_uj:
-            sock.close()
+            if sock is not None:
+                sock.close()
             if not self._said_other_zones:
                 self._said_other_zones = True
                 _log.warning(
@@ -390,19 +515,26 @@ class AgentLink:
                 )
             return False
         if self._closed:
-            sock.close()
+            if sock is not None:
+                sock.close()
             return True
-        values = None
-        for reading in readings:
-            values = _values_of(reading, self._wraps_uj) or values
-        if values is None:
-            sock.close()
-            return False
         self.interval_s = _interval_s(answer)
         self.stale_s = self._stale_s()
-        self._sock = sock
-        self.values = values
-        self.values_at_s = time.monotonic()
+        if shared is not None:
+            self.values = shared.latest[2]
+            with self._lock:
+                self._shared = shared
+        else:
+            assert sock is not None
+            values = None
+            for reading in readings:
+                values = _values_of(reading, self._wraps_uj) or values
+            if values is None:
+                sock.close()
+                return False
+            self._sock = sock
+            self.values = values
+            self.values_at_s = time.monotonic()
         _log.info("otel-joules: the otel-joules agent at %s is back: spans are measured again.", self.path)
         return True
 
@@ -410,6 +542,7 @@ class AgentLink:
         """Stop the thread and close the connection."""
         self._closed = True
         self.values = None
+        self._shared = None
         sock, self._sock = self._sock, None
         if sock is not None:
             try:
@@ -426,10 +559,12 @@ class AgentLink:
             return
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self._thread = None
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()  # the child's copy only: the parent's connection goes on
-        if not self._closed:
+        # A shared segment stays mapped in the child: it reads on with no thread.
+        if not self._closed and self._shared is None:
             # The last values stand (a reading at most one interval old) until the new subscription's first.
             self._thread = self._start_thread()
 
@@ -449,8 +584,8 @@ def link_to(path: str) -> AgentLink:
         link = _links.get(path)
         if link is not None and not link._closed and link.values is not None:
             return link
-        sock, answer, readings = subscribe(path)
-        link = _links[path] = AgentLink(path, sock, answer, readings)
+        answer, sock, readings, shared = _connect(path)
+        link = _links[path] = AgentLink(path, sock, answer, readings, shared)
         if link.values is None:
             link.close()
             raise AgentUnavailable(f"the agent at {path} sent no usable reading")
@@ -496,9 +631,8 @@ class AgentChannel(Channel):
         Raises:
             SensorReadError: the agent could not read this zone, or sent a value outside its range.
         """
-        link = self._link
-        values = link.values
-        if values is None or time.monotonic() - link.values_at_s > link.stale_s:
+        values = self._link.current()
+        if values is None:
             return None  # away, or its newest reading is too old to stand for now
         value = values[self._index]
         if value is None or value < 0 or value > self._wrap_uj:
