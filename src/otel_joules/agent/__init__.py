@@ -7,6 +7,8 @@ readings, coarsened in time, on a Unix socket (mode 0660) to peers whose credent
 (:mod:`otel_joules.sensors.agent`); the wire protocol is :mod:`otel_joules.sensors.agent_protocol`.
 """
 
-from otel_joules.agent.server import AgentServer, AgentSetupError, serve, systemd_unit
+from otel_joules.agent.server import AgentServer, serve
+from otel_joules.agent.setup import AgentSetupError
+from otel_joules.agent.unit import systemd_unit
 
 __all__ = ["AgentServer", "AgentSetupError", "serve", "systemd_unit"]

@@ -8,7 +8,8 @@ import sys
 from typing import Any, Sequence
 
 from otel_joules.agent import AgentSetupError, serve, systemd_unit
-from otel_joules.agent.server import DEFAULT_AGENT_USER, DEFAULT_MIN_INTERVAL_MS
+from otel_joules.agent.setup import DEFAULT_MIN_INTERVAL_MS
+from otel_joules.agent.unit import DEFAULT_AGENT_USER
 from otel_joules.config import DEFAULT_AGENT_SOCKET, OTEL_JOULES_BMC_CONFIG, bmc_config_path
 from otel_joules.errors import ConfigurationError
 

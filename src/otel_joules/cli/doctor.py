@@ -30,7 +30,7 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.meter.notice import fallback_message
 from otel_joules.sensors import rapl
-from otel_joules.sensors.agent import AgentUnavailable, group_of, join_group_remedy, subscribe
+from otel_joules.sensors.agent_connect import AgentUnavailable, group_of, join_group_remedy, subscribe
 from otel_joules.sensors.amdsmi import WHAT as AMD_WHAT
 from otel_joules.sensors.base import Unavailable
 from otel_joules.semconv import KIND_GPU

@@ -2,19 +2,23 @@
 
 Since Linux 5.10 ``energy_uj`` is root-only (CVE-2020-8694). The agent, run as root, serves the
 counters on a Unix socket to members of one group (:mod:`otel_joules.agent`). Here, the library side:
-one :class:`AgentLink` per process and socket subscribes once, and a daemon thread keeps the latest
-reading the agent pushes (every ``interval_ms``). An :class:`AgentChannel` returns that reading: no
-span ever makes a socket round trip.
+one :class:`AgentLink` per process and socket subscribes once (:mod:`otel_joules.sensors.agent_connect`)
+and gets the agent's readings in a sealed shared-memory segment (:mod:`otel_joules.sensors.agent_shm`),
+which a span's snapshot reads with no system call and no thread; from an agent that shares no memory,
+or hands over a segment this process refuses, a daemon thread keeps the latest reading it pushes on the
+socket (every ``interval_ms``). An :class:`AgentChannel` returns that reading: no span ever makes a
+socket round trip.
 
-If the agent goes away, the link says so once and :meth:`AgentChannel.read_uj` returns None: the meter
+If the agent goes away (a segment whose readings stop coming, or that the agent marks stopped; a socket
+that closes or stays silent), the link says so once and :meth:`AgentChannel.read_uj` returns None: the meter
 then gives spans its standby estimates, labelled ``energy.source = estimate``, and no read fails or
-waits. The thread reconnects every :data:`RECONNECT_S`; once the agent answers again with the same
+waits. A thread reconnects every :data:`RECONNECT_S`; once the agent answers again with the same
 zones, spans are measured again in the same process (the counters are cumulative, so a span across
 the outage still gets its whole energy).
 
 The agent is trusted with readings, not with this process: every number it sends is checked
-(finite, a wrap range of at most :data:`MAX_WRAP_UJ`, a power bound of at most
-:data:`MAX_AGENT_POWER_WATTS`, readings within the range), and nothing it sends raises into the
+(finite, a wrap range of at most 2**64 uJ, a power bound of at most a few kW, readings within the
+range, in the segment as on the socket), and nothing it sends raises into the
 application or ends the reader thread. An agent that answers badly at connect is not used (spans
 are estimates, said once); one that later sends a broken frame, dribbles bytes without completing a
 reading within :data:`SILENCE_MIN_S`, or sends the same reading for :data:`FROZEN_INTERVALS` of its
@@ -24,9 +28,7 @@ estimates until a reconnect gets good readings again.
 
 from __future__ import annotations
 
-import errno
 import logging
-import math
 import os
 import socket
 import threading
@@ -35,29 +37,26 @@ from typing import Any
 
 from otel_joules.config import Settings
 from otel_joules.errors import SensorReadError
-from otel_joules.sensors.agent_protocol import (
-    MAX_AGENT_POWER_WATTS,
-    MAX_REPLY_BYTES,
-    MAX_WRAP_UJ,
-    OP_SUBSCRIBE,
-    PROTOCOL_VERSION,
-    ProtocolError,
-    decode_frames,
-    encode,
+from otel_joules.sensors.agent_connect import (
+    SILENCE_MIN_S,
+    SILENT_INTERVALS,
+    AgentUnavailable,
+    connect,
+    interval_s_of,
+    values_of,
+    wraps_of,
+    zone_limits,
 )
+from otel_joules.sensors.agent_protocol import MAX_REPLY_BYTES, ProtocolError, decode_frames
+from otel_joules.sensors.agent_shm import SharedReadings
 from otel_joules.sensors.base import HW_TYPES, Channel, Discovery, Domain, Method, Unavailable
 from otel_joules.sensors.rapl import RAPL_UPDATE_PERIOD_S
 from otel_joules.semconv import KIND_CPU
 
 _log = logging.getLogger("otel_joules")
 
-#: How long discovery waits for the agent's answer and first reading (it pushes every interval_ms).
-CONNECT_TIMEOUT_S = 2.0
 #: How often a lost agent is tried again.
 RECONNECT_S = 0.5
-#: Silence from the agent for this many of its intervals (at least :data:`SILENCE_MIN_S`) means it hangs.
-SILENT_INTERVALS = 50
-SILENCE_MIN_S = 2.0
 #: A reading older than this many intervals (at least STALE_MIN_S) is not used: a span then gets the
 #: standby estimates instead of a frozen value (0 J labelled measured) while the link finds out why.
 STALE_INTERVALS = 10
@@ -72,189 +71,39 @@ _READS_PER_WRAP = 4
 WHAT = "RAPL through the otel-joules agent"
 
 
-class AgentUnavailable(Exception):
-    """The agent cannot be used: ``reason`` says why, ``remedy`` what to do."""
-
-    def __init__(self, reason: str, remedy: str = "") -> None:
-        super().__init__(reason)
-        self.reason = reason
-        self.remedy = remedy
-
-
-def group_of(path: str) -> str | None:
-    """The name (or gid) of the group owning ``path``, if this process may stat it."""
-    try:
-        gid = os.stat(path).st_gid
-    except OSError:
-        return None
-    try:
-        import grp
-
-        return grp.getgrgid(gid).gr_name
-    except (ImportError, KeyError):
-        return str(gid)
-
-
-def join_group_remedy(group: str | None) -> str:
-    """How a user gets access to the agent: join its group."""
-    who = group or "the agent's group (otel-joules agent --group)"
-    return (
-        f"ask an administrator to add you to {who} (`sudo usermod -aG {group or 'GROUP'} $USER`), then log in again "
-        "(or run `newgrp`); the counters themselves stay root-only"
-    )
-
-
-def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.socket, dict[str, Any], list[dict[str, Any]]]:
-    """Connect to the agent at ``path`` and subscribe: the socket, the agent's answer and any readings already sent.
-
-    Raises:
-        AgentUnavailable: no agent there, access refused (by the socket's mode or by the agent), or a broken answer.
-    """
-    deadline = time.monotonic() + timeout_s
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | getattr(socket, "SOCK_CLOEXEC", 0))
-    try:
-        sock.settimeout(timeout_s)
-        try:
-            sock.connect(path)
-        except FileNotFoundError:
-            raise AgentUnavailable(f"no agent socket at {path}") from None
-        except PermissionError:
-            group = group_of(path)
-            raise AgentUnavailable(
-                f"the agent's socket {path} refuses uid {os.getuid()}: only members of "
-                f"{'group ' + group if group else 'its group'} may connect",
-                join_group_remedy(group),
-            ) from None
-        except ConnectionRefusedError:
-            raise AgentUnavailable(f"nothing listens on the agent socket {path} (the agent is not running)") from None
-        except OSError as exc:
-            raise AgentUnavailable(f"cannot connect to the agent socket {path}: {exc.strerror or exc}") from None
-        try:
-            sock.sendall(encode({"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION}))
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the agent refused at once and closed: its answer, saying why, is still there to read
-        buffer = bytearray()
-        messages: list[dict[str, Any]] = []
-        while not messages or (messages[0].get("ok") is True and len(messages) < 2):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AgentUnavailable(f"the agent at {path} did not answer within {timeout_s:g} s")
-            sock.settimeout(remaining)
-            chunk = sock.recv(MAX_REPLY_BYTES)
-            if not chunk:
-                if messages:
-                    break
-                raise AgentUnavailable(f"the agent at {path} closed the connection without answering")
-            buffer += chunk
-            messages += decode_frames(buffer, MAX_REPLY_BYTES)
-        answer, readings = messages[0], messages[1:]
-        if answer.get("ok") is not True:
-            error = str(answer.get("error") or "no reason given")[:300]
-            group = group_of(path)
-            raise AgentUnavailable(f"the agent at {path} refused this process: {error}", join_group_remedy(group))
-        if answer.get("version") != PROTOCOL_VERSION or not isinstance(answer.get("zones"), list) or not readings:
-            raise AgentUnavailable(f"the agent at {path} speaks another protocol version ({answer.get('version')!r})")
-        for zone in answer["zones"]:
-            try:
-                zone_limits(zone)
-            except ValueError as exc:
-                raise AgentUnavailable(f"the agent at {path} described its zones badly: {exc}") from None
-        sock.setblocking(True)
-        sock.settimeout(None)
-        return sock, answer, readings
-    except socket.timeout:
-        sock.close()
-        raise AgentUnavailable(f"the agent at {path} did not answer within {timeout_s:g} s") from None
-    except (ProtocolError, OSError) as exc:
-        sock.close()
-        if isinstance(exc, OSError) and exc.errno == errno.ECONNRESET:
-            raise AgentUnavailable(f"the agent at {path} closed the connection without answering") from None
-        raise AgentUnavailable(f"the agent at {path} sent a broken answer: {exc}") from None
-    except AgentUnavailable:
-        sock.close()
-        raise
-    except Exception as exc:  # noqa: BLE001 - whatever the agent sends, the application must not see it raise
-        sock.close()
-        raise AgentUnavailable(f"the agent at {path} sent a broken answer: {type(exc).__name__}") from None
-
-
-def zone_limits(zone: Any) -> tuple[int, float]:
-    """A zone's (wrap range in uJ, power bound in W), checked.
-
-    Raises:
-        ValueError: not an object, or a range or bound that is not a number, not finite, not positive,
-            a range above :data:`MAX_WRAP_UJ` or a bound above :data:`MAX_AGENT_POWER_WATTS`.
-    """
-    if not isinstance(zone, dict) or not isinstance(zone.get("id"), str):
-        raise ValueError("a zone is not an object with an id")
-    wrap_uj, max_power_watts = zone.get("wrap_uj"), zone.get("max_power_watts")
-    if not isinstance(wrap_uj, int) or isinstance(wrap_uj, bool) or not 0 < wrap_uj <= MAX_WRAP_UJ:
-        raise ValueError(f"zone {zone['id']!r} has a wrap range that is not an integer in 1..2**64 uJ")
-    if (
-        not isinstance(max_power_watts, (int, float))
-        or isinstance(max_power_watts, bool)
-        or not math.isfinite(max_power_watts)
-        or not 0 < max_power_watts <= MAX_AGENT_POWER_WATTS
-    ):
-        raise ValueError(
-            f"zone {zone['id']!r} claims a power bound outside 0..{MAX_AGENT_POWER_WATTS:g} W ({max_power_watts!r})"
-        )
-    return wrap_uj, float(max_power_watts)
-
-
-def _interval_s(answer: dict[str, Any]) -> float:
-    """The agent's interval in seconds (1 ms if it sent none that makes sense)."""
-    interval_ms = answer.get("interval_ms")
-    if (
-        isinstance(interval_ms, (int, float))
-        and not isinstance(interval_ms, bool)
-        and math.isfinite(interval_ms)
-        and 1 <= interval_ms <= 60_000
-    ):
-        return interval_ms / 1e3
-    return 0.001
-
-
-def _values_of(reading: dict[str, Any], wraps_uj: tuple[int, ...]) -> tuple[int | None, ...] | None:
-    """The reading's values, each within its zone's range or None (a failed read); None for a broken reading."""
-    values = reading.get("uj")
-    if not isinstance(values, list) or len(values) != len(wraps_uj):
-        return None
-    checked: list[int | None] = []
-    for value, wrap_uj in zip(values, wraps_uj):
-        if value is None:
-            checked.append(None)
-        elif isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= wrap_uj:
-            checked.append(value)
-        else:
-            return None
-    return tuple(checked)
-
-
-def _wraps_of(zones: list[Any]) -> tuple[int, ...]:
-    return tuple(zone_limits(zone)[0] for zone in zones)
-
-
 class AgentLink:
-    """This process's subscription to the agent at one socket; its thread keeps :attr:`values` current.
+    """This process's subscription to the agent at one socket: its readings in shared memory, read on the
+    span path (no thread), or, where the agent shares none, pushed on the socket to a thread that keeps
+    :attr:`values` current. A thread runs too while a lost agent is tried again.
 
     Args:
         path: The agent's socket.
-        sock: A subscribed socket (from :func:`subscribe`, whose zones are checked).
+        sock: A subscribed socket (from :func:`subscribe`, whose zones are checked); None with ``shared``.
         answer: The agent's answer (its zones).
         readings: Readings received with the answer (the newest is the current value).
+        shared: The agent's segment, mapped.
     """
 
-    def __init__(self, path: str, sock: socket.socket, answer: dict[str, Any], readings: list[dict[str, Any]]) -> None:
+    def __init__(
+        self,
+        path: str,
+        sock: socket.socket | None,
+        answer: dict[str, Any],
+        readings: list[dict[str, Any]],
+        shared: SharedReadings | None = None,
+    ) -> None:
         self.path = path
         self.zones: list[dict[str, Any]] = list(answer["zones"])
         self.zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in self.zones]
-        self._wraps_uj = _wraps_of(self.zones)
-        self.interval_s = _interval_s(answer)
+        self._wraps_uj = wraps_of(self.zones)
+        self.interval_s = interval_s_of(answer)
         #: The newest raw counter values by zone, or None while the agent is away.
         self.values: tuple[int | None, ...] | None = None
         for reading in readings:
-            self.values = _values_of(reading, self._wraps_uj) or self.values
+            self.values = values_of(reading, self._wraps_uj) or self.values
+        self._shared = shared
+        if shared is not None:
+            self.values = shared.latest[2]
         #: When :attr:`values` arrived (monotonic seconds), and how old they may be before they are not used.
         self.values_at_s = time.monotonic()
         self.stale_s = self._stale_s()
@@ -265,12 +114,49 @@ class AgentLink:
         self._said_other_zones = False
         self._said_lost = False
         self._pid = os.getpid()
-        self._thread = self._start_thread()
+        self._thread: threading.Thread | None = None
+        if shared is None:
+            self._thread = self._start_thread()
 
     def _start_thread(self) -> threading.Thread:
         thread = threading.Thread(target=self._run, name="otel-joules-agent", daemon=True)
         thread.start()
         return thread
+
+    def current(self) -> tuple[int | None, ...] | None:
+        """The newest raw values by zone; None while the agent is away or its newest reading is too old to stand for now."""
+        shared = self._shared
+        if shared is None:
+            values = self.values
+            if values is None or time.monotonic() - self.values_at_s > self.stale_s:
+                return None
+            return values
+        latest = shared.latest
+        now_s = time.monotonic()
+        if shared.sequence() != latest[0]:
+            refreshed = shared.refresh(now_s, self._frozen_s())
+            if isinstance(refreshed, str):
+                self._lose_shared(shared, refreshed)
+                return None
+            latest = refreshed
+            self.values = latest[2]
+        age_s = now_s - latest[1]
+        if age_s > self.stale_s:
+            if age_s > self._silence_s():
+                self._lose_shared(shared, f"no new reading for {age_s:.1f} s")
+            return None
+        return latest[2]
+
+    def _lose_shared(self, shared: SharedReadings, reason: str) -> None:
+        """The agent behind ``shared`` is lost: say so once, and try again in a thread (one at a time)."""
+        with self._lock:
+            if self._shared is not shared:
+                return  # another thread of this process found it first
+            self._shared = None
+            self.values = None
+            self._say_lost(reason)
+            if self._thread is None and not self._closed:
+                self._thread = self._start_thread()
 
     def acquire(self) -> None:
         """One more channel uses this link."""
@@ -287,6 +173,10 @@ class AgentLink:
 
     def _run(self) -> None:
         while not self._closed:
+            with self._lock:
+                if self._shared is not None:
+                    self._thread = None  # back in shared memory: no thread (a later loss starts one)
+                    return
             sock = self._sock
             try:
                 if sock is None:
@@ -303,6 +193,9 @@ class AgentLink:
                 return
             self._lost(sock, reason)
 
+    def _frozen_s(self) -> float:
+        return max(FROZEN_MIN_S, FROZEN_INTERVALS * self.interval_s)
+
     def _stale_s(self) -> float:
         return max(STALE_MIN_S, STALE_INTERVALS * self.interval_s)
 
@@ -318,7 +211,7 @@ class AgentLink:
         """
         buffer = bytearray()
         silence_s = self._silence_s()
-        frozen_s = max(FROZEN_MIN_S, FROZEN_INTERVALS * self.interval_s)
+        frozen_s = self._frozen_s()
         last_reading_s = changed_s = time.monotonic()
         while not self._closed:
             now_s = time.monotonic()
@@ -340,7 +233,7 @@ class AgentLink:
             except ProtocolError as exc:
                 return f"broken reading: {exc}"
             for message in messages:
-                values = _values_of(message, self._wraps_uj)
+                values = values_of(message, self._wraps_uj)
                 if values is None:
                     return "broken reading"
                 now_s = last_reading_s = time.monotonic()
@@ -360,6 +253,9 @@ class AgentLink:
             sock.close()
         except OSError:
             pass
+        self._say_lost(reason)
+
+    def _say_lost(self, reason: str) -> None:
         # Said once per process: a flapping or hostile agent must not flood the application's log.
         log = _log.info if self._said_lost else _log.warning
         self._said_lost = True
@@ -373,12 +269,13 @@ class AgentLink:
 
     def _reconnect(self) -> bool:
         try:
-            sock, answer, readings = subscribe(self.path)
+            answer, sock, readings, shared = connect(self.path)
         except AgentUnavailable:
             return False
         zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in answer["zones"]]
-        if zone_ids != self.zone_ids or _wraps_of(answer["zones"]) != self._wraps_uj:
-            sock.close()
+        if zone_ids != self.zone_ids or wraps_of(answer["zones"]) != self._wraps_uj:
+            if sock is not None:
+                sock.close()
             if not self._said_other_zones:
                 self._said_other_zones = True
                 _log.warning(
@@ -390,19 +287,26 @@ class AgentLink:
                 )
             return False
         if self._closed:
-            sock.close()
+            if sock is not None:
+                sock.close()
             return True
-        values = None
-        for reading in readings:
-            values = _values_of(reading, self._wraps_uj) or values
-        if values is None:
-            sock.close()
-            return False
-        self.interval_s = _interval_s(answer)
+        self.interval_s = interval_s_of(answer)
         self.stale_s = self._stale_s()
-        self._sock = sock
-        self.values = values
-        self.values_at_s = time.monotonic()
+        if shared is not None:
+            self.values = shared.latest[2]
+            with self._lock:
+                self._shared = shared
+        else:
+            assert sock is not None
+            values = None
+            for reading in readings:
+                values = values_of(reading, self._wraps_uj) or values
+            if values is None:
+                sock.close()
+                return False
+            self._sock = sock
+            self.values = values
+            self.values_at_s = time.monotonic()
         _log.info("otel-joules: the otel-joules agent at %s is back: spans are measured again.", self.path)
         return True
 
@@ -410,6 +314,7 @@ class AgentLink:
         """Stop the thread and close the connection."""
         self._closed = True
         self.values = None
+        self._shared = None
         sock, self._sock = self._sock, None
         if sock is not None:
             try:
@@ -426,10 +331,12 @@ class AgentLink:
             return
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self._thread = None
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()  # the child's copy only: the parent's connection goes on
-        if not self._closed:
+        # A shared segment stays mapped in the child: it reads on with no thread.
+        if not self._closed and self._shared is None:
             # The last values stand (a reading at most one interval old) until the new subscription's first.
             self._thread = self._start_thread()
 
@@ -449,8 +356,8 @@ def link_to(path: str) -> AgentLink:
         link = _links.get(path)
         if link is not None and not link._closed and link.values is not None:
             return link
-        sock, answer, readings = subscribe(path)
-        link = _links[path] = AgentLink(path, sock, answer, readings)
+        answer, sock, readings, shared = connect(path)
+        link = _links[path] = AgentLink(path, sock, answer, readings, shared)
         if link.values is None:
             link.close()
             raise AgentUnavailable(f"the agent at {path} sent no usable reading")
@@ -481,7 +388,7 @@ class AgentChannel(Channel):
         return self._max_power_watts
 
     @property
-    def max_read_interval_s(self) -> float:
+    def max_readinterval_s_of(self) -> float:
         """A quarter of the time the counter needs to wrap at the zone's power bound."""
         return self._max_read_interval_s
 
@@ -496,9 +403,8 @@ class AgentChannel(Channel):
         Raises:
             SensorReadError: the agent could not read this zone, or sent a value outside its range.
         """
-        link = self._link
-        values = link.values
-        if values is None or time.monotonic() - link.values_at_s > link.stale_s:
+        values = self._link.current()
+        if values is None:
             return None  # away, or its newest reading is too old to stand for now
         value = values[self._index]
         if value is None or value < 0 or value > self._wrap_uj:

@@ -3,7 +3,9 @@
 Every message is one *frame*: a 4-byte big-endian unsigned length N, then N bytes of one UTF-8
 JSON object. A client sends exactly one frame, at most :data:`MAX_REQUEST_BYTES` long::
 
-    {"op": "subscribe", "version": 1}
+    {"op": "subscribe", "version": 1, "shm": true}
+
+(``"shm": true`` is optional: it asks for the readings in shared memory, :mod:`otel_joules.sensors.agent_shm`).
 
 The agent answers with one frame, either a refusal (and closes the connection)::
 
@@ -15,7 +17,10 @@ or the zones it reads, in the order of every later reading::
         {"id": "package_0", "hw_type": "cpu", "hw_name": "RAPL package-0", "hw_id": "intel-rapl:0",
          "hw_parent": null, "in_total": true, "covers": "...", "wrap_uj": 262143328850, "max_power_watts": 125.0}, ...]}
 
-and from then on pushes one frame per reading, every ``interval_ms`` at instants it chooses::
+To a request with ``"shm": true`` an agent that can share memory answers the same, with
+``"shm": {"layout": 1, "bytes": N}`` added and the segment's descriptor attached (``SCM_RIGHTS``),
+and closes the connection: the segment carries the readings from then on. Otherwise it
+pushes one frame per reading, every ``interval_ms`` at instants it chooses::
 
     {"uj": [123456789, 98765432, null]}
 
@@ -38,6 +43,8 @@ from typing import Any
 PROTOCOL_VERSION = 1
 #: The one request a client makes.
 OP_SUBSCRIBE = "subscribe"
+#: The request's and the answer's key for readings in shared memory.
+SHARED_MEMORY = "shm"
 #: Longest client frame body; the subscribe request is ~40 bytes.
 MAX_REQUEST_BYTES = 1024
 #: Longest agent frame body (the zone list of a large multi-socket host fits many times over).
