@@ -117,7 +117,7 @@ class EnergyMeasurement:
     missing_domains: tuple[str, ...] = ()
     rejected_jump_domains: tuple[str, ...] = ()
     agent_domains: tuple[str, ...] = ()
-    domain_kinds: str | None = None
+    domain_kinds: tuple[str, ...] | None = None
     estimated_s: float = 0.0
 
 
@@ -382,7 +382,7 @@ class EnergyMeter:
             energy.estimated_s,
         )
 
-    def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> str | None:
+    def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> tuple[str, ...] | None:
         """``energy.domain_kinds`` of a measurement over ``domains`` (None: all); None with simulated devices,
         which have no kind here."""
         if constant_watts:
