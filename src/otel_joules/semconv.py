@@ -35,11 +35,11 @@ ENERGY_NAMESPACE: Final = "energy."
 ENERGY_ATTRIBUTED_NAMESPACE: Final = "energy.attributed."
 #: ``carbon.intensity.gco2eq_per_kwh``, ``carbon.pue``, ...
 CARBON_NAMESPACE: Final = "carbon."
-#: ``training.epoch``, ``training.epochs.planned``, ... (training runs)
+#: ``training.epoch.number``, ``training.epochs.planned``, ... (training runs)
 TRAINING_NAMESPACE: Final = "training."
 #: Span attributes whose key starts with one of these are written by every file exporter
 #: (CSV, JSON Lines, MongoDB, DataFrame): the one place that says which. ``training.`` is
-#: here so an epoch span keeps its ``training.epoch`` number in exports.
+#: here so an epoch span keeps its ``training.epoch.number`` in exports.
 EXPORTED_ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (ENERGY_NAMESPACE, CARBON_NAMESPACE, TRAINING_NAMESPACE)
 #: Resource attributes every file exporter keeps beside the span's own (their ``resource`` field), so
 #: ``otel-joules report --by host,user,job`` groups CSV, JSON-lines and Parquet exports as it does OTLP/JSON:
@@ -93,9 +93,10 @@ ENERGY_KWH: Final = "energy.kwh"
 #: The domains of the span read through the ``otel-joules agent`` (string array, sorted), because this user
 #: cannot read ``energy_uj``: still measured (``energy.source = measured``); absent when none was.
 ENERGY_AGENT_DOMAINS: Final = "energy.agent.domains"
-#: Span attribute: the meter's domains that add to ``energy.joules``, each with its kind, space-separated
-#: ``domain_id:kind`` (``package_0:cpu dram_0:memory nvidia_gpu_0:gpu``), so a reader of an export
-#: classifies domains without knowing their ids.
+#: Span attribute: the meter's domains that add to ``energy.joules``, each with its kind, a string array of
+#: ``domain_id:kind`` (``["package_0:cpu", "dram_0:memory", "nvidia_gpu_0:gpu"]``), so a reader of an export
+#: classifies domains without knowing their ids. Older exports carry one space-separated string
+#: (``package_0:cpu dram_0:memory``): readers accept both.
 ENERGY_DOMAIN_KINDS: Final = "energy.domain_kinds"
 
 
@@ -181,12 +182,12 @@ SPAN_TRAINING: Final = "training"
 SPAN_EPOCH: Final = "epoch"
 #: Event on the training span with the predicted cost of the whole run.
 EVENT_TRAINING_PREDICTION: Final = "training.prediction"
-#: The epoch's number, from 1 (on epoch spans).
-TRAINING_EPOCH: Final = "training.epoch"
+#: The epoch's number, from 1 (on epoch spans): a number, not an index from 0, as CarbonTracker's ``Epoch 1:``.
+TRAINING_EPOCH_NUMBER: Final = "training.epoch.number"
 #: True on an epoch span ended by stop() or an error before epoch_end().
 TRAINING_EPOCH_INTERRUPTED: Final = "training.epoch.interrupted"
-#: Epochs completed (training span) or predicted (prediction event).
-TRAINING_EPOCHS: Final = "training.epochs"
+#: How many epochs the figures beside it are of: completed (training span) or predicted (prediction event).
+TRAINING_EPOCHS_COUNT: Final = "training.epochs.count"
 #: Epochs the run was planned for (``CarbonTracker(epochs=...)``).
 TRAINING_EPOCHS_PLANNED: Final = "training.epochs.planned"
 #: True when the run stopped before its planned epochs.
@@ -220,19 +221,19 @@ METRIC_HW_HOST_POWER: Final = "hw.host.power"
 #: Counter, J: the sum of the host's ``hw.energy`` series (packages + DRAM + GPUs), measured only. Not the
 #: host (fans, disks, the PSU's losses are not in it): hence not ``hw.host.energy``. Not a convention's name.
 METRIC_ENERGY_COMPONENTS: Final = "energy.components"
-#: Gauge, W: the same as power.
-METRIC_ENERGY_COMPONENTS_POWER: Final = "energy.components.power"
+#: Gauge, W: the same as power (``power.*`` beside ``energy.*``, as no metric name is also a namespace).
+METRIC_ENERGY_COMPONENTS_POWER: Final = "power.components"
 #: Counter, J: a measured reading that lies inside another series (a RAPL core or uncore zone inside its package,
 #: ``hw.parent``; a second whole-platform meter inside the host): kept out of ``hw.energy`` so its plain sum
 #: counts each joule once. Not a convention's name.
 METRIC_ENERGY_NESTED: Final = "energy.nested"
 #: Gauge, W: the same as power.
-METRIC_ENERGY_NESTED_POWER: Final = "energy.nested.power"
+METRIC_ENERGY_NESTED_POWER: Final = "power.nested"
 #: Counter, J: a modelled domain's energy (CPU time x per-CPU watts, memory size x W/GB): never in a measured series. Not a
 #: convention's name.
 METRIC_ENERGY_ESTIMATE: Final = "energy.estimate"
 #: Gauge, W: the same as power.
-METRIC_ENERGY_ESTIMATE_POWER: Final = "energy.estimate.power"
+METRIC_ENERGY_ESTIMATE_POWER: Final = "power.estimate"
 #: Counter, s: per domain, the seconds during which its counter failed reads and was being retried: the power
 #: series over that time leave the domain out (the energy counters hold its last known joules). Labels never
 #: change for it. Not a convention's name.
@@ -291,7 +292,7 @@ SOURCE_MIXED: Final = "mixed"
 #: the domains present say how they were obtained (``energy.<domain>.method``).
 SOURCE_PARTIAL: Final = "partial"
 
-#: A domain's kind (``Domain.kind``, ``energy.domain_kinds``); cpu, memory and gpu are also the attribution
+#: A domain's kind (``Domain.kind``, in ``energy.domain_kinds``); cpu, memory and gpu are also the attribution
 #: kinds, each with an ``energy.attributed.<kind>.joules``, and the ``hw.type`` of their domains.
 KIND_CPU: Final = "cpu"
 KIND_MEMORY: Final = "memory"
@@ -306,4 +307,21 @@ ATTRIBUTED_KIND_KEYS: Final = {
     KIND_CPU: ENERGY_ATTRIBUTED_CPU_JOULES,
     KIND_MEMORY: ENERGY_ATTRIBUTED_MEMORY_JOULES,
     KIND_GPU: ENERGY_ATTRIBUTED_GPU_JOULES,
+}
+
+# --- Former names ------------------------------------------------------------------------------
+
+#: Names otel-joules wrote before no name was also a namespace (a backend that nests dotted keys, as
+#: Elasticsearch and OpenSearch mappings do, can hold only one of ``training.epoch`` and
+#: ``training.epoch.interrupted``), by the name that replaces each: ``otel-joules report`` reads archives
+#: written with either. docs/migration.md lists them.
+FORMER_ATTRIBUTE_NAMES: Final = {
+    "training.epoch": TRAINING_EPOCH_NUMBER,
+    "training.epochs": TRAINING_EPOCHS_COUNT,
+}
+#: Metric names renamed for the same reason, by the name that replaces each.
+FORMER_METRIC_NAMES: Final = {
+    "energy.components.power": METRIC_ENERGY_COMPONENTS_POWER,
+    "energy.nested.power": METRIC_ENERGY_NESTED_POWER,
+    "energy.estimate.power": METRIC_ENERGY_ESTIMATE_POWER,
 }

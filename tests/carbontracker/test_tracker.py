@@ -120,7 +120,7 @@ def test_training_loop_gives_exact_joules_kwh_and_grams(powercap, tracer_provide
     epochs = [s for s in spans if s.name == "epoch"]
     (root,) = [s for s in spans if s.name == "training"]
     assert root.parent is None
-    assert [s.attributes["training.epoch"] for s in epochs] == [1, 2, 3, 4]
+    assert [s.attributes["training.epoch.number"] for s in epochs] == [1, 2, 3, 4]
     for span in epochs:
         assert span.parent.span_id == root.context.span_id
         assert span.context.trace_id == root.context.trace_id
@@ -133,12 +133,12 @@ def test_training_loop_gives_exact_joules_kwh_and_grams(powercap, tracer_provide
         assert span.attributes["energy.source"] == "measured"
     assert root.attributes["energy.joules"] == pytest.approx(4 * EPOCH_J, abs=1e-9)
     assert root.attributes["energy.co2eq.grams"] == pytest.approx(actual.co2eq_grams, rel=1e-12)
-    assert root.attributes["training.epochs"] == 4
+    assert root.attributes["training.epochs.count"] == 4
     assert root.attributes["training.epochs.planned"] == 4
     assert root.attributes["training.early_stop"] is False
     (event,) = root.events
     assert event.name == "training.prediction"
-    assert event.attributes["training.epochs"] == 4
+    assert event.attributes["training.epochs.count"] == 4
     assert event.attributes["energy.joules"] == pytest.approx(4 * EPOCH_J, abs=1e-9)
     assert event.attributes["energy.kwh"] == pytest.approx(predicted.energy_kwh)
     assert event.attributes["energy.co2eq.grams"] == pytest.approx(predicted.co2eq_grams)

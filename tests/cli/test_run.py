@@ -98,7 +98,7 @@ def test_root_span_and_metrics_arrive_with_exact_energy(otlp_receiver, tmp_path,
     (host_total,) = otlp_receiver.data_points("energy.components")
     assert host_total.value == TOTAL_JOULES
     assert host_total.resource_attributes["slurm.job.id"] == "4242"
-    assert {p.metric_name for p in otlp_receiver.data_points()} >= {"hw.energy", "hw.power", "energy.components", "energy.components.power"}
+    assert {p.metric_name for p in otlp_receiver.data_points()} >= {"hw.energy", "hw.power", "energy.components", "power.components"}
     assert all(p.unit == "J" for p in otlp_receiver.data_points("hw.energy"))
 
     # The summary: duration, joules, kWh, gCO2eq, source, destinations.

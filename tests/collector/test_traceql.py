@@ -83,7 +83,7 @@ def test_the_attribute_table_is_read_as_the_semconv_module_defines() -> None:
     for key in (semconv.ENERGY_SOURCE, semconv.ENERGY_BELOW_RESOLUTION, semconv.ENERGY_ATTRIBUTION,
                 semconv.CARBON_INTENSITY_SOURCE, semconv.domain_method_key("nvidia_gpu_0"), semconv.PROCESS_PID):
         assert not TYPES.is_double(key), key
-    assert TYPES.is_integer(semconv.PROCESS_PID) and TYPES.is_integer(semconv.TRAINING_EPOCH)
+    assert TYPES.is_integer(semconv.PROCESS_PID) and TYPES.is_integer(semconv.TRAINING_EPOCH_NUMBER)
 
 
 # --- the queries ----------------------------------------------------------------------------

@@ -280,13 +280,13 @@ def services(stack: Stack) -> dict[str, Any]:
         )
         assert frontend.returncode == 0 and "done" in frontend.stdout, frontend.stderr
         # Both backends reported; now the second one exits and the first stays up.
-        wait_until(lambda: len(stack.prometheus.query('energy_components_power_watts{job="e2e-backend"}')) == 2, 60,
-                   "two backend processes' energy_components_power_watts series did not appear")
+        wait_until(lambda: len(stack.prometheus.query('power_components_watts{job="e2e-backend"}')) == 2, 60,
+                   "two backend processes' power_components_watts series did not appear")
         backends[1].stdin.close()  # type: ignore[union-attr]
         backends[1].wait(60)
         exited_s = time.monotonic()
-        wait_until(lambda: len(stack.prometheus.query('energy_components_power_watts{job="e2e-backend"}')) == 1, 60,
-                   "the exited backend's energy_components_power_watts did not go", 0.1)
+        wait_until(lambda: len(stack.prometheus.query('power_components_watts{job="e2e-backend"}')) == 1, 60,
+                   "the exited backend's power_components_watts did not go", 0.1)
         gone_after_s = time.monotonic() - exited_s
         instances = {
             result["metric"]["instance"]
@@ -363,7 +363,7 @@ def test_an_exited_process_stops_counting_within_two_export_intervals(stack: Sta
     """
     bound_s = 2 * EXPORT_INTERVAL_MS / 1000 + 1 + 1
     assert services["gone_after_s"] <= bound_s, f"the exited process's gauge lingered {services['gone_after_s']:.1f} s"
-    total = stack.prometheus.query('sum(energy_components_power_watts{job="e2e-backend"})')
+    total = stack.prometheus.query('sum(power_components_watts{job="e2e-backend"})')
     assert total and abs(float(total[0]["value"][1]) - (WATTS["package_0"] + WATTS["dram_0"])) < 2.0, total
 
 

@@ -1,5 +1,5 @@
-"""energy.domain_kinds survives every file export: CSV, JSON lines, OTLP/JSON and Parquet keep it, so the report
-classifies an exported span's domains by their kinds, not by their ids."""
+"""energy.domain_kinds survives every file export: CSV, JSON lines, OTLP/JSON and Parquet keep it, as an array (a
+plural value), so the report classifies an exported span's domains by their kinds, not by their ids."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from tests.fakes.powercap import make_powercap
 from tests.helpers.known_spans import make_provider
 
 
-def _export_one_span(tmp_path: Path, exporter: object) -> str:
+def _export_one_span(tmp_path: Path, exporter: object) -> list[str]:
     """One span with a real meter's attributes (fake powercap, two sockets and psys) through ``exporter``;
     returns the span's energy.domain_kinds."""
     pc = make_powercap(tmp_path / "sys", "two_sockets")
@@ -33,7 +33,9 @@ def _export_one_span(tmp_path: Path, exporter: object) -> str:
     provider = make_provider(SimpleSpanProcessor(exporter))  # type: ignore[arg-type]
     provider.get_tracer("t").start_span("step", attributes=attributes).end()
     provider.shutdown()
-    return str(attributes[ENERGY_DOMAIN_KINDS])
+    value = attributes[ENERGY_DOMAIN_KINDS]
+    assert isinstance(value, tuple)
+    return list(value)
 
 
 @pytest.mark.parametrize(
@@ -44,9 +46,9 @@ def test_the_text_exports_keep_the_domain_kinds(tmp_path: Path, exporter_type: t
     path = tmp_path / name
     written = _export_one_span(tmp_path, exporter_type(path))
     # psys beside the packages adds to no kind, core does not either: neither is listed.
-    assert sorted(written.split()) == ["dram_0:memory", "dram_1:memory", "package_0:cpu", "package_1:cpu"]
+    assert sorted(written) == ["dram_0:memory", "dram_1:memory", "package_0:cpu", "package_1:cpu"]
     (span,) = read_inputs([path]).spans
-    assert span.attributes[ENERGY_DOMAIN_KINDS] == written
+    assert list(span.attributes[ENERGY_DOMAIN_KINDS]) == written
 
 
 def test_parquet_keeps_the_domain_kinds(tmp_path: Path) -> None:

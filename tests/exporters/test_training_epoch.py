@@ -1,4 +1,4 @@
-"""An epoch span's ``training.epoch`` survives every file export, and the report numbers epochs by it.
+"""An epoch span's ``training.epoch.number`` survives every file export, and the report numbers epochs by it.
 
 The file exporters once kept only ``energy.*`` and ``carbon.*``: a CarbonTracker epoch
 span lost its ``training.epoch`` in CSV and JSON lines, and ``otel-joules report`` of
@@ -32,9 +32,9 @@ from otel_joules.semconv import (
     ENERGY_JOULES,
     SPAN_EPOCH,
     SPAN_TRAINING,
-    TRAINING_EPOCH,
+    TRAINING_EPOCH_NUMBER,
     TRAINING_EPOCH_INTERRUPTED,
-    TRAINING_EPOCHS,
+    TRAINING_EPOCHS_COUNT,
 )
 
 T0 = 1_700_000_000_000_000_000  # span times, ns
@@ -56,7 +56,7 @@ def _write_resumed_training(provider: TracerProvider) -> None:
     """A training resumed at epoch 2: epoch spans 2 (100 J) and 3 (200 J, interrupted) under a 300 J root."""
     tracer = provider.get_tracer("test")
     root = tracer.start_span(
-        SPAN_TRAINING, context=otel_context.Context(), start_time=T0, attributes={TRAINING_EPOCHS: 2}
+        SPAN_TRAINING, context=otel_context.Context(), start_time=T0, attributes={TRAINING_EPOCHS_COUNT: 2}
     )
     parent = trace.set_span_in_context(root, otel_context.Context())
     for number, (start_s, end_s, joules, extra) in {
@@ -68,7 +68,7 @@ def _write_resumed_training(provider: TracerProvider) -> None:
             context=parent,
             start_time=T0 + int(start_s * 1e9),
             # http.method: not ours, never exported by the file formats.
-            attributes={TRAINING_EPOCH: number, ENERGY_JOULES: joules, "http.method": "GET", **extra},
+            attributes={TRAINING_EPOCH_NUMBER: number, ENERGY_JOULES: joules, "http.method": "GET", **extra},
         )
         epoch.end(end_time=T0 + int(end_s * 1e9))
     root.set_attribute(ENERGY_JOULES, 300.0)
@@ -87,7 +87,7 @@ def exports(tmp_path: Path) -> dict[str, Path]:
 
 
 def _epoch_attributes(rows: list[dict]) -> dict[int, dict]:
-    return {row[TRAINING_EPOCH]: row for row in rows if TRAINING_EPOCH in row}
+    return {row[TRAINING_EPOCH_NUMBER]: row for row in rows if TRAINING_EPOCH_NUMBER in row}
 
 
 def test_csv_keeps_training_epoch(exports: dict[str, Path]) -> None:
@@ -97,7 +97,7 @@ def test_csv_keeps_training_epoch(exports: dict[str, Path]) -> None:
     assert sorted(epochs) == [2, 3]
     assert epochs[3][TRAINING_EPOCH_INTERRUPTED] is True and TRAINING_EPOCH_INTERRUPTED not in epochs[2]
     (root,) = [json.loads(row["attributes"]) for row in rows if row["name"] == SPAN_TRAINING]
-    assert root[TRAINING_EPOCHS] == 2
+    assert root[TRAINING_EPOCHS_COUNT] == 2
     assert not any("http.method" in row["attributes"] for row in rows)
 
 
@@ -116,18 +116,14 @@ def test_dataframe_and_mongo_keep_training_epoch() -> None:
     provider = _provider(dataframe, memory)
     _write_resumed_training(provider)
     frame = dataframe.dataframe()
-    assert sorted(frame[frame["name"] == SPAN_EPOCH][TRAINING_EPOCH].astype(int)) == [2, 3]
+    assert sorted(frame[frame["name"] == SPAN_EPOCH][TRAINING_EPOCH_NUMBER].astype(int)) == [2, 3]
     epochs = [span for span in memory.get_finished_spans() if span.name == SPAN_EPOCH]
     provider.shutdown()
     documents = [span_document(span_record(span)) for span in epochs]
-    # training.epoch is also the prefix of training.epoch.interrupted: nested under _value.
-    numbers = sorted(
-        d["attributes"]["training"]["epoch"]
-        if isinstance(d["attributes"]["training"]["epoch"], int)
-        else d["attributes"]["training"]["epoch"]["_value"]
-        for d in documents
-    )
-    assert numbers == [2, 3]
+    # No name is also a namespace: every value sits at its own leaf, none under _value.
+    assert sorted(d["attributes"]["training"]["epoch"]["number"] for d in documents) == [2, 3]
+    interrupted = [d["attributes"]["training"]["epoch"].get("interrupted") for d in documents]
+    assert sorted(interrupted, key=str) == [None, True]
 
 
 @pytest.mark.parametrize("form", ["csv", "jsonl"])
@@ -145,7 +141,7 @@ def test_cli_report_json_numbers_epochs_by_training_epoch(
 
 
 def test_carbontracker_epoch_spans_keep_their_number_in_csv(tmp_path: Path) -> None:
-    """End to end: the tracker's own epoch spans, exported to CSV, carry training.epoch 1..3."""
+    """End to end: the tracker's own epoch spans, exported to CSV, carry training.epoch.number 1..3."""
     pc = make_powercap(tmp_path / "sys", "one_socket")
     path = tmp_path / "spans.csv"
     provider = _provider(CsvSpanExporter(path))
@@ -165,4 +161,4 @@ def test_carbontracker_epoch_spans_keep_their_number_in_csv(tmp_path: Path) -> N
     provider.shutdown()
     with open(path, newline="", encoding="utf-8") as handle:
         epochs = [json.loads(row["attributes"]) for row in csv.DictReader(handle) if row["name"] == SPAN_EPOCH]
-    assert sorted(attributes[TRAINING_EPOCH] for attributes in epochs) == [1, 2, 3]
+    assert sorted(attributes[TRAINING_EPOCH_NUMBER] for attributes in epochs) == [1, 2, 3]

@@ -64,8 +64,8 @@ def test_one_callback_gives_a_training_span_with_epochs_within_5_percent(
         _fit(tmp_path, callback, epochs=3)
     spans = span_exporter.get_finished_spans()
     (training,) = [s for s in spans if s.name == "training"]
-    epochs = sorted((s for s in spans if s.name == "epoch"), key=lambda s: s.attributes["training.epoch"])
-    assert [s.attributes["training.epoch"] for s in epochs] == [1, 2, 3]
+    epochs = sorted((s for s in spans if s.name == "epoch"), key=lambda s: s.attributes["training.epoch.number"])
+    assert [s.attributes["training.epoch.number"] for s in epochs] == [1, 2, 3]
     assert all(s.parent.span_id == training.context.span_id for s in epochs)
     assert training.attributes["training.epochs.planned"] == 3
     truth_j = TOTAL_W * (training.end_time - training.start_time) / 1e9
@@ -142,7 +142,7 @@ def test_under_zero_code_the_spans_reach_the_sdks_exporter(tmp_path: Path, power
         assert run.returncode == 0, run.stderr
         (training,) = receiver.wait_for_spans(name="training")
         epochs = receiver.wait_for_spans(2, name="epoch")
-    assert sorted(s.attributes["training.epoch"] for s in epochs) == [1, 2]
+    assert sorted(s.attributes["training.epoch.number"] for s in epochs) == [1, 2]
     assert all(s.parent_span_id == training.span_id for s in epochs)
     assert training.attributes["energy.joules"] == pytest.approx(TOTAL_W * training.duration_ns / 1e9, rel=0.05)
     assert training.resource_attributes["service.name"] == "trainer"

@@ -101,5 +101,5 @@ def test_two_torchrun_ranks_are_told_apart_and_counted_once(tmp_path: Path, powe
     assert [e.epoch for e in run.epochs] == [1, 2]
     for epoch in run.epochs:
         by_rank = [s["attributes"]["energy.attributed.joules"] for s in rank0 + rank1
-                   if s["name"] == "epoch" and s["attributes"]["training.epoch"] == epoch.epoch]
+                   if s["name"] == "epoch" and s["attributes"]["training.epoch.number"] == epoch.epoch]
         assert len(by_rank) == 2 and epoch.joules == pytest.approx(sum(by_rank))

@@ -61,7 +61,7 @@ def test_a_trainer_without_an_epoch_bound_measures_every_epoch(powercap, tracer_
     energy = _energy(powercap, tracer_provider, verbose=0)
     _train(energy, powercap, 3, planned=-1)  # Lightning's max_epochs=-1
     (training,) = [s for s in span_exporter.get_finished_spans() if s.name == "training"]
-    assert training.attributes["training.epochs"] == 3 and training.attributes["training.early_stop"] is False
+    assert training.attributes["training.epochs.count"] == 3 and training.attributes["training.early_stop"] is False
     assert not training.events  # nothing planned, nothing predicted
 
 

@@ -68,11 +68,11 @@ def test_one_callback_gives_a_training_span_with_epochs_within_5_percent(
         _trainer(tmp_path, callback).train()
     spans = span_exporter.get_finished_spans()
     (training,) = [s for s in spans if s.name == "training"]
-    epochs = sorted((s for s in spans if s.name == "epoch"), key=lambda s: s.attributes["training.epoch"])
-    assert [s.attributes["training.epoch"] for s in epochs] == [1, 2]
+    epochs = sorted((s for s in spans if s.name == "epoch"), key=lambda s: s.attributes["training.epoch.number"])
+    assert [s.attributes["training.epoch.number"] for s in epochs] == [1, 2]
     assert all(s.parent.span_id == training.context.span_id for s in epochs)
     assert training.parent is None
-    assert training.attributes["training.epochs.planned"] == 2 and training.attributes["training.epochs"] == 2
+    assert training.attributes["training.epochs.planned"] == 2 and training.attributes["training.epochs.count"] == 2
     # CarbonTracker's attributes: energy, carbon at its intensity and PUE.
     assert training.attributes["carbon.pue"] == 1.58
     assert training.attributes["carbon.intensity.gco2eq_per_kwh"] == pytest.approx(100.0)
@@ -84,7 +84,7 @@ def test_one_callback_gives_a_training_span_with_epochs_within_5_percent(
         assert span.attributes["energy.joules"] == pytest.approx(epoch_truth, rel=0.05, abs=0.3)
     # The prediction after the first epoch, as CarbonTracker's default.
     (event,) = [e for e in training.events if e.name == "training.prediction"]
-    assert event.attributes["training.epochs"] == 2
+    assert event.attributes["training.epochs.count"] == 2
     # No step spans unless asked.
     assert not [s for s in spans if s.name == "step"]
     # The logs: carbontracker's format, read by otel-joules report (counted once with the spans: the trace id line).

@@ -58,7 +58,7 @@ def test_energy_and_power_per_domain_and_host(powercap, tracer_provider) -> None
     watts = {attrs["hw.id"]: v for attrs, v in power}
     # 30 J over the ~0.6 s between the instrument's first snapshot and this collection.
     assert 30.0 / 1.5 < watts["intel-rapl:0"] < 30.0 / 0.6
-    (components_watts,) = [v for _, v in points["energy.components.power"][1]]
+    (components_watts,) = [v for _, v in points["power.components"][1]]
     assert components_watts == pytest.approx(watts["intel-rapl:0"] * 36.0 / 30.0)
     handle.uninstrument()
     after = _points(reader)
@@ -234,7 +234,7 @@ def test_measured_and_estimated_domains_go_to_separate_metrics(powercap) -> None
     provider.shutdown()
     meter.close()
     (components,) = points["energy.components"]
-    (components_power,) = points["energy.components.power"]
+    (components_power,) = points["power.components"]
     assert components == ({"hw.id": "host-a", "hw.name": "host-a", "energy.source": "measured"}, 4.0)
     assert components_power[0]["energy.source"] == "measured"
     assert {a["hw.id"]: a["energy.source"] for a, _ in points["hw.energy"]} == {"intel-rapl:0": "measured"}

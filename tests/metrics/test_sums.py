@@ -93,9 +93,9 @@ def test_every_plain_power_sum_equals_the_truth(platform) -> None:
     by_type = sum_by(points["hw.power"], "hw.type")
     assert by_type["cpu"] / host_watts == pytest.approx(PACKAGE_J / PSYS_J)
     assert by_type["memory"] / host_watts == pytest.approx(DRAM_J / PSYS_J)
-    (components_watts,) = [v for _, v in points["energy.components.power"]]
+    (components_watts,) = [v for _, v in points["power.components"]]
     assert components_watts / host_watts == pytest.approx((PACKAGE_J + DRAM_J) / PSYS_J)
-    assert sum_by(points["energy.nested.power"], "energy.domain")["core_0"] / host_watts == pytest.approx(CORE_J / PSYS_J)
+    assert sum_by(points["power.nested"], "energy.domain")["core_0"] / host_watts == pytest.approx(CORE_J / PSYS_J)
 
 
 def test_the_host_is_the_platform_meter_and_psys_is_no_device_of_its_own(platform) -> None:
@@ -140,7 +140,7 @@ def test_estimates_never_share_a_series_with_measurements(powercap) -> None:
     assert [(a["energy.domain"], a["energy.source"], v) for a, v in points["hw.energy"]] == [("package_0", "measured", 4.0)]
     assert [v for _, v in points["energy.components"]] == [4.0]
     assert [(a["energy.domain"], a["energy.source"]) for a, _ in points["energy.estimate"]] == [("memory_estimate", "estimate")]
-    assert {a["energy.source"] for name in ("hw.energy", "hw.power", "energy.components", "energy.components.power")
+    assert {a["energy.source"] for name in ("hw.energy", "hw.power", "energy.components", "power.components")
             for a, _ in points[name]} == {"measured"}
 
 

@@ -44,7 +44,8 @@ def test_a_plain_otlp_file_is_staged_and_read_as_the_python_reader_reads_it(tmp_
     path.write_text(json.dumps(request) + "\n", encoding="utf-8")
     assert _loaded_by_duckdb(path) == 1
     (python_span,) = read_inputs([path]).spans
-    assert python_span.attributes["training.epoch"] == 3 and "http.route" not in python_span.attributes
+    # training.epoch: the former name of training.epoch.number, read under the new one.
+    assert python_span.attributes["training.epoch.number"] == 3 and "http.route" not in python_span.attributes
     report = build_report([path])
     (run,) = report.runs
     assert (run.joules, run.host_interval_joules, run.energy_source, run.service_name) == (6.5, 8.25, "measured", "trainer")

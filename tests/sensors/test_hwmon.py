@@ -278,7 +278,7 @@ def test_an_intel_gpu_card_adds_to_the_total_through_the_meter_and_its_package_d
     xe_card(hw)
     with EnergyMeter(settings=_settings(hw.root, tmp_path), estimate=False, sample=False) as meter:
         assert [(d.id, d.in_total) for d in meter.domains] == [("intel_gpu_0", True), ("intel_gpu_0_pkg", False)]
-        assert meter.domain_kinds == "intel_gpu_0:gpu"
+        assert meter.domain_kinds == ("intel_gpu_0:gpu",)
         first = meter.snapshot()
         hw.files["card"].advance_joules(5.0)
         hw.files["pkg"].advance_joules(3.0)

@@ -53,7 +53,7 @@ def test_a_package_read_by_rapl_and_amd_energy_is_rapl_s_and_counted_once(tmp_pa
     assert attributes["energy.joules"] == 10.0  # not 20
     assert attributes["energy.package_0.joules"] == 10.0
     assert attributes["energy.amd_core_0.joules"] == 3.0
-    assert attributes["energy.domain_kinds"] == "package_0:cpu"
+    assert attributes["energy.domain_kinds"] == ("package_0:cpu",)
 
 
 def test_a_platform_meter_beside_rapl_is_reported_but_not_added(tmp_path, tracer_provider, span_exporter) -> None:
@@ -80,7 +80,7 @@ def test_a_platform_meter_beside_rapl_is_reported_but_not_added(tmp_path, tracer
     span = span_exporter.get_finished_spans()[0]
     attributes = span.attributes
     assert attributes["energy.joules"] == 12.0
-    assert attributes["energy.domain_kinds"] == "package_0:cpu dram_0:memory"
+    assert attributes["energy.domain_kinds"] == ("package_0:cpu", "dram_0:memory")
     duration_s = (span.end_time - span.start_time) / 1e9
     # Read off the span path (an ACPI method may be slow): each end's value may be up to the device deadline old,
     # late rather than lost. Accuracy over a long interval: tests/sensors/test_hwmon.py.
@@ -130,7 +130,7 @@ def test_amd_energy_without_rapl_measures_the_sockets_and_no_cpu_estimate_is_add
     hw = FakeHwmon(tmp_path / "sys")
     amd_energy(hw, sockets=2, cores_per_socket=1)
     with EnergyMeter(settings=_settings(hw.sysfs_root, tmp_path), gpus=[], sample=False) as meter:
-        assert meter.domain_kinds == "package_0:cpu package_1:cpu"
+        assert meter.domain_kinds == ("package_0:cpu", "package_1:cpu")
         assert not any(d.id.endswith("_estimate") for d in meter.domains)
         assert meter.overlaps == ()
 
@@ -141,6 +141,6 @@ def test_a_grace_module_is_reported_beside_its_socket_and_not_added(tmp_path) ->
     for index, (part, watts) in enumerate([("Module", 500.0), ("Grace", 200.0), ("CPU", 150.0), ("SysIO", 30.0)]):
         acpi_power_meter(hw, watts, key=part, oem_info=f"{part} Power Socket 0", index=index)
     with EnergyMeter(settings=_settings(hw.sysfs_root, tmp_path), gpus=[], sample=False) as meter:
-        assert meter.domain_kinds == "grace_0:cpu"
+        assert meter.domain_kinds == ("grace_0:cpu",)
         (overlap,) = meter.overlaps
     assert overlap.domain == "grace_module_0 (hwmon power_meter (NVIDIA Grace))" and overlap.winner == "grace_0"

@@ -71,9 +71,9 @@ def test_each_zone_has_one_kind_and_hw_type_follows_it(tmp_path: Path) -> None:
     assert kinds["dram_1"] == ("memory", HardwareType.MEMORY)
     assert kinds["psys"] == ("platform", HardwareType.PLATFORM)
     assert HardwareType.PLATFORM.value == "enclosure"
-    assert sorted(domain_kinds(domains).split()) == ["dram_0:memory", "dram_1:memory", "package_0:cpu", "package_1:cpu"]
+    assert sorted(domain_kinds(domains)) == ["dram_0:memory", "dram_1:memory", "package_0:cpu", "package_1:cpu"]
     alone = [c.domain for c in rapl.discover(Settings(sysfs_root=make_powercap(tmp_path / "alone", "psys_only").sysfs_root)).channels]
-    assert domain_kinds(alone) == "psys:platform"
+    assert domain_kinds(alone) == ("psys:platform",)
 
 
 def test_amd_package_and_core_only(tmp_path: Path) -> None:
@@ -174,6 +174,15 @@ def test_domain_kinds_parse_back_to_the_domains_that_add_to_the_total() -> None:
         Domain("psys", KIND_PLATFORM, "s", "s0"),
     ]
     value = domain_kinds(domains)
-    assert value == "package_0:cpu nvidia_gpu_0:gpu psys:platform"
+    assert value == ("package_0:cpu", "nvidia_gpu_0:gpu", "psys:platform")
     assert parse_domain_kinds(value) == {"package_0": KIND_CPU, "nvidia_gpu_0": KIND_GPU, "psys": KIND_PLATFORM}
+    assert parse_domain_kinds(()) == {}
+
+
+def test_domain_kinds_of_an_older_export_parse_as_the_array_does() -> None:
+    """Exports written before energy.domain_kinds was an array carry one space-separated string."""
+    assert parse_domain_kinds("package_0:cpu nvidia_gpu_0:gpu psys:platform") == parse_domain_kinds(
+        ["package_0:cpu", "nvidia_gpu_0:gpu", "psys:platform"]
+    )
     assert parse_domain_kinds("") == {}
+    assert parse_domain_kinds(12) is None

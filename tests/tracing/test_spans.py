@@ -47,7 +47,7 @@ def test_instrument_adds_energy_seen_by_a_processor_registered_before(tracer_pro
     assert a["energy.dram_0.joules"] == 2.0
     assert a["energy.source"] == "measured"
     # The domains that add to energy.joules, with their kinds: a reader needs no rules about domain ids.
-    assert a["energy.domain_kinds"] == "package_0:cpu dram_0:memory"
+    assert a["energy.domain_kinds"] == ("package_0:cpu", "dram_0:memory")
     duration_s = (span.end_time - span.start_time) / 1e9
     assert a["energy.watts"] == pytest.approx(12.0 / duration_s, rel=0.05)
     handle.uninstrument()
@@ -265,7 +265,7 @@ def test_planned_attributes_equal_those_of_a_measurement() -> None:
         assert got == expected
         assert got is None or list(got) == list(expected)  # type: ignore[arg-type]
     # Domains outside the total (core_0) are not listed; each listed one carries its kind.
-    assert plan.domain_kinds == "package_0:cpu dram_0:memory nvidia_gpu_0:gpu cpu_estimate:cpu"
+    assert plan.domain_kinds == ("package_0:cpu", "dram_0:memory", "nvidia_gpu_0:gpu", "cpu_estimate:cpu")
     attribution = SpanAttribution(0.25, 0.125, 2.5, 0.5)
     for kinds in ((), ("cpu",), ("cpu", "memory"), ("cpu", "memory", "gpu"), ("memory", "gpu")):
         into = MeterAttributes(meter, kinds).add_attribution(attribution, {"x": 1})

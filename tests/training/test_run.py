@@ -24,9 +24,9 @@ from otel_joules.semconv import (
     SPAN_EPOCH,
     SPAN_TRAINING,
     TRAINING_EARLY_STOP,
-    TRAINING_EPOCH,
+    TRAINING_EPOCH_NUMBER,
     TRAINING_EPOCH_INTERRUPTED,
-    TRAINING_EPOCHS,
+    TRAINING_EPOCHS_COUNT,
     TRAINING_EPOCHS_PLANNED,
 )
 from otel_joules.training import DeviceSelection, SimulatedDevice, TrainingRun
@@ -83,7 +83,7 @@ def test_epochs_are_child_spans_with_energy_and_carbon(powercap: FakePowercap) -
     assert (actual.kind, actual.epochs) == ("actual", 2)
     assert actual.energy_kwh == pytest.approx(2 * EPOCH_J * PUE / 3.6e6)
     run.end(run.snapshot(), early_stop=False, actual=actual)
-    spans = {(s.name, s.attributes.get(TRAINING_EPOCH)): s for s in exporter.get_finished_spans()}
+    spans = {(s.name, s.attributes.get(TRAINING_EPOCH_NUMBER)): s for s in exporter.get_finished_spans()}
     root = spans[(SPAN_TRAINING, None)]
     first = spans[(SPAN_EPOCH, 1)]
     assert first.parent.span_id == root.context.span_id
@@ -91,7 +91,7 @@ def test_epochs_are_child_spans_with_energy_and_carbon(powercap: FakePowercap) -
     assert first.attributes[ENERGY_CO2EQ_GRAMS] == pytest.approx(result.co2eq_grams)
     assert (first.attributes[CARBON_INTENSITY_GCO2EQ_PER_KWH], first.attributes[CARBON_PUE]) == (200.0, PUE)
     assert root.attributes[TRAINING_EPOCHS_PLANNED] == 4
-    assert (root.attributes[TRAINING_EPOCHS], root.attributes[TRAINING_EARLY_STOP]) == (2, False)
+    assert (root.attributes[TRAINING_EPOCHS_COUNT], root.attributes[TRAINING_EARLY_STOP]) == (2, False)
     assert root.attributes[ENERGY_JOULES] == pytest.approx(2 * EPOCH_J)
     assert run.trace_id == format(root.context.trace_id, "032x")
     assert [s.name for s in run.spans] == [SPAN_EPOCH, SPAN_EPOCH, SPAN_TRAINING]
@@ -110,7 +110,7 @@ def test_prediction_scales_the_mean_epoch_and_is_an_event(powercap: FakePowercap
     run.end(run.snapshot(), early_stop=True)
     (root,) = [s for s in exporter.get_finished_spans() if s.name == SPAN_TRAINING]
     (event,) = [e for e in root.events if e.name == EVENT_TRAINING_PREDICTION]
-    assert event.attributes[TRAINING_EPOCHS] == 4
+    assert event.attributes[TRAINING_EPOCHS_COUNT] == 4
     assert event.attributes[ENERGY_KWH] == pytest.approx(predicted.energy_kwh)
 
 

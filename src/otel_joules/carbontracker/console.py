@@ -18,6 +18,7 @@ from otel_joules.carbontracker.logs import (
     BELOW_RESOLUTION_LOG_PREFIX,
     CARBONTRACKER_PUE,
     CARBONTRACKER_PUE_SOURCE,
+    CO2EQ_BASIS_LOG_PREFIX,
     DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS,
     ESTIMATE_LOG_PREFIX,
     MEASURED_LOG_PREFIX,
@@ -186,13 +187,32 @@ class TrackerOutput:
         )
         self.console(text)
 
-    def share(self, kwh: float) -> None:
+    def basis(self, consumption: Consumption, intensity: CarbonIntensity) -> None:
+        """After a consumption block: which energy its CO2eq is of (the host's interval energy, never the process's
+        share), and the PUE and intensity, with its source, that made kWh and grams of it (console, output log and
+        standard log). An extra line: carbontracker's parsers ignore it."""
+        kind = ConsumptionKind(consumption.kind)
+        energy = (
+            "the host's interval energy during the epochs"
+            if kind is ConsumptionKind.ACTUAL
+            else f"the host's interval energy of the epochs measured, scaled to {consumption.epochs} epoch(s)"
+        )
+        message = (
+            f"{CO2EQ_BASIS_LOG_PREFIX}{energy} (what its devices used, every process's work included), "
+            f"x PUE {consumption.pue:g}, at {consumption.intensity_gco2eq_per_kwh:.2f} gCO2eq/kWh "
+            f"({consumption.intensity_source}: {intensity.detail.rstrip('.')})."
+        )
+        self.info(message)
+        self.output(message)
+
+    def share(self, kwh: float, co2eq_grams: float) -> None:
         """Beside the host's consumption printed above, this process's share of it (console and output log).
 
         An extra line after carbontracker's block: its parsers ignore it, ``otel-joules report`` shows it."""
         self.output(
-            f"{PROCESS_SHARE_LOG_PREFIX}{kwh:.{self.decimal_precision}f} kWh "
-            "(its CPU time's part of the host's CPU and memory energy, its part of the GPUs; PUE applied). "
+            f"{PROCESS_SHARE_LOG_PREFIX}{kwh:.{self.decimal_precision}f} kWh, "
+            f"{co2eq_grams:.{self.decimal_precision}f} g CO2eq at the same PUE and intensity "
+            "(its CPU time's part of the host's CPU and memory energy, its part of the GPUs). "
             "The consumption above is what the host's devices used, measured or estimated as said above."
         )
 
@@ -212,6 +232,7 @@ class TrackerOutput:
                 f"{_say(intensity)}"
             )
         self.block(predicted, epochs)
+        self.basis(predicted, intensity)
 
     def actual(
         self,
@@ -238,6 +259,7 @@ class TrackerOutput:
                 f"{actual.intensity_gco2eq_per_kwh:.2f} gCO2eq/kWh. {_say(intensity)}"
             )
         self.block(actual, epochs)
+        self.basis(actual, intensity)
         if estimated:
             # The block above is carbontracker's format and cannot carry a label: say it right after.
             self.output(f"{ESTIMATE_LOG_PREFIX}the consumption above includes estimates ({', '.join(estimated)}).")

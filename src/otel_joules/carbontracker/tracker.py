@@ -487,7 +487,9 @@ class CarbonTracker(TrackerReadout):
         )
         share_joules = run.process_share_joules(actual.energy_joules)
         if share_joules is not None:
-            self._out.share(run.accounting().kwh(share_joules))
+            share_kwh = run.accounting().kwh(share_joules)
+            # At the intensity the actual block's grams used (the epochs' energy-weighted one): the same story.
+            self._out.share(share_kwh, share_kwh * actual.intensity_gco2eq_per_kwh)
         run.end(end, early_stop=early_stop, actual=actual)
         self._out.finished()
         self._state = "finished"

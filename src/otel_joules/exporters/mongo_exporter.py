@@ -30,8 +30,8 @@ The fields are those of :mod:`otel_joules.exporters.records`, except:
   its dotted name, so a query path is ``"attributes." + attribute name``:
   ``{"attributes.energy.joules": {"$gt": 100}}``, ``{"attributes.carbon.pue": 1.2}``.
   (MongoDB cannot query field names that contain dots.) Should a name be both a value
-  and a prefix of another (``training.epoch`` and ``training.epoch.interrupted``), the
-  value is kept under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
+  and a prefix of another (none of otel-joules' own is; a user's ``training.*`` attribute may be,
+  or an old name beside a new one), the value is kept under the key ``_value`` of that sub-document. Tuples are arrays; floats stay BSON
   doubles (NaN and infinities included). Text BSON cannot hold (a lone surrogate) is
   stored with that character as U+FFFD.
 - ``resource`` nests the exported resource attributes (host, user, job:

@@ -38,7 +38,7 @@ otel-joules puts on spans (``energy.joules``, ``energy.<domain>.joules``, ``ener
 ``energy.source``, ``energy.co2eq.grams``, ...; where the intensity is known, as in
 ``otel-joules run`` and the CarbonTracker, ``carbon.intensity.gco2eq_per_kwh``,
 ``carbon.intensity.source`` and ``carbon.pue``, without which ``energy.co2eq.grams``
-cannot be checked or recomputed; and a training run's ``training.epoch`` on each epoch
+cannot be checked or recomputed; and a training run's ``training.epoch.number`` on each epoch
 span, without which a report of an export cannot number the epochs). Of the resource, only
 the identities that group energy by host, user and job are kept (``resource``). Other
 attributes can be large or sensitive and already reach whatever OTLP backend the user has.

@@ -6,7 +6,7 @@
   (also a ``pytorch_lightning.Callback`` when that is what is installed).
 
 Both give what :class:`~otel_joules.carbontracker.tracker.CarbonTracker` gives, with its settings:
-one ``training`` root span with one ``epoch`` child per epoch (``training.epoch`` from 1), the
+one ``training`` root span with one ``epoch`` child per epoch (``training.epoch.number`` from 1), the
 ``training.prediction`` event, carbon intensity and PUE, and with ``log_dir`` the logs
 ``otel-joules report`` reads; optionally sampled ``step`` spans. The shared part is
 :mod:`.session`. Nothing here is imported by ``import otel_joules``; each module imports its

@@ -120,7 +120,7 @@ class EnergyMeasurement:
     missing_domains: tuple[str, ...] = ()
     rejected_jump_domains: tuple[str, ...] = ()
     agent_domains: tuple[str, ...] = ()
-    domain_kinds: str | None = None
+    domain_kinds: tuple[str, ...] | None = None
     estimated_s: float = 0.0
     estimate_band: tuple[float, float] | None = None
     estimate_source: str | None = None
@@ -393,7 +393,7 @@ class EnergyMeter:
             self.plan.estimate_source if band is not None else None,
         )
 
-    def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> str | None:
+    def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> tuple[str, ...] | None:
         """``energy.domain_kinds`` of a measurement over ``domains`` (None: all); None with simulated devices,
         which have no kind here."""
         if constant_watts:

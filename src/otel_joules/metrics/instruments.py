@@ -7,12 +7,12 @@ domain in exactly one family):
 ``hw.power``        Gauge,   ``W``, the same devices
 ``hw.host.energy``  Counter, ``J``, the entire host, from a whole-platform meter (psys); absent without one
 ``hw.host.power``   Gauge,   ``W``, the same as power
-``energy.components``        Counter, ``J``, the sum of ``hw.energy`` (not the host: no fans, disks, PSU losses)
-``energy.components.power``  Gauge,   ``W``, the same as power
+``energy.components`` Counter, ``J``, the sum of ``hw.energy`` (not the host: no fans, disks, PSU losses)
+``power.components``  Gauge,   ``W``, the same as power
 ``energy.nested``   Counter, ``J``, readings inside another series (core, uncore: ``hw.parent``)
-``energy.nested.power``  Gauge, ``W``, the same as power
+``power.nested``    Gauge,   ``W``, the same as power
 ``energy.estimate`` Counter, ``J``, modelled domains (never mixed with measurements)
-``energy.estimate.power``  Gauge, ``W``, the same as power
+``power.estimate``  Gauge,   ``W``, the same as power
 ``energy.missing``  Counter, ``s``, per domain: time its counter was failing and being retried
 ``energy.uncovered``  Counter, ``J``, the host's energy the components do not cover (``hw.host.energy`` minus
                     ``energy.components``), where a platform meter exists

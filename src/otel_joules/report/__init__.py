@@ -86,7 +86,7 @@ its other spans say, and its notes name the domains left out: its joules are low
 The spans' ``carbon.*`` attributes are read the same way from every span format: OTLP
 JSON files hold all attributes, and CSV (its ``attributes`` column) and JSON-lines
 exports hold every ``energy.*``, ``carbon.*`` and ``training.*`` one, which is all the
-report uses. An epoch span is numbered by its ``training.epoch`` (by its position among
+report uses. An epoch span is numbered by its ``training.epoch.number`` (by its position among
 the trace's epoch spans only in exports written before the formats kept ``training.*``).
 
 **Totals: one per kind of run.** Traces (their attributed shares; interval energy for exports without

@@ -98,7 +98,7 @@ def span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tuple
     domains: dict[str, list[tuple[float, str | None]]] = {}
     ids = [m.group(1) for key in span.attributes if (m := _DOMAIN_JOULES_RE.match(key))]
     carried = span.attributes.get(ENERGY_DOMAIN_KINDS)
-    listed = parse_domain_kinds(carried) if isinstance(carried, str) else None
+    listed = parse_domain_kinds(carried)
     has_package = any(i.startswith("package") for i in ids)
     for domain_id in ids:
         if listed is not None:

@@ -15,7 +15,13 @@ import math
 import sys
 from typing import Any
 
-from otel_joules.semconv import CARBON_NAMESPACE, ENERGY_CLOCK_STEP_S, ENERGY_NAMESPACE, TRAINING_NAMESPACE
+from otel_joules.semconv import (
+    CARBON_NAMESPACE,
+    ENERGY_CLOCK_STEP_S,
+    ENERGY_NAMESPACE,
+    FORMER_ATTRIBUTE_NAMES,
+    TRAINING_NAMESPACE,
+)
 
 #: An ``energy.*`` or ``carbon.*`` number beyond this (1e15 J is about 280 GWh) is not a
 #: measurement; its record is skipped, so such a value never enters a total.
@@ -114,7 +120,8 @@ def checked_times(
 
 
 def checked_attributes(attributes: dict[str, object]) -> dict[str, object]:
-    """The attributes a report keeps, with every number that enters a total checked.
+    """The attributes a report keeps, with every number that enters a total checked, under today's names
+    (an archive written with a former name, :data:`~otel_joules.semconv.FORMER_ATTRIBUTE_NAMES`, reads as a new one).
 
     Raises:
         ValueError: a number that must not enter a total (not finite, negative, implausible);
@@ -139,6 +146,10 @@ def checked_attributes(attributes: dict[str, object]) -> dict[str, object]:
                 raise ValueError(f"{key} = {problem}; record skipped so it enters no total")
         # Short texts (energy.source, carbon.intensity.source) repeat on every span: share them.
         kept[sys.intern(key)] = sys.intern(value) if isinstance(value, str) and len(value) <= 64 else value
+    for former, current in FORMER_ATTRIBUTE_NAMES.items():
+        if former in kept:
+            value = kept.pop(former)
+            kept.setdefault(current, value)
     return kept
 
 

@@ -37,7 +37,7 @@ from otel_joules.semconv import (
     ENERGY_JOULES,
     SOURCE_PARTIAL,
     SPAN_EPOCH,
-    TRAINING_EPOCH,
+    TRAINING_EPOCH_NUMBER,
     domain_missing_key,
 )
 
@@ -80,7 +80,7 @@ def _trace_epochs(spans: Sequence[SpanRow]) -> tuple[EpochSummary, ...]:
     for position, span in enumerate(epochs, start=1):
         # The tracker's own number (a run resumed at epoch 2 starts at 2); by position only
         # for CSV/JSON-lines files written before the exporters kept training.* attributes.
-        number = span.attributes.get(TRAINING_EPOCH)
+        number = span.attributes.get(TRAINING_EPOCH_NUMBER)
         epoch = number if isinstance(number, int) and not isinstance(number, bool) else position
         by_number.setdefault(epoch, []).append(span)
     result = []

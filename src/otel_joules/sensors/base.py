@@ -128,15 +128,25 @@ class Domain:
         return HW_TYPES[self.kind]
 
 
-def domain_kinds(domains: Iterable[Domain]) -> str:
-    """``energy.domain_kinds``'s value: the domains that add to the total with their kind, ``package_0:cpu dram_0:memory``."""
-    return " ".join(f"{d.id}:{d.kind}" for d in domains if d.in_total)
+def domain_kinds(domains: Iterable[Domain]) -> tuple[str, ...]:
+    """``energy.domain_kinds``'s value: the domains that add to the total with their kind, a string array
+    (``("package_0:cpu", "dram_0:memory")``)."""
+    return tuple(f"{d.id}:{d.kind}" for d in domains if d.in_total)
 
 
-def parse_domain_kinds(value: str) -> dict[str, str]:
-    """``{domain id: kind}`` from an ``energy.domain_kinds`` value (:func:`domain_kinds`); an entry without a kind is skipped."""
+def parse_domain_kinds(value: object) -> dict[str, str] | None:
+    """``{domain id: kind}`` from an ``energy.domain_kinds`` value: the array :func:`domain_kinds` makes, or the
+    space-separated string older exports carry; an entry without a kind is skipped. None for any other value."""
+    if isinstance(value, str):
+        entries: list[object] = list(value.split())
+    elif isinstance(value, (list, tuple)):
+        entries = list(value)
+    else:
+        return None
     kinds: dict[str, str] = {}
-    for entry in value.split():
+    for entry in entries:
+        if not isinstance(entry, str):
+            continue
         domain_id, _, kind = entry.rpartition(":")
         if domain_id and kind:
             kinds[domain_id] = kind

@@ -159,7 +159,7 @@ class MeterAttributes:
         self._agent_positions = tuple(
             (i, d.id) for i, d in sorted(enumerate(meter.domains), key=lambda x: x[1].id) if d.via_agent
         )
-        #: ``energy.domain_kinds``, the meter's string: one dict entry per span, no string built.
+        #: ``energy.domain_kinds``, the meter's tuple: one dict entry per span, nothing built.
         self.domain_kinds = meter.domain_kinds
         #: (attribute key, position in SpanAttribution) for each kind measured, in attribution_attributes' order.
         self._kind_positions = tuple(

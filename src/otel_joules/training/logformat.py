@@ -31,8 +31,12 @@ ESTIMATE_LOG_PREFIX = "ESTIMATE, not a measurement: "
 #: Standard-log line naming the domains read from hardware energy counters (their ids follow),
 #: the counterpart of :data:`ESTIMATE_LOG_PREFIX`, so a measured run says so too.
 MEASURED_LOG_PREFIX = "MEASURED by hardware energy counters: "
-#: Output-log line after the actual consumption: this process's share of it (kWh, PUE applied, follows).
+#: Output-log line after the actual consumption: this process's share of it (kWh, PUE applied, follows; then its
+#: gCO2eq at the same intensity).
 PROCESS_SHARE_LOG_PREFIX = "Of which this process's share: "
+#: Line after each consumption block (console, output and standard logs): which energy its CO2eq is of, and the
+#: PUE and intensity (with its source) it used, so the block is never read as a share or with another PUE.
+CO2EQ_BASIS_LOG_PREFIX = "CO2eq above is of "
 #: How a device name on the components line says it is not measured (``cpu (estimate)``).
 ESTIMATE_DEVICE_MARKS = ("(estimate)", "(simulated)")
 #: Standard-log line for an epoch shorter than a counter's update period (its energy is quantised).

@@ -9,7 +9,7 @@ Spans end through :func:`otel_joules.tracing.processor.end_span_with_measurement
 measurement (its chosen components) instead of taking one of its own.
 
 The run is a root span ``training``; each epoch is a child span ``epoch`` with
-``training.epoch`` = its number. Both carry the energy attributes of
+``training.epoch.number`` = its number. Both carry the energy attributes of
 :mod:`otel_joules.tracing.attributes` (``energy.joules`` etc., of the chosen components
 only) plus:
 
@@ -71,9 +71,9 @@ from otel_joules.semconv import (
     SPAN_TRAINING,
     TRAINING_DURATION_S,
     TRAINING_EARLY_STOP,
-    TRAINING_EPOCH,
+    TRAINING_EPOCH_NUMBER,
     TRAINING_EPOCH_INTERRUPTED,
-    TRAINING_EPOCHS,
+    TRAINING_EPOCHS_COUNT,
     TRAINING_EPOCHS_PLANNED,
     TRAINING_STEP,
 )
@@ -191,7 +191,7 @@ class TrainingRun:
         self._epoch_span = self._tracer.start_span(
             SPAN_EPOCH,
             context=self._root_context,
-            attributes={**self._span_attributes, TRAINING_EPOCH: self.epoch},
+            attributes={**self._span_attributes, TRAINING_EPOCH_NUMBER: self.epoch},
         )
         # The user's own spans inside the epoch become its children.
         self._epoch_token = otel_context.attach(trace.set_span_in_context(self._epoch_span))
@@ -224,7 +224,7 @@ class TrainingRun:
         self.epoch_open = False
         self._detach_epoch_context()
         attributes: dict[str, Any] = accounting.span_attributes(measurement.total_joules)
-        attributes[TRAINING_EPOCH] = result.epoch
+        attributes[TRAINING_EPOCH_NUMBER] = result.epoch
         if interrupted:
             attributes[TRAINING_EPOCH_INTERRUPTED] = True
         self._end_span(span, attributes, measurement)
@@ -272,7 +272,7 @@ class TrainingRun:
         span, self._epoch_span = self._epoch_span, None
         self.epoch_open = False
         self._detach_epoch_context()
-        self._end_span(span, {TRAINING_EPOCH: self.epoch, TRAINING_EPOCH_INTERRUPTED: True}, None, error=error)
+        self._end_span(span, {TRAINING_EPOCH_NUMBER: self.epoch, TRAINING_EPOCH_INTERRUPTED: True}, None, error=error)
 
     # -- consumption ----------------------------------------------------------------------
 
@@ -326,7 +326,7 @@ class TrainingRun:
             self._root_span.add_event(
                 EVENT_TRAINING_PREDICTION,
                 attributes={
-                    TRAINING_EPOCHS: predicted.epochs,
+                    TRAINING_EPOCHS_COUNT: predicted.epochs,
                     TRAINING_DURATION_S: predicted.duration_s,
                     ENERGY_JOULES: predicted.energy_joules,
                     ENERGY_KWH: predicted.energy_kwh,
@@ -362,7 +362,7 @@ class TrainingRun:
         span, self._root_span = self._root_span, None
         if span is None:
             return
-        attributes: dict[str, Any] = {TRAINING_EPOCHS: len(self.results), TRAINING_EARLY_STOP: early_stop}
+        attributes: dict[str, Any] = {TRAINING_EPOCHS_COUNT: len(self.results), TRAINING_EARLY_STOP: early_stop}
         measurement = None
         if end is not None and self.root_start is not None:
             measurement = self.measure(self.root_start, end)
