@@ -110,7 +110,7 @@ def _expected_document(span: ReadableSpan) -> dict[str, Any]:
                 "joules": attributes["energy.joules"],
                 "watts": watts,
                 "source": "measured",
-                "domain_kinds": "package_0:cpu dram_0:memory",
+                "domain_kinds": ["package_0:cpu", "dram_0:memory"],
                 "package_0": {"joules": attributes["energy.package_0.joules"]},
                 "core_0": {"joules": attributes["energy.core_0.joules"]},
                 "uncore_0": {"joules": 0.0},

@@ -325,7 +325,11 @@ class _ChannelState:
         self.reader = _device_reader(channel) if channel.may_block else None
         #: A power reading integrated per read, read off the span path: a snapshot takes its integral through
         #: now (Channel.energy_uj_now), so a span's end is not up to a reread period late.
-        self.integrates = self.reader is not None and channel.domain.method is Method.POWER_INTEGRATION
+        self.integrates = (
+            self.reader is not None
+            and channel.domain.method is Method.POWER_INTEGRATION
+            and type(channel).energy_uj_now is not Channel.energy_uj_now
+        )
         self.stale = False
         #: Set by the meter around a snapshot that must not wake the device (an idle sampler's):
         #: the last value handed over stands, and the next read counts the energy since it.

@@ -425,6 +425,10 @@ class AmdSmiPowerChannel(AmdSmiChannel):
         """The latest power reading, or None before the first read."""
         return self._integral.last_power_watts
 
+    def energy_uj_now(self) -> int | None:
+        """The integral through now, the latest power held since its reading (None before the first read)."""
+        return self._integral.energy_uj_at(self._clock())
+
     def read_uj(self) -> int:
         """Integrated energy so far, in microjoules."""
         amdsmi, handle = self._device()
