@@ -137,11 +137,31 @@ class EnergyMeter:
         if self._on_state is not None:
             self._on_state(previous, state)
 
-    def _is_meter_started(self) -> bool:
+    @property
+    def states(self) -> Tuple[EnergyState, ...]:
+        """The points of the current trace, oldest first (empty before :meth:`start`)."""
+        return tuple(self._states)
+
+    @property
+    def started(self) -> bool:
+        """:meth:`start` was called (a trace is under way or ended)."""
         return bool(self._states)
 
-    def _is_meter_stopped(self) -> bool:
+    @property
+    def stopped(self) -> bool:
+        """The current trace ended with :meth:`stop`."""
         return bool(self._states) and self._states[-1].stop
+
+    def on_state(self, callback: Optional[Callable[[Optional[EnergyState], EnergyState], None]]) -> None:
+        """Call ``callback(previous point or None, new point)`` after every point from now on (None: no one)."""
+        self._on_state = callback
+
+    # pyJoules' own names for the two tests above.
+    def _is_meter_started(self) -> bool:
+        return self.started
+
+    def _is_meter_stopped(self) -> bool:
+        return self.stopped
 
     def start(self, tag: Optional[str] = None) -> None:
         """Begin a new trace (forgetting any previous one) with a sample tagged ``tag``."""

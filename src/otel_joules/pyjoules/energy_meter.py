@@ -172,7 +172,7 @@ def _handle(handler: EnergyHandler, trace: EnergyTrace, what: str) -> None:
 
 
 def _last_segment(meter: EnergyMeter) -> Optional[Tuple[EnergyState, EnergyState]]:
-    states = meter._states
+    states = meter.states
     if len(states) >= 2 and not states[-2].stop:
         return states[-2], states[-1]
     return None
@@ -314,7 +314,7 @@ class EnergyContext:
         spans = token = None
         if parent is not None:
             spans = ContextSpans(meter, parent)
-            meter._on_state = spans.on_state
+            meter.on_state(spans.on_state)
             # The block's own spans become children of the parent span.
             token = otel_context.attach(trace.set_span_in_context(parent.span))
         self._entered.append(EnteredContext(meter, selection, spans, token))
@@ -327,15 +327,15 @@ class EnergyContext:
         self.energy_meter = self._entered[-1].meter if self._entered else entered.meter
         meter = entered.meter
         try:
-            if meter._is_meter_started() and not meter._is_meter_stopped():
+            if meter.started and not meter.stopped:
                 meter.stop()
-            trace_ = meter.get_trace() if meter._is_meter_started() else EnergyTrace([])
+            trace_ = meter.get_trace() if meter.started else EnergyTrace([])
             if entered.spans is not None:
                 parent = entered.spans.parent
                 if exc is not None:
                     parent.span.record_exception(exc)
                     parent.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                states = meter._states
+                states = meter.states
                 whole = meter.measure(states[0], states[-1]) if len(states) >= 2 else None
                 parent.end(whole)
             if entered.selection is not None and entered.selection.domains and len(trace_):

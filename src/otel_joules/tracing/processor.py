@@ -162,7 +162,7 @@ class EnergySpanProcessor(SpanProcessor):
             if attributor is not None:
                 # A measured parent's ``end`` is its MeasuringEnd (an instance attribute, found before the class's method).
                 parent_end = get_current_span(parent_context).end
-                share = attributor.open_span(parent_end._share if type(parent_end) is MeasuringEnd else None)
+                share = attributor.open_span(parent_end.share if type(parent_end) is MeasuringEnd else None)
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
             self._report_failure(exc)
             return
@@ -178,7 +178,18 @@ class EnergySpanProcessor(SpanProcessor):
             plan = self._plan = MeterAttributes(meter, attributor.kinds if attributor is not None else ())
         return plan
 
-    def _finish(
+    def end_snapshot(self) -> EnergySnapshot | None:
+        """A span's closing snapshot, after the device finished its queued work (None if the meter failed:
+        said once). For :class:`MeasuringEnd`, once the processor's meter is resolved by :meth:`on_start`."""
+        try:
+            if self._synchronize is not None:
+                self._synchronize()
+            return self._meter.snapshot()  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
+            self._report_failure(exc)
+            return None
+
+    def finish_span(
         self,
         span: Span,
         start: EnergySnapshot,
@@ -190,7 +201,7 @@ class EnergySpanProcessor(SpanProcessor):
         end_offset_ns: int = 0,
         clock_step_ns: int = 0,
     ) -> None:
-        """Set the span's attributes. ``stated_start_ns``: its explicit start on the monotonic clock (None:
+        """Set the span's attributes (for :class:`MeasuringEnd`, before the span ends). ``stated_start_ns``: its explicit start on the monotonic clock (None:
         the start snapshot's); ``end_offset_ns``: the wall clock's offset when it ended, for an explicit
         ``end_time``; ``clock_step_ns``: how far the wall clock stepped while it was open (0: not beyond
         the tolerance)."""
@@ -316,7 +327,7 @@ class MeasuringEnd:
     The meter is the processor's (resolved before the first span starts).
     """
 
-    __slots__ = ("_span_ref", "_processor_ref", "_start", "_attributor", "_share", "_offset_ns", "_stated_start_ns")
+    __slots__ = ("_span_ref", "_processor_ref", "_start", "_attributor", "share", "_offset_ns", "_stated_start_ns")
 
     def __init__(
         self,
@@ -332,7 +343,8 @@ class MeasuringEnd:
         self._processor_ref = processor_ref
         self._start = start
         self._attributor = attributor
-        self._share = share
+        #: The span's open share (None without attribution): its children's shares open inside it.
+        self.share = share
         #: The wall clock's offset from the monotonic clock when the span started.
         self._offset_ns = offset_ns
         #: The span's explicit start on the monotonic clock; None when it started at ``start()``.
@@ -351,14 +363,7 @@ class MeasuringEnd:
         if span.end_time is None:
             processor = self._processor_ref()
             enabled = processor is not None and processor.enabled
-            end = None
-            if enabled and measurement is None:
-                try:
-                    if processor._synchronize is not None:  # type: ignore[union-attr]
-                        processor._synchronize()  # type: ignore[union-attr]
-                    end = processor._meter.snapshot()  # type: ignore[union-attr]
-                except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
-                    processor._report_failure(exc)  # type: ignore[union-attr]
+            end = processor.end_snapshot() if enabled and measurement is None else None  # type: ignore[union-attr]
             # The wall clock beside the end snapshot's monotonic time (read microseconds before): what
             # is read here is the SDK's end time, so the step between the span's two offsets is
             # exactly how far its wall times are off.
@@ -372,10 +377,10 @@ class MeasuringEnd:
             # Both offsets are ones the clock confirmed: equal unless a step came between.
             step_ns = offset_ns - self._offset_ns
             # Closed even when the processor is off: an open share would dilute the thread's others.
-            share = self._share
+            share = self.share
             attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
             if enabled:
-                processor._finish(  # type: ignore[union-attr]
+                processor.finish_span(  # type: ignore[union-attr]
                     span, self._start, end, measurement, attribution, end_time,
                     self._stated_start_ns, offset_ns, step_ns,
                 )

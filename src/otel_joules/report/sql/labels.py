@@ -257,18 +257,18 @@ def group_rows(
     ``energy.source``, below resolution, spans and traces counted), how many spans have no self share (left out),
     and (path, reason) for each OTLP file whose labels could not be read. A span exported twice counts once.
     """
-    con = store._con
+    con = store.connection
     names = sorted({name for group in attributes for name in group})
     problems: list[tuple[str, str]] = []
     con.execute("CREATE OR REPLACE TEMP TABLE span_labels (trace_id VARCHAR, span_id VARCHAR, "
                 "labels STRUCT(k VARCHAR, v VARCHAR)[])")
     if names:
-        staging = os.path.join(store._spill, "labels.jsonl")
+        staging = os.path.join(store.spill_dir, "labels.jsonl")
         fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             written = 0
             with os.fdopen(fd, "w", encoding="utf-8") as out:
-                for path in dict.fromkeys(store._files):
+                for path in dict.fromkeys(store.files):
                     try:
                         kind, header = _span_file_kind(path)
                         if kind == FORMAT_OTLP:

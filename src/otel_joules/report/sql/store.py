@@ -165,6 +165,21 @@ class SpanStore:
     def __enter__(self) -> "SpanStore":
         return self
 
+    @property
+    def connection(self) -> Any:
+        """The DuckDB connection holding the ``spans`` table, for queries over the loaded spans."""
+        return self._con
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The registered span files, in the order spans are taken in (a file registered twice is listed twice)."""
+        return tuple(self._files)
+
+    @property
+    def spill_dir(self) -> str:
+        """This store's private folder (0700, removed by :meth:`close`), for staging files next to DuckDB's spill."""
+        return self._spill
+
     def __exit__(self, *exc: object) -> None:
         self.close()
 
