@@ -109,9 +109,9 @@ def _run_client(tmp_path: Path, sock: Path, tree, library: Path, **env: str) -> 
     return spans(out), threads, err, reads
 
 
-def _agent_and_client(tmp_path: Path, **env: str) -> tuple[list[dict], list[str], str, int, int]:
-    """An agent with the stand-in's two boards and one client: (its spans, its threads, its stderr, the client's
-    energy reads, the agent's)."""
+def _agent_and_client(tmp_path: Path, agent_nvml: bool = True, **env: str) -> tuple[list[dict], list[str], str, int, int]:
+    """An agent with the stand-in's two boards (with ``agent_nvml``; else no NVML library) and one client with them:
+    (its spans, its threads, its stderr, the client's energy reads, the agent's)."""
     tree = root_only_tree(tmp_path)
     walkable(tmp_path)
     sock = tmp_path / "run" / "agent.sock"
@@ -119,7 +119,10 @@ def _agent_and_client(tmp_path: Path, **env: str) -> tuple[list[dict], list[str]
     epoch_s = time.monotonic()
     agent_config, agent_reads = _nvml_config(tmp_path, "agent", epoch_s)
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS}):
-        agent = start_agent(tmp_path, tree, sock, env={"LD_LIBRARY_PATH": str(library), "FAKE_NVML_CONFIG": str(agent_config)})
+        no_library = tmp_path / "no-nvml"
+        no_library.mkdir()
+        agent_env = {"LD_LIBRARY_PATH": str(library if agent_nvml else no_library), "FAKE_NVML_CONFIG": str(agent_config)}
+        agent = start_agent(tmp_path, tree, sock, env=agent_env)
         try:
             got, threads, err, client_reads = _run_client(tmp_path, sock, tree, library, epoch_s=epoch_s, **env)
         finally:
@@ -227,3 +230,15 @@ def test_gpus_are_served_only_to_clients_that_ask_and_a_stalled_gpu_delays_no_re
             client.close()
         finally:
             stop(agent)
+
+
+def test_where_the_agent_serves_no_gpu_the_client_reads_its_gpus_itself(tmp_path: Path) -> None:
+    got, _, err, client_reads, agent_reads = _agent_and_client(tmp_path, agent_nvml=False)
+    assert agent_reads == 0 and client_reads > 0
+    assert len(got) == SPAN_COUNT
+    for span in got:
+        assert span["agent_domains"] == ["core_0", "dram_0", "package_0", "uncore_0"], span
+    for domain, watts in (("nvidia_gpu_0", GPU0_WATTS), ("nvidia_gpu_1", GPU1_WATTS)):
+        joules, seconds = _sum(got, domain)
+        assert joules == pytest.approx(watts * seconds, rel=0.03), (domain, joules, watts * seconds)
+    assert "Traceback" not in err, err

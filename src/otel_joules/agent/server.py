@@ -6,7 +6,9 @@ that never block (connections over a uid's limits are closed at once, unanswered
 pile up). Each uid may open :data:`CONNECTS_PER_S` connections a second (burst
 :data:`CONNECT_BURST`) and hold :data:`MAX_CLIENTS_PER_UID` at once; a client has
 :data:`SUBSCRIBE_DEADLINE_S` to subscribe and makes exactly one request. So a client that floods
-costs the agent a bounded amount per turn and the others keep their readings on time.
+costs the agent a bounded amount per turn and the others keep their readings on time. The GPUs, whose
+library may stall for seconds, are read off this thread (:mod:`otel_joules.agent.devices`): a reading
+takes their newest values.
 """
 
 from __future__ import annotations
@@ -101,7 +103,7 @@ def _gpu_description(gpu: ServedGpu) -> dict[str, object]:
     return _describe(gpu.channel, ServedGpu.WRAP_UJ, gpu.max_power_watts)
 
 
-def _describe(channel: Channel, wrap_uj: object, max_power_watts: float) -> dict[str, object]:
+def _describe(channel: Channel, wrap_uj: int | None, max_power_watts: float) -> dict[str, object]:
     domain = channel.domain
     return {
         "id": domain.id,
