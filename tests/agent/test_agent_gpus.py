@@ -242,3 +242,52 @@ def test_where_the_agent_serves_no_gpu_the_client_reads_its_gpus_itself(tmp_path
         joules, seconds = _sum(got, domain)
         assert joules == pytest.approx(watts * seconds, rel=0.03), (domain, joules, watts * seconds)
     assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("before, after", [(False, True), (True, False)], ids=["gpus_added", "gpus_gone"])
+def test_an_agent_restarted_with_other_gpus_keeps_the_clients_rapl_measured(tmp_path: Path, before: bool, after: bool) -> None:
+    # An agent upgraded to one that serves GPUs, or restarted where NVML does not answer: the RAPL zones keep their
+    # positions, so a running process is measured again, not left on estimates for the rest of its life.
+    tree = root_only_tree(tmp_path)
+    walkable(tmp_path)
+    sock = tmp_path / "run" / "agent.sock"
+    library = build_library()
+    no_library = tmp_path / "no-nvml"
+    no_library.mkdir()
+    epoch_s = time.monotonic()
+    agent_config, _ = _nvml_config(tmp_path, "agent", epoch_s)
+    client_config, _ = _nvml_config(tmp_path, "client", epoch_s)
+
+    def agent_env(nvml: bool) -> dict[str, str]:
+        return {"LD_LIBRARY_PATH": str(library if nvml else no_library), "FAKE_NVML_CONFIG": str(agent_config)}
+
+    out, until = tmp_path / "spans.jsonl", tmp_path / "stop-now"
+    out.touch()
+    os.chmod(out, 0o666)
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS}):
+        agent = start_agent(tmp_path, tree, sock, env=agent_env(before))
+        child = subprocess.Popen(
+            [*as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID]), sys.executable, str(SPAN_CHILD), str(out),
+             "--spans", "1000", "--span-s", "1.0", "--until", str(until)],
+            env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock),
+                          LD_LIBRARY_PATH=str(library), FAKE_NVML_CONFIG=str(client_config)),
+            cwd=tmp_path / "home", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            wait_for(lambda: len(spans(out)) >= 2, 30, "two spans")
+            stop(agent)
+            agent = start_agent(tmp_path, tree, sock, env=agent_env(after), stderr_name="agent2.err")
+            restarted = len(spans(out))
+            wait_for(lambda: len(spans(out)) >= restarted + 4, 30, "four spans after the restart")
+            until.touch()
+            _, err = child.communicate(timeout=60)
+        finally:
+            until.touch()
+            stop(child)
+            stop(agent)
+    assert child.returncode == 0, err
+    assert "serves other zones" not in err, err
+    for span in spans(out)[-2:]:
+        assert "package_0" in span["agent_domains"], span
+        package_j = span["domain_joules"]["energy.package_0.joules"]
+        assert package_j == pytest.approx(PACKAGE_WATTS * span["duration_s"], rel=0.03), span

@@ -283,7 +283,7 @@ class AgentLink:
         except AgentUnavailable:
             return False
         zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in answer["zones"]]
-        if zone_ids != self.zone_ids or wraps_of(answer["zones"]) != self._wraps_uj:
+        if not self._same_positions(answer["zones"]):
             if sock is not None:
                 sock.close()
             if not self._said_other_zones:
@@ -300,6 +300,8 @@ class AgentLink:
             if sock is not None:
                 sock.close()
             return True
+        # The GPUs may differ (added by an upgraded agent, or not read by this one): what follows checks against these.
+        self.zones, self.zone_ids, self._wraps_uj = list(answer["zones"]), zone_ids, wraps_of(answer["zones"])
         self.interval_s = interval_s_of(answer)
         self.stale_s = self._stale_s()
         if shared is not None:
@@ -319,6 +321,15 @@ class AgentLink:
             self.values_at_s = time.monotonic()
         _log.info("otel-joules: the otel-joules agent at %s is back: spans are measured again.", self.path)
         return True
+
+    def _same_positions(self, zones: list[Any]) -> bool:
+        """Whether an agent that came back with ``zones`` keeps every channel's position: the same zones (id, device
+        and wrap range), except GPUs added or gone at the end (the GPUs come after the RAPL zones). A channel of a
+        GPU gone then reads as failed; a GPU added is not this process's (it reads that GPU itself)."""
+        common = min(len(zones), len(self.zones))
+        if [_zone_key(z) for z in zones[:common]] != [_zone_key(z) for z in self.zones[:common]]:
+            return False
+        return all(_is_gpu(z) for z in [*zones[common:], *self.zones[common:]])
 
     def close(self) -> None:
         """Stop the thread and close the connection."""
@@ -416,7 +427,8 @@ class AgentChannel(Channel):
         values = self._link.current()
         if values is None:
             return None  # away, or its newest reading is too old to stand for now
-        value = values[self._index]
+        # Past the end: a GPU the agent no longer serves since it came back (its channel reads as failed).
+        value = values[self._index] if self._index < len(values) else None
         if value is None or value < 0 or value > self._wrap_uj:
             raise SensorReadError(f"the otel-joules agent could not read {self.domain.hw_id} ({value!r})")
         return value
@@ -484,6 +496,11 @@ def discover(settings: Settings) -> Discovery:
         found.channels = []
         found.unavailable.append(Unavailable(WHAT, f"the agent at {path} described its zones badly: {exc}", ""))
     return found
+
+
+def _zone_key(zone: dict[str, Any]) -> tuple[object, object, int]:
+    """What must stay the same for a zone at a position across the agent's restarts: its id, device and wrap range."""
+    return zone.get("id"), zone.get("hw_id"), zone_limits(zone)[0]
 
 
 def _is_gpu(zone: dict[str, Any]) -> bool:
