@@ -43,13 +43,13 @@ from otel_joules.agent.setup import (
 from otel_joules.config import DEFAULT_AGENT_SOCKET, Settings
 from otel_joules.errors import SensorReadError
 from otel_joules.sensors.agent_protocol import (
+    GPUS,
     MAX_AGENT_POWER_WATTS,
     MAX_REQUEST_BYTES,
     MAX_REQUEST_DEPTH,
     OP_SUBSCRIBE,
     PROTOCOL_VERSION,
     SHARED_MEMORY,
-    GPUS,
     ProtocolError,
     decode_frames,
     encode,
@@ -207,6 +207,8 @@ class AgentServer:
         for view, width in self._widths.items():
             segment = self._shared_segment(width)
             if segment is None:
+                for made in self._segments.values():
+                    made.close()
                 self._segments.clear()
                 break
             segment.publish(reading[:width])
