@@ -36,6 +36,7 @@ class LineExporter(SpanExporter):
                 "estimated_s": attributes.get("energy.estimated_s"),
                 "agent_domains": list(attributes.get("energy.agent.domains", ())),
                 "domains": sorted(k for k in attributes if k.endswith(".joules") and k.count(".") == 2),
+                "domain_joules": {k: v for k, v in attributes.items() if k.endswith(".joules") and k.count(".") == 2},
             }) + "\n")
         return SpanExportResult.SUCCESS
 

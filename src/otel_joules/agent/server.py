@@ -6,7 +6,9 @@ that never block (connections over a uid's limits are closed at once, unanswered
 pile up). Each uid may open :data:`CONNECTS_PER_S` connections a second (burst
 :data:`CONNECT_BURST`) and hold :data:`MAX_CLIENTS_PER_UID` at once; a client has
 :data:`SUBSCRIBE_DEADLINE_S` to subscribe and makes exactly one request. So a client that floods
-costs the agent a bounded amount per turn and the others keep their readings on time.
+costs the agent a bounded amount per turn and the others keep their readings on time. The GPUs, whose
+library may stall for seconds, are read off this thread (:mod:`otel_joules.agent.devices`): a reading
+takes their newest values.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
+from otel_joules.agent.devices import GPU_READ_PERIOD_S, DeviceReader, ServedGpu, open_gpus
 from otel_joules.agent.setup import (
     DEFAULT_MIN_INTERVAL_MS,
     MIN_INTERVAL_CEILING_MS,
@@ -40,6 +43,7 @@ from otel_joules.agent.setup import (
 from otel_joules.config import DEFAULT_AGENT_SOCKET, Settings
 from otel_joules.errors import SensorReadError
 from otel_joules.sensors.agent_protocol import (
+    GPUS,
     MAX_AGENT_POWER_WATTS,
     MAX_REQUEST_BYTES,
     MAX_REQUEST_DEPTH,
@@ -78,6 +82,8 @@ class AgentClient:
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytearray = field(default_factory=bytearray)
     subscribed: bool = False
+    #: It asked for the GPUs too (its readings carry them after the RAPL zones).
+    gpus: bool = False
 
 
 @dataclass
@@ -89,6 +95,15 @@ class TokenBucket:
 
 
 def _zone_description(channel: Channel) -> dict[str, object]:
+    return _describe(channel, channel.wrap_uj, channel.max_power_watts)
+
+
+def _gpu_description(gpu: ServedGpu) -> dict[str, object]:
+    """A GPU as a zone: ``hw_type`` gpu and its UUID as ``hw_id``, by which a client finds the GPUs it sees."""
+    return _describe(gpu.channel, ServedGpu.WRAP_UJ, gpu.max_power_watts)
+
+
+def _describe(channel: Channel, wrap_uj: int | None, max_power_watts: float) -> dict[str, object]:
     domain = channel.domain
     return {
         "id": domain.id,
@@ -98,9 +113,9 @@ def _zone_description(channel: Channel) -> dict[str, object]:
         "hw_parent": domain.hw_parent,
         "in_total": domain.in_total,
         "covers": domain.covers,
-        "wrap_uj": channel.wrap_uj,
+        "wrap_uj": wrap_uj,
         # A zone claiming more (a firmware's placeholder) is served at the protocol's ceiling, which clients accept.
-        "max_power_watts": min(channel.max_power_watts, MAX_AGENT_POWER_WATTS),
+        "max_power_watts": min(max_power_watts, MAX_AGENT_POWER_WATTS),
     }
 
 
@@ -138,6 +153,9 @@ class AgentServer:
         group_name: The group's name, for refusals.
         min_interval_s: Time between readings: clients get nothing finer.
         resolution_uj: Readings are floored to a multiple of this (:data:`READING_RESOLUTION_UJ`).
+        gpus: The host's GPUs, served after the RAPL zones to clients that ask (``"gpus": true``), read by
+            ``gpu_reader`` off the loop.
+        gpu_reader: The thread that reads ``gpus`` (in their order); its newest values go into each reading.
     """
 
     def __init__(
@@ -148,10 +166,13 @@ class AgentServer:
         group_name: str,
         min_interval_s: float,
         resolution_uj: int | None = None,
+        gpus: Sequence[ServedGpu] = (),
+        gpu_reader: DeviceReader | None = None,
     ) -> None:
         self._listener = listener
         listener.setblocking(False)
         self._channels = list(channels)
+        self._gpu_reader = gpu_reader if gpus else None
         self._gid = gid
         self._group_name = group_name
         self._interval_s = min_interval_s
@@ -165,24 +186,40 @@ class AgentServer:
         #: Unpredictable to clients: the read and publication instants must not be guessable.
         self._random = random.SystemRandom()
         self._stopping = False
-        answer = {
-            "ok": True,
-            "version": PROTOCOL_VERSION,
-            "interval_ms": round(min_interval_s * 1e3, 3),
-            "zones": [_zone_description(c) for c in self._channels],
+        zones = [_zone_description(c) for c in self._channels]
+        #: The views served, by whether the client asked for the GPUs: RAPL only, and (with GPUs) RAPL then GPUs.
+        #: A client that did not ask gets no GPU: it reads its GPUs itself, and would count them twice.
+        views = [False] + ([True] if self._gpu_reader is not None else [])
+        all_zones = {False: zones, True: zones + [_gpu_description(g) for g in gpus]}
+        #: How many values of each reading each view carries.
+        self._widths = {view: len(all_zones[view]) for view in views}
+        answers = {
+            view: {"ok": True, "version": PROTOCOL_VERSION, "interval_ms": round(min_interval_s * 1e3, 3), "zones": all_zones[view]}
+            for view in views
         }
-        self._answer = encode(answer)
-        self._latest = encode({"uj": self._reading()})
-        #: The readings in sealed shared memory, for clients that ask (None where the kernel offers no sealed memfd).
-        self._segment = self._shared_segment()
-        self._shm_answer = b""
-        if self._segment is not None:
-            self._segment.publish(self._reading())
-            self._shm_answer = encode({**answer, SHARED_MEMORY: {"layout": LAYOUT_VERSION, "bytes": self._segment.size}})
+        self._answers = {view: encode(answer) for view, answer in answers.items()}
+        reading = self._reading()
+        self._latest = {view: encode({"uj": reading[:width]}) for view, width in self._widths.items()}
+        #: The readings in sealed shared memory, one segment per view, for clients that ask (none where the kernel
+        #: offers no sealed memfd).
+        self._segments: dict[bool, SegmentWriter] = {}
+        self._shm_answers: dict[bool, bytes] = {}
+        for view, width in self._widths.items():
+            segment = self._shared_segment(width)
+            if segment is None:
+                for made in self._segments.values():
+                    made.close()
+                self._segments.clear()
+                break
+            segment.publish(reading[:width])
+            self._segments[view] = segment
+            self._shm_answers[view] = encode(
+                {**answers[view], SHARED_MEMORY: {"layout": LAYOUT_VERSION, "bytes": segment.size}}
+            )
 
-    def _shared_segment(self) -> SegmentWriter | None:
+    def _shared_segment(self, zones: int) -> SegmentWriter | None:
         try:
-            return SegmentWriter(len(self._channels))
+            return SegmentWriter(zones)
         except (OSError, AttributeError) as exc:
             _log.warning(
                 "otel-joules agent: no sealed shared memory here (%s): clients get readings on the socket",
@@ -201,6 +238,8 @@ class AgentServer:
         fraction of an interval more (in order): clients get the same rate, but neither the instant a
         value was read nor a fixed grid to align an attack on (docs/measuring.md).
         """
+        if self._gpu_reader is not None:
+            self._gpu_reader.start()
         interval_s = self._interval_s
         interval_start_s = time.monotonic()
         next_read_s = interval_start_s + self._random.random() * interval_s
@@ -225,9 +264,11 @@ class AgentServer:
             self._expire(time.monotonic())
         for client in list(self._clients.values()):
             self._close(client)
-        if self._segment is not None:
-            self._segment.mark_stopped()
-            self._segment.close()
+        if self._gpu_reader is not None:
+            self._gpu_reader.stop()
+        for segment in self._segments.values():
+            segment.mark_stopped()
+            segment.close()
 
     def _serve(self, client: AgentClient, mask: int) -> None:
         """One client's turn; whatever goes wrong in it ends that connection only, never the agent."""
@@ -251,6 +292,7 @@ class AgentServer:
     # -- readings ---------------------------------------------------------------------------------
 
     def _reading(self) -> list[int | None]:
+        """One reading: the RAPL zones read now, then the GPUs' newest values (read off this thread)."""
         values: list[int | None] = []
         resolution_uj = self._resolution_uj
         for channel in self._channels:
@@ -258,15 +300,18 @@ class AgentServer:
                 values.append(channel.read_uj() // resolution_uj * resolution_uj)
             except SensorReadError:
                 values.append(None)
+        if self._gpu_reader is not None:
+            for value in self._gpu_reader.latest(time.monotonic()):
+                values.append(None if value is None else value // resolution_uj * resolution_uj)
         return values
 
     def _publish(self, values: list[int | None]) -> None:
-        if self._segment is not None:
-            self._segment.publish(values)
-        frame = self._latest = encode({"uj": values})
+        for view, segment in self._segments.items():
+            segment.publish(values[: self._widths[view]])
+        frames = self._latest = {view: encode({"uj": values[:width]}) for view, width in self._widths.items()}
         for client in list(self._clients.values()):
             if client.subscribed:
-                client.outbox += frame
+                client.outbox += frames[client.gpus]
                 self._flush(client)
 
     def _flush(self, client: AgentClient) -> None:
@@ -360,18 +405,18 @@ class AgentServer:
         if request.get("version") != PROTOCOL_VERSION:
             self._refuse_client(client, f"protocol version {request.get('version')!r} unknown; this agent speaks {PROTOCOL_VERSION}")
             return
-        if request.get(SHARED_MEMORY) is True and self._segment is not None:
+        client.gpus = request.get(GPUS) is True and True in self._widths
+        if request.get(SHARED_MEMORY) is True and self._segments:
             self._hand_segment(client)
             return
         client.subscribed = True
-        client.outbox += self._answer + self._latest
+        client.outbox += self._answers[client.gpus] + self._latest[client.gpus]
         self._flush(client)
 
     def _hand_segment(self, client: AgentClient) -> None:
         """The answer with the read-only segment attached; the connection then ends (the segment is the feed)."""
-        assert self._segment is not None
         try:
-            socket.send_fds(client.sock, [self._shm_answer], [self._segment.client_fd])
+            socket.send_fds(client.sock, [self._shm_answers[client.gpus]], [self._segments[client.gpus].client_fd])
         except OSError:
             pass  # gone already, or its buffer full at its first byte: it reconnects
         self._close(client)
@@ -428,15 +473,22 @@ def serve(
     prepare_runtime_dir(runtime_dir, gid)
     prepare_socket_path(socket_path)
     channels = open_counters(settings)
+    # The GPUs too, opened now as root like RAPL; read in a thread that starts after the privilege drop.
+    gpus, first_uj = open_gpus(settings)
+    gpu_reader = DeviceReader(
+        [g.channel for g in gpus], max(GPU_READ_PERIOD_S, min_interval_ms / 1e3), first_uj
+    ) if gpus else None
     listener = bind_socket(socket_path, gid)
-    server = AgentServer(listener, channels, gid, group_name, min_interval_ms / 1e3)
+    server = AgentServer(listener, channels, gid, group_name, min_interval_ms / 1e3, gpus=gpus, gpu_reader=gpu_reader)
     drop_privileges(switch_to)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: server.stop())
     _log.warning(
-        "otel-joules agent: serving %d RAPL zones (%s) on %s to group %s (gid %d), a reading every %g ms",
+        "otel-joules agent: serving %d RAPL zones (%s)%s on %s to group %s (gid %d), a reading every %g ms",
         len(channels),
         ", ".join(c.domain.id for c in channels),
+        f" and {len(gpus)} GPUs ({', '.join(g.channel.domain.id for g in gpus)}, read every "
+        f"{gpu_reader.period_s * 1e3:g} ms)" if gpu_reader is not None else "",
         socket_path,
         group_name,
         gid,
@@ -450,6 +502,6 @@ def serve(
             os.unlink(socket_path)
         except OSError:
             pass  # after a switch to --user the root-owned directory is not ours to change: the next start replaces it
-        for channel in channels:
+        for channel in [*channels, *(g.channel for g in gpus)]:
             channel.close()
     return 0

@@ -4,7 +4,7 @@ Set-up refuses, with one line saying what to do: a runtime directory (the socket
 a symlink, not owned by the agent's user or writable by others; a directory above it that someone
 else could swap; anything already at the socket path except a dead agent's socket (a socket owned by
 the agent's user that nobody accepts on, in that checked directory: removed and replaced, and said);
-a group or user that does not exist; a host with no readable RAPL counter.
+a group or user that does not exist; a host with no readable RAPL counter (GPUs alone are not served).
 """
 
 from __future__ import annotations
@@ -161,7 +161,8 @@ def prepare_socket_path(path: str) -> None:
 
 
 def open_counters(settings: Settings) -> list[Channel]:
-    """Every readable RAPL zone (the agent's first and only use of its privileges to read)."""
+    """Every readable RAPL zone (with :func:`otel_joules.agent.devices.open_gpus`, the agent's only use of its
+    privileges to read)."""
     found = rapl.discover(settings)
     if not found.channels:
         reasons = "; ".join(f"{u.what}: {u.reason}" for u in found.unavailable) or "no RAPL zone"

@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Collection, Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence
 
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
@@ -39,6 +39,7 @@ from otel_joules.sensors import agent, estimator, hwmon, overlap, rapl
 from otel_joules.sensors.overlap import Overlap
 from otel_joules.semconv import KIND_CPU, KIND_GPU, SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
 from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable, domain_kinds
+from otel_joules.sensors.gpu_selection import GpuInfo
 
 _new_tuple = tuple.__new__
 _pread = os.pread
@@ -539,6 +540,8 @@ def _discover(
 ) -> list[Channel]:
     channels: list[Channel] = []
     counters_found = False
+    #: The GPUs the agent serves, by UUID, where this process reads through it: their energy comes from there.
+    served_gpus: dict[str, Callable[[GpuInfo], Channel]] = {}
     if host:
         found = rapl.discover(settings)
         channels += found.channels
@@ -548,6 +551,7 @@ def _discover(
             through = agent.discover(settings)
             if through.channels:
                 channels += through.channels
+                served_gpus = agent.served_gpus(settings)
                 # Read after all, through the agent: their permission entries are no longer news.
                 rapl_unavailable = [u for u in rapl_unavailable if u.remedy != rapl.PERMISSION_REMEDY]
                 if estimate is None:
@@ -573,7 +577,7 @@ def _discover(
     overlaps += same
     host_end = len(channels)
     if gpus is None or len(gpus) > 0:  # explicitly no GPU: do not even load NVML
-        gpu_found = _discover_gpus(settings, gpus, devices_by_pid)
+        gpu_found = _discover_gpus(settings, gpus, devices_by_pid, served_gpus)
         channels += gpu_found.discovery.channels
         unavailable += gpu_found.discovery.unavailable
         first_reads_uj.update(gpu_found.first_reads_uj)
@@ -589,12 +593,18 @@ def _discover(
     return channels
 
 
-def _discover_gpus(settings: Settings, gpus: Sequence[int | str] | None, devices_by_pid: bool):  # type: ignore[no-untyped-def]
+def _discover_gpus(  # type: ignore[no-untyped-def]
+    settings: Settings,
+    gpus: Sequence[int | str] | None,
+    devices_by_pid: bool,
+    served: Mapping[str, Callable[[GpuInfo], Channel]] | None = None,
+):
     """NVIDIA GPUs (NVML), then AMD GPUs (amdsmi). AMD GPUs are measured unless the caller chose GPUs: an
-    explicit choice names NVML indices and UUIDs, as for hwmon's Intel GPUs."""
+    explicit choice names NVML indices and UUIDs, as for hwmon's Intel GPUs. ``served``: the GPUs the agent
+    serves, by UUID (NVML still lists and selects them here; their energy comes from the agent)."""
     from otel_joules.sensors import amdsmi, nvml
 
-    found = nvml.discover_within(settings, gpus=gpus, devices_by_pid=devices_by_pid)
+    found = nvml.discover_within(settings, gpus=gpus, devices_by_pid=devices_by_pid, served=served)
     if gpus is None:
         amd = amdsmi.discover_within(settings, devices_by_pid=devices_by_pid)
         found.discovery.channels += amd.discovery.channels

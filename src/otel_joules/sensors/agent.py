@@ -1,4 +1,4 @@
-"""RAPL counters read through ``otel-joules agent``, for users who may not read ``energy_uj`` themselves.
+"""RAPL counters (and GPUs) read through ``otel-joules agent``, for users who may not read ``energy_uj`` themselves.
 
 Since Linux 5.10 ``energy_uj`` is root-only (CVE-2020-8694). The agent, run as root, serves the
 counters on a Unix socket to members of one group (:mod:`otel_joules.agent`). Here, the library side:
@@ -8,6 +8,13 @@ which a span's snapshot reads with no system call and no thread; from an agent t
 or hands over a segment this process refuses, a daemon thread keeps the latest reading it pushes on the
 socket (every ``interval_ms``). An :class:`AgentChannel` returns that reading: no span ever makes a
 socket round trip.
+
+The agent reads the host's GPUs too (NVML's energy counter, once per period for every client). A
+process that reads RAPL through the agent takes the GPUs it sees from there as well
+(:func:`served_gpus`, matched by UUID to the GPUs NVML lists for this process, so
+``CUDA_VISIBLE_DEVICES`` selects as always): it makes no NVML energy read of its own, and runs no
+GPU reader thread. Where the agent serves no GPU (an older agent, no NVML there), the process reads
+its GPUs itself, as without an agent.
 
 If the agent goes away (a segment whose readings stop coming, or that the agent marks stopped; a socket
 that closes or stays silent), the link says so once and :meth:`AgentChannel.read_uj` returns None: the meter
@@ -28,12 +35,13 @@ estimates until a reconnect gets good readings again.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from otel_joules.config import Settings
 from otel_joules.errors import SensorReadError
@@ -49,7 +57,9 @@ from otel_joules.sensors.agent_connect import (
 )
 from otel_joules.sensors.agent_protocol import MAX_REPLY_BYTES, ProtocolError, decode_frames
 from otel_joules.sensors.agent_shm import SharedReadings
-from otel_joules.sensors.base import HW_TYPES, Channel, Discovery, Domain, Method, Unavailable
+from otel_joules.sensors.base import HW_TYPES, Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.gpu_selection import GpuInfo
+from otel_joules.sensors.nvml import ENERGY_COUNTER_UPDATE_PERIOD_S, gpu_domain
 from otel_joules.sensors.rapl import RAPL_UPDATE_PERIOD_S
 from otel_joules.semconv import KIND_CPU
 
@@ -273,7 +283,7 @@ class AgentLink:
         except AgentUnavailable:
             return False
         zone_ids = [str(z.get("id")) if isinstance(z, dict) else None for z in answer["zones"]]
-        if zone_ids != self.zone_ids or wraps_of(answer["zones"]) != self._wraps_uj:
+        if not self._same_positions(answer["zones"]):
             if sock is not None:
                 sock.close()
             if not self._said_other_zones:
@@ -290,6 +300,8 @@ class AgentLink:
             if sock is not None:
                 sock.close()
             return True
+        # The GPUs may differ (added by an upgraded agent, or not read by this one): what follows checks against these.
+        self.zones, self.zone_ids, self._wraps_uj = list(answer["zones"]), zone_ids, wraps_of(answer["zones"])
         self.interval_s = interval_s_of(answer)
         self.stale_s = self._stale_s()
         if shared is not None:
@@ -309,6 +321,15 @@ class AgentLink:
             self.values_at_s = time.monotonic()
         _log.info("otel-joules: the otel-joules agent at %s is back: spans are measured again.", self.path)
         return True
+
+    def _same_positions(self, zones: list[Any]) -> bool:
+        """Whether an agent that came back with ``zones`` keeps every channel's position: the same zones (id, device
+        and wrap range), except GPUs added or gone at the end (the GPUs come after the RAPL zones). A channel of a
+        GPU gone then reads as failed; a GPU added is not this process's (it reads that GPU itself)."""
+        common = min(len(zones), len(self.zones))
+        if [_zone_key(z) for z in zones[:common]] != [_zone_key(z) for z in self.zones[:common]]:
+            return False
+        return all(_is_gpu(z) for z in [*zones[common:], *self.zones[common:]])
 
     def close(self) -> None:
         """Stop the thread and close the connection."""
@@ -406,7 +427,8 @@ class AgentChannel(Channel):
         values = self._link.current()
         if values is None:
             return None  # away, or its newest reading is too old to stand for now
-        value = values[self._index]
+        # Past the end: a GPU the agent no longer serves since it came back (its channel reads as failed).
+        value = values[self._index] if self._index < len(values) else None
         if value is None or value < 0 or value > self._wrap_uj:
             raise SensorReadError(f"the otel-joules agent could not read {self.domain.hw_id} ({value!r})")
         return value
@@ -448,6 +470,8 @@ def discover(settings: Settings) -> Discovery:
         return found
     try:
         for index, zone in enumerate(link.zones):
+            if _is_gpu(zone):
+                continue  # the GPUs go to the GPU discovery, which knows which ones this process sees (served_gpus)
             parent = zone.get("hw_parent")
             domain = Domain(
                 id=str(zone["id"]),
@@ -472,6 +496,44 @@ def discover(settings: Settings) -> Discovery:
         found.channels = []
         found.unavailable.append(Unavailable(WHAT, f"the agent at {path} described its zones badly: {exc}", ""))
     return found
+
+
+def _zone_key(zone: dict[str, Any]) -> tuple[object, object, int]:
+    """What must stay the same for a zone at a position across the agent's restarts: its id, device and wrap range."""
+    return zone.get("id"), zone.get("hw_id"), zone_limits(zone)[0]
+
+
+def _is_gpu(zone: dict[str, Any]) -> bool:
+    return zone.get("hw_type") == HardwareType.GPU.value
+
+
+def served_gpus(settings: Settings) -> dict[str, Callable[[GpuInfo], Channel]]:
+    """The GPUs the agent at ``settings.agent_socket`` serves, by UUID: each makes the channel that reads a GPU
+    (described as NVML describes it to this process, ``energy.agent.domains`` naming it) from the agent's
+    readings. Empty where this process has no link to that agent (it reads RAPL itself, or no agent is used)
+    or the agent serves no GPU. Makes no connection: the link :func:`discover` made is used."""
+    with _links_lock:
+        link = _links.get(settings.agent_socket)
+    if link is None or link._closed:
+        return {}
+    served: dict[str, Callable[[GpuInfo], Channel]] = {}
+    for index, zone in enumerate(link.zones):
+        if not _is_gpu(zone) or not isinstance(zone.get("hw_id"), str):
+            continue
+        wrap_uj, max_power_watts = zone_limits(zone)
+
+        def make(gpu: GpuInfo, index: int = index, wrap_uj: int = wrap_uj, max_power_watts: float = max_power_watts) -> Channel:
+            domain = dataclasses.replace(
+                gpu_domain(gpu, Method.COUNTER),
+                # The agent reads every period (at least NVML's own) and publishes every interval.
+                update_period_s=max(ENERGY_COUNTER_UPDATE_PERIOD_S, link.interval_s),
+                via_agent=True,
+                source="NVML through otel-joules agent",
+            )
+            return AgentChannel(domain, link, index, wrap_uj, max_power_watts)
+
+        served[str(zone["hw_id"])] = make
+    return served
 
 
 def _parent_hidden(path: str) -> bool:

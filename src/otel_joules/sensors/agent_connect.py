@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 from otel_joules.sensors.agent_protocol import (
+    GPUS,
     MAX_AGENT_POWER_WATTS,
     MAX_REPLY_BYTES,
     MAX_WRAP_UJ,
@@ -69,7 +70,8 @@ def join_group_remedy(group: str | None) -> str:
 
 
 def subscribe(path: str, timeout_s: float = CONNECT_TIMEOUT_S) -> tuple[socket.socket, dict[str, Any], list[dict[str, Any]]]:
-    """Connect to the agent at ``path`` and subscribe: the socket, the agent's answer and any readings already sent.
+    """Connect to the agent at ``path`` and subscribe (to the GPUs too, where it reads any): the socket, the agent's
+    answer and any readings already sent.
 
     Raises:
         AgentUnavailable: no agent there, access refused (by the socket's mode or by the agent), or a broken answer.
@@ -104,7 +106,9 @@ def _subscribe(
         except OSError as exc:
             raise AgentUnavailable(f"cannot connect to the agent socket {path}: {exc.strerror or exc}") from None
         try:
-            request: dict[str, Any] = {"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION}
+            # The GPUs too: this library takes the GPUs it sees from the agent (sensors.agent.served_gpus) instead
+            # of reading their energy itself. An agent without them ignores the key.
+            request: dict[str, Any] = {"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION, GPUS: True}
             if shared_memory:
                 request[SHARED_MEMORY] = True
             sock.sendall(encode(request))

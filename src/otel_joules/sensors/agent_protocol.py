@@ -3,9 +3,12 @@
 Every message is one *frame*: a 4-byte big-endian unsigned length N, then N bytes of one UTF-8
 JSON object. A client sends exactly one frame, at most :data:`MAX_REQUEST_BYTES` long::
 
-    {"op": "subscribe", "version": 1, "shm": true}
+    {"op": "subscribe", "version": 1, "shm": true, "gpus": true}
 
-(``"shm": true`` is optional: it asks for the readings in shared memory, :mod:`otel_joules.sensors.agent_shm`).
+(``"shm": true`` is optional: it asks for the readings in shared memory, :mod:`otel_joules.sensors.agent_shm`.
+``"gpus": true`` is optional too: it asks for the host's GPUs as well, after the RAPL zones, each with
+``"hw_type": "gpu"`` and the GPU's UUID as ``hw_id``. A client that does not ask, or an agent that
+reads no GPU, has RAPL zones only: a client that reads its GPUs itself never gets them twice.)
 
 The agent answers with one frame, either a refusal (and closes the connection)::
 
@@ -45,6 +48,8 @@ PROTOCOL_VERSION = 1
 OP_SUBSCRIBE = "subscribe"
 #: The request's and the answer's key for readings in shared memory.
 SHARED_MEMORY = "shm"
+#: The request's key for the host's GPUs as zones too (after the RAPL zones).
+GPUS = "gpus"
 #: Longest client frame body; the subscribe request is ~40 bytes.
 MAX_REQUEST_BYTES = 1024
 #: Longest agent frame body (the zone list of a large multi-socket host fits many times over).

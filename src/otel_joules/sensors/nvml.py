@@ -139,6 +139,20 @@ class NvmlChannel(Channel):
 class NvmlEnergyChannel(NvmlChannel):
     """A GPU's total energy counter (mJ since driver load) as microjoules."""
 
+    def power_limit_watts(self) -> float | None:
+        """The highest power limit the board may be set to (``nvmlDeviceGetPowerManagementLimitConstraints``),
+        or None where the GPU, driver or binding does not say."""
+        try:
+            nvml, handle = self._device()
+        except (SensorReadError, DeviceLostError):
+            return None
+        limits = _optional(getattr(nvml, "nvmlDeviceGetPowerManagementLimitConstraints", None), handle)
+        try:
+            max_limit_mw = float(limits[1])
+        except (TypeError, ValueError, IndexError):
+            return None
+        return max_limit_mw / MW_PER_W if max_limit_mw > 0 else None
+
     def read_uj(self) -> int:
         """The counter in microjoules."""
         nvml, handle = self._device()
@@ -268,7 +282,8 @@ def _running_pids(nvml: ModuleType, handles: Mapping[int, Any]) -> dict[int, Col
     return pids
 
 
-def _gpu_domain(gpu: GpuInfo, method: Method) -> Domain:
+def gpu_domain(gpu: GpuInfo, method: Method) -> Domain:
+    """The energy domain of ``gpu`` read by ``method`` (its id by NVML index, its UUID as ``hw.id``)."""
     return Domain(
         id=gpu.domain_id,
         kind=KIND_GPU,
@@ -288,13 +303,13 @@ def _probe(nvml: ModuleType, gpu: GpuInfo, handle: Any, session: NvmlSession) ->
     """The best channel this GPU supports, or why it has none."""
     try:
         nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        return NvmlEnergyChannel(_gpu_domain(gpu, Method.COUNTER), gpu, session, handle)
+        return NvmlEnergyChannel(gpu_domain(gpu, Method.COUNTER), gpu, session, handle)
     except Exception as exc:
         if _error_code(exc) != _NVML_ERROR_NOT_SUPPORTED:
             return Unavailable(gpu.describe(), f"its energy counter cannot be read: {_describe_nvml_error(exc)}", "check it with nvidia-smi")
     try:
         nvml.nvmlDeviceGetPowerUsage(handle)
-        return NvmlPowerChannel(_gpu_domain(gpu, Method.POWER_INTEGRATION), gpu, session, handle)
+        return NvmlPowerChannel(gpu_domain(gpu, Method.POWER_INTEGRATION), gpu, session, handle)
     except Exception as exc:
         if _error_code(exc) == _NVML_ERROR_NOT_SUPPORTED:
             return Unavailable(
@@ -313,6 +328,7 @@ def discover(
     *,
     env: Mapping[str, str] | None = None,
     session: NvmlSession | None = None,
+    served: Mapping[str, Callable[[GpuInfo], Channel]] | None = None,
 ) -> Discovery:
     """Find the GPUs to measure and one channel for each.
 
@@ -325,6 +341,9 @@ def discover(
         env: Environment to read ``CUDA_VISIBLE_DEVICES``/``CUDA_DEVICE_ORDER`` from
             (default ``os.environ``).
         session: NVML session (default: the process-wide one).
+        served: GPUs whose energy another reader serves (``otel-joules agent``), by UUID: a selected GPU
+            found here gets the channel this makes from its :class:`GpuInfo`, and NVML's energy counter
+            is not read in this process (not even probed).
 
     Returns:
         Channels ordered by NVML index; ``unavailable`` says which GPUs (or NVML itself)
@@ -377,7 +396,11 @@ def discover(
     by_index = {gpu.index: gpu for gpu in inventory.gpus}
     channels: list[Channel] = []
     for index in sorted(selection.indices):
-        found = _probe(nvml, by_index[index], inventory.handles[index], session)
+        gpu = by_index[index]
+        if served and gpu.uuid in served:
+            channels.append(served[gpu.uuid](gpu))
+            continue
+        found = _probe(nvml, gpu, inventory.handles[index], session)
         if isinstance(found, Unavailable):
             if selection.explicit:
                 raise ConfigurationError(f"gpus={gpus!r}: {found.what} cannot be measured: {found.reason}")
@@ -393,8 +416,11 @@ def discover_within(
     devices_by_pid: bool = False,
     *,
     deadline_s: float | None = None,
+    env: Mapping[str, str] | None = None,
+    served: Mapping[str, Callable[[GpuInfo], Channel]] | None = None,
 ) -> TimedDiscovery:
-    """:func:`discover` and each channel's first read, waiting at most ``deadline_s`` (default :data:`DISCOVERY_DEADLINE_S`).
+    """:func:`discover` (with ``env`` and ``served``) and each channel's first read, waiting at most ``deadline_s``
+    (default :data:`DISCOVERY_DEADLINE_S`).
 
     Past the deadline (a stalled NVML) no GPU is measured: one warning says so, and the
     discovery goes on in a daemon thread whose result is dropped
@@ -414,7 +440,7 @@ def discover_within(
         thread_name="otel-joules-gpu-discovery",
     )
     return _discover_within(
-        lambda: discover(settings, gpus=gpus, devices_by_pid=devices_by_pid),
+        lambda: discover(settings, gpus=gpus, devices_by_pid=devices_by_pid, env=env, served=served),
         DISCOVERY_DEADLINE_S if deadline_s is None else deadline_s,
         stall,
     )
