@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from otel_joules import EnergyMeter
-from otel_joules.attribution import Attributor
+from otel_joules.attribution import Attributor, command_attribution
+from otel_joules.attribution.uncovered import UncoveredEnergy
+from otel_joules.meter.energy import energy_between
 from tests.fakes.hwmon import FakeHwmon, FakePower, acpi_power_meter
 from tests.fakes.powercap import FakePowercap, LoadPower, make_powercap
 from tests.fakes.procfs import FakeProcfs, TickingProcfs
@@ -128,3 +130,39 @@ def test_processes_shares_plus_the_unattributed_add_up_to_the_platform_meter(tmp
         # The whole bill to the work: the busy periods' platform energy is the processes', more than every
         # component's joules (idle periods' included), not a remainder nobody holds.
         assert processes_j > components_j
+
+
+def test_a_platform_reading_that_lags_its_components_is_owed_never_negative_and_counted_once() -> None:
+    # Positions: 0 the platform, 1 and 2 the components. The platform reads 5 J short, then catches up.
+    uncovered = UncoveredEnergy((0, (1, 2)))
+    periods = [(10.0, 8.0, 2.0), (5.0, 8.0, 2.0), (18.0, 8.0, 2.0), (None, 8.0, 2.0), (15.0, 8.0, None), (12.0, 8.0, 2.0)]
+    taken = [uncovered.take(joules) for joules in periods]
+    assert taken == [0.0, 0.0, 3.0, 0.0, 0.0, 2.0]
+    # Over the periods whose parts were all read, the platform minus the components: 10 + 5 + 18 + 12 - 4 x 10.
+    assert sum(taken) == pytest.approx(5.0)
+
+
+def test_a_command_run_shares_the_platform_s_uncovered_energy_with_its_cpu_time(tmp_path: Path) -> None:
+    """``otel-joules run``'s share (:func:`command_attribution`): under ``busy`` a command that was all of the
+    host's busy time gets the CPU-side joules and the platform's beyond the components, under ``dynamic`` none
+    of the latter."""
+    powercap = make_powercap(tmp_path / "sys", "one_socket")
+    hwmon = FakeHwmon(powercap.root)
+    acpi_power_meter(hwmon, watts=100.0, interval_ms=100)
+    with EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False) as meter:
+        assert [d.id for d in meter.domains if d.in_total] == ["package_0", "dram_0"]
+        start = meter.snapshot()
+        time.sleep(0.3)
+        for zone, joules in (("package_0", 12.0), ("dram_0", 3.0)):
+            powercap.zones[zone].total_uj += round(joules * 1e6)
+            powercap.zones[zone].write()
+        end = meter.snapshot()
+        spent = dict(zip((d.id for d in meter.domains), energy_between(meter.plan, start, end).joules))
+        platform_j = spent["power_meter_0"]
+        assert platform_j > 20.0  # 100 W for 0.3 s: more than the components' 15 J
+        shares = {
+            policy: command_attribution(meter, start, end, 1.0, 1.0, 1.0, static_watts=[None] * len(meter.domains), policy=policy)
+            for policy in ("busy", "dynamic")
+        }
+    assert shares["busy"].cpu_joules == pytest.approx(spent["package_0"] + platform_j - 15.0)
+    assert shares["dynamic"].cpu_joules == 0.0  # every joule static (unknown baselines): the dynamic share is none
