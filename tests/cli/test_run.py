@@ -408,6 +408,16 @@ def test_command_alone_beside_a_platform_meter_gets_the_platform_s_energy(tmp_pa
     assert "share    " in result.stderr and "of the platform's is the command's" in result.stderr
     assert "platform " in result.stderr and "by power_meter_0, the whole box" in result.stderr
     assert "energy   3.5 J" in result.stderr and "the measured components during the command" in result.stderr
+    # otel-joules report of the export: the coverage beside the run, in --json and as a note in the text.
+    report = subprocess.run(otel_joules_command("report", "--json", str(tmp_path / "run.jsonl")), env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    (run,) = json.loads(report.stdout)["runs"]
+    assert run["platform_domain"] == "power_meter_0" and run["platform_joules"] == pytest.approx(platform_j)
+    assert run["coverage"] == pytest.approx(TOTAL_JOULES / platform_j)
+    text = subprocess.run(otel_joules_command("report", str(tmp_path / "run.jsonl")), env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert f"coverage {TOTAL_JOULES / platform_j:.3f}: the components counted (3.500 J)" in text.stdout, text.stdout
 
 
 def test_command_not_found_exits_127(tmp_path, fake_host):
