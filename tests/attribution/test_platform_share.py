@@ -1,6 +1,6 @@
 """Shares that add up to the wall (issue 36): with a whole-platform meter beside the component counters, the
 processes' shares (``process.energy``) and the spans' self shares, plus the unattributed remainder, are the
-platform's energy, not only the components'.
+platform's energy, not only the components', under every policy (``dynamic`` gives the uncovered part to nobody).
 
 The host of test_conservation.py (three worker processes on a written 4-CPU ``/proc`` that runs with the wall
 clock, load-dependent fake power on the powercap zones: 10 W + 12 W per busy core, 3 W dram) with an ACPI power
@@ -67,7 +67,7 @@ class PlatformPower:
                 self._power.set_watts(PLATFORM_FACTOR * (uj1 - uj0) / 1e6 / (t1 - t0))
 
 
-@pytest.mark.parametrize("policy", ["busy", "capacity"])
+@pytest.mark.parametrize("policy", ["busy", "capacity", "dynamic"])
 def test_processes_shares_plus_the_unattributed_add_up_to_the_platform_meter(tmp_path: Path, policy: str) -> None:
     powercap = make_powercap(tmp_path / "sys", "one_socket")
     hwmon = FakeHwmon(powercap.root)
@@ -130,6 +130,9 @@ def test_processes_shares_plus_the_unattributed_add_up_to_the_platform_meter(tmp
         # The whole bill to the work: the busy periods' platform energy is the processes', more than every
         # component's joules (idle periods' included), not a remainder nobody holds.
         assert processes_j > components_j
+    if policy == "dynamic":
+        # The marginal energy only: the uncovered part is static, nobody's (all of it in energy.unattributed).
+        assert processes_j < components_j and unattributed["cpu"] > platform_j - components_j
 
 
 def test_a_platform_reading_that_lags_its_components_is_owed_never_negative_and_counted_once() -> None:
