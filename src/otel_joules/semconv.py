@@ -134,7 +134,8 @@ def domain_rejected_jump_key(domain_id: str) -> str:
 ENERGY_ATTRIBUTED_JOULES: Final = "energy.attributed.joules"
 #: The same minus what its instrumented children were attributed: what sums add up.
 ENERGY_ATTRIBUTED_SELF_JOULES: Final = "energy.attributed.self.joules"
-#: Inclusive share of the CPU-side domains.
+#: Inclusive share of the CPU-side domains (with the platform's energy beyond the components, where a whole-platform
+#: reading is read beside them: :mod:`otel_joules.attribution.uncovered`).
 ENERGY_ATTRIBUTED_CPU_JOULES: Final = "energy.attributed.cpu.joules"
 #: Inclusive share of the memory domains.
 ENERGY_ATTRIBUTED_MEMORY_JOULES: Final = "energy.attributed.memory.joules"
@@ -246,7 +247,8 @@ METRIC_ENERGY_UNCOVERED: Final = "energy.uncovered"
 #: Gauge, 1: the components' share of the platform's energy (``energy.components`` / ``hw.host.energy``) since the
 #: publisher started, per host. Not a convention's name.
 METRIC_ENERGY_COVERAGE: Final = "energy.coverage"
-#: Counter, J: this process's share of the host's energy, per ``hw.type``.
+#: Counter, J: this process's share of the host's energy, per ``hw.type`` (``cpu`` carries its share of a platform
+#: meter's energy beyond the components, where one is read beside them: :mod:`otel_joules.attribution.uncovered`).
 METRIC_PROCESS_ENERGY: Final = "process.energy"
 #: Gauge, W: this process's share of the host's power, per ``hw.type``.
 METRIC_PROCESS_POWER: Final = "process.power"

@@ -2,7 +2,8 @@
 
 Run as ``python -m tests.attribution.conservation_worker PROCFS SYSFS OUT START_AT DURATION_S`` with the
 policy in ``OTEL_JOULES_ATTRIBUTION_POLICY``. Its CPU time is written with ``spend_ticks`` (its files and the
-host's ``stat`` at once), its spans go to ``OUT`` as JSON lines of their attributes, once it is done.
+host's ``stat`` at once), its spans go to ``OUT`` as JSON lines of their attributes, once it is done, and its
+attributor's process share (``process.energy`` per kind) to ``OUT.process.json``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,10 @@ def main(procfs: str, sysfs: str, out: str, start_at: float, duration_s: float) 
                 spend_ticks(procfs, pid, tid, 0.01)
                 time.sleep(0.0075)
         time.sleep(0.002)
+    # The process's own share (process.energy) through a sample taken now, which prices its last period.
+    attributor.sample()
+    with open(out + ".process.json", "w") as f:
+        json.dump(attributor.process_joules(), f)
     with open(out, "w") as f:
         for span in exporter.get_finished_spans():
             f.write(json.dumps({"name": span.name, "attributes": dict(span.attributes)}) + "\n")

@@ -16,6 +16,7 @@ import pytest
 
 from otel_joules.carbon.units import format_co2eq_grams
 from tests.fakes.otlp_receiver import OTLPGrpcReceiver, OTLPHttpReceiver, otlp_grpc_receiver, otlp_receiver  # noqa: F401  (fixtures)
+from tests.fakes.hwmon import FakeHwmon, acpi_power_meter
 from tests.fakes.powercap import FakePowercap, make_powercap
 from tests.helpers.processes import ADVANCE, clean_env, closed_port, opentelemetry_instrument, otel_joules_command
 
@@ -384,6 +385,39 @@ def test_command_alone_on_a_written_host_gets_all_of_its_energy(tmp_path, fake_h
     assert attributes["energy.attributed.memory.joules"] == pytest.approx(0.5, abs=1e-9)
     assert "energy   3.5 J" in result.stderr and "the whole host's during the command" in result.stderr
     assert "share    3.5 J of that is the command's" in result.stderr
+
+
+def test_command_alone_beside_a_platform_meter_gets_the_platform_s_energy(tmp_path, fake_host):
+    """With an ACPI power meter beside the counters (100 W, more than they count), the command alone on the host is
+    given the platform's energy, not only the components' (docs/attribution.md), and the summary says which is which."""
+    acpi_power_meter(FakeHwmon(fake_host.root), watts=100.0, interval_ms=100)
+    procfs = tmp_path / "proc"
+    procfs.mkdir()
+    (procfs / "stat").write_text("cpu  100 0 50 1000 0 0 0 0 0 0\n")
+    env = run_env(tmp_path, fake_host, OTEL_JOULES_PROCFS_ROOT=str(procfs))
+    result = run_cli(["--exporter", f"jsonl:{tmp_path / 'run.jsonl'}", "--",
+                      sys.executable, "-c", "sum(range(3_000_000))\n" + ADVANCE, *advance_command(fake_host)[3:]], env)
+    assert result.returncode == 0, result.stderr
+    (record,) = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
+    attributes = record["attributes"]
+    assert attributes["energy.joules"] == TOTAL_JOULES  # the components count; the platform is read beside them
+    platform_j = attributes["energy.power_meter_0.joules"]
+    assert platform_j > TOTAL_JOULES
+    assert attributes["energy.attributed.joules"] == pytest.approx(platform_j, rel=1e-9)
+    assert attributes["energy.attributed.cpu.joules"] == pytest.approx(platform_j - 0.5, rel=1e-9)
+    assert "share    " in result.stderr and "of the platform's is the command's" in result.stderr
+    assert "platform " in result.stderr and "by power_meter_0, the whole box" in result.stderr
+    assert "energy   3.5 J" in result.stderr and "the measured components during the command" in result.stderr
+    # otel-joules report of the export: the coverage beside the run, in --json and as a note in the text.
+    report = subprocess.run(otel_joules_command("report", "--json", str(tmp_path / "run.jsonl")), env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    (run,) = json.loads(report.stdout)["runs"]
+    assert run["platform_domain"] == "power_meter_0" and run["platform_joules"] == pytest.approx(platform_j)
+    assert run["coverage"] == pytest.approx(TOTAL_JOULES / platform_j)
+    text = subprocess.run(otel_joules_command("report", str(tmp_path / "run.jsonl")), env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert f"coverage {TOTAL_JOULES / platform_j:.3f}: the components counted (3.500 J)" in text.stdout, text.stdout
 
 
 def test_command_not_found_exits_127(tmp_path, fake_host):

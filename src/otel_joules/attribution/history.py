@@ -48,6 +48,7 @@ from otel_joules.attribution.sampling import (
     policy_prices,
 )
 from otel_joules.attribution.shares import ATTRIBUTION_KIND, KINDS, attribution_label, measured_kinds
+from otel_joules.attribution.uncovered import UncoveredEnergy, uncovered_joules, uncovered_positions
 from otel_joules.config import POLICY_BUSY, POLICY_CAPACITY
 from otel_joules.meter.clock import wall_offset_ns as _wall_offset_ns
 from otel_joules.meter.energy import energy_between
@@ -144,6 +145,13 @@ class PriceHistory:
         self.baselines = Baselines(
             [meter.domains[i].id for i in order], [k < fitted for k in range(len(order))], {}, self._history_ns
         )
+        #: The platform reading and the components it is compared with, where a whole-platform reading is read
+        #: beside them (None otherwise): what it spends beyond them is CPU-side static energy (:mod:`.uncovered`).
+        self.uncovered_positions = uncovered_positions(meter.domains)
+        #: The platform's power beyond the components' over the latest periods (:data:`RATE_WINDOW`): what caps a
+        #: span's share of it (a platform reading lags its components, so its value over one short span says little).
+        self.uncovered_watts = 0.0
+        self._uncovered_window: list[tuple[float, float]] = []
         self.policy = meter.settings.attribution_policy
         self.attribution_label = attribution_label(self.policy)
         self.spans_open: Callable[[], bool] = _no_spans_open
@@ -168,6 +176,8 @@ class PriceHistory:
         self._late_ticks_s = 0.0
         #: The host's unattributed joules (CPU-side, memory) since the attributor started.
         self._unattributed_j = [0.0, 0.0]
+        #: The platform's energy beyond the components', period by period (None: no platform reading beside them).
+        self._uncovered = None if self.uncovered_positions is None else UncoveredEnergy(self.uncovered_positions)
         self._sampler: PeriodicThread | None = None
         #: The back-off's current period; when the process's idleness began (None while it is not idle);
         #: (sample, the process's and the sampler thread's CPU seconds just after it) at the thread's last tick.
@@ -384,11 +394,23 @@ class PriceHistory:
         unattributed energy counted (``_sample_lock`` held)."""
         dt_s = (snapshot.monotonic_ns - previous.monotonic_ns) / 1e9
         d_busy, d_idle = busy_s - previous.busy_s, idle_s - previous.idle_s
-        joules = self._period_joules(previous.snapshot, snapshot)
+        spent = self._period_joules(previous.snapshot, snapshot)
+        joules = [spent[i] for i in self._baseline_index]
         baselines = self.baselines
         if priced:
             baselines.add_period(snapshot.monotonic_ns, dt_s, d_busy, joules)
         sums = self._kind_sums(joules, dt_s)
+        if self._uncovered is not None:
+            # Shared as static energy is, by the policy: counted whether or not the period is priced, so an
+            # unpriced period's is nobody's (energy.unattributed) like the rest of its energy.
+            extra_j = self._uncovered.take(spent)
+            sums[0] += extra_j
+            sums[1] += extra_j
+            window = self._uncovered_window
+            window.append((dt_s, extra_j))
+            del window[:-RATE_WINDOW]
+            window_s = sum(each[0] for each in window)
+            self.uncovered_watts = sum(each[1] for each in window) / window_s if window_s > 0 else 0.0
         busy, capacity = _busy_and_capacity(d_busy, d_idle, max(0.0, process_cpu_s - previous.process_cpu_s))
         prices = policy_prices(self.policy, *sums, busy, capacity) if priced else _NO_PRICES
         gpu_j = tuple(joules[self._baseline_index[i]] for i in self.kind_indices[KIND_GPU])
@@ -399,10 +421,9 @@ class PriceHistory:
         self.baseline_state = baselines.state(self._fit_positions)
         return period
 
-    def _period_joules(self, a: EnergySnapshot, b: EnergySnapshot) -> list[float | None]:
-        """Per baseline index, the joules between two snapshots (None where either has no value)."""
-        joules = energy_between(self.meter.plan, a, b).joules
-        return [joules[i] for i in self._baseline_index]
+    def _period_joules(self, a: EnergySnapshot, b: EnergySnapshot) -> tuple[float | None, ...]:
+        """Per meter position, the joules between two snapshots (None where either has no value)."""
+        return energy_between(self.meter.plan, a, b).joules
 
     def _kind_sums(self, joules: list[float | None], dt_s: float) -> list[float]:
         """CPU-side joules, their static part, memory joules and theirs, of ``joules`` over ``dt_s`` seconds."""
@@ -447,7 +468,12 @@ class PriceHistory:
         )
         # A few ticks per CPU over so short a time: the capacity is the CPUs' wall time instead.
         capacity = max(dt_s * max(host.cpus, 1), busy)
-        joules = self._kind_sums(self._period_joules(first.snapshot, snapshot), dt_s)
+        spent = self._period_joules(first.snapshot, snapshot)
+        joules = self._kind_sums([spent[i] for i in self._baseline_index], dt_s)
+        if self.uncovered_positions is not None:
+            extra_j = uncovered_joules(self.uncovered_positions, spent)
+            joules[0] += extra_j
+            joules[1] += extra_j
         prices = policy_prices(self.policy, *joules, busy, capacity)
         # Not kept: the next event prices over a longer, steadier time, until the sampler's forecast.
         return _Rates(first.monotonic_ns, prices.cpu, prices.memory, 0.0, prices.dynamic, 0.0)

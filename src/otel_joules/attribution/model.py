@@ -22,6 +22,10 @@ Model ``cpu_time_share``; ``energy.attribution`` names it with the policy: ``cpu
   No period's energy is priced into another's CPU time, so the shares stay conservative across
   load changes: per period, the shares of all processes plus the unattributed remainder
   (``energy.unattributed``: what the prices leave of the energy) are the host's energy.
+* **The platform's uncovered energy**: where a whole-platform reading (an ACPI power meter, psys) is
+  read beside the component counters, what it spends beyond them each period (never negative: a
+  lagging reading's shortfall is made up first) is CPU-side static energy, so the policies share it
+  as they share static energy and the shares plus the remainder add up to the platform: :mod:`.uncovered`.
 * **GPUs**: the process's fraction of each GPU comes from NVML (:mod:`.gpu`); its dynamic share is
   (energy - static) x the fraction; its policy share is energy x the fraction under ``capacity`` and
   ``busy`` (the processes on a GPU hold all of it), the dynamic share under ``dynamic``.
@@ -55,7 +59,7 @@ The span path never waits for the sampler: after every sample the sampler publis
 the samples and the summary as one immutable value, and spans read that.
 
 Where each part lives: :mod:`.shares` (the kinds, :class:`SpanAttribution`, a whole command's
-share), :mod:`.baseline` (the domains' idle baselines), :mod:`.sampling` (the sampler's constants,
+share), :mod:`.baseline` (the domains' idle baselines), :mod:`.uncovered` (a platform reading's energy beyond the components), :mod:`.sampling` (the sampler's constants,
 its samples and the policies' prices), :mod:`.history` (:class:`~.history.PriceHistory`: the sampler
 thread, the history, its static/dynamic split and prices, and what readers get from it),
 :mod:`.spans` (:class:`~.spans.SpanLedger`: the span path), :mod:`.attributor` (the

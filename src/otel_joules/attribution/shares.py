@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterable, NamedTuple, Sequence
 
 from otel_joules.attribution.sampling import policy_prices
+from otel_joules.attribution.uncovered import uncovered_joules, uncovered_positions
 from otel_joules.config import DEFAULT_ATTRIBUTION_POLICY
 from otel_joules.meter.energy import energy_between
 from otel_joules.meter.meter import EnergySnapshot
@@ -86,7 +87,8 @@ def command_attribution(
 
     The model's rules (:mod:`.model`) over one interval: each domain's static joules are its
     ``static_watts`` (by the meter's domain index; None: unknown, its whole energy counts as
-    static) x the interval, never more than it spent; the command's CPU seconds (its and its
+    static) x the interval, never more than it spent (a whole-platform reading's energy beyond the components' is
+    CPU-side static energy: :mod:`.uncovered`); the command's CPU seconds (its and its
     reaped descendants') are priced by :func:`~.sampling.policy_prices` over the host's busy
     (and busy + idle) seconds. GPUs as for spans: ``gpu_joules`` (and ``gpu_dynamic_joules``)
     is what the command's own processes on them were charged
@@ -102,6 +104,12 @@ def command_attribution(
             joules[kind] += spent
             watts = None if static_watts is None else static_watts[i]
             static[kind] += max(spent, 0.0) if watts is None else min(max(watts * duration_s, 0.0), max(spent, 0.0))
+    positions = uncovered_positions(meter.domains)
+    if positions is not None:
+        # The platform's energy beyond the components' is CPU-side static energy, as for spans (.uncovered).
+        extra = uncovered_joules(positions, energy.joules)
+        joules[KIND_CPU] += extra
+        static[KIND_CPU] += extra
     cpu_s = max(command_cpu_s, 0.0)
     busy = max(host_busy_s, cpu_s)
     capacity = max(host_busy_s + max(host_idle_s, 0.0), busy)

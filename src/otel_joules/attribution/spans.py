@@ -73,6 +73,8 @@ class SpanLedger:
         # second that could lag.
         self._cpu_indices = prices.kind_indices[KIND_CPU]
         self._memory_indices = prices.kind_indices[KIND_MEMORY]
+        # The CPU-side share carries the platform's energy beyond the components' (.uncovered): its cap too.
+        self._uncovered = prices.uncovered_positions
         self.has_gpu = prices.has_gpu
         self._generation = 0
         self._reset()
@@ -297,9 +299,14 @@ class SpanLedger:
         )
 
     def _cap(self, share: SpanShare, start: EnergySnapshot, end: EnergySnapshot) -> None:
-        """Limit ``share``'s own CPU-side and memory joules to what the host spent of each during the span, and
-        its own dynamic joules to its own joules so far (the dynamic price never exceeds the policy's)."""
+        """Limit ``share``'s own CPU-side (with the platform's uncovered energy) and memory joules to what the host
+        spent of each during the span, and its own dynamic joules to its own joules so far (the dynamic price
+        never exceeds the policy's)."""
         cap = spent_joules(self._cpu_indices, start, end) - share.child_cpu
+        if self._uncovered is not None:
+            # The platform's reading lags its components (a power averaged over a second, a polled BMC): over one
+            # short span it says little, so the uncovered part is bounded at the recent periods' power instead.
+            cap += self.prices.uncovered_watts * max(0, end[0] - start[0]) / 1e9
         if share.own_cpu > cap:
             share.own_cpu = max(0.0, cap)
         cap = spent_joules(self._memory_indices, start, end) - share.child_memory

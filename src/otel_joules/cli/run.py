@@ -60,6 +60,7 @@ from otel_joules.attribution.command import CommandBaselines
 from otel_joules.attribution.gpu import CommandGpuShares
 from otel_joules.attribution.shares import SpanAttribution, command_attribution, measured_kinds
 from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError
+from otel_joules.attribution.uncovered import uncovered_joules, uncovered_positions
 from otel_joules.carbon import providers_from_env, validate_pue
 from otel_joules.carbon.intensity import CarbonIntensity
 from otel_joules.carbon.accounting import CarbonAccounting
@@ -273,7 +274,21 @@ def _run_measured(
         gpu_charges,
         None if attribution is not None else host_problem,
         share_grams,
+        _platform(meter, measurement),
     )
+
+
+def _platform(meter: EnergyMeter, measurement: EnergyMeasurement) -> tuple[str, float, float] | None:
+    """(the whole-platform reading's domain id, its joules, its joules beyond the components') where one is read
+    beside the components (:mod:`otel_joules.attribution.uncovered`), else None."""
+    positions = uncovered_positions(meter.domains)
+    if positions is None:
+        return None
+    domain = meter.domains[positions[0]].id
+    joules = measurement.joules_by_domain
+    if domain not in joules:
+        return None
+    return domain, joules[domain], uncovered_joules(positions, [joules.get(d.id) for d in meter.domains])
 
 
 def _command_span(provider: TracerProvider, args: argparse.Namespace, command: Sequence[str], name: str) -> Span:

@@ -49,6 +49,9 @@ class RunResult:
     #: Grams of CO2eq of the command's share (the span's ``energy.attributed.co2eq.grams``), or None without a share;
     #: ``co2eq_grams`` is of the host's interval energy.
     share_co2eq_grams: float | None = None
+    #: (the whole-platform reading's domain id, its joules, its joules beyond the components') where one is read beside
+    #: the components (the share carries that part with the CPU time: docs/attribution.md), else None.
+    platform: tuple[str, float, float] | None = None
 
 
 
@@ -76,9 +79,11 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
     else:
         # IT energy (no PUE), the measurement noise below zero counted as zero as everywhere.
         kwh = joules_to_kwh(CarbonAccounting.it_joules(m.total_joules))
+        # With a platform reading beside them the counted domains are the components, not the whole box.
+        whose = "the measured components" if result.platform is not None else "the whole host's"
         lines.append(
-            f"  energy   {format_joules(m.total_joules)} = {kwh:.4g} kWh, {m.watts:.4g} W on average, "
-            f"the whole host's during the command ({m.source}: {', '.join(sorted(m.joules_by_domain))})"
+            f"  energy   {format_joules(m.total_joules)} = {kwh:.4g} kWh, {m.watts:.4g} W on average, {whose} during the command "
+            f"({m.source}: {', '.join(sorted(m.joules_by_domain))})"
         )
         if m.estimate_band is not None:
             lines.append(
@@ -96,11 +101,19 @@ def summary_lines(result: RunResult, telemetry: Telemetry | None) -> list[str]:
                 f"  note     BELOW RESOLUTION: {format_duration(m.duration_s)} is shorter than a counter's update "
                 "period, so these joules and watts are quantised, not exact; measure a longer run"
             )
+        if result.platform is not None:
+            domain, platform_j, uncovered_j = result.platform
+            lines.append(
+                f"  platform {format_joules(platform_j)} by {domain}, the whole box: {format_joules(uncovered_j)} beyond "
+                "the components, shared with CPU time like their idle power (docs/attribution.md)"
+            )
         if result.attribution is not None:
             share = result.attribution
+            of = "the platform's" if result.platform is not None else "that"
+            of_host = "CPU and memory energy and the platform's beyond them" if result.platform is not None else "CPU and memory energy"
             lines.append(
-                f"  share    {format_joules(share.joules)} of that is the command's ({m.source}; its CPU time's part "
-                f"of the host's CPU and memory energy: {format_joules(share.cpu_joules + share.memory_joules)}"
+                f"  share    {format_joules(share.joules)} of {of} is the command's ({m.source}; its CPU time's part "
+                f"of the host's {of_host}: {format_joules(share.cpu_joules + share.memory_joules)}"
                 + (f", plus its processes' part of the GPUs: {format_joules(share.gpu_joules)}" if result.gpu_charges else "")
                 + ")"
             )

@@ -34,6 +34,7 @@ from otel_joules.semconv import (
     domain_missing_key,
 )
 from otel_joules.sensors.base import Method, parse_domain_kinds
+from otel_joules.sensors.overlap import PLATFORM_BREADTH
 
 
 # ``energy.<domain>.joules``: a domain id has no dot, which leaves out energy.joules and the
@@ -91,6 +92,29 @@ def span_source(span: SpanRow) -> str | None:
 def missing_domains(span: SpanRow) -> list[str]:
     """The domains a span says it leaves out (``energy.<domain>.missing``), sorted."""
     return sorted(m.group(1) for key in span.attributes if (m := _DOMAIN_MISSING_RE.match(key)) and span.attributes[key] is True)
+
+
+def platform_reading(span: SpanRow) -> tuple[str, float] | None:
+    """(domain id, joules) of the broadest whole-platform reading a span carries beside the components it counts
+    (an ``energy.<domain>.joules`` of a platform domain its ``energy.domain_kinds`` does not list), or None: a span
+    without that attribute, or without such a reading."""
+    listed = parse_domain_kinds(span.attributes.get(ENERGY_DOMAIN_KINDS))
+    if not listed:
+        return None
+    found = []
+    for key in span.attributes:
+        match = _DOMAIN_JOULES_RE.match(key)
+        if match is None or match.group(1) in listed:
+            continue
+        domain_id = match.group(1)
+        rank = next((k for k, prefix in enumerate(PLATFORM_BREADTH) if domain_id.startswith(prefix)), None)
+        value = span.number(key)
+        if rank is not None and value is not None:
+            found.append((rank, domain_id, value))
+    if not found:
+        return None
+    _, domain_id, value = min(found)
+    return domain_id, value
 
 
 def span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tuple[float, str | None]]:

@@ -189,6 +189,9 @@ class RunSummary:
         parts: ``joules`` split by kind (cpu, memory, gpu, other), each measured or estimated.
         process_share_joules: For a carbontracker run whose ``joules`` is the host's energy,
             the tracking process's share of it (IT energy), when the log says; None otherwise.
+        platform: For a trace whose interval spans all carry a whole-platform reading beside the components they
+            count (an ACPI power meter, psys): (its domain id, its joules over those spans); None otherwise.
+        coverage: The components' energy over those spans (``energy.joules``) / the platform's; None without one.
     """
 
     run_id: str
@@ -214,6 +217,8 @@ class RunSummary:
     below_resolution: bool = False
     parts: tuple[EnergyPart, ...] = ()
     process_share_joules: float | None = None
+    platform: tuple[str, float] | None = None
+    coverage: float | None = None
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
-from otel_joules.report.energy_parts import merge_sources, missing_domains, span_parts, span_source, sum_parts
+from otel_joules.report.energy_parts import (
+    merge_sources,
+    missing_domains,
+    platform_reading,
+    span_parts,
+    span_source,
+    sum_parts,
+)
 from otel_joules.report.model import (
     BASIS_ATTRIBUTED,
     BASIS_INTERVAL,
@@ -114,6 +121,16 @@ def _trace_run(trace: TraceSpans, intensities: Intensities) -> RunSummary | None
     start, end = trace.start_unix_nano, trace.end_unix_nano
     below = any(span.attributes.get(ENERGY_BELOW_RESOLUTION) is True for span in counted + interval_counted)
     epochs = _trace_epochs(trace.epochs)
+    platform = _platform(interval_counted)
+    notes = _trace_notes(trace, basis, joules, below, epochs)
+    coverage = None
+    if platform is not None and platform[1] > 0:
+        components = sum(span.number(ENERGY_JOULES) or 0.0 for span in interval_counted)
+        coverage = components / platform[1]
+        notes.append(
+            f"coverage {coverage:.3f}: the components counted ({components:.3f} J) of the platform reading "
+            f"{platform[0]} ({platform[1]:.3f} J) over the same spans"
+        )
     return RunSummary(
         run_id=trace.trace_id,
         kind="trace",
@@ -127,12 +144,23 @@ def _trace_run(trace: TraceSpans, intensities: Intensities) -> RunSummary | None
         epochs=epochs,
         energy_source=merge_sources(span_source(span) for span in counted),
         spans_counted=len(counted),
-        notes=tuple(_trace_notes(trace, basis, joules, below, epochs)),
+        notes=tuple(notes),
         energy_basis=basis.name,
         host_interval_joules=host_joules,
         below_resolution=below,
         parts=_trace_parts(basis),
+        platform=platform,
+        coverage=coverage,
     )
+
+
+def _platform(spans: Sequence[SpanRow]) -> tuple[str, float] | None:
+    """(domain id, joules) of the platform reading every one of ``spans`` carries beside its components (the same
+    one on all: :func:`~.energy_parts.platform_reading`), summed; None when one lacks it or they differ."""
+    readings = [platform_reading(span) for span in spans]
+    if not readings or any(r is None for r in readings) or len({r[0] for r in readings if r is not None}) != 1:
+        return None
+    return readings[0][0], sum(r[1] for r in readings if r is not None)  # type: ignore[index]
 
 
 def _trace_duration(trace: TraceSpans) -> float | None:
