@@ -29,10 +29,9 @@ from otel_joules.agent.setup import (
     MIN_INTERVAL_FLOOR_MS,
     AgentSetupError,
     bind_socket,
-    check_ancestors,
     drop_privileges,
     open_counters,
-    prepare_runtime_dir,
+    open_runtime_dir,
     prepare_socket_path,
     resolve_group,
     resolve_user,
@@ -423,33 +422,38 @@ def serve(
     gid, group_name = resolve_group(group)
     switch_to = resolve_user(user) if user is not None else None
     settings = settings or Settings.from_env()
-    runtime_dir = os.path.dirname(socket_path)
-    check_ancestors(runtime_dir)
-    prepare_runtime_dir(runtime_dir, gid)
-    prepare_socket_path(socket_path)
-    channels = open_counters(settings)
-    listener = bind_socket(socket_path, gid)
-    server = AgentServer(listener, channels, gid, group_name, min_interval_ms / 1e3)
-    drop_privileges(switch_to)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: server.stop())
-    _log.warning(
-        "otel-joules agent: serving %d RAPL zones (%s) on %s to group %s (gid %d), a reading every %g ms",
-        len(channels),
-        ", ".join(c.domain.id for c in channels),
-        socket_path,
-        group_name,
-        gid,
-        min_interval_ms,
-    )
+    runtime_dir, name = os.path.split(socket_path)
+    if name in ("", ".", ".."):
+        raise AgentSetupError(f"--socket {socket_path!r} names a directory: give the socket's file path, such as {DEFAULT_AGENT_SOCKET}")
+    # Everything from here on works relative to this descriptor: a directory swapped after its check changes nothing.
+    dir_fd = open_runtime_dir(runtime_dir, gid)
     try:
-        server.run()
-    finally:
-        listener.close()
+        prepare_socket_path(dir_fd, name, socket_path)
+        channels = open_counters(settings)
+        listener = bind_socket(dir_fd, name, gid, socket_path)
+        server = AgentServer(listener, channels, gid, group_name, min_interval_ms / 1e3)
+        drop_privileges(switch_to)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: server.stop())
+        _log.warning(
+            "otel-joules agent: serving %d RAPL zones (%s) on %s to group %s (gid %d), a reading every %g ms",
+            len(channels),
+            ", ".join(c.domain.id for c in channels),
+            socket_path,
+            group_name,
+            gid,
+            min_interval_ms,
+        )
         try:
-            os.unlink(socket_path)
-        except OSError:
-            pass  # after a switch to --user the root-owned directory is not ours to change: the next start replaces it
-        for channel in channels:
-            channel.close()
+            server.run()
+        finally:
+            listener.close()
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                pass  # after a switch to --user the root-owned directory is not ours to change: the next start replaces it
+            for channel in channels:
+                channel.close()
+    finally:
+        os.close(dir_fd)
     return 0
