@@ -21,7 +21,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from otel_joules.agent.setup import (
     DEFAULT_MIN_INTERVAL_MS,
@@ -137,6 +137,10 @@ class AgentServer:
         group_name: The group's name, for refusals.
         min_interval_s: Time between readings: clients get nothing finer.
         resolution_uj: Readings are floored to a multiple of this (:data:`READING_RESOLUTION_UJ`).
+        chance: Where the read instant within each interval and the publication delay come from, as fractions
+            of an interval in [0, 1) (unpredictable by default). Only for measuring the side channel
+            (benchmarks/side_channel.py gives ``lambda: 0.0``: the fixed grid the agent once had); the command
+            line offers no way to set it.
     """
 
     def __init__(
@@ -147,6 +151,7 @@ class AgentServer:
         group_name: str,
         min_interval_s: float,
         resolution_uj: int | None = None,
+        chance: Callable[[], float] | None = None,
     ) -> None:
         self._listener = listener
         listener.setblocking(False)
@@ -162,7 +167,7 @@ class AgentServer:
         self._refused_uids: set[int] = set()
         self._said_client_error = False
         #: Unpredictable to clients: the read and publication instants must not be guessable.
-        self._random = random.SystemRandom()
+        self._chance = random.SystemRandom().random if chance is None else chance
         self._stopping = False
         answer = {
             "ok": True,
@@ -202,17 +207,17 @@ class AgentServer:
         """
         interval_s = self._interval_s
         interval_start_s = time.monotonic()
-        next_read_s = interval_start_s + self._random.random() * interval_s
+        next_read_s = interval_start_s + self._chance() * interval_s
         pending: list[tuple[float, list[int | None]]] = []  # (publish at, values), in order
         while not self._stopping:
             now_s = time.monotonic()
             if now_s >= next_read_s:
-                publish_at_s = max(now_s + self._random.random() * interval_s, pending[-1][0] if pending else 0.0)
+                publish_at_s = max(now_s + self._chance() * interval_s, pending[-1][0] if pending else 0.0)
                 pending.append((publish_at_s, self._reading()))
                 interval_start_s += interval_s
                 if interval_start_s + interval_s <= now_s:  # fell behind (suspend, a stall): no burst of catch-up readings
                     interval_start_s = now_s
-                next_read_s = interval_start_s + self._random.random() * interval_s
+                next_read_s = interval_start_s + self._chance() * interval_s
             while pending and pending[0][0] <= now_s:
                 self._publish(pending.pop(0)[1])
             wake_s = min(next_read_s, pending[0][0]) if pending else next_read_s
