@@ -293,6 +293,82 @@ def test_a_symlinked_runtime_directory_is_refused(tmp_path: Path) -> None:
     assert list(real.iterdir()) == []
 
 
+#: The agent's set-up, stopped between checking its runtime directory and using it, so a test can swap it there.
+SWAP_DRIVER = r"""
+import os, sys
+from otel_joules.agent.setup import bind_socket, open_runtime_dir, prepare_socket_path
+path, gid = sys.argv[1], int(sys.argv[2])
+runtime, name = os.path.split(path)
+fd = open_runtime_dir(runtime, gid)
+print("checked", flush=True)
+sys.stdin.readline()
+prepare_socket_path(fd, name, path)
+listener = bind_socket(fd, name, gid, path)
+print("bound", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_runtime_directory_swapped_for_a_symlink_after_its_check_redirects_nothing(tmp_path: Path) -> None:
+    walkable(tmp_path)
+    sock = tmp_path / "run" / "agent.sock"
+    driver = tmp_path / "swap_driver.py"
+    driver.write_text(SWAP_DRIVER)
+    setup = subprocess.Popen([sys.executable, str(driver), str(sock), str(GROUP_GID)], env=child_env(tmp_path),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert setup.stdout.readline() == "checked\n", setup.stderr.read()
+        # Swapped after the check: the checked directory moved away, a symlink in its place to a directory holding
+        # a root-only file under the socket's name (what a path-based chown/chmod would have given to the group).
+        checked = tmp_path / "run.checked"
+        sock.parent.rename(checked)
+        decoy = tmp_path / "decoy"
+        decoy.mkdir(mode=0o700)
+        secret = decoy / "agent.sock"
+        secret.write_text("root's secret")
+        os.chmod(secret, 0o600)
+        sock.parent.symlink_to(decoy)
+        setup.stdin.write("\n")
+        setup.stdin.flush()
+        assert setup.stdout.readline() == "bound\n", setup.stderr.read()
+        info = secret.stat()
+        assert (stat.S_ISREG(info.st_mode), stat.S_IMODE(info.st_mode), info.st_uid, info.st_gid) == (True, 0o600, 0, 0)
+        assert secret.read_text() == "root's secret" and stat.S_IMODE(decoy.stat().st_mode) == 0o700
+        assert sorted(p.name for p in decoy.iterdir()) == ["agent.sock"]
+        # The socket is where the check was made, created 0660 root:group, its directory 0750 root:group.
+        made = os.lstat(checked / "agent.sock")
+        assert (stat.S_ISSOCK(made.st_mode), stat.S_IMODE(made.st_mode), made.st_uid, made.st_gid) == (True, 0o660, 0, GROUP_GID)
+        directory = os.lstat(checked)
+        assert (stat.S_IMODE(directory.st_mode), directory.st_uid, directory.st_gid) == (0o750, 0, GROUP_GID)
+        setup.stdin.write("\n")
+        setup.stdin.flush()
+        assert setup.wait(10) == 0, setup.stderr.read()
+    finally:
+        stop(setup)
+
+
+def test_the_runtime_directory_and_socket_get_the_group_even_under_a_set_group_id_directory(tmp_path: Path) -> None:
+    tree = root_only_tree(tmp_path)
+    walkable(tmp_path)
+    parent = tmp_path / "sgid"
+    parent.mkdir()
+    os.chown(parent, 0, OUTSIDER_GID)
+    os.chmod(parent, 0o2755)  # what is created in it gets OUTSIDER_GID, unless the agent sees to it
+    sock = parent / "run" / "agent.sock"
+    agent = start_agent(tmp_path, tree, sock)
+    try:
+        directory, made = os.lstat(sock.parent), os.lstat(sock)
+        assert (directory.st_uid, directory.st_gid, stat.S_IMODE(directory.st_mode) & 0o777) == (0, GROUP_GID, 0o750)
+        assert (stat.S_ISSOCK(made.st_mode), made.st_uid, made.st_gid, stat.S_IMODE(made.st_mode)) == (True, 0, GROUP_GID, 0o660)
+        client = _subscribe(sock)
+        answer, *_ = _readings(client, 1)
+        assert answer["ok"] is True
+        client.close()
+    finally:
+        stop(agent)
+    assert agent.returncode == 0
+
+
 def test_a_directory_a_member_owns_anywhere_above_the_socket_is_refused(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
     walkable(tmp_path)

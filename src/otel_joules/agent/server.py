@@ -23,7 +23,7 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 from otel_joules.agent.devices import GPU_READ_PERIOD_S, DeviceReader, ServedGpu, open_gpus
 from otel_joules.agent.setup import (
@@ -32,10 +32,9 @@ from otel_joules.agent.setup import (
     MIN_INTERVAL_FLOOR_MS,
     AgentSetupError,
     bind_socket,
-    check_ancestors,
     drop_privileges,
     open_counters,
-    prepare_runtime_dir,
+    open_runtime_dir,
     prepare_socket_path,
     resolve_group,
     resolve_user,
@@ -156,6 +155,10 @@ class AgentServer:
         gpus: The host's GPUs, served after the RAPL zones to clients that ask (``"gpus": true``), read by
             ``gpu_reader`` off the loop.
         gpu_reader: The thread that reads ``gpus`` (in their order); its newest values go into each reading.
+        chance: Where the read instant within each interval and the publication delay come from, as fractions
+            of an interval in [0, 1) (unpredictable by default). Only for measuring the side channel
+            (benchmarks/side_channel.py gives ``lambda: 0.0``: the fixed grid the agent once had); the command
+            line offers no way to set it.
     """
 
     def __init__(
@@ -168,6 +171,7 @@ class AgentServer:
         resolution_uj: int | None = None,
         gpus: Sequence[ServedGpu] = (),
         gpu_reader: DeviceReader | None = None,
+        chance: Callable[[], float] | None = None,
     ) -> None:
         self._listener = listener
         listener.setblocking(False)
@@ -184,7 +188,7 @@ class AgentServer:
         self._refused_uids: set[int] = set()
         self._said_client_error = False
         #: Unpredictable to clients: the read and publication instants must not be guessable.
-        self._random = random.SystemRandom()
+        self._chance = random.SystemRandom().random if chance is None else chance
         self._stopping = False
         zones = [_zone_description(c) for c in self._channels]
         #: The views served, by whether the client asked for the GPUs: RAPL only, and (with GPUs) RAPL then GPUs.
@@ -242,17 +246,17 @@ class AgentServer:
             self._gpu_reader.start()
         interval_s = self._interval_s
         interval_start_s = time.monotonic()
-        next_read_s = interval_start_s + self._random.random() * interval_s
+        next_read_s = interval_start_s + self._chance() * interval_s
         pending: list[tuple[float, list[int | None]]] = []  # (publish at, values), in order
         while not self._stopping:
             now_s = time.monotonic()
             if now_s >= next_read_s:
-                publish_at_s = max(now_s + self._random.random() * interval_s, pending[-1][0] if pending else 0.0)
+                publish_at_s = max(now_s + self._chance() * interval_s, pending[-1][0] if pending else 0.0)
                 pending.append((publish_at_s, self._reading()))
                 interval_start_s += interval_s
                 if interval_start_s + interval_s <= now_s:  # fell behind (suspend, a stall): no burst of catch-up readings
                     interval_start_s = now_s
-                next_read_s = interval_start_s + self._random.random() * interval_s
+                next_read_s = interval_start_s + self._chance() * interval_s
             while pending and pending[0][0] <= now_s:
                 self._publish(pending.pop(0)[1])
             wake_s = min(next_read_s, pending[0][0]) if pending else next_read_s
@@ -468,40 +472,45 @@ def serve(
     gid, group_name = resolve_group(group)
     switch_to = resolve_user(user) if user is not None else None
     settings = settings or Settings.from_env()
-    runtime_dir = os.path.dirname(socket_path)
-    check_ancestors(runtime_dir)
-    prepare_runtime_dir(runtime_dir, gid)
-    prepare_socket_path(socket_path)
-    channels = open_counters(settings)
-    # The GPUs too, opened now as root like RAPL; read in a thread that starts after the privilege drop.
-    gpus, first_uj = open_gpus(settings)
-    gpu_reader = DeviceReader(
-        [g.channel for g in gpus], max(GPU_READ_PERIOD_S, min_interval_ms / 1e3), first_uj
-    ) if gpus else None
-    listener = bind_socket(socket_path, gid)
-    server = AgentServer(listener, channels, gid, group_name, min_interval_ms / 1e3, gpus=gpus, gpu_reader=gpu_reader)
-    drop_privileges(switch_to)
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: server.stop())
-    _log.warning(
-        "otel-joules agent: serving %d RAPL zones (%s)%s on %s to group %s (gid %d), a reading every %g ms",
-        len(channels),
-        ", ".join(c.domain.id for c in channels),
-        f" and {len(gpus)} GPUs ({', '.join(g.channel.domain.id for g in gpus)}, read every "
-        f"{gpu_reader.period_s * 1e3:g} ms)" if gpu_reader is not None else "",
-        socket_path,
-        group_name,
-        gid,
-        min_interval_ms,
-    )
+    runtime_dir, name = os.path.split(socket_path)
+    if name in ("", ".", ".."):
+        raise AgentSetupError(f"--socket {socket_path!r} names a directory: give the socket's file path, such as {DEFAULT_AGENT_SOCKET}")
+    # Everything from here on works relative to this descriptor: a directory swapped after its check changes nothing.
+    dir_fd = open_runtime_dir(runtime_dir, gid)
     try:
-        server.run()
-    finally:
-        listener.close()
+        prepare_socket_path(dir_fd, name, socket_path)
+        channels = open_counters(settings)
+        # The GPUs too, opened now as root like RAPL; read in a thread that starts after the privilege drop.
+        gpus, first_uj = open_gpus(settings)
+        gpu_reader = DeviceReader(
+            [g.channel for g in gpus], max(GPU_READ_PERIOD_S, min_interval_ms / 1e3), first_uj
+        ) if gpus else None
+        listener = bind_socket(dir_fd, name, gid, socket_path)
+        server = AgentServer(listener, channels, gid, group_name, min_interval_ms / 1e3, gpus=gpus, gpu_reader=gpu_reader)
+        drop_privileges(switch_to)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: server.stop())
+        _log.warning(
+            "otel-joules agent: serving %d RAPL zones (%s)%s on %s to group %s (gid %d), a reading every %g ms",
+            len(channels),
+            ", ".join(c.domain.id for c in channels),
+            f" and {len(gpus)} GPUs ({', '.join(g.channel.domain.id for g in gpus)}, read every "
+            f"{gpu_reader.period_s * 1e3:g} ms)" if gpu_reader is not None else "",
+            socket_path,
+            group_name,
+            gid,
+            min_interval_ms,
+        )
         try:
-            os.unlink(socket_path)
-        except OSError:
-            pass  # after a switch to --user the root-owned directory is not ours to change: the next start replaces it
-        for channel in [*channels, *(g.channel for g in gpus)]:
-            channel.close()
+            server.run()
+        finally:
+            listener.close()
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                pass  # after a switch to --user the root-owned directory is not ours to change: the next start replaces it
+            for channel in [*channels, *(g.channel for g in gpus)]:
+                channel.close()
+    finally:
+        os.close(dir_fd)
     return 0
