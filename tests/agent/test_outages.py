@@ -197,3 +197,94 @@ def test_a_container_that_mounts_the_runtime_directory_is_measured_again_after_a
             stop(agent)
     assert child.returncode == 0, err
     assert "Traceback" not in err, err
+
+
+PROCESS_ENERGY_CHILD = r"""
+import json, os, sys, time
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+import otel_joules
+
+out, ready, until = sys.argv[1:4]
+reader = InMemoryMetricReader()
+tracer_provider = TracerProvider()
+otel_joules.instrument(tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader]))
+tracer = tracer_provider.get_tracer("outage-test")
+
+
+def points(name):
+    data = reader.get_metrics_data()
+    return [
+        {"attributes": dict(p.attributes), "value": p.value}
+        for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics if m.name == name
+        for p in m.data.data_points
+    ]
+
+
+open(ready, "w").close()
+samples = []
+while not os.path.exists(until):  # busy requests: this process's CPU time earns it a share all along
+    with tracer.start_as_current_span("work"):
+        deadline = time.monotonic() + 0.1
+        while time.monotonic() < deadline:
+            sum(range(1000))
+    samples.append(points("process.energy"))  # collected often, as an exporter's period would
+with open(out, "w") as f:
+    json.dump({"samples": samples, "last": points("process.energy")}, f)
+"""
+
+
+def test_a_processs_share_while_the_agent_is_away_is_reported_as_an_estimate_never_as_measured(tmp_path: Path) -> None:
+    """process.energy keeps measured and estimated energy in series of their own: the share priced from the
+    standby estimates during a 3 s outage goes to ``energy.source = estimate``, and the measured series does
+    not grow meanwhile."""
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    script = tmp_path / "process_energy.py"
+    script.write_text(PROCESS_ENERGY_CHILD)
+    os.chmod(script, 0o644)
+    shared = _writable(tmp_path)
+    out, ready, until = shared / "process.json", shared / "ready", shared / "stop-now"
+    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
+        agent = start_agent(tmp_path, tree, sock)
+        child = subprocess.Popen(
+            [*_member(), sys.executable, str(script), str(out), str(ready), str(until)],
+            env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock)),
+            cwd=tmp_path / "home", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )
+        try:
+            wait_for(ready.exists, 60, "the instrumented child")
+            time.sleep(2.0)
+            stop(agent)
+            time.sleep(3.0)
+            agent = start_agent(tmp_path, tree, sock, stderr_name="agent2.err")
+            time.sleep(3.0)
+            until.touch()
+            _, err = child.communicate(timeout=60)
+        finally:
+            until.touch()
+            stop(child)
+            stop(agent)
+    assert child.returncode == 0, err
+    result = json.loads(out.read_text())
+
+    def cpu(points: list[dict], source: str) -> float | None:
+        found = [p["value"] for p in points if p["attributes"] == {"hw.type": "cpu", "energy.source": source}]
+        assert len(found) <= 1, points
+        return found[0] if found else None
+
+    last = result["last"]
+    sources = {p["attributes"]["energy.source"] for p in last}
+    assert sources == {"measured", "estimate"}, last  # never one series mixing the two
+    measured, estimated = cpu(last, "measured"), cpu(last, "estimate")
+    assert measured is not None and estimated is not None and measured > 0, last
+    # The outage was 3 s of about 8: its estimated share is a real part of the total, not a rounding.
+    assert 0.1 <= estimated / (measured + estimated) <= 0.7, last
+    # Each series only grows, and the estimate grew only while the measured one stood still (the outage).
+    series = [(cpu(s, "measured"), cpu(s, "estimate")) for s in result["samples"]]
+    series = [(m, e) for m, e in series if m is not None and e is not None]
+    for (m0, e0), (m1, e1) in zip(series, series[1:]):
+        assert m1 >= m0 - 1e-9 and e1 >= e0 - 1e-9, (m0, e0, m1, e1)
+    grew_together = sum(1 for (m0, e0), (m1, e1) in zip(series, series[1:]) if m1 - m0 > 1e-6 and e1 - e0 > 1e-6)
+    assert grew_together <= 4, series  # at most the periods that straddle the loss and the return

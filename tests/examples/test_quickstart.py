@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.fakes.machine import write_dmi
 from tests.fakes.powercap import make_powercap
-from tests.helpers.processes import REPO
+from tests.helpers.processes import REPO, clean_env
 
 QUICKSTART = REPO / "examples" / "quickstart.py"
 
 
 def _run(sysfs_root: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env["OTEL_JOULES_SYSFS_ROOT"] = str(sysfs_root)
-    env["LD_LIBRARY_PATH"] = ""  # no GPU library: the CPU path alone
+    # The suite's isolated agent socket kept (never the host's real agent); no GPU library: the CPU path alone.
+    env = clean_env(sysfs_root, {"OTEL_JOULES_SYSFS_ROOT": str(sysfs_root), "LD_LIBRARY_PATH": ""})
     return subprocess.run([sys.executable, str(QUICKSTART)], env=env, capture_output=True, text=True, timeout=120)
 
 

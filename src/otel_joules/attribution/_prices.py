@@ -43,6 +43,8 @@ class _Period(NamedTuple):
     prices: _Prices
     #: Each GPU's joules in the period (the meter's GPU positions' order; None: no value at either end).
     gpu_j: tuple[float | None, ...] = ()
+    #: The part of ``cpu_j`` and of ``memory_j`` that the standby estimates gave (the agent away).
+    estimated_j: tuple[float, float] = (0.0, 0.0)
 
 
 class _Rates(NamedTuple):

@@ -216,9 +216,17 @@ class Attributor:
         """This process's attributed joules per kind from an instant to now (:meth:`.PriceHistory.process_joules_since`)."""
         return self.prices.process_joules_since(monotonic_ns)
 
+    def process_joules_estimated(self) -> dict[str, float]:
+        """The part of :meth:`process_joules` priced from standby estimates while ``otel-joules agent`` was away."""
+        return self.prices.process_joules_estimated()
+
     def process_watts(self) -> dict[str, float]:
         """This process's attributed power per kind over the latest sampler period."""
         return self.prices.process_watts()
+
+    def process_watts_estimated(self) -> dict[str, float]:
+        """The part of :meth:`process_watts` priced from standby estimates."""
+        return self.prices.process_watts_estimated()
 
     def unattributed_joules(self) -> dict[str, float]:
         """The host's joules the model gave to no process (:meth:`.PriceHistory.unattributed_joules`)."""

@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from otel_joules.attribution._prices import (
     _NO_PRICES,
@@ -173,6 +173,8 @@ class PriceHistory:
         self._reading_lock = threading.Lock()
         self._starting_lock = threading.Lock()
         self._process_watts = (0.0, 0.0, 0.0)
+        #: The part of the latest period's process shares priced from standby estimates, per kind.
+        self._process_estimated_fraction = (0.0, 0.0, 0.0)
         self._late_ticks_s = 0.0
         #: The host's unattributed joules (CPU-side, memory) since the attributor started.
         self._unattributed_j = [0.0, 0.0]
@@ -307,15 +309,16 @@ class PriceHistory:
         """
         now_ns = snapshot.monotonic_ns
         previous = self._history[-1] if self._history else None
-        process_joules = (0.0, 0.0, 0.0)
+        process_joules = estimated = (0.0, 0.0, 0.0)
         period = None
         if previous is not None:
             period = self._split_period(previous, snapshot, busy_s, idle_s, process_cpu_s, priced)
             process_joules = self._advance_rates(
                 previous, snapshot, busy_s, idle_s, process_cpu_s, fractions, priced, period
             )
+            estimated = self._estimated_part(previous, period, process_joules)
         sample = HistorySample(
-            now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules, priced, period
+            now_ns, _wall_offset_ns(), snapshot, busy_s, process_cpu_s, idle_s, process_joules, priced, period, estimated
         )
         # time.time_ns() - time.monotonic_ns() at the latest sample, for explicit span times.
         self.wall_offset_ns = sample.wall_offset_ns
@@ -414,12 +417,23 @@ class PriceHistory:
         busy, capacity = _busy_and_capacity(d_busy, d_idle, max(0.0, process_cpu_s - previous.process_cpu_s))
         prices = policy_prices(self.policy, *sums, busy, capacity) if priced else _NO_PRICES
         gpu_j = tuple(joules[self._baseline_index[i]] for i in self.kind_indices[KIND_GPU])
-        period = _Period(sums[0], sums[1], sums[2], sums[3], busy, capacity, prices, gpu_j)
+        period = _Period(sums[0], sums[1], sums[2], sums[3], busy, capacity, prices, gpu_j, self._estimated_joules(spent))
         # What the model gives to nobody: idle capacity's static energy, idle and unpriced periods' energy.
         self._unattributed_j[0] += max(0.0, sums[0] - prices.cpu * busy)
         self._unattributed_j[1] += max(0.0, sums[2] - prices.memory * busy)
         self.baseline_state = baselines.state(self._fit_positions)
         return period
+
+    def _estimated_joules(self, spent: Sequence[float | None]) -> tuple[float, float]:
+        """The CPU-side and memory joules of a period (``spent`` per meter position) that standby estimates gave."""
+        standby = self.meter.plan.standby
+        if not standby:
+            return (0.0, 0.0)
+        cpu, memory = (
+            sum(j for i in self.kind_indices[kind] if i in standby and (j := spent[i]) is not None)
+            for kind in (KIND_CPU, KIND_MEMORY)
+        )
+        return (cpu, memory)
 
     def _period_joules(self, a: EnergySnapshot, b: EnergySnapshot) -> tuple[float | None, ...]:
         """Per meter position, the joules between two snapshots (None where either has no value)."""
@@ -477,6 +491,21 @@ class PriceHistory:
         prices = policy_prices(self.policy, *joules, busy, capacity)
         # Not kept: the next event prices over a longer, steadier time, until the sampler's forecast.
         return _Rates(first.monotonic_ns, prices.cpu, prices.memory, 0.0, prices.dynamic, 0.0)
+
+    def _estimated_part(
+        self, previous: HistorySample, period: _Period, process_joules: tuple[float, float, float]
+    ) -> tuple[float, float, float]:
+        """``process_estimated_joules`` after a period: the previous sample's, plus the process's share of the
+        period in the proportion the standby estimates gave of each kind's energy (``_sample_lock`` held).
+        GPUs read through the agent have no standby estimate: their share is measured or nothing."""
+        cpu_fraction = period.estimated_j[0] / period.cpu_j if period.cpu_j > 0 else 0.0
+        memory_fraction = period.estimated_j[1] / period.memory_j if period.memory_j > 0 else 0.0
+        self._process_estimated_fraction = (cpu_fraction, memory_fraction, 0.0)
+        before, earlier = process_joules, previous.process_joules
+        return tuple(  # type: ignore[return-value]
+            e + (now - then) * f
+            for e, now, then, f in zip(previous.process_estimated_joules, before, earlier, self._process_estimated_fraction)
+        )
 
     def _advance_rates(
         self,
@@ -745,9 +774,21 @@ class PriceHistory:
             base = history[max(0, bisect.bisect_right(view.times, monotonic_ns) - 1)].process_joules
         return {kind: latest.process_joules[KINDS.index(kind)] - base[KINDS.index(kind)] for kind in self.kinds}
 
+    def process_joules_estimated(self) -> dict[str, float]:
+        """The part of :meth:`process_joules` priced from standby estimates (``otel-joules agent`` away), per kind."""
+        samples = self.view.samples
+        latest = samples[-1].process_estimated_joules if samples else (0.0, 0.0, 0.0)
+        return {kind: latest[KINDS.index(kind)] for kind in self.kinds}
+
     def process_watts(self) -> dict[str, float]:
         """This process's attributed power per kind over the latest sampler period."""
         return {kind: self._process_watts[KINDS.index(kind)] for kind in self.kinds}
+
+    def process_watts_estimated(self) -> dict[str, float]:
+        """The part of :meth:`process_watts` priced from standby estimates, per kind."""
+        with self._sample_lock:
+            watts, fractions = self._process_watts, self._process_estimated_fraction
+        return {kind: watts[KINDS.index(kind)] * fractions[KINDS.index(kind)] for kind in self.kinds}
 
     def unattributed_joules(self) -> dict[str, float]:
         """The host's joules the model gave to no process since the attributor started, for the CPU-side and

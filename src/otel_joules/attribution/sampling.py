@@ -93,6 +93,8 @@ class HistorySample:
             counts are a new base for the next period.
         period: The sampler period ending here, split and priced when it entered the history
             (None for the first sample).
+        process_estimated_joules: The part of ``process_joules`` priced from standby estimates (periods while
+            ``otel-joules agent`` was away), per kind: ``process.energy`` reports it as an estimate.
     """
 
     monotonic_ns: int
@@ -104,6 +106,7 @@ class HistorySample:
     process_joules: tuple[float, float, float]
     priced: bool = True
     period: "_Period | None" = None
+    process_estimated_joules: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
 def policy_prices(

@@ -232,6 +232,15 @@ class EnergyMetrics:
         self._process_attributes = {
             kind: {HW_TYPE: kind, ENERGY_SOURCE: _source(meter, kind)} for kind in attributor.kinds
         }
+        #: Where the agent's domains have standby estimates, the share priced from them while it was away goes
+        #: to a series of its own (energy.source estimate), never into the measured one; from the start, so
+        #: neither series' attributes change during the run.
+        standby_kinds = {ATTRIBUTION_KIND[d.kind] for d in meter.domains if d.id in meter.standby_domain_ids}
+        self._process_estimated_attributes = {
+            kind: {HW_TYPE: kind, ENERGY_SOURCE: SOURCE_ESTIMATE}
+            for kind in attributor.kinds
+            if kind in standby_kinds and self._process_attributes[kind][ENERGY_SOURCE] != SOURCE_ESTIMATE
+        }
         self._last_process_sample = time.monotonic()
         otel_meter.create_observable_counter(
             METRIC_PROCESS_ENERGY,
@@ -423,8 +432,7 @@ class EnergyMetrics:
         if self.attributor is None or not self._reporting():
             return []
         self._process_sample()
-        joules = self.attributor.process_joules()
-        return [Observation(joules[kind], attributes) for kind, attributes in self._process_attributes.items()]
+        return self._split_by_source(self.attributor.process_joules(), self.attributor.process_joules_estimated)
 
     def _observe_unattributed(self, options: CallbackOptions) -> Iterable[Observation]:
         if self.attributor is None or not self._reporting():
@@ -455,16 +463,32 @@ class EnergyMetrics:
         if self.attributor is None or not self._reporting():
             return []
         self._process_sample()
-        watts = self.attributor.process_watts()
-        return [Observation(watts[kind], attributes) for kind, attributes in self._process_attributes.items()]
+        return self._split_by_source(self.attributor.process_watts(), self.attributor.process_watts_estimated)
+
+    def _split_by_source(
+        self, values: dict[str, float], estimated_of: Callable[[], dict[str, float]]
+    ) -> list[Observation]:
+        """A process share per kind as observations: the part priced from standby estimates apart, where it can be."""
+        estimated_attributes = self._process_estimated_attributes
+        estimated = estimated_of() if estimated_attributes else {}
+        observations = []
+        for kind, attributes in self._process_attributes.items():
+            if kind in estimated_attributes:
+                observations.append(Observation(max(0.0, values[kind] - estimated[kind]), attributes))
+                observations.append(Observation(estimated[kind], estimated_attributes[kind]))
+            else:
+                observations.append(Observation(values[kind], attributes))
+        return observations
 
 
 def _source(meter: EnergyMeter, kind: str | None) -> str:
-    """``energy.source`` of the domains adding to the total (of one attribution kind, or all)."""
+    """``energy.source`` of the domains adding to the total (of one attribution kind, or all); the agent's standby
+    estimates stand in only while it is away, and what they give is reported apart."""
+    standby = meter.standby_domain_ids
     methods = {
         d.method.is_measurement
         for d in meter.domains
-        if d.in_total and (kind is None or ATTRIBUTION_KIND[d.kind] == kind)
+        if d.in_total and d.id not in standby and (kind is None or ATTRIBUTION_KIND[d.kind] == kind)
     }
     if methods == {True}:
         return SOURCE_MEASURED
