@@ -8,6 +8,7 @@ mount namespace that sees the socket and nothing else of the host's.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -92,7 +93,7 @@ def test_a_group_member_gets_measured_spans_within_3_percent_through_the_agent(t
     # Measured: the one line says through which agent, once, with its socket.
     assert err.splitlines() == [
         f"otel-joules: measuring core_0, dram_0, package_0, uncore_0 through the otel-joules agent at {sock} "
-        "(energy_uj is not readable by this user; energy.source = measured, energy.agent.domains on each span)."
+        "(the host's one reader of its counters; energy.source = measured, energy.agent.domains on each span)."
     ], err
     assert not sock.exists()  # removed at SIGTERM
 
@@ -761,11 +762,48 @@ def test_a_forked_child_reads_through_the_agent_too(tmp_path: Path) -> None:
         finally:
             stop(agent)
     assert result.returncode == 0, result.stderr
-    import json
-
     rows = {row["who"]: row for row in map(json.loads, result.stdout.splitlines())}
     assert set(rows) == {"parent", "child"}, result.stdout
     for row in rows.values():
         assert row["source"] == "measured" and row["agent"] == ["core_0", "dram_0", "package_0", "uncore_0"], row
         assert abs(row["joules"] - TOTAL_WATTS * row["duration_s"]) <= 0.05 * TOTAL_WATTS * row["duration_s"], row
     assert result.stderr == ""
+
+
+ROOT_READER = r"""
+import json
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from otel_joules import EnergyMeter
+from otel_joules.metrics import EnergyMetrics
+meter = EnergyMeter()
+metrics = EnergyMetrics(meter, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()]))
+print(json.dumps({"agent": list(meter.agent_domain_ids), "publishes_host": metrics.publishes_host}), flush=True)
+"""
+
+
+def test_a_process_that_could_read_the_counters_itself_reads_through_an_agent_that_answers(tmp_path: Path) -> None:
+    """One reader per host: root reads the tree without the agent, but where an agent answers it is the host's one
+    reader and publisher of its devices, so an instrumented root process reads through it and publishes no hw.*;
+    with no agent there, the same process reads the counters itself."""
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    script = tmp_path / "root_reader.py"
+    script.write_text(ROOT_READER)
+    env = child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock), LD_LIBRARY_PATH="")
+
+    def run_as_root() -> dict:
+        result = subprocess.run([sys.executable, str(script)], env=env, cwd=tmp_path / "home",
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    assert os.geteuid() == 0 and os.access(tree.zones["package_0"].path / "energy_uj", os.R_OK)
+    alone = run_as_root()
+    assert alone == {"agent": [], "publishes_host": True}, alone
+    agent = start_agent(tmp_path, tree, sock)
+    try:
+        beside = run_as_root()
+    finally:
+        stop(agent)
+    assert beside == {"agent": ["core_0", "dram_0", "package_0", "uncore_0"], "publishes_host": False}, beside

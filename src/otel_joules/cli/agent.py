@@ -21,8 +21,8 @@ def register(subparsers: Any) -> None:
         help="run as root: serve the root-only RAPL counters to the members of one group",
         description=(
             "Open the RAPL counters as root, drop every privilege, and push readings (no finer than "
-            "--min-interval-ms) on a Unix socket (mode 0660) to members of --group only. The library reads "
-            "through it by itself when energy_uj is not readable."
+            "--min-interval-ms) on a Unix socket (mode 0660) to members of --group only. Wherever it answers, the library "
+            "reads through it by itself: the host's one reader of its counters and publisher of its devices."
         ),
     )
     parser.add_argument("--socket", default=DEFAULT_AGENT_SOCKET, help=f"the socket's path (default {DEFAULT_AGENT_SOCKET})")

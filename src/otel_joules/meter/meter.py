@@ -543,24 +543,24 @@ def _discover(
     #: The GPUs the agent serves, by UUID, where this process reads through it: their energy comes from there.
     served_gpus: dict[str, Callable[[GpuInfo], Channel]] = {}
     if host:
-        found = rapl.discover(settings)
-        channels += found.channels
-        rapl_unavailable = found.unavailable
-        if not found.channels:
-            # Counters this user may not read (or a container without powercap): the agent may read them.
-            through = agent.discover(settings)
-            if through.channels:
-                channels += through.channels
-                served_gpus = agent.served_gpus(settings)
-                # Read after all, through the agent: their permission entries are no longer news.
-                rapl_unavailable = [u for u in rapl_unavailable if u.remedy != rapl.PERMISSION_REMEDY]
-                if estimate is None:
-                    estimated = estimator.discover(settings)
-                    standby += estimated.channels
-                    unavailable += estimated.unavailable
-            unavailable += through.unavailable
-            found = through if through.channels else found
-        unavailable += rapl_unavailable
+        # One reader per host: where an agent answers, every process reads through it, even one that could read
+        # the counters itself (root, a group given access), so the agent alone reads and publishes the host's devices.
+        through = agent.discover(settings)
+        if through.channels:
+            found = through
+            channels += through.channels
+            served_gpus = agent.served_gpus(settings)
+            if estimate is None:
+                estimated = estimator.discover(settings)
+                standby += estimated.channels
+                unavailable += estimated.unavailable
+        else:
+            found = rapl.discover(settings)
+            channels += found.channels
+            unavailable += found.unavailable
+            if not found.channels:
+                # Why the agent could not stand in (refused, not answering) matters only where nothing else reads.
+                unavailable += through.unavailable
         counters_found = bool(found.channels)
     elif estimate:
         raise ConfigurationError("estimate=True needs host=True: the estimator measures the host's CPU and memory")

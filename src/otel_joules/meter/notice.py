@@ -178,7 +178,7 @@ def agent_use_message(meter: EnergyMeter) -> str | None:
         return None
     return (
         f"otel-joules: measuring {', '.join(meter.agent_domain_ids)} through the otel-joules agent at "
-        f"{meter.settings.agent_socket} (energy_uj is not readable by this user; "
+        f"{meter.settings.agent_socket} (the host's one reader of its counters; "
         "energy.source = measured, energy.agent.domains on each span)."
     )
 
