@@ -14,9 +14,7 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
-from collections import deque
 from pathlib import Path
 
 import pytest
@@ -26,7 +24,7 @@ from otel_joules.attribution import Attributor, command_attribution
 from otel_joules.attribution.uncovered import UncoveredEnergy
 from otel_joules.meter.energy import energy_between
 from tests.fakes.hwmon import FakeHwmon, FakePower, acpi_power_meter
-from tests.fakes.powercap import FakePowercap, LoadPower, make_powercap
+from tests.fakes.powercap import LoadPower, PlatformPower, make_powercap
 from tests.fakes.procfs import FakeProcfs, TickingProcfs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,37 +32,6 @@ WORKERS = 3
 WORK_S = 5.0
 #: The platform meter's power over the components'.
 PLATFORM_FACTOR = 1.5
-
-
-class PlatformPower:
-    """Sets a fake power reading, in a thread, to :data:`PLATFORM_FACTOR` x the fake zones' power over the last
-    ``window_s`` (as an ACPI meter averages), so the platform's energy follows the load like its components'."""
-
-    def __init__(self, power: FakePower, powercap: FakePowercap, zones: tuple[str, ...], window_s: float = 0.05) -> None:
-        self._power = power
-        self._zones = [powercap.zones[zone] for zone in zones]
-        self._window_s = window_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="fake-platform-power", daemon=True)
-
-    def __enter__(self) -> "PlatformPower":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        seen: deque[tuple[float, int]] = deque()
-        while not self._stop.wait(0.005):
-            now = time.monotonic()
-            seen.append((now, sum(zone.total_uj for zone in self._zones)))
-            while len(seen) > 2 and now - seen[1][0] >= self._window_s:
-                seen.popleft()
-            (t0, uj0), (t1, uj1) = seen[0], seen[-1]
-            if t1 > t0:
-                self._power.set_watts(PLATFORM_FACTOR * (uj1 - uj0) / 1e6 / (t1 - t0))
 
 
 @pytest.mark.parametrize("policy", ["busy", "capacity", "dynamic"])
@@ -77,7 +44,7 @@ def test_processes_shares_plus_the_unattributed_add_up_to_the_platform_meter(tmp
     with (
         TickingProcfs(proc),
         LoadPower(powercap, procfs_root=proc.procfs_root),
-        PlatformPower(hwmon.files["meter"], powercap, ("package_0", "dram_0")),  # type: ignore[arg-type]
+        PlatformPower(hwmon.files["meter"].set_watts, powercap, ("package_0", "dram_0"), PLATFORM_FACTOR),  # type: ignore[union-attr]
     ):
         time.sleep(0.2)  # the platform's reading follows the load before anyone reads it
         meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[])

@@ -89,9 +89,13 @@ def _spawn(module: str, spec: dict[str, Any]) -> tuple[subprocess.Popen[str], st
 
 
 @contextmanager
-def redfish_fake(watts: float, mode: str = "energy", user: str | None = None, password: str | None = None) -> Iterator[str]:
+def redfish_fake(
+    watts: float, mode: str = "energy", user: str | None = None, password: str | None = None, watts_file: str | None = None
+) -> Iterator[str]:
     """:mod:`tests.fakes.redfish_http`; yields the base URL."""
-    process, line = _spawn("tests.fakes.redfish_http", {"watts": watts, "mode": mode, "user": user, "password": password})
+    process, line = _spawn(
+        "tests.fakes.redfish_http", {"watts": watts, "mode": mode, "user": user, "password": password, "watts_file": watts_file}
+    )
     try:
         yield f"http://127.0.0.1:{int(line.split()[1])}"
     finally:

@@ -13,10 +13,11 @@ import shutil
 import tempfile
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 # The range real Intel CPUs report (32-bit counter x 61.035 uJ units).
 INTEL_RANGE_UJ = 262143328850
@@ -279,3 +280,46 @@ class LoadPower:
 #: :class:`LoadPower`'s default static watts and watts per busy core.
 LOAD_STATIC_WATTS = {"package_0": 10.0, "dram_0": 3.0}
 LOAD_WATTS_PER_BUSY_CORE = {"package_0": 12.0}
+
+
+class PlatformPower:
+    """Sets a whole-platform power reading, in a thread, to ``factor`` x the fake zones' power over the last
+    ``window_s`` (as an ACPI meter or a BMC averages), so the platform's energy follows the load like its components'
+    (the rest standing for fans, disks, the supplies' losses: what no component counter covers).
+
+    Args:
+        set_watts: Sets the platform's reading (a fake hwmon power file's, a file a fake BMC serves).
+        powercap: The fake zones.
+        zones: The zones the platform covers.
+        factor: The platform's power over theirs.
+        window_s: The averaging window.
+    """
+
+    def __init__(
+        self, set_watts: Callable[[float], None], powercap: FakePowercap, zones: tuple[str, ...], factor: float, window_s: float = 0.05
+    ) -> None:
+        self._set_watts = set_watts
+        self._zones = [powercap.zones[zone] for zone in zones]
+        self._factor = factor
+        self._window_s = window_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fake-platform-power", daemon=True)
+
+    def __enter__(self) -> "PlatformPower":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        seen: deque[tuple[float, int]] = deque()
+        while not self._stop.wait(0.005):
+            now = time.monotonic()
+            seen.append((now, sum(zone.total_uj for zone in self._zones)))
+            while len(seen) > 2 and now - seen[1][0] >= self._window_s:
+                seen.popleft()
+            (t0, uj0), (t1, uj1) = seen[0], seen[-1]
+            if t1 > t0:
+                self._set_watts(self._factor * (uj1 - uj0) / 1e6 / (t1 - t0))

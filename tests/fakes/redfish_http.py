@@ -6,7 +6,9 @@ It serves the service root, ``/Chassis``, ``/Chassis/Box`` and ``/Chassis/Box/En
 ``PowerWatts`` = ``watts`` and ``EnergyJoules`` growing at exactly ``watts`` since the server started. ``mode``:
 ``energy`` (that), ``garbage`` (EnvironmentMetrics' body is not JSON), ``slow`` (EnvironmentMetrics answers after
 60 s: a BMC that times out), ``flaky`` (the first two EnvironmentMetrics requests answer, then it is garbage).
-With ``user``, requests without its HTTP Basic credentials get 401.
+With ``user``, requests without its HTTP Basic credentials get 401. With ``watts_file``, a power that changes:
+``PowerWatts`` is the number that file holds at each request (``watts`` while it holds none) and there is no
+``EnergyJoules`` (the reader integrates the power, as with a BMC that has no energy counter).
 """
 
 from __future__ import annotations
@@ -34,6 +36,13 @@ def _document(path: str) -> dict | None:
         return {"Id": "Box", "EnvironmentMetrics": {"@odata.id": f"{root}/Chassis/Box/EnvironmentMetrics"}}
     if path == f"{root}/Chassis/Box/EnvironmentMetrics":
         watts = SPEC["watts"]
+        if SPEC.get("watts_file"):
+            try:
+                with open(SPEC["watts_file"]) as f:
+                    watts = float(f.read())
+            except (OSError, ValueError):
+                pass
+            return {"PowerWatts": {"Reading": watts}}
         return {
             "PowerWatts": {"Reading": watts},
             "EnergyJoules": {"Reading": watts * (time.monotonic() - START_S)},

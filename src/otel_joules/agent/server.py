@@ -8,7 +8,8 @@ pile up). Each uid may open :data:`CONNECTS_PER_S` connections a second (burst
 :data:`SUBSCRIBE_DEADLINE_S` to subscribe and makes exactly one request. So a client that floods
 costs the agent a bounded amount per turn and the others keep their readings on time. The GPUs, whose
 library may stall for seconds, are read off this thread (:mod:`otel_joules.agent.devices`): a reading
-takes their newest values.
+takes their newest values. So is the BMC (:mod:`otel_joules.sensors.bmc`, polled in threads of its own
+with timeouts): a reading takes its poller's latest value, null once that is older than a few polls.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ from otel_joules.sensors.agent_protocol import (
     MAX_AGENT_POWER_WATTS,
     MAX_REQUEST_BYTES,
     MAX_REQUEST_DEPTH,
+    MAX_WRAP_UJ,
     OP_SUBSCRIBE,
+    PLATFORM,
     PROTOCOL_VERSION,
     SHARED_MEMORY,
     ProtocolError,
@@ -55,6 +58,7 @@ from otel_joules.sensors.agent_protocol import (
 )
 from otel_joules.sensors.agent_shm import LAYOUT_VERSION, SegmentWriter
 from otel_joules.sensors.base import Channel
+from otel_joules.sensors.bmc import REDFISH_DOMAIN
 
 _log = logging.getLogger("otel_joules")
 
@@ -81,8 +85,9 @@ class AgentClient:
     inbox: bytearray = field(default_factory=bytearray)
     outbox: bytearray = field(default_factory=bytearray)
     subscribed: bool = False
-    #: It asked for the GPUs too (its readings carry them after the RAPL zones).
-    gpus: bool = False
+    #: What it asked for beyond the RAPL zones and this agent serves: (the GPUs, the BMC's platform reading);
+    #: its readings carry them after the RAPL zones, in that order.
+    view: tuple[bool, bool] = (False, False)
 
 
 @dataclass
@@ -100,6 +105,24 @@ def _zone_description(channel: Channel) -> dict[str, object]:
 def _gpu_description(gpu: ServedGpu) -> dict[str, object]:
     """A GPU as a zone: ``hw_type`` gpu and its UUID as ``hw_id``, by which a client finds the GPUs it sees."""
     return _describe(gpu.channel, ServedGpu.WRAP_UJ, gpu.max_power_watts)
+
+
+def _platform_description(channel: Channel) -> dict[str, object]:
+    """The BMC's reading as a zone: kind platform (``hw_type`` enclosure), not in the total (the components
+    count; the client's meter shares what they do not cover), its joules (the BMC's counter, else its power
+    integrated since the agent started: they never wrap, so the protocol's largest range), at most the protocol's
+    power bound. Its name says the protocol only:
+    the BMC's address, like its credentials, stays in the agent."""
+    domain = channel.domain
+    protocol = "Redfish" if domain.id == REDFISH_DOMAIN else "IPMI DCMI"
+    return {
+        **_describe(channel, MAX_WRAP_UJ, MAX_AGENT_POWER_WATTS),
+        "hw_name": f"BMC ({protocol}) through otel-joules agent",
+        "hw_id": domain.id,
+        "hw_parent": None,
+        "in_total": False,
+        "update_period_s": domain.update_period_s,
+    }
 
 
 def _describe(channel: Channel, wrap_uj: int | None, max_power_watts: float) -> dict[str, object]:
@@ -155,6 +178,9 @@ class AgentServer:
         gpus: The host's GPUs, served after the RAPL zones to clients that ask (``"gpus": true``), read by
             ``gpu_reader`` off the loop.
         gpu_reader: The thread that reads ``gpus`` (in their order); its newest values go into each reading.
+        platform: The BMC's platform readings (:class:`~otel_joules.sensors.bmc.BmcChannel`, read from their
+            pollers' latest values: never waiting for the BMC), served after the GPUs to clients that ask
+            (``"platform": true``).
         chance: Where the read instant within each interval and the publication delay come from, as fractions
             of an interval in [0, 1) (unpredictable by default). Only for measuring the side channel
             (benchmarks/side_channel.py gives ``lambda: 0.0``: the fixed grid the agent once had); the command
@@ -172,11 +198,13 @@ class AgentServer:
         gpus: Sequence[ServedGpu] = (),
         gpu_reader: DeviceReader | None = None,
         chance: Callable[[], float] | None = None,
+        platform: Sequence[Channel] = (),
     ) -> None:
         self._listener = listener
         listener.setblocking(False)
         self._channels = list(channels)
         self._gpu_reader = gpu_reader if gpus else None
+        self._platform = list(platform)
         self._gid = gid
         self._group_name = group_name
         self._interval_s = min_interval_s
@@ -191,35 +219,48 @@ class AgentServer:
         self._chance = random.SystemRandom().random if chance is None else chance
         self._stopping = False
         zones = [_zone_description(c) for c in self._channels]
-        #: The views served, by whether the client asked for the GPUs: RAPL only, and (with GPUs) RAPL then GPUs.
-        #: A client that did not ask gets no GPU: it reads its GPUs itself, and would count them twice.
-        views = [False] + ([True] if self._gpu_reader is not None else [])
-        all_zones = {False: zones, True: zones + [_gpu_description(g) for g in gpus]}
-        #: How many values of each reading each view carries.
-        self._widths = {view: len(all_zones[view]) for view in views}
+        gpu_zones = [_gpu_description(g) for g in gpus] if self._gpu_reader is not None else []
+        platform_zones = [_platform_description(c) for c in self._platform]
+        #: The views served, by what the client asked for: (the GPUs, the platform). A client that did not ask
+        #: for the GPUs gets none (it reads its GPUs itself, and would count them twice); one that did not ask
+        #: for the platform (an older library) gets no zone it does not know what to do with.
+        views = [(g, p) for g in (False, True) if not g or gpu_zones for p in (False, True) if not p or platform_zones]
+        #: Each view's positions in a reading (RAPL, then GPUs, then the platform).
+        self._positions: dict[tuple[bool, bool], list[int]] = {}
+        all_zones: dict[tuple[bool, bool], list[dict[str, object]]] = {}
+        gpus_at = range(len(zones), len(zones) + len(gpu_zones))
+        platform_at = range(gpus_at.stop, gpus_at.stop + len(platform_zones))
+        for view in views:
+            self._positions[view] = [*range(len(zones)), *(gpus_at if view[0] else ()), *(platform_at if view[1] else ())]
+            every = zones + gpu_zones + platform_zones
+            all_zones[view] = [every[i] for i in self._positions[view]]
         answers = {
             view: {"ok": True, "version": PROTOCOL_VERSION, "interval_ms": round(min_interval_s * 1e3, 3), "zones": all_zones[view]}
             for view in views
         }
         self._answers = {view: encode(answer) for view, answer in answers.items()}
         reading = self._reading()
-        self._latest = {view: encode({"uj": reading[:width]}) for view, width in self._widths.items()}
+        self._latest = {view: encode({"uj": self._view_of(reading, view)}) for view in views}
         #: The readings in sealed shared memory, one segment per view, for clients that ask (none where the kernel
         #: offers no sealed memfd).
-        self._segments: dict[bool, SegmentWriter] = {}
-        self._shm_answers: dict[bool, bytes] = {}
-        for view, width in self._widths.items():
-            segment = self._shared_segment(width)
+        self._segments: dict[tuple[bool, bool], SegmentWriter] = {}
+        self._shm_answers: dict[tuple[bool, bool], bytes] = {}
+        for view, positions in self._positions.items():
+            segment = self._shared_segment(len(positions))
             if segment is None:
                 for made in self._segments.values():
                     made.close()
                 self._segments.clear()
                 break
-            segment.publish(reading[:width])
+            segment.publish(self._view_of(reading, view))
             self._segments[view] = segment
             self._shm_answers[view] = encode(
                 {**answers[view], SHARED_MEMORY: {"layout": LAYOUT_VERSION, "bytes": segment.size}}
             )
+
+    def _view_of(self, values: list[int | None], view: tuple[bool, bool]) -> list[int | None]:
+        """The values of one reading that ``view``'s clients get, in their zones' order."""
+        return [values[i] for i in self._positions[view]]
 
     def _shared_segment(self, zones: int) -> SegmentWriter | None:
         try:
@@ -296,7 +337,8 @@ class AgentServer:
     # -- readings ---------------------------------------------------------------------------------
 
     def _reading(self) -> list[int | None]:
-        """One reading: the RAPL zones read now, then the GPUs' newest values (read off this thread)."""
+        """One reading: the RAPL zones read now, then the GPUs' newest values (read off this thread), then the BMC's
+        (its poller's latest, null while it has none recent enough)."""
         values: list[int | None] = []
         resolution_uj = self._resolution_uj
         for channel in self._channels:
@@ -307,15 +349,21 @@ class AgentServer:
         if self._gpu_reader is not None:
             for value in self._gpu_reader.latest(time.monotonic()):
                 values.append(None if value is None else value // resolution_uj * resolution_uj)
+        for channel in self._platform:
+            try:
+                platform_uj = channel.read_uj()
+            except Exception:  # noqa: BLE001 - a BMC's odd state is one unread value, never the loop's end
+                platform_uj = None
+            values.append(None if platform_uj is None else platform_uj // resolution_uj * resolution_uj)
         return values
 
     def _publish(self, values: list[int | None]) -> None:
         for view, segment in self._segments.items():
-            segment.publish(values[: self._widths[view]])
-        frames = self._latest = {view: encode({"uj": values[:width]}) for view, width in self._widths.items()}
+            segment.publish(self._view_of(values, view))
+        frames = self._latest = {view: encode({"uj": self._view_of(values, view)}) for view in self._positions}
         for client in list(self._clients.values()):
             if client.subscribed:
-                client.outbox += frames[client.gpus]
+                client.outbox += frames[client.view]
                 self._flush(client)
 
     def _flush(self, client: AgentClient) -> None:
@@ -409,18 +457,21 @@ class AgentServer:
         if request.get("version") != PROTOCOL_VERSION:
             self._refuse_client(client, f"protocol version {request.get('version')!r} unknown; this agent speaks {PROTOCOL_VERSION}")
             return
-        client.gpus = request.get(GPUS) is True and True in self._widths
+        client.view = (
+            request.get(GPUS) is True and (True, False) in self._positions,
+            request.get(PLATFORM) is True and (False, True) in self._positions,
+        )
         if request.get(SHARED_MEMORY) is True and self._segments:
             self._hand_segment(client)
             return
         client.subscribed = True
-        client.outbox += self._answers[client.gpus] + self._latest[client.gpus]
+        client.outbox += self._answers[client.view] + self._latest[client.view]
         self._flush(client)
 
     def _hand_segment(self, client: AgentClient) -> None:
         """The answer with the read-only segment attached; the connection then ends (the segment is the feed)."""
         try:
-            socket.send_fds(client.sock, [self._shm_answers[client.gpus]], [self._segments[client.gpus].client_fd])
+            socket.send_fds(client.sock, [self._shm_answers[client.view]], [self._segments[client.view].client_fd])
         except OSError:
             pass  # gone already, or its buffer full at its first byte: it reconnects
         self._close(client)
@@ -454,8 +505,12 @@ def serve(
     min_interval_ms: float = DEFAULT_MIN_INTERVAL_MS,
     user: str | None = None,
     settings: Settings | None = None,
+    platform: Sequence[Channel] = (),
 ) -> int:
     """Set up and run the agent until SIGTERM or SIGINT; the exit code.
+
+    ``platform``: the BMC's readings, opened by the caller as root from the BMC file
+    (:func:`otel_joules.sensors.bmc.discover`), served to clients that ask; closed here on the way out.
 
     Raises:
         AgentSetupError: it cannot start safely (the message says why and what to do).
@@ -486,16 +541,19 @@ def serve(
             [g.channel for g in gpus], max(GPU_READ_PERIOD_S, min_interval_ms / 1e3), first_uj
         ) if gpus else None
         listener = bind_socket(dir_fd, name, gid, socket_path)
-        server = AgentServer(listener, channels, gid, group_name, min_interval_ms / 1e3, gpus=gpus, gpu_reader=gpu_reader)
+        server = AgentServer(
+            listener, channels, gid, group_name, min_interval_ms / 1e3, gpus=gpus, gpu_reader=gpu_reader, platform=platform
+        )
         drop_privileges(switch_to)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: server.stop())
         _log.warning(
-            "otel-joules agent: serving %d RAPL zones (%s)%s on %s to group %s (gid %d), a reading every %g ms",
+            "otel-joules agent: serving %d RAPL zones (%s)%s%s on %s to group %s (gid %d), a reading every %g ms",
             len(channels),
             ", ".join(c.domain.id for c in channels),
             f" and {len(gpus)} GPUs ({', '.join(g.channel.domain.id for g in gpus)}, read every "
             f"{gpu_reader.period_s * 1e3:g} ms)" if gpu_reader is not None else "",
+            f" and the platform's reading ({', '.join(c.domain.id for c in platform)}, to clients that ask)" if platform else "",
             socket_path,
             group_name,
             gid,
@@ -509,7 +567,7 @@ def serve(
                 os.unlink(name, dir_fd=dir_fd)
             except OSError:
                 pass  # after a switch to --user the root-owned directory is not ours to change: the next start replaces it
-            for channel in [*channels, *(g.channel for g in gpus)]:
+            for channel in [*channels, *(g.channel for g in gpus), *platform]:
                 channel.close()
     finally:
         os.close(dir_fd)

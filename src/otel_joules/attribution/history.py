@@ -147,7 +147,7 @@ class PriceHistory:
         )
         #: The platform reading and the components it is compared with, where a whole-platform reading is read
         #: beside them (None otherwise): what it spends beyond them is CPU-side static energy (:mod:`.uncovered`).
-        self.uncovered_positions = uncovered_positions(meter.domains)
+        self.uncovered_positions = uncovered_positions(meter.domains, meter.standby_domain_ids)
         #: The platform's power beyond the components' over the latest periods (:data:`RATE_WINDOW`): what caps a
         #: span's share of it (a platform reading lags its components, so its value over one short span says little).
         self.uncovered_watts = 0.0

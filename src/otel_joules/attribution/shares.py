@@ -104,7 +104,7 @@ def command_attribution(
             joules[kind] += spent
             watts = None if static_watts is None else static_watts[i]
             static[kind] += max(spent, 0.0) if watts is None else min(max(watts * duration_s, 0.0), max(spent, 0.0))
-    positions = uncovered_positions(meter.domains)
+    positions = uncovered_positions(meter.domains, meter.standby_domain_ids)
     if positions is not None:
         # The platform's energy beyond the components' is CPU-side static energy, as for spans (.uncovered).
         extra = uncovered_joules(positions, energy.joules)

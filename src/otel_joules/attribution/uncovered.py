@@ -11,20 +11,25 @@ the busy CPU time, ``capacity`` over busy + idle CPU time (idle capacity's part 
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Collection, Sequence
 
 from otel_joules.semconv import KIND_PLATFORM
 from otel_joules.sensors.base import Domain
 
 
-def uncovered_positions(domains: Sequence[Domain]) -> tuple[int, tuple[int, ...]] | None:
+def uncovered_positions(domains: Sequence[Domain], standby: Collection[str] = ()) -> tuple[int, tuple[int, ...]] | None:
     """(the platform reading's position, the positions of the domains adding to the total) where a measured
     whole-platform reading is read beside them and left out of the total; None otherwise.
+
+    ``standby``: the meter's standby estimates (``EnergyMeter.standby_domain_ids``), which are not components:
+    they have values only while the agent is away, and then its domains (the BMC's platform reading with them)
+    are frozen, so nothing is uncovered; counted as components, their missing values would leave nothing
+    uncovered ever.
 
     The first such reading is the broadest (the meter orders them: :func:`~otel_joules.sensors.overlap.settle_platforms`).
     A platform reading that itself adds to the total (nothing else is measured) leaves nothing uncovered.
     """
-    components = tuple(i for i, d in enumerate(domains) if d.in_total)
+    components = tuple(i for i, d in enumerate(domains) if d.in_total and d.id not in standby)
     if not components:
         return None
     for i, domain in enumerate(domains):

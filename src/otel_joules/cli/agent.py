@@ -5,13 +5,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from otel_joules.agent import AgentSetupError, serve, systemd_unit
 from otel_joules.agent.setup import DEFAULT_MIN_INTERVAL_MS
 from otel_joules.agent.unit import DEFAULT_AGENT_USER
 from otel_joules.config import DEFAULT_AGENT_SOCKET, OTEL_JOULES_BMC_CONFIG, bmc_config_path
 from otel_joules.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from otel_joules.sensors.base import Channel
 
 
 def register(subparsers: Any) -> None:
@@ -46,7 +49,8 @@ def register(subparsers: Any) -> None:
         "--bmc-config",
         help=(
             "the BMC file (TOML: Redfish or IPMI address and credentials, readable by the agent's user only; "
-            f"docs/bmc.md): the platform's power goes to the host's metrics (default: ${OTEL_JOULES_BMC_CONFIG}, else none)"
+            f"docs/bmc.md): the platform's power goes to the host's metrics and, as joules only, to clients that ask "
+            f"(default: ${OTEL_JOULES_BMC_CONFIG}, else none)"
         ),
     )
     parser.add_argument(
@@ -79,21 +83,32 @@ def run(args: argparse.Namespace) -> int:
     # Not even bytecode caches from the metrics' imports: the agent writes nothing outside its runtime directory.
     sys.dont_write_bytecode = True
     from otel_joules.cli.agent_metrics import start_host_metrics
+    from otel_joules.sensors import bmc
 
     settings = Settings.from_env(sysfs_root=args.sysfs_root)
     # Opened before serve() drops the privileges: the agent is its host's one publisher of hw.* metrics. The BMC
-    # file is read here, as root, and its credentials stay in this process's pollers.
+    # file is read here, as root, and its credentials stay in this process's pollers: one poller per BMC feeds
+    # both the hw.* metrics and the readings served to clients (a channel of its own each, as each is read in
+    # its own thread), and what is served is joules only.
+    bmc_path = args.bmc_config or bmc_config_path()
+    platform: list[Channel] = []
+    host_metrics = None
     try:
-        host_metrics = start_host_metrics(settings, args.bmc_config or bmc_config_path())
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"agent: {exc}") from None
-    try:
-        return serve(args.socket, args.group, args.min_interval_ms, args.user, settings)
-    except AgentSetupError as exc:
-        raise ConfigurationError(f"agent: {exc}") from None
+        try:
+            platform = list(bmc.discover(bmc_path).channels) if bmc_path else []
+            host_metrics = start_host_metrics(settings, platform)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"agent: {exc}") from None
+        served = [c.sharing_poller() if isinstance(c, bmc.BmcChannel) else c for c in platform]
+        try:
+            return serve(args.socket, args.group, args.min_interval_ms, args.user, settings, platform=served)
+        except AgentSetupError as exc:
+            raise ConfigurationError(f"agent: {exc}") from None
     finally:
         if host_metrics is not None:
             host_metrics.close()
+        for channel in platform:
+            channel.close()
 
 
 #: Where systemd's ProtectHome=yes hides files from a service (read-only keeps them readable).

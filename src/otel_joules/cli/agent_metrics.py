@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import socket
 from dataclasses import dataclass
+from typing import Sequence
 
 from opentelemetry.sdk.resources import Resource
 
@@ -29,7 +30,7 @@ from otel_joules.delivery.reachability import sdk_metrics_gate
 from otel_joules.delivery.setup import Telemetry, build_resource, telemetry_from_env
 from otel_joules.meter.meter import EnergyMeter
 from otel_joules.metrics.instruments import EnergyMetrics
-from otel_joules.sensors import amdsmi, bmc, hwmon, nvml, overlap, rapl
+from otel_joules.sensors import amdsmi, hwmon, nvml, overlap, rapl
 from otel_joules.sensors.base import Channel
 from otel_joules.semconv import HOST_ID, HOST_NAME
 
@@ -80,15 +81,13 @@ def host_resource() -> Resource:
     return detected.merge(build_resource(default_service_name=AGENT_SERVICE_NAME))
 
 
-def open_host_channels(settings: Settings, bmc_config: str | None = None) -> list[Channel]:
-    """Every RAPL zone, hwmon sensor and GPU of the host, and the BMC's platform reading where ``bmc_config`` names
-    its file, opened now (as root, before the agent drops its privileges), each device once by the rules an
+def open_host_channels(settings: Settings, platform: Sequence[Channel] = ()) -> list[Channel]:
+    """Every RAPL zone, hwmon sensor and GPU of the host, and the BMC's platform readings ``platform`` (opened by the
+    caller from the BMC file: :func:`otel_joules.sensors.bmc.discover`; closed with the others by whoever closes
+    these channels), opened now (as root, before the agent drops its privileges), each device once by the rules an
     instrumented process applies (:mod:`otel_joules.sensors.overlap`): a package both RAPL and hwmon read is
     RAPL's, and whole-platform readings are ranked and left out of the components' total
     (:func:`~otel_joules.sensors.overlap.settle_platforms`): the broadest is the host's (``hw.host.*``).
-
-    Raises:
-        ConfigurationError: the BMC file is not private or not valid.
     """
     channels: list[Channel] = list(rapl.discover(settings).channels)
     if not channels:
@@ -97,30 +96,25 @@ def open_host_channels(settings: Settings, bmc_config: str | None = None) -> lis
     channels += kept
     channels += nvml.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
     channels += amdsmi.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
-    if bmc_config is not None:
-        channels += bmc.discover(bmc_config).channels
+    channels += platform
     overlap.settle_platforms(channels)
     return channels
 
 
-def start_host_metrics(settings: Settings, bmc_config: str | None = None) -> HostMetrics | None:
-    """Start publishing the host's devices (with the BMC's platform reading where ``bmc_config`` names its file);
-    None where metrics are off (``OTEL_METRICS_EXPORTER=none``) or no RAPL zone can be read (the agent then
-    refuses to start and says why).
-
-    Raises:
-        ConfigurationError: the BMC file is not private or not valid.
-    """
+def start_host_metrics(settings: Settings, platform: Sequence[Channel] = ()) -> HostMetrics | None:
+    """Start publishing the host's devices (with the BMC's platform readings ``platform``, which the caller opened and
+    closes); None where metrics are off (``OTEL_METRICS_EXPORTER=none``) or no RAPL zone can be read (the agent
+    then refuses to start and says why)."""
     telemetry = telemetry_from_env(resource=host_resource())
     if telemetry.meter_provider is None:
         _log.warning(
             "otel-joules agent: OTEL_METRICS_EXPORTER is none: the host's hw.* metrics are not published%s",
-            "; the BMC is not read either (its reading goes to those metrics only)" if bmc_config else "",
+            "; the BMC's reading is still served to the agent's clients that ask for it" if platform else "",
         )
         telemetry.shutdown()
         return None
     try:
-        channels = open_host_channels(settings, bmc_config)
+        channels = open_host_channels(settings, platform)
     except Exception:
         telemetry.shutdown()
         raise

@@ -281,7 +281,7 @@ def _run_measured(
 def _platform(meter: EnergyMeter, measurement: EnergyMeasurement) -> tuple[str, float, float] | None:
     """(the whole-platform reading's domain id, its joules, its joules beyond the components') where one is read
     beside the components (:mod:`otel_joules.attribution.uncovered`), else None."""
-    positions = uncovered_positions(meter.domains)
+    positions = uncovered_positions(meter.domains, meter.standby_domain_ids)
     if positions is None:
         return None
     domain = meter.domains[positions[0]].id

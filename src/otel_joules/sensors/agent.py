@@ -16,6 +16,11 @@ process that reads RAPL through the agent takes the GPUs it sees from there as w
 GPU reader thread. Where the agent serves no GPU (an older agent, no NVML there), the process reads
 its GPUs itself, as without an agent.
 
+Only the agent reads the BMC (its credentials stay there): where it has one, it serves the platform's joules as
+one more zone (kind platform, left out of the total), which a process here takes as a domain beside its
+components: the meter then shares the energy the components do not cover (:mod:`otel_joules.attribution.uncovered`)
+as it does a platform reading of its own.
+
 If the agent goes away (a segment whose readings stop coming, or that the agent marks stopped; a socket
 that closes or stays silent), the link says so once and :meth:`AgentChannel.read_uj` returns None: the meter
 then gives spans its standby estimates, labelled ``energy.source = estimate``, and no read fails or
@@ -61,7 +66,7 @@ from otel_joules.sensors.base import HW_TYPES, Channel, Discovery, Domain, Hardw
 from otel_joules.sensors.gpu_selection import GpuInfo
 from otel_joules.sensors.nvml import ENERGY_COUNTER_UPDATE_PERIOD_S, gpu_domain
 from otel_joules.sensors.rapl import RAPL_UPDATE_PERIOD_S
-from otel_joules.semconv import KIND_CPU
+from otel_joules.semconv import KIND_CPU, KIND_PLATFORM
 
 _log = logging.getLogger("otel_joules")
 
@@ -79,6 +84,8 @@ FROZEN_MIN_S = 1.0
 _READS_PER_WRAP = 4
 #: What the unavailable entries and messages call this sensor.
 WHAT = "RAPL through the otel-joules agent"
+#: The longest update period a platform zone may claim (a BMC polled every minute at most: sensors.bmc).
+MAX_PLATFORM_UPDATE_PERIOD_S = 60.0
 
 
 class AgentLink:
@@ -324,12 +331,12 @@ class AgentLink:
 
     def _same_positions(self, zones: list[Any]) -> bool:
         """Whether an agent that came back with ``zones`` keeps every channel's position: the same zones (id, device
-        and wrap range), except GPUs added or gone at the end (the GPUs come after the RAPL zones). A channel of a
-        GPU gone then reads as failed; a GPU added is not this process's (it reads that GPU itself)."""
+        and wrap range), except GPUs or a platform reading added or gone at the end (they come after the RAPL zones).
+        A channel of a zone gone then reads as failed; a zone added is not read by this process's meter."""
         common = min(len(zones), len(self.zones))
         if [_zone_key(z) for z in zones[:common]] != [_zone_key(z) for z in self.zones[:common]]:
             return False
-        return all(_is_gpu(z) for z in [*zones[common:], *self.zones[common:]])
+        return all(_is_gpu(z) or _is_platform(z) for z in [*zones[common:], *self.zones[common:]])
 
     def close(self) -> None:
         """Stop the thread and close the connection."""
@@ -473,18 +480,21 @@ def discover(settings: Settings) -> Discovery:
             if _is_gpu(zone):
                 continue  # the GPUs go to the GPU discovery, which knows which ones this process sees (served_gpus)
             parent = zone.get("hw_parent")
+            platform = _is_platform(zone)
             domain = Domain(
                 id=str(zone["id"]),
                 kind=_KINDS_BY_HW_TYPE.get(str(zone.get("hw_type")), KIND_CPU),
                 hw_name=str(zone.get("hw_name", zone["id"])),
                 hw_id=str(zone.get("hw_id", zone["id"])),
                 method=Method.COUNTER,
-                in_total=bool(zone.get("in_total", True)),
-                # The agent reports only every interval: a span shorter than that is quantised.
-                update_period_s=max(RAPL_UPDATE_PERIOD_S, link.interval_s),
-                hw_parent=str(parent) if parent else None,
+                # A platform reading is never in the total, whatever an agent says: the components count.
+                in_total=bool(zone.get("in_total", True)) and not platform,
+                # The agent reports only every interval (a span shorter than that is quantised); a BMC's reading
+                # moves once per poll.
+                update_period_s=max(RAPL_UPDATE_PERIOD_S, link.interval_s, _platform_period_s(zone) if platform else 0.0),
+                hw_parent=str(parent) if parent and not platform else None,
                 via_agent=True,
-                source="RAPL (powercap) through otel-joules agent",
+                source="BMC through otel-joules agent" if platform else "RAPL (powercap) through otel-joules agent",
                 covers=str(zone.get("covers", "")),
             )
             wrap_uj, max_power_watts = zone_limits(zone)
@@ -505,6 +515,19 @@ def _zone_key(zone: dict[str, Any]) -> tuple[object, object, int]:
 
 def _is_gpu(zone: dict[str, Any]) -> bool:
     return zone.get("hw_type") == HardwareType.GPU.value
+
+
+def _is_platform(zone: dict[str, Any]) -> bool:
+    """The agent's BMC reading: the whole platform (``hw_type`` enclosure)."""
+    return _KINDS_BY_HW_TYPE.get(str(zone.get("hw_type"))) == KIND_PLATFORM
+
+
+def _platform_period_s(zone: dict[str, Any]) -> float:
+    """A platform zone's update period (its BMC's poll interval), checked: 0 where it gives none usable."""
+    period_s = zone.get("update_period_s")
+    if isinstance(period_s, bool) or not isinstance(period_s, (int, float)) or not 0 < period_s <= MAX_PLATFORM_UPDATE_PERIOD_S:
+        return 0.0
+    return float(period_s)
 
 
 def served_gpus(settings: Settings) -> dict[str, Callable[[GpuInfo], Channel]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from otel_joules.sensors.agent_protocol import (
     GPUS,
+    PLATFORM,
     MAX_AGENT_POWER_WATTS,
     MAX_REPLY_BYTES,
     MAX_WRAP_UJ,
@@ -107,8 +108,9 @@ def _subscribe(
             raise AgentUnavailable(f"cannot connect to the agent socket {path}: {exc.strerror or exc}") from None
         try:
             # The GPUs too: this library takes the GPUs it sees from the agent (sensors.agent.served_gpus) instead
-            # of reading their energy itself. An agent without them ignores the key.
-            request: dict[str, Any] = {"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION, GPUS: True}
+            # of reading their energy itself. And the BMC's platform reading, which only the agent reads: the meter
+            # shares what the components do not cover (attribution.uncovered). An agent without them ignores the keys.
+            request: dict[str, Any] = {"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION, GPUS: True, PLATFORM: True}
             if shared_memory:
                 request[SHARED_MEMORY] = True
             sock.sendall(encode(request))

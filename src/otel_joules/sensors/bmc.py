@@ -3,7 +3,8 @@
 The BMC measures the whole box, usually at the power supplies' input: what RAPL and the GPUs' counters do not
 see (fans, disks, NICs, the board, the supplies' losses) is in it. Its reading is the host's energy
 (``hw.host.*``), and the part the components do not cover is published beside it
-(:mod:`otel_joules.metrics.instruments`).
+(:mod:`otel_joules.metrics.instruments`). The agent also serves its joules (only its joules) to the clients that
+ask (:mod:`otel_joules.agent.server`), whose meters then share that uncovered part (:mod:`otel_joules.attribution.uncovered`).
 
 **Configuration** (the file named by ``--bmc-config`` or ``OTEL_JOULES_BMC_CONFIG``, TOML; docs/bmc.md)::
 
@@ -419,11 +420,21 @@ class BmcChannel(Channel):
         poller: The BMC's poller.
         timeout_s: One request's timeout (how stale a reading may get: :func:`max_age_s`).
         clock: Monotonic seconds, the poller's clock.
+        owns_poller: :meth:`close` stops the poller (False for a :meth:`sharing_poller` channel).
     """
 
-    def __init__(self, domain: Domain, poller: BmcPoller, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        domain: Domain,
+        poller: BmcPoller,
+        timeout_s: float,
+        clock: Callable[[], float] = time.monotonic,
+        owns_poller: bool = True,
+    ) -> None:
         super().__init__(domain)
         self._poller = poller
+        self._timeout_s = timeout_s
+        self._owns_poller = owns_poller
         self._clock = clock
         self._max_age_s = max_age_s(poller.poll_interval_s, timeout_s)
         self._counter = domain.method is Method.COUNTER
@@ -481,9 +492,17 @@ class BmcChannel(Channel):
         value = round((self._offset_j + energy_j + (sample.power_watts or 0.0) * held_s) * 1e6)
         return max(value, self._last_uj or 0)  # a counter never goes back
 
+    def sharing_poller(self) -> "BmcChannel":
+        """A second channel over this one's poller, with a state of its own, for a second reader in another thread
+        (the agent serves the reading to its clients while its hw.* publisher reads it): one BMC session and one
+        poll per interval for both, and neither reader's integral or counter offset disturbs the other's. Its
+        :meth:`close` leaves the poller to this channel."""
+        return BmcChannel(self.domain, self._poller, self._timeout_s, self._clock, owns_poller=False)
+
     def close(self) -> None:
-        """Stop the poller."""
-        self._poller.close()
+        """Stop the poller (where this channel owns it)."""
+        if self._owns_poller:
+            self._poller.close()
 
 
 def _domain(target: BmcTarget, method: Method, poll_interval_s: float, source: str) -> Domain:
