@@ -807,3 +807,32 @@ def test_a_process_that_could_read_the_counters_itself_reads_through_an_agent_th
     finally:
         stop(agent)
     assert beside == {"agent": ["core_0", "dram_0", "package_0", "uncore_0"], "publishes_host": False}, beside
+
+
+EARLY_THREAD = r"""
+import logging, sys, threading
+from otel_joules.agent.setup import drop_privileges, threads_holding_capabilities
+logging.basicConfig(format="%(message)s")
+stop = threading.Event()
+if sys.argv[1] == "early":
+    threading.Thread(target=stop.wait, name="early-poller", daemon=True).start()
+drop_privileges(None)
+print(threads_holding_capabilities(), flush=True)
+stop.set()
+"""
+
+
+@pytest.mark.parametrize("early", [True, False])
+def test_a_thread_started_before_the_drop_that_keeps_roots_capabilities_is_named(tmp_path: Path, early: bool) -> None:
+    """capset() drops the calling thread's capabilities only: without --user, a thread started before the drop
+    (a BMC poller, the metrics exporter) keeps them, and the agent says so, naming it and the remedy."""
+    script = tmp_path / "early.py"
+    script.write_text(EARLY_THREAD)
+    result = subprocess.run([sys.executable, str(script), "early" if early else "alone"], env=child_env(tmp_path),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    if early:
+        assert result.stdout.strip() == "['early-poller']", result.stdout
+        assert "1 thread(s) started before the privilege drop keep root's capabilities (early-poller): run with --user" in result.stderr
+    else:
+        assert result.stdout.strip() == "[]" and result.stderr == "", result

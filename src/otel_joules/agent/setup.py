@@ -24,6 +24,7 @@ import os
 import pwd
 import socket
 import stat
+import threading
 from typing import Iterator
 
 from otel_joules.config import Settings
@@ -268,6 +269,35 @@ def drop_privileges(user: tuple[int, int] | None) -> None:
             libc.capset(header, data)
     except (OSError, AttributeError):
         pass  # not Linux's libc: the user switch above is what counts
+    if user is None:
+        holding = threads_holding_capabilities()
+        if holding:
+            # capset() changes the calling thread only (a uid switch reaches every thread: glibc applies it to all).
+            _log.warning(
+                "otel-joules agent: %d thread(s) started before the privilege drop keep root's capabilities (%s): "
+                "run with --user (the printed systemd unit does), which drops them in every thread",
+                len(holding),
+                ", ".join(holding),
+            )
+
+
+def threads_holding_capabilities() -> list[str]:
+    """The names of this process's threads whose effective capabilities are not empty (from /proc/self/task)."""
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    holding = []
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        return holding
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/status") as status:
+                fields = dict(line.rstrip("\n").split(":\t", 1) for line in status if ":\t" in line)
+        except OSError:
+            continue  # the thread ended meanwhile
+        if int(fields.get("CapEff", "0"), 16):
+            holding.append(names.get(int(tid), fields.get("Name", tid)))
+    return holding
 
 
 
