@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -33,6 +34,20 @@ def isolated_host(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     (root / "sys").mkdir()
     (root / "run").mkdir()
     return {OTEL_JOULES_SYSFS_ROOT: str(root / "sys"), OTEL_JOULES_AGENT_SOCKET: str(root / "run" / "agent.sock")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_host_counters_or_agent_in_wider_fixtures(isolated_host: dict[str, str]) -> Iterator[None]:
+    """The same isolation for the whole session, set before any module or session fixture starts processes (the
+    end-to-end tier's apps): those run before a test's own fixtures, so the per-test setting below comes too late."""
+    saved = {name: os.environ.get(name) for name in isolated_host}
+    os.environ.update(isolated_host)
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 @pytest.fixture(autouse=True)

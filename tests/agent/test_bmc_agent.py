@@ -14,8 +14,6 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,6 @@ from typing import Any
 import pytest
 
 from otel_joules import EnergyMeter
-from otel_joules.attribution import Attributor
 from otel_joules.config import OTEL_JOULES_AGENT_SOCKET
 from otel_joules.sensors.agent_protocol import MAX_REPLY_BYTES, decode_frames, encode
 
@@ -43,12 +40,12 @@ from tests.fakes.bmc_servers import bmc_file, redfish_fake
 from tests.fakes.otlp_receiver import otlp_grpc_receiver  # noqa: F401  (fixture)
 from tests.fakes.powercap import ConstantPower, LoadPower, PlatformPower
 from tests.fakes.procfs import FakeProcfs, TickingProcfs
+from tests.attribution.workers import observe_workers
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 
 PLATFORM_WATTS, PACKAGE_WATTS, DRAM_WATTS = 90.0, 40.0, 6.0
 USER, PASSWORD = "bmc-monitor", "Wall-Power-Secret-5521"
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _subscribe_raw(path: Path, request: dict[str, Any]) -> tuple[bytes, dict[str, Any], dict[str, Any]]:
@@ -212,29 +209,8 @@ def test_the_processes_shares_through_the_agent_add_up_to_the_bmcs_energy(tmp_pa
             assert "bmc_redfish" in meter.agent_domain_ids
             platform = next(d for d in meter.domains if d.id == "bmc_redfish")
             assert not platform.in_total and platform.via_agent
-            observer = Attributor(meter, policy="busy")
-            awake = observer.open_span()
-            start_at = time.monotonic() + 4.0
-            env = {**os.environ, "OTEL_JOULES_ATTRIBUTION_POLICY": "busy", "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
-            outs = [tmp_path / f"spans-{k}.jsonl" for k in range(workers_n)]
-            workers = [
-                subprocess.Popen(
-                    [sys.executable, "-m", "tests.attribution.conservation_worker", proc.procfs_root, str(no_sysfs),
-                     str(out), repr(start_at), repr(work_s)],
-                    env=env, cwd=REPO,
-                )
-                for out in outs
-            ]
-            for worker in workers:
-                assert worker.wait(timeout=60) == 0
-            time.sleep(0.5)
-            observer.sample()
-            observer.close_span(awake)
-            first, last = observer.history[0], observer.history[-1]
-            unattributed = observer.unattributed_joules()
-            host = meter.measure(first.snapshot, last.snapshot)
-            observer.close()
-            meter.close()
+            run = observe_workers(meter, "busy", proc.procfs_root, str(no_sysfs), tmp_path, workers_n, work_s)
+            outs, unattributed, host = run.outs, run.unattributed, run.host
         finally:
             stop(agent)
     platform_j = host.joules_by_domain["bmc_redfish"]

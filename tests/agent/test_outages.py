@@ -91,14 +91,16 @@ def _member() -> list[str]:
     return as_uid(MEMBER_UID, OUTSIDER_GID, [GROUP_GID])
 
 
-def test_a_3_s_agent_restart_counts_every_joule_once_in_the_host_total(tmp_path: Path) -> None:
+def _across_a_3_s_restart(tmp_path: Path, child_script: str) -> tuple[dict, str]:
+    """Run ``child_script`` (OUT READY UNTIL) as a member through an agent that stops 2 s after the child is ready
+    and is back 3 s later, for 3 s more; (the JSON the child wrote to OUT, its stderr)."""
     tree = root_only_tree(tmp_path)
     sock = _runtime(tmp_path)
-    script = tmp_path / "host_energy.py"
-    script.write_text(HOST_ENERGY_CHILD)
+    script = tmp_path / "child.py"
+    script.write_text(child_script)
     os.chmod(script, 0o644)
     shared = _writable(tmp_path)
-    out, ready, until = shared / "host.json", shared / "ready", shared / "stop-now"
+    out, ready, until = shared / "out.json", shared / "ready", shared / "stop-now"
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
         agent = start_agent(tmp_path, tree, sock)
         child = subprocess.Popen(
@@ -120,14 +122,18 @@ def test_a_3_s_agent_restart_counts_every_joule_once_in_the_host_total(tmp_path:
             stop(child)
             stop(agent)
     assert child.returncode == 0, err
-    result = json.loads(out.read_text())
+    return json.loads(out.read_text()), err
+
+
+def test_a_3_s_agent_restart_counts_every_joule_once_in_the_host_total(tmp_path: Path) -> None:
+    result, err = _across_a_3_s_restart(tmp_path, HOST_ENERGY_CHILD)
     truth_j = TOTAL_WATTS * result["seconds"]
     print(f"restart: host total {result['joules']:.1f} J over {result['seconds']:.2f} s, truth {truth_j:.1f} J")
     # Counted once: the standby estimate of the outage is not added to the counters that bridge it.
     assert abs(result["joules"] - truth_j) <= 0.02 * truth_j, (result, truth_j)
     # Besides the first use of the agent (said once when it answered).
     lines = [line for line in err.splitlines() if line and " through the otel-joules agent at " not in line]
-    assert len(lines) == 1 and lines[0].startswith(f"otel-joules: lost the otel-joules agent at {sock}"), err
+    assert len(lines) == 1 and lines[0].startswith(f"otel-joules: lost the otel-joules agent at {tmp_path / 'run' / 'agent.sock'}"), err
 
 
 def test_a_run_whose_agent_stops_for_good_keeps_its_measured_part_labelled_partial(tmp_path: Path) -> None:
@@ -239,35 +245,7 @@ def test_a_processs_share_while_the_agent_is_away_is_reported_as_an_estimate_nev
     """process.energy keeps measured and estimated energy in series of their own: the share priced from the
     standby estimates during a 3 s outage goes to ``energy.source = estimate``, and the measured series does
     not grow meanwhile."""
-    tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
-    script = tmp_path / "process_energy.py"
-    script.write_text(PROCESS_ENERGY_CHILD)
-    os.chmod(script, 0o644)
-    shared = _writable(tmp_path)
-    out, ready, until = shared / "process.json", shared / "ready", shared / "stop-now"
-    with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
-        agent = start_agent(tmp_path, tree, sock)
-        child = subprocess.Popen(
-            [*_member(), sys.executable, str(script), str(out), str(ready), str(until)],
-            env=child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock)),
-            cwd=tmp_path / "home", stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-        )
-        try:
-            wait_for(ready.exists, 60, "the instrumented child")
-            time.sleep(2.0)
-            stop(agent)
-            time.sleep(3.0)
-            agent = start_agent(tmp_path, tree, sock, stderr_name="agent2.err")
-            time.sleep(3.0)
-            until.touch()
-            _, err = child.communicate(timeout=60)
-        finally:
-            until.touch()
-            stop(child)
-            stop(agent)
-    assert child.returncode == 0, err
-    result = json.loads(out.read_text())
+    result, _ = _across_a_3_s_restart(tmp_path, PROCESS_ENERGY_CHILD)
 
     def cpu(points: list[dict], source: str) -> float | None:
         found = [p["value"] for p in points if p["attributes"] == {"hw.type": "cpu", "energy.source": source}]

@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from otel_joules import EnergyMeter
-from otel_joules.attribution import Attributor
 from tests.fakes.powercap import LoadPower, make_powercap
 from tests.fakes.procfs import FakeProcfs, TickingProcfs
+from tests.attribution.workers import observe_workers
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
 #: Long enough that the start of the work weighs little: the first spans of a process that was idle are
 #: priced at a forecast that has no busy period yet (docs/attribution.md: the first 0.1 s after the load changes).
@@ -38,31 +35,8 @@ def test_every_spans_self_share_plus_the_unattributed_is_the_hosts_energy(tmp_pa
     proc.add_process(os.getpid(), 0.0)  # the observer: no CPU time of its own
     with TickingProcfs(proc), LoadPower(powercap, procfs_root=proc.procfs_root):
         meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[])
-        observer = Attributor(meter, policy=policy)
-        awake = observer.open_span()  # an open span keeps its sampler at 0.1 s (no idle back-off)
-        start_at = time.monotonic() + 4.0  # the workers started, and idle a while (their baselines' floors)
-        # The caller's PYTHONPATH stays after the root: a checkout run against another's install keeps its own package.
-        path = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-        env = {**os.environ, "OTEL_JOULES_ATTRIBUTION_POLICY": policy, "PYTHONPATH": path}
-        outs = [tmp_path / f"spans-{k}.jsonl" for k in range(WORKERS)]
-        workers = [
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.attribution.conservation_worker", proc.procfs_root,
-                 powercap.sysfs_root, str(out), repr(start_at), repr(WORK_S)],
-                env=env, cwd=ROOT,
-            )
-            for out in outs
-        ]
-        for worker in workers:
-            assert worker.wait(timeout=60) == 0
-        time.sleep(0.5)
-        observer.sample()
-        observer.close_span(awake)
-        first, last = observer.history[0], observer.history[-1]
-        unattributed = observer.unattributed_joules()
-        host = meter.measure(first.snapshot, last.snapshot)
-        observer.close()
-        meter.close()
+        run = observe_workers(meter, policy, proc.procfs_root, powercap.sysfs_root, tmp_path, WORKERS, WORK_S)
+    outs, unattributed, host = run.outs, run.unattributed, run.host
     spans = [json.loads(line) for out in outs for line in out.read_text().splitlines()]
     assert len(spans) > WORKERS * 2 * 20
     assert all(s["attributes"]["energy.attribution"] == f"cpu_time_share/{policy}" for s in spans)

@@ -12,22 +12,20 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from otel_joules import EnergyMeter
-from otel_joules.attribution import Attributor, command_attribution
+from otel_joules.attribution import command_attribution
 from otel_joules.attribution.uncovered import UncoveredEnergy
 from otel_joules.meter.energy import energy_between
 from tests.fakes.hwmon import FakeHwmon, FakePower, acpi_power_meter
 from tests.fakes.powercap import LoadPower, PlatformPower, make_powercap
 from tests.fakes.procfs import FakeProcfs, TickingProcfs
+from tests.attribution.workers import observe_workers
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKERS = 3
 WORK_S = 5.0
 #: The platform meter's power over the components'.
@@ -50,30 +48,8 @@ def test_processes_shares_plus_the_unattributed_add_up_to_the_platform_meter(tmp
         meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[])
         platform = next(d for d in meter.domains if d.id.startswith("power_meter_"))
         assert not platform.in_total  # the components count in energy.joules; the platform is read beside them
-        observer = Attributor(meter, policy=policy)
-        awake = observer.open_span()  # an open span keeps its sampler at 0.1 s (no idle back-off)
-        start_at = time.monotonic() + 4.0
-        path = os.pathsep.join([str(ROOT)] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else []))
-        env = {**os.environ, "OTEL_JOULES_ATTRIBUTION_POLICY": policy, "PYTHONPATH": path}
-        outs = [tmp_path / f"spans-{k}.jsonl" for k in range(WORKERS)]
-        workers = [
-            subprocess.Popen(
-                [sys.executable, "-m", "tests.attribution.conservation_worker", proc.procfs_root,
-                 powercap.sysfs_root, str(out), repr(start_at), repr(WORK_S)],
-                env=env, cwd=ROOT,
-            )
-            for out in outs
-        ]
-        for worker in workers:
-            assert worker.wait(timeout=60) == 0
-        time.sleep(0.5)
-        observer.sample()
-        observer.close_span(awake)
-        first, last = observer.history[0], observer.history[-1]
-        unattributed = observer.unattributed_joules()
-        host = meter.measure(first.snapshot, last.snapshot)
-        observer.close()
-        meter.close()
+        run = observe_workers(meter, policy, proc.procfs_root, powercap.sysfs_root, tmp_path, WORKERS, WORK_S)
+    outs, unattributed, host = run.outs, run.unattributed, run.host
     platform_j = host.joules_by_domain[platform.id]
     components_j = host.total_joules
     processes_j = sum(sum(json.loads(Path(f"{out}.process.json").read_text()).values()) for out in outs)
