@@ -157,7 +157,7 @@ def test_only_a_client_that_asks_gets_the_platform_zone_and_it_carries_joules_on
         try:
             subscribe = {"op": "subscribe", "version": 1}
             _, old_answer, old_reading = _subscribe_raw(sock, {**subscribe, "gpus": True})
-            raw, answer, reading = _subscribe_raw(sock, {**subscribe, "gpus": True, "platform": True})
+            raw, answer, reading = _subscribe_raw(sock, {**subscribe, "gpus": True, "platform_power": True})
         finally:
             stop(agent)
     old_ids = [z["id"] for z in old_answer["zones"]]

@@ -49,7 +49,7 @@ from otel_joules.sensors.agent_protocol import (
     MAX_REQUEST_DEPTH,
     MAX_WRAP_UJ,
     OP_SUBSCRIBE,
-    PLATFORM,
+    PLATFORM_POWER,
     PROTOCOL_VERSION,
     SHARED_MEMORY,
     ProtocolError,
@@ -180,7 +180,7 @@ class AgentServer:
         gpu_reader: The thread that reads ``gpus`` (in their order); its newest values go into each reading.
         platform: The BMC's platform readings (:class:`~otel_joules.sensors.bmc.BmcChannel`, read from their
             pollers' latest values: never waiting for the BMC), served after the GPUs to clients that ask
-            (``"platform": true``).
+            (``"platform_power": true``).
         chance: Where the read instant within each interval and the publication delay come from, as fractions
             of an interval in [0, 1) (unpredictable by default). Only for measuring the side channel
             (benchmarks/side_channel.py gives ``lambda: 0.0``: the fixed grid the agent once had); the command
@@ -459,7 +459,7 @@ class AgentServer:
             return
         client.view = (
             request.get(GPUS) is True and (True, False) in self._positions,
-            request.get(PLATFORM) is True and (False, True) in self._positions,
+            request.get(PLATFORM_POWER) is True and (False, True) in self._positions,
         )
         if request.get(SHARED_MEMORY) is True and self._segments:
             self._hand_segment(client)

@@ -16,7 +16,7 @@ from typing import Any
 
 from otel_joules.sensors.agent_protocol import (
     GPUS,
-    PLATFORM,
+    PLATFORM_POWER,
     MAX_AGENT_POWER_WATTS,
     MAX_REPLY_BYTES,
     MAX_WRAP_UJ,
@@ -110,7 +110,7 @@ def _subscribe(
             # The GPUs too: this library takes the GPUs it sees from the agent (sensors.agent.served_gpus) instead
             # of reading their energy itself. And the BMC's platform reading, which only the agent reads: the meter
             # shares what the components do not cover (attribution.uncovered). An agent without them ignores the keys.
-            request: dict[str, Any] = {"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION, GPUS: True, PLATFORM: True}
+            request: dict[str, Any] = {"op": OP_SUBSCRIBE, "version": PROTOCOL_VERSION, GPUS: True, PLATFORM_POWER: True}
             if shared_memory:
                 request[SHARED_MEMORY] = True
             sock.sendall(encode(request))

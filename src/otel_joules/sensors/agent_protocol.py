@@ -3,13 +3,13 @@
 Every message is one *frame*: a 4-byte big-endian unsigned length N, then N bytes of one UTF-8
 JSON object. A client sends exactly one frame, at most :data:`MAX_REQUEST_BYTES` long::
 
-    {"op": "subscribe", "version": 1, "shm": true, "gpus": true, "platform": true}
+    {"op": "subscribe", "version": 1, "shm": true, "gpus": true, "platform_power": true}
 
 (``"shm": true`` is optional: it asks for the readings in shared memory, :mod:`otel_joules.sensors.agent_shm`.
 ``"gpus": true`` is optional too: it asks for the host's GPUs as well, after the RAPL zones, each with
 ``"hw_type": "gpu"`` and the GPU's UUID as ``hw_id``. A client that does not ask, or an agent that
 reads no GPU, has RAPL zones only: a client that reads its GPUs itself never gets them twice.
-``"platform": true`` asks for the BMC's whole-platform reading as well, after the GPUs: one zone with
+``"platform_power": true`` asks for the BMC's whole-platform reading as well, after the GPUs: one zone with
 ``"hw_type": "enclosure"``, ``"in_total": false`` and ``"update_period_s"`` (the BMC's poll interval), its
 value the platform's joules (the BMC's counter, else its power integrated by the agent), null while the BMC
 has no recent reading. Only joules: never the BMC's address or credentials. A client that does not ask, or an agent with no BMC, has no such zone.)
@@ -55,7 +55,7 @@ SHARED_MEMORY = "shm"
 #: The request's key for the host's GPUs as zones too (after the RAPL zones).
 GPUS = "gpus"
 #: The request's key for the BMC's whole-platform reading as a zone too (after the GPUs).
-PLATFORM = "platform"
+PLATFORM_POWER = "platform_power"
 #: Longest client frame body; the subscribe request is ~40 bytes.
 MAX_REQUEST_BYTES = 1024
 #: Longest agent frame body (the zone list of a large multi-socket host fits many times over).
