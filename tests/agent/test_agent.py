@@ -657,7 +657,9 @@ def test_a_flooding_client_does_not_slow_the_others(tmp_path: Path) -> None:
             flooded = gaps(client, buffer, 2.5)
             # A newcomer still gets in and is served during the flood.
             newcomer = subscribe_retrying(10)
-            assert len(_readings(newcomer, 3)) == 3
+            # One recv may carry more frames than asked for: the hello, then readings.
+            hello, *readings = _readings(newcomer, 3)
+            assert hello["ok"] and len(readings) >= 2 and all("uj" in reading for reading in readings), readings
             newcomer.close()
             attempts = flood_connections(tmp_path)
         finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import socket
 import threading
 import time
 import urllib.parse
@@ -30,6 +29,7 @@ from otel_joules.carbon import (
 )
 from otel_joules.carbon.providers import LiveProvider, LiveReading, ProviderError
 from otel_joules.errors import ConfigurationError
+from tests.helpers.processes import closed_port
 
 TIMEOUT_S = 0.2
 
@@ -371,10 +371,7 @@ def test_garbage_body_falls_through_with_one_warning(
 
 
 def test_unreachable_server_falls_through(caplog: pytest.LogCaptureFixture) -> None:
-    # A port that was free a moment ago: connection refused.
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = closed_port()  # connection refused
     provider = UKCarbonIntensityProvider(base_url=f"http://127.0.0.1:{port}", timeout_s=TIMEOUT_S)
     result = resolve_carbon_intensity(country="DK", providers=[provider], env={})
     _assert_fell_through(result, caplog, "cannot reach", "no answer within")

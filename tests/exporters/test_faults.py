@@ -34,7 +34,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from otel_joules.exporters import JsonLinesSpanExporter, MongoSpanExporter
 
-from tests.fakes.mongo_wire import FakeMongoServer, closed_port
+from tests.fakes.mongo_wire import FakeMongoServer
+from tests.helpers.processes import closed_port
 from tests.helpers.known_spans import emit_plain, make_provider, plain_spans
 from tests.helpers.processes import REPO
 

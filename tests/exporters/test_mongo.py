@@ -24,7 +24,8 @@ from otel_joules.errors import ConfigurationError
 from otel_joules.exporters import MissingExtraError, MongoSpanExporter
 from otel_joules.exporters.mongo_exporter import LEAF_KEY, nest_attributes
 
-from tests.fakes.mongo_wire import FakeMongoServer, closed_port
+from tests.fakes.mongo_wire import FakeMongoServer
+from tests.helpers.processes import closed_port
 from tests.helpers.ferretdb import start_ferretdb
 from tests.helpers.known_spans import (
     CHILD_NAME,

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-from tests.helpers.processes import REPO, closed_port, stop_by_pid
+from tests.helpers.processes import REPO, closed_port, free_port, stop_by_pid
 
 MOCKUPS = Path(__file__).parent / "redfish_mockups"
 
@@ -103,10 +103,8 @@ def redfish_fake(
 
 
 def free_udp_port() -> int:
-    """A loopback UDP port nothing is bound to (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback UDP port nothing is bound to."""
+    return free_port(socket.SOCK_DGRAM)
 
 
 @contextmanager

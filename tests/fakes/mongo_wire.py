@@ -223,9 +223,3 @@ class FakeMongoServer:
             return response
         return {"ok": 0.0, "errmsg": f"no such command: {name!r}", "code": 59, "codeName": "CommandNotFound"}
 
-
-def closed_port() -> int:
-    """A 127.0.0.1 port nothing listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -83,11 +84,46 @@ def opentelemetry_instrument() -> str:
     return str(Path(sys.executable).with_name("opentelemetry-instrument"))
 
 
+#: The lowest port :func:`free_port` hands out: above the well-known and most registered services.
+_LOWEST_TEST_PORT = 20000
+#: Ports already handed out in this process, never handed out twice.
+_HANDED_OUT: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for the local ports of outgoing connections."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
+    """A loopback port (TCP, or ``kind``) free at the time of the call, for a server a test starts.
+
+    It lies below the kernel's ephemeral range. A port from ``bind(0)`` lies inside that range.
+    Between the test picking it and the server binding it, any outgoing connection on the box can
+    take it as its local port; the Collector's own exporters dial out while it starts. Such a
+    clash failed CI with "address already in use".
+    """
+    low, _ = _ephemeral_range()
+    candidates = [port for port in range(_LOWEST_TEST_PORT, low) if port not in _HANDED_OUT]
+    random.shuffle(candidates)
+    for port in candidates:
+        with socket.socket(socket.AF_INET, kind) as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port between {_LOWEST_TEST_PORT} and {low}")
+
+
 def closed_port() -> int:
-    """A loopback port nothing listens on (bound, then released)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback port nothing listens on, for a test that needs a refused connection."""
+    return free_port()
 
 
 #: A child that adds fixed energy to fake powercap zones: ``python -c ADVANCE ZONE_FILE MICROJOULES ...``.

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping
 
 import pytest
 
-from tests.helpers.processes import REPO, stop_by_pid
+from tests.helpers.processes import REPO, free_port, stop_by_pid
 
 #: Where ``collector/build.sh`` leaves the binaries unless told ``--out``.
 DEFAULT_STACK_DIR = REPO / "collector" / "_build"
@@ -35,13 +35,6 @@ STACK_DIR_ENV = "OTEL_JOULES_STACK_DIR"
 COLLECTOR_CONFIG = REPO / "collector" / "otelcol-config.yaml"
 #: How long a program may take to become ready on a loaded 2-core box.
 READY_TIMEOUT_S = 60.0
-
-
-def free_port() -> int:
-    """A loopback port free at the time of the call."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def stack_dir() -> Path:

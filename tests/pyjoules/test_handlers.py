@@ -27,7 +27,8 @@ from otel_joules.pyjoules.handler.csv_handler import CSVHandler, CSVHeaderMismat
 from otel_joules.pyjoules.handler.mongo_handler import MongoHandler, MongoInitError, MongoSaveError
 from otel_joules.pyjoules.handler.pandas_handler import NoSampleProcessedError, PandasHandler, trace_to_dataframe
 
-from tests.fakes.mongo_wire import FakeMongoServer, closed_port
+from tests.fakes.mongo_wire import FakeMongoServer
+from tests.helpers.processes import closed_port
 from tests.fakes.powercap import FakePowercap
 from tests.helpers.processes import REPO
 
