@@ -35,6 +35,9 @@ from tests.agent._support import (
     wait_for,
     walkable,
 )
+from otel_joules.config import Settings
+from otel_joules.meter import EnergyMeter
+from otel_joules.semconv import SOURCE_PARTIAL
 from tests.fakes.powercap import ConstantPower
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
@@ -123,6 +126,34 @@ def _across_a_3_s_restart(tmp_path: Path, child_script: str) -> tuple[dict, str]
             stop(agent)
     assert child.returncode == 0, err
     return json.loads(out.read_text()), err
+
+
+def test_an_interval_from_the_last_snapshot_that_saw_the_agent_to_the_one_that_finds_it_gone_is_estimated(
+    tmp_path: Path,
+) -> None:
+    # The counters stand still: nothing is measured in between, so every joule of the interval is the estimate's.
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    agent = start_agent(tmp_path, tree, sock)
+    try:
+        meter = EnergyMeter(settings=Settings(sysfs_root=tree.sysfs_root, agent_socket=str(sock)), gpus=[], sample=False)
+        try:
+            assert meter.agent_domain_ids and meter.standby_domain_ids
+            time.sleep(0.3)  # the standby estimates' pace: from their first read to the loss
+            start = meter.snapshot()
+            stop(agent)
+            time.sleep(0.5)
+            end = meter.snapshot()
+            measured = meter.measure(start, end)
+        finally:
+            meter.close()
+    finally:
+        stop(agent)
+    assert measured.source == SOURCE_PARTIAL and measured.estimated_s > 0.4, measured
+    # The estimate of the unseen time: at least the CPU estimate's static power (the CPUs' idle draw) for the
+    # seconds estimated. The loss found at the end once re-originated the estimates there: 0 J.
+    static_watts = sum(d.estimate_static_watts for d in meter.domains if d.id in meter.standby_domain_ids and d.in_total)
+    assert measured.total_joules >= 0.9 * static_watts * measured.estimated_s > 0, (measured, static_watts)
 
 
 def test_a_3_s_agent_restart_counts_every_joule_once_in_the_host_total(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ A meter reading RAPL through ``otel-joules agent`` keeps standby estimates (CPU 
 size x W/GB) for the agent's domains. :class:`Outages` decides, at each snapshot:
 
 * While the agent is away, the agent's domains hold their last measured joules (frozen) and the
-  standby estimates grow, from the loss on (re-originated at each loss, never from the meter's start).
+  standby estimates grow, from the last snapshot that saw it on (re-originated at each loss, never from
+  the meter's start).
 * When it comes back, its counters bridge the gap if they cannot have wrapped unseen meanwhile (the
   gap is shorter than a wrap at the zone's power bound): the gap is then measured, and the standby
   estimate of it is left out of the host's total. While an outage may still be bridged its estimate
@@ -121,7 +122,8 @@ class Outages:
         return failing, self._present
 
     def _lose(self, now_ns: int) -> None:
-        """The agent went away: the standby estimates count from now (not from the meter's start)."""
+        """The agent went away: the standby estimates count from the last snapshot that saw it (not from the
+        meter's start), at the pace they had since their previous read."""
         self.away = True
         # Away since the last snapshot that saw it: the loss lies somewhere after that one, so the snapshot
         # that finds it ends an interval that was not measured throughout (a span across it is partial).
@@ -134,8 +136,23 @@ class Outages:
             except Exception:  # noqa: BLE001 - its next read_joules meets the failure and says it
                 continue
             if raw is not None:
-                state.last_raw_uj, state.last_ns = raw, now_ns
+                state.last_raw_uj, state.last_ns = self._raw_at_uj(state, raw, now_ns), self._since_ns
         self._standby_at_loss_uj = tuple(s.total_uj for s in self._standby)
+
+    def _raw_at_uj(self, state: _ChannelState, raw_uj: int, now_ns: int) -> int:
+        """A standby estimate's value at the loss (:attr:`_since_ns`), found at ``now_ns`` when it is ``raw_uj``.
+
+        The loss is found after it happened: the time from the last snapshot that saw the agent to the one that
+        finds it gone was measured by nothing. Its estimate is the estimate's pace since its previous read
+        (idle power for the wall time, the CPU time's average); an origin at ``now_ns`` would leave that time
+        at 0 J, and a span from the last measured snapshot to the finding one with none.
+        """
+        unseen_ns = now_ns - self._since_ns
+        elapsed_ns = now_ns - state.last_ns
+        if unseen_ns <= 0 or elapsed_ns <= 0 or raw_uj < state.last_raw_uj:  # type: ignore[operator]
+            return raw_uj
+        pace_uj_per_ns = (raw_uj - state.last_raw_uj) / elapsed_ns  # type: ignore[operator]
+        return raw_uj - round(pace_uj_per_ns * min(unseen_ns, elapsed_ns))
 
     def _back(self, values: list[float | None], now_ns: int, before_uj: tuple[int, ...]) -> None:
         """The agent is back: the gap is measured if its counters bridge it, else its estimate stands."""
