@@ -140,9 +140,11 @@ class TickingProcfs:
         elapsed = 0.0
         while not self._stop.wait(self._period_s):
             now = time.monotonic()
-            # A thread starved on a loaded box must not add a second of ticks at once (a sampler reading just
-            # before and after would see more time than its CPUs have): this clock then runs slow instead.
-            step = min(now - self._last, 3 * self._period_s)
+            # A thread starved on a loaded box must not add more than a period of ticks at once: a sampler reading
+            # just before and after a write sees the time since the write before, which may lie before its own
+            # interval; a period of it stays within the slack the library allows (more made it call the counts
+            # implausible and leave those periods unpriced). This clock then runs slow instead.
+            step = min(now - self._last, self._period_s)
             self._last = now
             elapsed += step
             self._hog_ticks += self.hog_cores * step * TICKS_PER_S

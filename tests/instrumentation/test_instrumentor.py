@@ -153,11 +153,13 @@ def exit_after_last_span_s(tmp_path: Path, extra: dict[str, str]) -> tuple[float
     app.write_text(TIMED_APP)
     process = subprocess.Popen([opentelemetry_instrument(), sys.executable, str(app)], env=clean_env(tmp_path, extra),
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    first = process.stdout.readline()
+    # All of stdout through communicate(): a readline() first may buffer more than its line (the span's JSON,
+    # when the app is done by then), which communicate() then never sees.
     stdout, stderr = process.communicate(timeout=60)
     exited = time.monotonic()
     assert process.returncode == 0, stderr
-    return exited - float(first.rsplit(" ", 1)[1]), stdout, stderr
+    (ended,) = [line for line in stdout.splitlines() if line.startswith("last span ended at ")]
+    return exited - float(ended.rsplit(" ", 1)[1]), stdout, stderr
 
 
 def test_without_a_collector_the_app_exits_as_soon_as_without_the_instrumentor(tmp_path, fake_host):
