@@ -27,7 +27,10 @@ from typing import Any, ClassVar, Mapping, Sequence, TextIO
 from otel_joules._fork import register_fork_hook
 from otel_joules.carbon.providers import LiveProvider
 from otel_joules.carbon.units import validate_pue
+from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
+from otel_joules.meter.notice import announce_estimates
 from otel_joules.training.console import TrackerOutput
+from otel_joules.training.devices import DeviceSelection
 from otel_joules.training.logwrite import (
     CARBONTRACKER_PUE,
     DEFAULT_DECIMAL_PRECISION,
@@ -52,10 +55,7 @@ from otel_joules.training.outcome import (
     TrackerResult,
     TrainingCancelledError,
 )
-from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
-from otel_joules.meter.notice import announce_estimates
-from otel_joules.training.devices import DeviceSelection
-from otel_joules.training.results import Consumption, EpochResult
+from otel_joules.training.results import Consumption
 from otel_joules.training.run import TrainingRun, default_tracer_provider
 
 #: The instrumentation scope of the tracker's spans (a wrapper under another name sets its own).
