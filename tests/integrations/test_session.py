@@ -83,3 +83,19 @@ def test_epochs_overrides_the_trainers(powercap, tracer_provider, span_exporter)
 def test_bad_settings_fail_before_training(settings, message) -> None:
     with pytest.raises(ConfigurationError, match=message):
         TrainerEnergy(**settings)
+
+
+def test_the_callbacks_run_the_core_tracker_not_the_carbontracker_layer(tmp_path: Path, powercap, tracer_provider,
+                                                                         span_exporter) -> None:
+    """Issue 37: the callbacks drive the core's TrainingTracker (CarbonTracker wraps the same class): the same run,
+    logs in carbontracker's format, and spans under the core's instrumentation scope."""
+    from otel_joules.carbontracker.tracker import CarbonTracker
+    from otel_joules.training.tracker import TrainingTracker
+
+    energy = _energy(powercap, tracer_provider, log_dir=tmp_path / "logs", verbose=0)
+    _train(energy, powercap, 2, planned=2)
+    assert type(energy.tracker) is TrainingTracker and issubclass(CarbonTracker, TrainingTracker)
+    assert energy.tracker.result.actual.epochs == 2
+    assert len(list((tmp_path / "logs").glob("*_carbontracker.log"))) == 1
+    scopes = {s.instrumentation_scope.name for s in span_exporter.get_finished_spans()}
+    assert scopes == {"otel_joules.training"}

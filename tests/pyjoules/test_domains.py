@@ -142,3 +142,27 @@ def test_device_energy_is_cumulative_microjoules(powercap: FakePowercap, shared_
     powercap.zones["dram_0"].advance_uj(7)
     after = device.get_energy()
     assert [b - a for a, b in zip(before, after)] == [2_500_000.0, 7.0]
+
+
+def test_the_sensors_kind_decides_a_domains_device_not_its_id() -> None:
+    """Issue 37: a domain's family comes from ``Domain.kind``. An INA-type board rail is named ``<driver>_<K>``, so a
+    rail can carry a RAPL-like id: it is still a rail (reported by the meter device), and a GPU with an id outside
+    NVML's naming is no NvidiaGPUDomain; only the id of a domain of the right kind names a RAPL or NVML domain."""
+    from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_RAIL
+    from otel_joules.sensors.base import Domain as CoreDomain, Method
+
+    from tests.helpers.domains import FixedChannel
+
+    domains = [
+        CoreDomain("package_0", KIND_CPU, "socket 0", "intel-rapl:0"),
+        CoreDomain("dram_0", KIND_RAIL, "a rail", "hwmon3/power1", method=Method.POWER_INTEGRATION, in_total=False),
+        CoreDomain("nvidia_gpu_1", KIND_GPU, "a GPU", "GPU-1", method=Method.POWER_INTEGRATION),
+        CoreDomain("intel_gpu_0", KIND_GPU, "an Intel GPU", "i915", method=Method.POWER_INTEGRATION),
+    ]
+    meter = CoreEnergyMeter(channels=[FixedChannel(d) for d in domains], sample=False)
+    try:
+        assert RaplDevice.available_domains(meter) == [RaplPackageDomain(0)]
+        assert NvidiaGPUDevice.available_domains(meter) == [NvidiaGPUDomain(1)]
+        assert MeterDevice.available_domains(meter) == [MeterDomain("dram_0"), MeterDomain("intel_gpu_0")]
+    finally:
+        meter.close()

@@ -154,3 +154,30 @@ def test_the_runs_carbon_wins_over_instrument_carbon_on_the_same_provider(powerc
     assert epoch.attributes[ENERGY_CO2EQ_GRAMS] == pytest.approx(result.co2eq_grams)
     assert epoch.attributes[ENERGY_JOULES] == pytest.approx(EPOCH_J)
     assert ENERGY_ATTRIBUTED_JOULES in epoch.attributes
+
+
+def test_simulated_devices_carry_their_kind_and_the_report_reads_it(powercap: FakePowercap) -> None:
+    """Issue 37: a simulated device's kind is exported (``energy.domain_kinds``), so the report splits its energy
+    by that kind and never by its id: this one is named against every id convention and still counts as GPU."""
+    from otel_joules.report.energy_parts import span_parts
+    from otel_joules.report.model import SpanRow
+    from otel_joules.semconv import ENERGY_DOMAIN_KINDS
+    from otel_joules.sensors.base import parse_domain_kinds
+
+    exporter = InMemorySpanExporter()
+    run = _run(powercap, exporter, (SimulatedDevice("accelerator", "gpu", "A100 (simulated)", 50.0),))
+    run.start_epoch()
+    _spend(powercap)
+    result, _ = run.end_epoch()
+    (epoch,) = [s for s in exporter.get_finished_spans() if s.name == SPAN_EPOCH]
+    kinds = parse_domain_kinds(epoch.attributes[ENERGY_DOMAIN_KINDS])
+    assert kinds == {"package_0": "cpu", "dram_0": "memory", "accelerator": "gpu"}
+    row = SpanRow(
+        trace_id="0" * 32, span_id="1" * 16, parent_span_id=None, name=epoch.name, start_unix_nano=epoch.start_time,
+        end_unix_nano=epoch.end_time, service_name=None, attributes=dict(epoch.attributes), source="memory",
+    )
+    parts = span_parts(row, result.energy_joules, attributed=False)
+    assert parts["gpu"][0] == pytest.approx(result.joules_by_domain["accelerator"])
+    assert parts["gpu"][0] > 0
+    assert (parts["cpu"][0], parts["memory"][0]) == (pytest.approx(PACKAGE_J), pytest.approx(DRAM_J))
+    assert "other" not in parts

@@ -5,12 +5,13 @@ Submodules:
 - :mod:`otel_joules.carbontracker.tracker`: ``CarbonTracker(epochs, ...)`` with
   ``epoch_start()``, ``epoch_end()`` and ``stop()``, measured by the otel-joules meter: a
   ``training`` span with one ``epoch`` child per epoch, carbon on each, results returned.
-  The spans, measurement and prediction are core's (:mod:`otel_joules.training`); the
-  tracker adds carbontracker's arguments (``options``), its console and log messages
-  (``console``), and its result and error types (``results``).
-- :mod:`otel_joules.carbontracker.logs`: writes carbontracker-format log files (standard,
-  output and error logs), with the text of ``formatting`` (also the consumption blocks the
-  console shows), so that carbontracker's own parser reads our logs and gets our values.
+  It is the core's :class:`~otel_joules.training.tracker.TrainingTracker` (which the trainer
+  callbacks drive too) under carbontracker's name: the spans, measurement, prediction, the
+  argument checks, console and log messages and the result and error types are all
+  :mod:`otel_joules.training`'s.
+- :mod:`otel_joules.carbontracker.logs`: the carbontracker-format log writer
+  (:mod:`otel_joules.training.logwrite`) and its formatters, under carbontracker's module path:
+  carbontracker's own parser reads our logs and gets our values.
 - :mod:`otel_joules.carbontracker.parser`: ``parse_all_logs``, ``parse_logs``,
   ``get_consumption``, ``aggregate_consumption``, ``print_aggregate`` with carbontracker's
   return shapes, reading logs written by carbontracker and by otel-joules, without

@@ -5,7 +5,8 @@
 - :mod:`otel_joules.integrations.lightning`: ``EnergyCallback``, a ``lightning.pytorch.Callback``
   (also a ``pytorch_lightning.Callback`` when that is what is installed).
 
-Both give what :class:`~otel_joules.carbontracker.tracker.CarbonTracker` gives, with its settings:
+Both drive the core's :class:`~otel_joules.training.tracker.TrainingTracker` (what
+:class:`~otel_joules.carbontracker.tracker.CarbonTracker` wraps), with its settings:
 one ``training`` root span with one ``epoch`` child per epoch (``training.epoch.number`` from 1), the
 ``training.prediction`` event, carbon intensity and PUE, and with ``log_dir`` the logs
 ``otel-joules report`` reads; optionally sampled ``step`` spans. The shared part is

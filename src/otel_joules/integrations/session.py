@@ -1,8 +1,8 @@
-"""What both trainer callbacks do, without the frameworks: a CarbonTracker driven by trainer events.
+"""What both trainer callbacks do, without the frameworks: the core's training tracker driven by trainer events.
 
-:class:`TrainerEnergy` takes CarbonTracker's settings (``epochs_before_pred``, ``components``,
-``log_dir``, ``pue``, ``intensity_gco2eq_per_kwh``, ``tracer_provider``, ``meter``, ...;
-see :class:`~otel_joules.carbontracker.tracker.CarbonTracker`) and the callbacks' own:
+:class:`TrainerEnergy` takes the tracker's settings, carbontracker's keywords (``epochs_before_pred``,
+``components``, ``log_dir``, ``pue``, ``intensity_gco2eq_per_kwh``, ``tracer_provider``, ``meter``,
+...; see :class:`~otel_joules.training.tracker.TrainingTracker`) and the callbacks' own:
 
 - ``step_spans`` (default False): a ``step`` span (``training.step``) for every
   ``step_span_every``-th step (default 10: steps 1, 11, 21, ...), measured like an epoch;
@@ -27,10 +27,10 @@ from typing import Any
 
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from otel_joules.carbontracker.tracker import CarbonTracker
 from otel_joules.errors import ConfigurationError
 from otel_joules.meter.sync import Synchronize, resolve_synchronizer
 from otel_joules.tracing.ranks import JobRank, job_rank
+from otel_joules.training.tracker import TrainingTracker
 
 #: With ``step_spans=True``, one step in this many gets a span.
 DEFAULT_STEP_SPAN_EVERY = 10
@@ -45,7 +45,7 @@ def _distributed() -> Any:
 
 
 class TrainerEnergy:
-    """A :class:`CarbonTracker` fed by a trainer's events (see the module docstring).
+    """A :class:`~otel_joules.training.tracker.TrainingTracker` fed by a trainer's events (see the module docstring).
 
     Raises:
         ConfigurationError: a setting is invalid (checked here, before training starts).
@@ -75,7 +75,7 @@ class TrainerEnergy:
         self._settings = tracker_settings
         self.rank: JobRank = job_rank()
         #: The tracker (created at the first epoch); its ``result``, ``spans``, ... are the run's.
-        self.tracker: CarbonTracker | None = None
+        self.tracker: TrainingTracker | None = None
         self._planned = 0
         self._step_open = False
 
@@ -96,7 +96,7 @@ class TrainerEnergy:
         planned = self.epochs if self.epochs is not None else planned_epochs
         self._planned = planned if isinstance(planned, int) and planned > 0 else 0
 
-    def _create(self) -> CarbonTracker:
+    def _create(self) -> TrainingTracker:
         settings = dict(self._settings)
         parent = None
         if self.joins_rank_zero:
@@ -105,7 +105,7 @@ class TrainerEnergy:
         dist = None if self.all_ranks or self.rank.rank is None else _distributed()
         if dist is not None and self.joins_rank_zero:
             parent = self._receive_root(dist)
-        tracker = CarbonTracker(
+        tracker = TrainingTracker(
             epochs=self._planned, parent_span_context=parent, span_attributes=self.rank.span_attributes(), **settings
         )
         return tracker
@@ -118,7 +118,7 @@ class TrainerEnergy:
         trace_id, span_id = box[0]
         return SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
 
-    def _send_root(self, tracker: CarbonTracker) -> None:
+    def _send_root(self, tracker: TrainingTracker) -> None:
         dist = None if self.all_ranks or self.rank.rank is None else _distributed()
         if dist is None:
             return

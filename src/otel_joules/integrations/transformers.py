@@ -8,8 +8,8 @@
     trainer.train()
 
 One ``training`` span with an ``epoch`` child per epoch, the prediction, carbon and logs as
-:class:`~otel_joules.carbontracker.tracker.CarbonTracker` makes them; every keyword is
-CarbonTracker's or one of :mod:`otel_joules.integrations.session`'s (``step_spans``,
+:class:`~otel_joules.training.tracker.TrainingTracker` (also behind carbontracker's
+``CarbonTracker``) makes them; every keyword is the tracker's or one of :mod:`otel_joules.integrations.session`'s (``step_spans``,
 ``step_span_every``, ``synchronize``, ``all_ranks``, ``epochs``). The Trainer's planned
 ``num_train_epochs`` is the run's ``epochs`` unless ``epochs=`` says otherwise.
 """

@@ -2,11 +2,12 @@
 
 Kinds come from the per-domain attributes (``energy.<domain>.joules``) or, for an
 attributed share, the per-kind shares; what no kind covers is ``other``. A domain's kind is the
-one the span's ``energy.domain_kinds`` gives it (the platform, psys, counts as CPU, as in
-attribution); a domain it does not list adds to no kind. Only a span without that attribute, from
-an export written before spans carried it (or a training run's with simulated devices), is
-classified by its domain ids (``package*``, ``dram*``, ``nvidia_gpu*``, the estimates, the
-simulated devices; core, uncore and a psys beside a package add to none). A ``partial`` span
+one the span's ``energy.domain_kinds`` gives it (the sensor's ``Domain.kind``; the platform, psys,
+counts as CPU, as in attribution); a domain it does not list adds to no kind. Every span otel-joules
+measures carries that attribute (a training run's simulated devices included). Only a span without
+it, from an export written before spans carried it, is classified by its domain ids
+(:func:`_kind_by_id`): those files cannot be rewritten, and their ids are the few that existed then.
+A ``partial`` span
 (a domain missing at its start or end) labels the domains it has by their methods, as a
 ``mixed`` one does; its ``partial`` label goes to the run (:func:`merge_sources`).
 """
@@ -47,8 +48,12 @@ _DOMAIN_MISSING_RE = re.compile(f"^{re.escape(_MISSING_PREFIX)}([A-Za-z0-9_\\-]+
 
 
 def _kind_by_id(domain_id: str, has_package: bool) -> str | None:
-    """The kind a domain adds to, by its id: only for spans exported without ``energy.domain_kinds``. None for one
-    inside another (core, uncore; psys beside a package) and for an id these rules do not know."""
+    """The kind a domain adds to, by its id: only for old exports, whose spans lack ``energy.domain_kinds``.
+
+    Such a file is all the report has, and the ids of that time (``package*``, ``dram*``, ``nvidia_gpu*``, the
+    estimates, carbontracker's ``sim_*``) said their kind; a newer sensor's id is not guessed (its energy stays
+    in ``other``), since every newer span carries the kinds. None for one inside another (core, uncore; psys
+    beside a package) and for an id these rules do not know."""
     if domain_id.startswith(("core", "uncore")):
         return None
     if domain_id.startswith("psys"):
@@ -123,7 +128,7 @@ def span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tuple
     ids = [m.group(1) for key in span.attributes if (m := _DOMAIN_JOULES_RE.match(key))]
     carried = span.attributes.get(ENERGY_DOMAIN_KINDS)
     listed = parse_domain_kinds(carried)
-    has_package = any(i.startswith("package") for i in ids)
+    has_package = listed is None and any(i.startswith("package") for i in ids)
     for domain_id in ids:
         if listed is not None:
             # The attribute lists exactly the domains that add to the total; the others are detail.

@@ -1,7 +1,13 @@
 """The training-run model: root span ``training``, one ``epoch`` span per epoch, per-epoch
-measurement and the prediction of the whole run (used by the carbontracker-compatible tracker).
+measurement and the prediction of the whole run, and the tracker that runs it (which
+carbontracker's ``CarbonTracker`` and the trainer callbacks both wrap).
 
-Modules: :mod:`~otel_joules.training.run` (:class:`TrainingRun`, the spans),
+Modules: :mod:`~otel_joules.training.tracker` (:class:`TrainingTracker`: the run's states,
+console and log messages, prediction and failures; its arguments checked in
+:mod:`~otel_joules.training.options`, its results and errors in
+:mod:`~otel_joules.training.outcome`, its messages in :mod:`~otel_joules.training.console`,
+:mod:`~otel_joules.training.logwrite` and :mod:`~otel_joules.training.formatting`),
+:mod:`~otel_joules.training.run` (:class:`TrainingRun`, the spans),
 :mod:`~otel_joules.training.devices` (components -> the meter's domains),
 :mod:`~otel_joules.training.results` (:class:`EpochResult`, :class:`Consumption`),
 :mod:`~otel_joules.training.logformat`, :mod:`~otel_joules.training.logread` and
@@ -26,6 +32,9 @@ _EXPORTS = {
     "ConsumptionKind": "otel_joules.training.results",
     "EpochResult": "otel_joules.training.results",
     "TrainingRun": "otel_joules.training.run",
+    "TrainingTracker": "otel_joules.training.tracker",
+    "TrackerResult": "otel_joules.training.outcome",
+    "CarbonTrackerError": "otel_joules.training.outcome",
     "default_tracer_provider": "otel_joules.training.run",
 }
 

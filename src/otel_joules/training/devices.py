@@ -8,12 +8,13 @@ measures an interval restricted to them.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
-from otel_joules.semconv import KIND_GPU, KIND_MEMORY
-from otel_joules.sensors.base import Domain, Method
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
+from otel_joules.sensors.base import Domain, Method, domain_kinds
 
 #: The component names, in the order carbontracker lists them.
 COMPONENT_NAMES = ("gpu", "cpu")
@@ -34,6 +35,12 @@ class SimulatedDevice:
     component: str
     name: str
     watts: float
+
+    @property
+    def domain(self) -> Domain:
+        """The device as a domain: its component's kind, an estimate, added to the total."""
+        kind = KIND_GPU if self.component == "gpu" else KIND_CPU
+        return Domain(self.domain_id, kind, self.name, self.domain_id, method=Method.ESTIMATE)
 
 
 def device_name(domain: Domain) -> str:
@@ -123,9 +130,20 @@ class DeviceSelection:
         """Some measured domain is an estimate (CPU time x per-CPU watts, memory size x W/GB)."""
         return any(d.method is Method.ESTIMATE for d in self.domains)
 
+    @property
+    def domain_kinds(self) -> tuple[str, ...]:
+        """``energy.domain_kinds`` of this selection's measurements: the chosen domains and simulated devices
+        that add to the total, each with its kind."""
+        return domain_kinds((*self.domains, *(sim.domain for sim in self.simulated)))
+
     def measure(self, meter: EnergyMeter, start: EnergySnapshot, end: EnergySnapshot) -> EnergyMeasurement:
         """The meter's measurement restricted to these domains, plus the simulated devices."""
-        return meter.measure(start, end, self.domain_ids, constant_watts=self.constant_watts)
+        measurement = meter.measure(start, end, self.domain_ids, constant_watts=self.constant_watts)
+        if self.simulated:
+            # The meter knows no kind for a constant-power device (it has no Domain there); this selection
+            # does, so the spans carry every domain's kind and no reader has to guess one from an id.
+            measurement = dataclasses.replace(measurement, domain_kinds=self.domain_kinds)
+        return measurement
 
     def power_watts_by_component(self, measurement: EnergyMeasurement) -> dict[str, float | None]:
         """Average power of each component with devices (sum over them); None for a zero-length interval."""

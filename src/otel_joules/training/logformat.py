@@ -1,6 +1,6 @@
 """carbontracker's log format: file names, line prefixes and errors, shared by writers and readers.
 
-The log writer of the carbontracker-compatible tracker and the log readers
+The log writer (:mod:`otel_joules.training.logwrite`) and the log readers
 (:mod:`otel_joules.training.logread`, used by ``otel-joules report`` and by the
 carbontracker-compatible parser) agree on these strings; they live here, in core, so the
 report reads logs without importing the compatibility layer.

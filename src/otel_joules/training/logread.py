@@ -1,6 +1,6 @@
 """Read carbontracker-format logs: standard log, consumption blocks, and the run pairs of a directory.
 
-Reads logs written by carbontracker itself and by the carbontracker-compatible tracker's
+Reads logs written by carbontracker itself and by the training tracker's
 writer; used by ``otel-joules report`` and by the carbontracker-compatible parser (which
 adds carbontracker's directory-wide functions on top). Where carbontracker 2.4.7 reads its own
 logs wrongly, these functions read them right (see that module's docstring).

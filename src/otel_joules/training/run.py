@@ -35,7 +35,7 @@ The prediction is the event ``training.prediction`` on the root span (attributes
 time between epochs (validation, checkpoints) is in its ``energy.joules`` but, as in
 carbontracker, not in the actual consumption (the sum over epochs).
 
-It holds no lock and prints nothing: callers (the carbontracker-compatible tracker)
+It holds no lock and prints nothing: callers (:class:`~otel_joules.training.tracker.TrainingTracker`)
 serialise calls and say what happened.
 """
 

@@ -17,20 +17,17 @@ core meter's snapshot, and report its domains in samples, handlers and spans.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, ClassVar, List, Optional, Sequence
 
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.pyjoules.device.domain import Domain
 from otel_joules.pyjoules.exception import NoSuchDeviceError, NoSuchDomainError, PyJoulesException
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
+from otel_joules.sensors.base import Method
 
 if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter as CoreEnergyMeter
-
-_RAPL_ID = re.compile(r"^(package|dram|core|uncore)_(\d+)$")
-_GPU_ID = re.compile(r"^nvidia_gpu_(\d+)$")
-# pyJoules' order of RAPL domains: every package, then every dram, core, uncore.
-_RAPL_RANK = {"package": 0, "dram": 1, "core": 2, "uncore": 3}
+    from otel_joules.sensors.base import Domain as CoreDomain
 
 
 class NotConfiguredDeviceException(PyJoulesException):
@@ -47,35 +44,47 @@ def joules_to_microjoules(joules: float) -> float:
     return float(round(joules * 1e6))
 
 
-def domain_for_id(domain_id: str) -> Domain:
-    """The pyJoules domain object for a core meter domain id."""
+def domain_for(core: "CoreDomain") -> Domain:
+    """The pyJoules domain object for a core meter domain.
+
+    Its family comes from what the sensor says the domain is (``Domain.kind`` and its method), never
+    from the id: a measured GPU is an :class:`NvidiaGPUDomain`, a measured CPU or memory domain a RAPL
+    one. Within the family the domain is found by its name, which pyJoules' API defines as the core
+    id (``package_0`` is ``RaplPackageDomain(0)``, :mod:`otel_joules.pyjoules.device.domain`); a domain
+    the family has no name for (an Intel GPU, an AMD core, an estimate, the platform) is a
+    :class:`MeterDomain` under its id.
+    """
     # Imported here: the device modules import this one.
     from otel_joules.pyjoules.device.meter_device import MeterDomain
     from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDomain
-    from otel_joules.pyjoules.device.rapl_device import RAPL_DOMAIN_CLASSES
+    from otel_joules.pyjoules.device.rapl_device import RaplDomain
 
-    rapl = _RAPL_ID.match(domain_id)
-    if rapl:
-        return RAPL_DOMAIN_CLASSES[rapl.group(1)](int(rapl.group(2)))
-    gpu = _GPU_ID.match(domain_id)
-    if gpu:
-        return NvidiaGPUDomain(int(gpu.group(1)))
-    return MeterDomain(domain_id)
+    found: Domain | None = None
+    if core.method is not Method.ESTIMATE:
+        if core.kind == KIND_GPU:
+            found = NvidiaGPUDomain.named(core.id)
+        elif core.kind in (KIND_CPU, KIND_MEMORY):
+            found = RaplDomain.named(core.id, core.kind)
+    return found if found is not None else MeterDomain(core.id)
 
 
 def pyjoules_order(domain: Domain) -> tuple[int, int, str]:
     """Sort key giving pyJoules' default order within a device: packages, drams, cores, uncores; GPUs by index."""
-    rapl = _RAPL_ID.match(domain.domain_id)
-    if rapl:
-        return (_RAPL_RANK[rapl.group(1)], int(rapl.group(2)), "")
-    gpu = _GPU_ID.match(domain.domain_id)
-    if gpu:
-        return (0, int(gpu.group(1)), "")
+    from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDomain
+    from otel_joules.pyjoules.device.rapl_device import RaplDomain
+
+    if isinstance(domain, RaplDomain):
+        return (domain.rank, domain.socket, "")
+    if isinstance(domain, NvidiaGPUDomain):
+        return (0, domain.device_id, "")
     return (0, 0, domain.domain_id)
 
 
 def why_not_measured(domain: Domain, meter: "CoreEnergyMeter") -> str:
     """Why ``meter`` does not measure ``domain``, from what its sensors reported, and what to do."""
+    from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDomain
+    from otel_joules.pyjoules.device.rapl_device import RaplDomain
+
     domain_id = domain.domain_id
     reasons = [
         f"{entry.reason}" + (f" (to fix: {entry.remedy})" if entry.remedy else "")
@@ -83,7 +92,8 @@ def why_not_measured(domain: Domain, meter: "CoreEnergyMeter") -> str:
         if entry.what == domain_id or entry.what.startswith(domain_id + " ")
     ]
     if not reasons:
-        family = "nvidia_gpu" if _GPU_ID.match(domain_id) else "RAPL" if _RAPL_ID.match(domain_id) else None
+        # What a sensor reports about a whole family (no readable RAPL, no NVML) applies to each of its domains.
+        family = "nvidia_gpu" if isinstance(domain, NvidiaGPUDomain) else "RAPL" if isinstance(domain, RaplDomain) else None
         reasons = [
             f"{entry.reason}" + (f" (to fix: {entry.remedy})" if entry.remedy else "")
             for entry in meter.unavailable
@@ -92,14 +102,14 @@ def why_not_measured(domain: Domain, meter: "CoreEnergyMeter") -> str:
     measured = ", ".join(d.id for d in meter.domains) or "nothing"
     if reasons:
         return "; ".join(reasons)
-    gpu = _GPU_ID.match(domain_id)
-    if gpu:
-        return _why_gpu_not_measured(int(gpu.group(1)), meter, measured)
+    if isinstance(domain, NvidiaGPUDomain):
+        return _why_gpu_not_measured(domain.device_id, meter, measured)
     return f"this machine has no such domain (measured here: {measured})"
 
 
 def _why_gpu_not_measured(index: int, meter: "CoreEnergyMeter", measured: str) -> str:
     """Advice that works when followed: a GPU that does not exist is not to be asked for."""
+    from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDomain
     from otel_joules.sensors.nvml_session import gpu_indices
 
     indices = gpu_indices()
@@ -109,7 +119,7 @@ def _why_gpu_not_measured(index: int, meter: "CoreEnergyMeter", measured: str) -
             f"there is no GPU with NVML index {index} on this machine (NVML indices here: {seen}; `nvidia-smi -L` "
             "lists them). NvidiaGPUDomain(i) takes an NVML index: use one of those"
         )
-    measured_gpus = [int(m.group(1)) for d in meter.domains if (m := _GPU_ID.match(d.id))]
+    measured_gpus = [g.device_id for d in meter.domains if isinstance(g := domain_for(d), NvidiaGPUDomain)]
     wanted = ", ".join(str(i) for i in sorted({*measured_gpus, index}))
     return (
         f"this process's energy meter does not measure it (it measures: {measured}). NvidiaGPUDomain({index}) is "
@@ -186,7 +196,7 @@ class Device:
                 f"{cls.__name__}.available_domains() must be overridden: return the domains your device can measure"
             )
         meter = meter if meter is not None else get_energy_meter()
-        found = [domain_for_id(d.id) for d in meter.domains]
+        found = [domain_for(d) for d in meter.domains]
         mine = sorted((d for d in found if isinstance(d, cls.domain_types)), key=pyjoules_order)
         if not mine:
             reasons = "; ".join(f"{u.what}: {u.reason}" for u in meter.unavailable) or "no sensor found one"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence
 
 from otel_joules.meter.registry import get_energy_meter
-from otel_joules.pyjoules.device.device import Device, domain_for_id, pyjoules_order, reads_core_meter, why_not_measured
+from otel_joules.pyjoules.device.device import Device, domain_for, pyjoules_order, reads_core_meter, why_not_measured
 from otel_joules.pyjoules.device.domain import Domain
 from otel_joules.pyjoules.device.meter_device import MeterDevice
 from otel_joules.pyjoules.device.nvidia_device import NvidiaGPUDevice
@@ -53,7 +53,7 @@ def check_domains(domains: Optional[Iterable[Domain]]) -> Optional[tuple[Domain,
 
 def all_available_domains(meter: "CoreEnergyMeter") -> List[Domain]:
     """Every domain ``meter`` measures, grouped by device in pyJoules' order."""
-    found = [domain_for_id(d.id) for d in meter.domains]
+    found = [domain_for(d) for d in meter.domains]
     ordered: List[Domain] = []
     for device_type in DEVICE_TYPES:
         ordered += sorted((d for d in found if isinstance(d, device_type.domain_types)), key=pyjoules_order)

@@ -27,6 +27,10 @@ from otel_joules.pyjoules.device.domain import Domain
 from otel_joules.pyjoules.exception import DomainTypeError, NoSuchDeviceError, PyJoulesException  # noqa: F401 - pyJoules' names
 
 
+#: pyJoules' GPU domain names (and the core meter's NVML domain ids): this, then the NVML index.
+_ID_PREFIX = "nvidia_gpu_"
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class NvidiaGPUDomain(Domain):
     """One NVIDIA GPU, by NVML index (see the module docstring).
@@ -54,7 +58,17 @@ class NvidiaGPUDomain(Domain):
     @property
     def domain_id(self) -> str:
         """``nvidia_gpu_<NVML index>``."""
-        return f"nvidia_gpu_{self.device_id}"
+        return f"{_ID_PREFIX}{self.device_id}"
+
+    @classmethod
+    def named(cls, domain_id: str) -> "NvidiaGPUDomain | None":
+        """The domain of a core meter GPU domain whose id is its pyJoules name (``nvidia_gpu_1``), else None.
+
+        Only asked for a domain the sensor says is a GPU (``Domain.kind``); the name (:attr:`domain_id`'s
+        format, inverted) says which NVML index.
+        """
+        index = domain_id[len(_ID_PREFIX):] if domain_id.startswith(_ID_PREFIX) else ""
+        return cls(int(index)) if index.isdigit() else None
 
     def get_device_type(self) -> "type[NvidiaGPUDevice]":
         """:class:`NvidiaGPUDevice`."""

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Dict
 from otel_joules.pyjoules.device.device import Device, NotConfiguredDeviceException  # noqa: F401 - pyJoules' names
 from otel_joules.pyjoules.device.domain import Domain
 from otel_joules.pyjoules.exception import DomainTypeError, NoSuchDeviceError  # noqa: F401 - pyJoules' names
+from otel_joules.semconv import KIND_CPU, KIND_MEMORY
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -30,6 +31,23 @@ class RaplDomain(Domain):
     socket: int
     #: The domain name without socket number (``package``, ``dram``, ``core``, ``uncore``).
     name: ClassVar[str] = ""
+    #: The core meter's kind of the domains of this name (``Domain.kind``).
+    kind: ClassVar[str] = ""
+    #: Its place in pyJoules' order within a socket list: every package, then every dram, core, uncore.
+    rank: ClassVar[int] = 0
+
+    @classmethod
+    def named(cls, domain_id: str, kind: str) -> "RaplDomain | None":
+        """The RAPL domain of a core meter domain of ``kind`` whose id is its pyJoules name (``dram_0``), else None.
+
+        The kind, the sensor's, decides whether the domain can be RAPL's at all; the name
+        (:attr:`domain_id`'s format, inverted) only says which one.
+        """
+        name, _, socket = domain_id.rpartition("_")
+        domain_class = RAPL_DOMAIN_CLASSES.get(name)
+        if domain_class is None or domain_class.kind != kind or not socket.isdigit():
+            return None
+        return domain_class(int(socket))
 
     def __post_init__(self) -> None:
         try:
@@ -75,6 +93,8 @@ class RaplPackageDomain(RaplDomain):
     """The whole CPU package (socket): cores, caches, integrated GPU."""
 
     name: ClassVar[str] = "package"
+    kind: ClassVar[str] = KIND_CPU
+    rank: ClassVar[int] = 0
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -82,6 +102,8 @@ class RaplDramDomain(RaplDomain):
     """The memory attached to the socket."""
 
     name: ClassVar[str] = "dram"
+    kind: ClassVar[str] = KIND_MEMORY
+    rank: ClassVar[int] = 1
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -89,6 +111,8 @@ class RaplCoreDomain(RaplDomain):
     """The CPU cores of the socket (part of the package)."""
 
     name: ClassVar[str] = "core"
+    kind: ClassVar[str] = KIND_CPU
+    rank: ClassVar[int] = 2
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -96,6 +120,8 @@ class RaplUncoreDomain(RaplDomain):
     """The integrated GPU and other uncore parts of the socket (part of the package)."""
 
     name: ClassVar[str] = "uncore"
+    kind: ClassVar[str] = KIND_CPU
+    rank: ClassVar[int] = 3
 
 
 #: Domain class by RAPL domain name (each class's own ``name``).

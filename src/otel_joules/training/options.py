@@ -1,4 +1,4 @@
-"""carbontracker's constructor arguments: checked, with carbontracker's defaults and messages.
+"""The training tracker's arguments (carbontracker's constructor arguments): checked, with carbontracker's defaults and messages.
 
 Programming errors in the arguments raise :class:`~otel_joules.errors.ConfigurationError`
 whatever ``ignore_errors`` says. :func:`check_epochs` turns ``epochs``,
@@ -24,7 +24,7 @@ from otel_joules.carbon.providers import (
     providers_from_env,
 )
 from otel_joules.carbon.refresh import RefreshingIntensity
-from otel_joules.carbontracker.logs import DEFAULT_DECIMAL_PRECISION, DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS
+from otel_joules.training.logwrite import DEFAULT_DECIMAL_PRECISION, DEFAULT_INTENSITY_UPDATE_INTERVAL_SECONDS
 from otel_joules.errors import ConfigurationError
 from otel_joules.training.devices import COMPONENT_NAMES, SimulatedDevice
 

@@ -1,6 +1,6 @@
-"""What the carbontracker-compatible tracker says: console lines and log files in carbontracker's format.
+"""What the training tracker says: console lines and log files in carbontracker's format.
 
-:class:`TrackerOutput` holds the optional :class:`~otel_joules.carbontracker.logs.CarbonTrackerLogWriter`
+:class:`TrackerOutput` holds the optional :class:`~otel_joules.training.logwrite.CarbonTrackerLogWriter`
 (``log_dir``) and the console settings (``verbose``, ``decimal_precision``,
 ``interpretable``); each method writes one of carbontracker's messages (to which we add, where
 they apply, the intensity's source, that a figure is an estimate or measured, the process
@@ -14,7 +14,7 @@ import traceback
 from typing import Mapping, Sequence, TextIO
 
 from otel_joules.carbon.intensity import CarbonIntensity
-from otel_joules.carbontracker.logs import (
+from otel_joules.training.logwrite import (
     BELOW_RESOLUTION_LOG_PREFIX,
     CARBONTRACKER_PUE,
     CARBONTRACKER_PUE_SOURCE,

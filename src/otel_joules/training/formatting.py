@@ -1,7 +1,7 @@
 """carbontracker's console and log text: numbers, durations, power, the components line and consumption blocks.
 
 The functions format exactly as carbontracker 2.4.7 does (its own parser reads the result),
-with the choices documented in :mod:`otel_joules.carbontracker.logs` (no exponent notation,
+with the choices documented in :mod:`otel_joules.training.logwrite` (no exponent notation,
 a component's power summed over its devices unless a list is given).
 """
 

@@ -1,8 +1,10 @@
-"""What the carbontracker-compatible tracker returns and raises, and what its caller can read.
+"""What the training tracker returns and raises, and what its caller can read.
 
-:class:`TrackerReadout` holds :class:`~otel_joules.carbontracker.tracker.CarbonTracker`'s
+:class:`TrackerReadout` holds :class:`~otel_joules.training.tracker.TrainingTracker`'s
 read-only properties (results, consumption, spans, the meter and intensity in use): the
-tracker's state machine is in :mod:`otel_joules.carbontracker.tracker`.
+tracker's state machine is in :mod:`otel_joules.training.tracker`. The error names are
+carbontracker's: the same types are raised under carbontracker's API
+(:class:`~otel_joules.carbontracker.tracker.CarbonTracker`) and by the trainer callbacks.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from otel_joules.training.results import Consumption, EpochResult
 if TYPE_CHECKING:
     from otel_joules.carbon.intensity import CarbonIntensity
     from otel_joules.carbon.refresh import RefreshingIntensity
-    from otel_joules.carbontracker.console import TrackerOutput
+    from otel_joules.training.console import TrackerOutput
     from otel_joules.meter.meter import EnergyMeter
     from otel_joules.training.run import TrainingRun
 
@@ -26,7 +28,7 @@ class CarbonTrackerError(OtelJoulesError):
     """Monitoring failed and ``ignore_errors`` is False; the message says what and what to do.
 
     The cause is chained (``__cause__``). What was measured before the failure is kept in
-    :attr:`CarbonTracker.result` and on the spans, which are ended.
+    :attr:`TrainingTracker.result` and on the spans, which are ended.
     """
 
 
@@ -37,14 +39,14 @@ class NoComponentsError(CarbonTrackerError):
 class TrainingCancelledError(CarbonTrackerError):
     """The user answered ``n`` to ``stop_and_confirm``'s question.
 
-    Raised from :meth:`CarbonTracker.epoch_end` after the actual consumption was
+    Raised from :meth:`TrainingTracker.epoch_end` after the actual consumption was
     reported and the spans were ended (carbontracker calls ``sys.exit(0)`` instead).
     """
 
 
 @dataclass(frozen=True)
 class TrackerResult:
-    """What a training run consumed, as :meth:`CarbonTracker.stop` returns it.
+    """What a training run consumed, as :meth:`TrainingTracker.stop` returns it.
 
     Attributes:
         actual: Consumption of the measured epochs; None until monitoring has ended.
@@ -52,7 +54,7 @@ class TrackerResult:
             ``epochs_before_pred=0``).
         epochs: Every measured epoch, in order.
         components: Component -> device names that were measured.
-        early_stop: :meth:`CarbonTracker.stop` ended monitoring before ``monitor_epochs``.
+        early_stop: :meth:`TrainingTracker.stop` ended monitoring before ``monitor_epochs``.
         error: Why monitoring stopped on a failure, or None.
         std_log: The standard log file, when ``log_dir`` was given.
         output_log: The output log file, when ``log_dir`` was given.
@@ -71,7 +73,7 @@ class TrackerResult:
 
 
 class TrackerReadout:
-    """The read-only side of :class:`~otel_joules.carbontracker.tracker.CarbonTracker`: what the caller can read.
+    """The read-only side of :class:`~otel_joules.training.tracker.TrainingTracker`: what the caller can read.
 
     A base class of the tracker, which sets every attribute declared here.
     """
