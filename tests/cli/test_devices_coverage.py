@@ -46,9 +46,11 @@ def test_an_acpi_power_meter_gives_the_coverage_of_the_components(tmp_path: Path
     assert figure["coverage"] == pytest.approx(COMPONENTS_WATTS / 70.0, rel=0.05)
     lines = text.splitlines()
     heading = lines.index("Coverage (the component counters against the whole-platform reading):")
-    # The platform's watts as measured over the second (a loaded box reads 69.9 W as often as 70.0 W).
-    line = re.fullmatch(r"  50%: package_0, dram_0 draw [0-9.]+ W of power_meter_0's ([0-9.]+) W over [0-9.]+ s", lines[heading + 1])
-    assert line and float(line.group(1)) == pytest.approx(70.0, rel=0.01), lines[heading + 1]
+    # The figures as measured over the second: a loaded box reads 69.9 W as often as 70.0 W, and 49% as 50%.
+    line = re.fullmatch(r"  ([0-9]+)%: package_0, dram_0 draw [0-9.]+ W of power_meter_0's ([0-9.]+) W over [0-9.]+ s", lines[heading + 1])
+    assert line, lines[heading + 1]
+    assert float(line.group(1)) == pytest.approx(100 * COMPONENTS_WATTS / 70.0, rel=0.05), lines[heading + 1]
+    assert float(line.group(2)) == pytest.approx(70.0, rel=0.01), lines[heading + 1]
     assert "is in no component counter" in lines[heading + 2]
 
 
