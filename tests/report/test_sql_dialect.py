@@ -81,6 +81,7 @@ SHARED: dict[str, Callable[[Dialect], Any]] = {
     "kept count": lambda d: checks.kept_count(d, "m"),
     "span figures": traces.span_figures,
     "trace figures": lambda d: traces.trace_figures(d, "f."),
+    "walks": lambda d: "".join(traces.walks(d)),
 }
 
 
@@ -115,6 +116,8 @@ def _render_entry(d: Dialect, name: str) -> list[str]:
         "number_ok": ("a", "k", "v"),
         "json_hex": ("v", 16),
         "record_ok": (["true", "x = '12'"],),
+        "table": ("t", "SELECT 1"),
+        "walk_start": (["f.k", "f.pk"],),
     }
     return [value(*args.get(name, ("x",)))]
 
@@ -139,7 +142,9 @@ def test_duckdb_runs_every_entry_it_renders() -> None:
              "CAST(json('{{\"energy.a\": 1}}') AS MAP(VARCHAR, JSON)) AS m, json('{{}}') AS j, 0 AS start_ns, " \
              "'s' AS span_id, {} AS attrs_parsed)"
     for field in dataclasses.fields(Dialect):
-        if field.name in ("name", "starts_with", "ends_with", "min_by", "walk_number", "walk_text", "lambda_"):
+        if field.name in ("name", "starts_with", "ends_with", "min_by", "walk_number", "walk_text", "lambda_") or (
+            field.name == "table" or field.name.startswith("walk_")
+        ):
             continue
         for text in _render_entry(DUCKDB, field.name):
             if text:
@@ -149,6 +154,13 @@ def test_duckdb_runs_every_entry_it_renders() -> None:
     walk = "SELECT {} FROM (SELECT json_transform('{{\"energy.joules\": 2}}', '{{\"energy.joules\": \"JSON\", \"training.rank\": \"JSON\"}}') AS a)"
     assert con.execute(walk.format(DUCKDB.walk_number("energy.joules"))).fetchone() == (2.0,)
     assert con.execute(walk.format(DUCKDB.walk_text("training.rank"))).fetchone() == (None,)
+    # The walks' entries, in the walks over a trace of a span nested under its parent's share and a parent loop.
+    con.execute("CREATE TABLE d AS SELECT * FROM (VALUES (1, 't', 'a', NULL, 1.0, NULL, NULL), "
+                "(2, 't', 'b', 'a', 1.0, NULL, NULL), (3, 't', 'c', 'd', 1.0, NULL, NULL), "
+                "(4, 't', 'd', 'c', 1.0, NULL, NULL)) v(k, trace_id, span_id, parent_span_id, eaj, ej, own_rank)")
+    for statement in traces.walks(DUCKDB):
+        con.execute(statement)
+    assert sorted(con.execute("SELECT k FROM nested_attributed").fetchall()) == [(2,), (3,), (4,)]
 
 
 def _python_takes(path: Path) -> bool:

@@ -63,6 +63,15 @@ class Dialect:
             the map of ``attrs``).
         walk_text: ``(key)``: there, the attribute ``key`` as text (NULL when absent or null).
         record_ok: ``(checks)``: a row's verdict from its checks (Spark's is never NULL: a filter reads it).
+        table: ``(name, select)``: a table of the aggregation, made from ``select`` (DuckDB: a temp table, which
+            spills to disk; Spark: a cached one).
+        walk_bound: The columns a walk up a span's parents carries to end round a parent loop (DuckDB: its depth and
+            the trace's size, so a walk's rows are numbers; Spark: the spans met, in an array).
+        walk_start: ``(met)``: their values where a walk starts, having met the spans ``met`` (the walker first); the
+            trace's size is ``t.n``.
+        walk_step: Their values one step up, from the walk's row ``w`` to the parent ``p`` it reaches.
+        walk_go_on: The walk's row ``w`` may step on to its next span ``w.cur``: not met before (DuckDB: the walk is
+            no longer than the trace, which a parent loop makes it).
     """
 
     name: str
@@ -90,6 +99,11 @@ class Dialect:
     walk_number: Callable[[str], str]
     walk_text: Callable[[str], str]
     record_ok: Callable[[Iterable[str]], str]
+    table: Callable[[str, str], str]
+    walk_bound: str
+    walk_start: Callable[[Sequence[str]], str]
+    walk_step: str
+    walk_go_on: str
 
 
 def text_time(d: Dialect, text: str) -> str:
@@ -190,6 +204,11 @@ DUCKDB = Dialect(
     walk_number=lambda key: json_number(f'a."{key}"'),
     walk_text=lambda key: f"CASE WHEN json_type(a.\"{key}\") NOT IN ('NULL') THEN CAST(a.\"{key}\" AS VARCHAR) END",
     record_ok=lambda checks: " AND ".join(checks),
+    table=lambda name, select: f"CREATE TEMP TABLE {name} AS\n{select}",
+    walk_bound="depth, n",
+    walk_start=lambda met: f"{len(met) - 1}, t.n",
+    walk_step="w.depth + 1, w.n",
+    walk_go_on="w.depth < w.n",
 )
 
 
@@ -263,6 +282,11 @@ SPARK = Dialect(
     walk_number=_spark_walk_number,
     walk_text=lambda key: f"m[{literal(key)}]",
     record_ok=lambda checks: f"coalesce({' AND '.join(checks)}, false)",
+    table=lambda name, select: f"CACHE TABLE {name} AS\n{select}",
+    walk_bound="visited",
+    walk_start=lambda met: f"array({', '.join(met)})",
+    walk_step="array_append(w.visited, p.k)",
+    walk_go_on="NOT array_contains(w.visited, w.cur)",
 )
 
 #: Both engines, for what is rendered for each.
