@@ -22,7 +22,7 @@ from otel_joules.report import build_report, report_dict
 
 from tests.helpers.known_spans import emit_run, emit_train_and_epoch, make_provider
 from tests.helpers.processes import REPO, clean_env, otel_joules_command
-from tests.report.test_sql_dialect import verdicts
+from tests.report.test_sql_dialect import csv_verdicts, verdicts
 
 pytest.importorskip("pyspark", reason="the Spark engine needs pyspark: pip install -e '.[spark]'")
 pytest.importorskip("duckdb", reason="the Spark engine is compared with the DuckDB one: pip install -e '.[report]'")
@@ -102,6 +102,8 @@ def test_spark_sql_judges_records_as_the_python_reader(tmp_path: Path, spark: ob
 
     with SparkSpanStore(spark) as store:
         assert verdicts(store, tmp_path, FORMAT_JSONL, "spark") == []
+        (tmp_path / "csv").mkdir()
+        assert csv_verdicts(store, tmp_path / "csv", "spark") == []
 
 
 def test_spark_walks_nest_as_duckdb_and_the_rules(tmp_path: Path, spark: object) -> None:

@@ -109,8 +109,8 @@ def walks(d: Dialect) -> list[str]:
         d.table("link", """
 SELECT c.k, p.k AS pk FROM d c JOIN d p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
 """),
-        # Traces with a training.rank, and their span counts: a walk up a trace's parents that is longer than its
-        # spans has met a parent loop (each span it meets again says what it said the first time).
+        # Traces with a training.rank, and their span counts (DuckDB's walk_bound): a walk up a trace's parents that
+        # is longer than its spans has met a parent loop (each span it meets again says what it said the first time).
         d.table("trace_sizes", """
 SELECT trace_id, count(*) AS n, bool_or(own_rank IS NOT NULL) AS ranked FROM d GROUP BY trace_id
 """),
