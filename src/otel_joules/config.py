@@ -1,10 +1,10 @@
 """Every setting of otel-joules, in one place: the environment variables and the :class:`Settings` read from them.
 
 Each ``OTEL_JOULES_*`` variable is a constant below (as in the OpenTelemetry SDK's
-``environment_variables`` module) and is read only here, through :meth:`Settings.from_env`
-(the ``env`` mapping is injectable). A bad value (not a number, negative, NaN, infinite,
-absurdly large, not one of the choices) is reported once, naming the variable, and the
-default is used instead, as the OpenTelemetry specification asks: a setting never makes
+``environment_variables`` module) and is read only through this module, by :meth:`Settings.from_env`
+(the ``env`` mapping is injectable) with the readers of :mod:`otel_joules.env_values`. A bad value
+(not a number, negative, NaN, infinite, absurdly large, not one of the choices) is reported once,
+naming the variable, and the default is used instead, as the OpenTelemetry specification asks: a setting never makes
 ``instrument()`` raise or ``otel-joules run`` refuse to run a command. Keyword arguments
 given in code are different: a bad one is a :class:`~otel_joules.errors.ConfigurationError`.
 
@@ -67,18 +67,23 @@ CPU model is unknown, and 3 W per 8 GB of memory (0.375 W/GB).
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import re
-import threading
 import warnings
 from dataclasses import dataclass, fields
 from typing import Mapping
 
+# Re-exported: the layers above import every setting name, these two included, from config.
+from otel_joules.env_values import (
+    forget_reported_values,
+    read_absolute_path,
+    read_choice,
+    read_flag,
+    read_text,
+    report_bad_value,
+)
 from otel_joules.errors import ConfigurationError
-
-_log = logging.getLogger("otel_joules")
 
 # -- the environment variables ----------------------------------------------------------------
 
@@ -271,51 +276,6 @@ _NUMBER_BOUNDS: dict[str, tuple[float, bool, float]] = {
     "parquet_max_bytes": (0.0, True, float(1 << 40)),
     "parquet_max_age_s": (0.0, True, 30 * 86400.0),
 }
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-class ReportedProblems:
-    """Which bad values were already reported, so each is said once per process, not per read."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._seen: set[tuple[str, str, str]] = set()
-
-    def warn(self, name: str, raw: str, problem: str, default: str) -> None:
-        with self._lock:
-            if (name, raw, problem) in self._seen:
-                return
-            self._seen.add((name, raw, problem))
-        _log.warning("otel-joules: %s=%r %s; using %s instead", name, raw[:80], problem, default)
-
-    def forget(self) -> None:
-        """Report every value again from now on (tests start each case afresh)."""
-        with self._lock:
-            self._seen.clear()
-
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()
-
-
-_REPORTED = ReportedProblems()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_REPORTED._after_fork_in_child)
-
-
-def report_bad_value(name: str, raw: str, problem: str, default: str) -> None:
-    """Say once per process that ``name=raw`` is unusable (``problem``) and ``default`` is used.
-
-    For layers that validate a variable's value against data only they have (the carbon
-    table's country codes), so every bad setting is reported the same way.
-    """
-    _REPORTED.warn(name, raw, problem, default)
-
-
-def forget_reported_values() -> None:
-    """Forget which bad values were reported, so each is reported again (for tests)."""
-    _REPORTED.forget()
-
 
 def _number(env: Mapping[str, str], name: str, key: str, default: float) -> float:
     raw = env.get(name)
@@ -346,35 +306,6 @@ def _number_problem(key: str, value: object) -> str | None:
     return None
 
 
-def _text(env: Mapping[str, str], name: str) -> str | None:
-    raw = env.get(name)
-    return raw.strip() if raw is not None and raw.strip() else None
-
-
-def _absolute_path(env: Mapping[str, str], name: str, default: str) -> str:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    value = raw.strip()
-    if not os.path.isabs(value) or "\x00" in value:
-        report_bad_value(name, raw, "is not an absolute path", f"the default {default}")
-        return default
-    return value
-
-
-def _choice(
-    env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str | None, *, upper: bool = False, meaning: str = ""
-) -> str | None:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    value = raw.strip().upper() if upper else raw.strip().lower()
-    if value in choices:
-        return value
-    report_bad_value(name, raw, f"is not one of {', '.join(choices)}", meaning or repr(default))
-    return default
-
-
 def attribution_policy_name(policy: str | None, where: str = "attribution_policy") -> str | None:
     """The attribution policy ``policy`` names: itself, or the current name of a former one
     (:data:`DEPRECATED_POLICY_NAMES`), with a ``DeprecationWarning`` that says which name to use in ``where``.
@@ -398,20 +329,7 @@ def _policy(env: Mapping[str, str]) -> str | None:
     former = env.get(OTEL_JOULES_ATTRIBUTION_POLICY, "").strip().lower()
     if former in DEPRECATED_POLICY_NAMES:
         return attribution_policy_name(former, OTEL_JOULES_ATTRIBUTION_POLICY)
-    return _choice(env, OTEL_JOULES_ATTRIBUTION_POLICY, ATTRIBUTION_POLICIES, DEFAULT_ATTRIBUTION_POLICY)
-
-
-def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    raw = env.get(name)
-    if raw is None or not raw.strip():
-        return default
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    report_bad_value(name, raw, "is not true or false", str(default).lower())
-    return default
+    return read_choice(env, OTEL_JOULES_ATTRIBUTION_POLICY, ATTRIBUTION_POLICIES, DEFAULT_ATTRIBUTION_POLICY)
 
 
 def _providers(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -515,8 +433,8 @@ class Settings:
         """
         env = os.environ if env is None else env
         values: dict[str, object] = {
-            "sysfs_root": _text(env, OTEL_JOULES_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT,
-            "procfs_root": _text(env, OTEL_JOULES_PROCFS_ROOT) or DEFAULT_PROCFS_ROOT,
+            "sysfs_root": read_text(env, OTEL_JOULES_SYSFS_ROOT) or DEFAULT_SYSFS_ROOT,
+            "procfs_root": read_text(env, OTEL_JOULES_PROCFS_ROOT) or DEFAULT_PROCFS_ROOT,
             "cpu_tdp_watts": _number(env, OTEL_JOULES_CPU_TDP_WATTS, "cpu_tdp_watts", DEFAULT_CPU_TDP_WATTS),
             "memory_watts_per_gb": _number(
                 env, OTEL_JOULES_MEMORY_WATTS_PER_GB, "memory_watts_per_gb", DEFAULT_MEMORY_WATTS_PER_GB
@@ -525,21 +443,21 @@ class Settings:
             "max_snapshot_age_s": _number(
                 env, OTEL_JOULES_MAX_SNAPSHOT_AGE_S, "max_snapshot_age_s", DEFAULT_MAX_SNAPSHOT_AGE_S
             ),
-            "fast_path": _flag(env, OTEL_JOULES_FAST_PATH, True),
-            "country": _text(env, OTEL_JOULES_COUNTRY),
+            "fast_path": read_flag(env, OTEL_JOULES_FAST_PATH, True),
+            "country": read_text(env, OTEL_JOULES_COUNTRY),
             "carbon_providers": _providers(env),
-            "electricitymaps_api_key": _text(env, OTEL_JOULES_ELECTRICITYMAPS_API_KEY),
-            "uk_postcode": _text(env, OTEL_JOULES_UK_POSTCODE),
-            "dk_price_area": _choice(
+            "electricitymaps_api_key": read_text(env, OTEL_JOULES_ELECTRICITYMAPS_API_KEY),
+            "uk_postcode": read_text(env, OTEL_JOULES_UK_POSTCODE),
+            "dk_price_area": read_choice(
                 env, OTEL_JOULES_DK_PRICE_AREA, DK_PRICE_AREAS, None, upper=True, meaning="both price areas"
             ),
-            "full_command_line": _flag(env, OTEL_JOULES_FULL_COMMAND_LINE, False),
+            "full_command_line": read_flag(env, OTEL_JOULES_FULL_COMMAND_LINE, False),
             "prometheus_wait_s": _number(
                 env, OTEL_JOULES_PROMETHEUS_WAIT_S, "prometheus_wait_s", DEFAULT_PROMETHEUS_WAIT_S
             ),
             "attribution_policy": _policy(env),
             "static_watts": _static_watts(env),
-            "agent_socket": _absolute_path(env, OTEL_JOULES_AGENT_SOCKET, DEFAULT_AGENT_SOCKET),
+            "agent_socket": read_absolute_path(env, OTEL_JOULES_AGENT_SOCKET, DEFAULT_AGENT_SOCKET),
             "parquet_max_bytes": _number(
                 env, OTEL_JOULES_PARQUET_MAX_BYTES, "parquet_max_bytes", DEFAULT_PARQUET_MAX_BYTES
             ),
@@ -612,4 +530,4 @@ def report_memory_limit(env: Mapping[str, str] | None = None) -> str:
 def bmc_config_path(env: Mapping[str, str] | None = None) -> str | None:
     """``OTEL_JOULES_BMC_CONFIG`` from ``env`` (default ``os.environ``): the agent's BMC file, or None where unset."""
     env = os.environ if env is None else env
-    return _text(env, OTEL_JOULES_BMC_CONFIG)
+    return read_text(env, OTEL_JOULES_BMC_CONFIG)

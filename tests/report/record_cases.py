@@ -7,10 +7,17 @@ with a record they reject is read by the Python reader instead, so the report is
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from otel_joules.exporters.records import CORE_FIELDS
+
+#: The header of our CSV span export (core fields, then the attributes and resource cells).
+CSV_HEADER = (*CORE_FIELDS, "attributes", "resource")
 
 GOOD: dict[str, Any] = {
     "trace_id": "a" * 32,
@@ -90,4 +97,23 @@ def write_case(folder: Path, case: Case) -> Path:
     """A JSON-lines file of a good record, then the case's: the Python reader judges the second line, SQL the file."""
     path = folder / (case.label.replace(" ", "-").replace("(", "").replace(")", "") + ".jsonl")
     path.write_text(json.dumps(GOOD) + "\n" + case.line + "\n", encoding="utf-8")
+    return path
+
+
+def _csv_row(record: dict[str, Any]) -> list[str]:
+    """A record as a row of our CSV: each core field's text (absent: empty), the attributes as a JSON cell."""
+    attributes = record.get("attributes")
+    cells = ["" if record.get(field) is None else str(record[field]) for field in CORE_FIELDS]
+    return [*cells, "" if attributes is None else json.dumps(attributes), "{}"]
+
+
+def write_csv_case(folder: Path, case: Case) -> Path:
+    """The case as our CSV (:data:`CSV_HEADER`): a good row, then the case's record (every cell text, so a JSON
+    number and a JSON string read alike there)."""
+    text = io.StringIO()
+    writer = csv.writer(text)
+    for row in (CSV_HEADER, _csv_row(GOOD), _csv_row(json.loads(case.line))):
+        writer.writerow(row)
+    path = folder / (case.label.replace(" ", "-").replace("(", "").replace(")", "") + ".csv")
+    path.write_text(text.getvalue(), encoding="utf-8")
     return path

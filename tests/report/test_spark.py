@@ -22,7 +22,7 @@ from otel_joules.report import build_report, report_dict
 
 from tests.helpers.known_spans import emit_run, emit_train_and_epoch, make_provider
 from tests.helpers.processes import REPO, clean_env, otel_joules_command
-from tests.report.test_sql_dialect import verdicts
+from tests.report.test_sql_dialect import csv_verdicts, verdicts
 
 pytest.importorskip("pyspark", reason="the Spark engine needs pyspark: pip install -e '.[spark]'")
 pytest.importorskip("duckdb", reason="the Spark engine is compared with the DuckDB one: pip install -e '.[report]'")
@@ -102,3 +102,21 @@ def test_spark_sql_judges_records_as_the_python_reader(tmp_path: Path, spark: ob
 
     with SparkSpanStore(spark) as store:
         assert verdicts(store, tmp_path, FORMAT_JSONL, "spark") == []
+        (tmp_path / "csv").mkdir()
+        assert csv_verdicts(store, tmp_path / "csv", "spark") == []
+
+
+def test_spark_walks_nest_as_duckdb_and_the_rules(tmp_path: Path, spark: object) -> None:
+    # Parent loops, a span's own parent, grandparents and inherited ranks: the walks both engines render from one
+    # definition (report.sql.traces.walks), bounded round a loop each its own way.
+    from tests.report.test_nesting import EXPECTED, SPANS
+
+    path = tmp_path / "nest.jsonl"
+    path.write_text("".join(json.dumps(span) + "\n" for span in SPANS), encoding="utf-8")
+    spark_report = build_report([path], engine="spark", spark_session=spark)
+    found = {
+        int(run.run_id, 16): (run.joules, run.host_interval_joules, run.energy_basis, run.spans_counted)
+        for run in spark_report.runs
+    }
+    assert found == EXPECTED
+    assert report_dict(spark_report) == report_dict(build_report([path]))

@@ -39,6 +39,7 @@ from otel_joules.report.sql import (
     FORMAT_PARQUET,
     SPARK_AGGREGATE,
     SPARK_SPAN_COLUMNS,
+    SPARK_SPAN_SCHEMA,
     SPARK_TRACES,
     TraceSpans,
     json_safe,
@@ -55,10 +56,7 @@ DEFAULT_MASTER = "local[2]"
 #: The engines ``otel-joules report --engine`` takes.
 ENGINES = ("duckdb", "spark")
 
-_SPAN_SCHEMA = (
-    "file_idx INT, mid BIGINT, ok BOOLEAN, trace_id STRING, span_id STRING, parent_span_id STRING, name STRING, "
-    "start_ns BIGINT, end_ns BIGINT, service_name STRING, attrs STRING, n_attrs INT"
-)
+_SPAN_SCHEMA = ", ".join(f"{name} {kind}" for name, kind in SPARK_SPAN_SCHEMA)
 
 
 def spark_session() -> Any:

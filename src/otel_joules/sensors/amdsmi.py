@@ -27,9 +27,9 @@ Partitions: where amdsmi reports a GPU's compute partition (SPX, DPX, TPX, QPX, 
 (NPS1..NPS8) they are named in the domain (``hw.name`` and what it covers); the energy reading is amdsmi's
 for the device it lists.
 
-Lifecycle: one :class:`AmdSmiSession` per process imports ``amdsmi`` on first use (the base install does not
-include it: ``pip install 'otel-joules[amd]'``), initialises it for AMD GPUs, shuts it down at exit and
-initialises it again in a forked child, whose channels then find their handles again by UUID.
+Lifecycle: one :class:`~otel_joules.sensors.amdsmi_session.AmdSmiSession` per process imports ``amdsmi`` on
+first use, initialises it, shuts it down at exit and again after ``fork()``
+(:mod:`otel_joules.sensors.amdsmi_session`).
 
 Nothing here raises when there is no AMD GPU, library or package: :func:`discover` returns a
 :class:`Discovery` whose ``unavailable`` entries say which and why. Where the ``amdsmi`` package or its library
@@ -39,22 +39,27 @@ machine without one hears nothing.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import io
 import logging
 import os
 import re
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Collection, Mapping, Sequence
 
-from otel_joules.config import CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCM_PATH, ROCR_VISIBLE_DEVICES, Settings
-from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError, SensorUnavailableError
+from otel_joules.config import CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, Settings
+from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
+from otel_joules.sensors.amdsmi_session import (
+    STATUS_NOT_SUPPORTED,
+    AmdSmiSession,
+    AmdSmiUnavailableError,
+    default_session,
+    describe_error,
+    error_code,
+)
 from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
 from otel_joules.sensors.deadline import Stall, TimedDiscovery
 from otel_joules.sensors.deadline import discover_within as _discover_within
@@ -93,14 +98,6 @@ AMDSMI_PIDS_REMEDY = (
 )
 #: PCI vendor id of AMD (ATI), as sysfs writes it.
 AMD_PCI_VENDOR = "0x1002"
-#: The remedy where the package is missing.
-INSTALL_REMEDY = "pip install 'otel-joules[amd]' (the amdsmi package, matching your ROCm release)"
-
-# amdsmi status codes (amdsmi.h), kept here so the mapping does not depend on the binding's version.
-_STATUS_NOT_SUPPORTED = 2
-_STATUS_NO_PERM = 10
-_STATUS_DRIVER_NOT_LOADED = 34
-
 
 _said: set[str] = set()
 _said_lock = threading.Lock()
@@ -113,157 +110,6 @@ def _say_once(message: str) -> None:
             return
         _said.add(message)
     _log.warning("otel-joules: %s", message)
-
-
-class AmdSmiUnavailableError(SensorUnavailableError):
-    """amdsmi cannot be used in this process; ``reason`` and ``remedy`` are for the user.
-
-    ``missing`` is True where the package or its library is absent (said only on a machine with an AMD GPU).
-    """
-
-    def __init__(self, reason: str, remedy: str = "", missing: bool = False) -> None:
-        super().__init__(f"{reason}; {remedy}" if remedy else reason)
-        self.reason = reason
-        self.remedy = remedy
-        self.missing = missing
-
-
-def _import_amdsmi() -> ModuleType:
-    # The binding prints to stdout when it cannot find its library: that line must not reach the user's output.
-    with contextlib.redirect_stdout(io.StringIO()):
-        import amdsmi
-    return amdsmi
-
-
-def _error_code(exc: BaseException) -> int | None:
-    get = getattr(exc, "get_error_code", None)
-    try:
-        code = get() if callable(get) else None
-    except Exception:  # noqa: BLE001 - an odd exception object: no code
-        return None
-    return code if isinstance(code, int) else None
-
-
-def _describe(exc: BaseException) -> str:
-    code = _error_code(exc)
-    text = " ".join(str(exc).split())
-    return f"{text} (amdsmi status {code})" if code is not None and str(code) not in text else text or type(exc).__name__
-
-
-class AmdSmiSession:
-    """amdsmi's initialisation in this process (one per process, :func:`default_session`).
-
-    :meth:`acquire` imports the package and initialises it for AMD GPUs once, registers the shutdown at exit,
-    and after ``fork()`` initialises again in the child; :attr:`generation` then changes so channels know
-    their handles are stale. A failed import is remembered: it is not retried.
-    """
-
-    def __init__(self, loader: Callable[[], ModuleType] = _import_amdsmi) -> None:
-        self._loader = loader
-        self._lock = threading.Lock()
-        self._amdsmi: ModuleType | None = None
-        self._import_failure: AmdSmiUnavailableError | None = None
-        self._initialised_pid: int | None = None
-        self._generation = 0
-        self._atexit_registered = False
-
-    @property
-    def generation(self) -> int:
-        """Increments at every initialisation; a handle from another generation is stale."""
-        return self._generation
-
-    def acquire(self) -> ModuleType:
-        """Initialise amdsmi in this process if needed; return the ``amdsmi`` module.
-
-        Raises:
-            AmdSmiUnavailableError: no package, library, driver or permission.
-        """
-        pid = os.getpid()
-        if self._initialised_pid == pid and self._amdsmi is not None:
-            return self._amdsmi
-        with self._lock:
-            if self._initialised_pid == pid and self._amdsmi is not None:
-                return self._amdsmi
-            amdsmi = self._load()
-            try:
-                amdsmi.amdsmi_init(amdsmi.AmdSmiInitFlags.INIT_AMD_GPUS)
-            except Exception as exc:  # AmdSmiLibraryException, or anything a broken library raises
-                raise _init_failure(exc) from None
-            self._amdsmi = amdsmi
-            self._initialised_pid = pid
-            self._generation += 1
-            if not self._atexit_registered:
-                atexit.register(_shutdown_at_exit, weakref.ref(self))
-                self._atexit_registered = True
-            return amdsmi
-
-    def _load(self) -> ModuleType:
-        if self._import_failure is not None:
-            raise self._import_failure
-        try:
-            return self._loader()
-        except ImportError:
-            self._import_failure = AmdSmiUnavailableError("the amdsmi package is not installed", INSTALL_REMEDY, missing=True)
-        except (KeyError, OSError, AttributeError) as exc:
-            # KeyError: the binding found no libamd_smi.so; AttributeError: a library lacking a function it binds.
-            self._import_failure = AmdSmiUnavailableError(
-                f"the amdsmi package cannot load libamd_smi.so ({type(exc).__name__}: {exc})",
-                f"install ROCm's amd-smi-lib, or set {ROCM_PATH} to the ROCm folder whose lib/ holds it; "
-                "its release must match the amdsmi package's",
-                missing=True,
-            )
-        raise self._import_failure
-
-    def shutdown(self) -> None:
-        """Release this process's amdsmi initialisation (at exit; safe to call more than once)."""
-        with self._lock:
-            if self._initialised_pid != os.getpid() or self._amdsmi is None:
-                return
-            amdsmi = self._amdsmi
-            self._initialised_pid = None
-            with contextlib.suppress(Exception):  # nothing useful can be done about a failing shutdown at exit
-                amdsmi.amdsmi_shut_down()
-
-    def handles(self) -> list[Any]:
-        """The processor handles amdsmi lists now, in its order (the amdsmi indices)."""
-        return list(self.acquire().amdsmi_get_processor_handles())
-
-    def handle_by_uuid(self, uuid: str) -> Any | None:
-        """The handle of the GPU with this UUID, or None where amdsmi no longer lists it."""
-        amdsmi = self.acquire()
-        for handle in self.handles():
-            with contextlib.suppress(Exception):
-                if str(amdsmi.amdsmi_get_gpu_device_uuid(handle)).lower() == uuid.lower():
-                    return handle
-        return None
-
-
-def _init_failure(exc: BaseException) -> AmdSmiUnavailableError:
-    code = _error_code(exc)
-    if code == _STATUS_DRIVER_NOT_LOADED:
-        return AmdSmiUnavailableError("the amdgpu kernel driver is not loaded", "load amdgpu; `amd-smi list` must work first")
-    if code == _STATUS_NO_PERM:
-        return AmdSmiUnavailableError("no permission to use amdsmi", "add this user to the render and video groups")
-    return AmdSmiUnavailableError(f"amdsmi could not be initialised: {_describe(exc)}", "check `amd-smi list`")
-
-
-def _shutdown_at_exit(ref: "weakref.ref[AmdSmiSession]") -> None:
-    session = ref()
-    if session is not None:
-        session.shutdown()
-
-
-_default_session: AmdSmiSession | None = None
-_default_lock = threading.Lock()
-
-
-def default_session() -> AmdSmiSession:
-    """The process-wide :class:`AmdSmiSession`."""
-    global _default_session
-    with _default_lock:
-        if _default_session is None:
-            _default_session = AmdSmiSession()
-        return _default_session
 
 
 def amd_gpus_in_sysfs(sysfs_root: str) -> int:
@@ -352,7 +198,7 @@ class AmdSmiChannel(Channel):
         try:
             return function(*args)
         except Exception as exc:  # noqa: BLE001 - every failure of the library becomes a read error
-            raise SensorReadError(f"{self.domain.id}: reading {what} failed: {_describe(exc)}") from None
+            raise SensorReadError(f"{self.domain.id}: reading {what} failed: {describe_error(exc)}") from None
 
     def reset_after_fork(self) -> None:
         """Forget the handle: the child finds it again by UUID before its first read."""
@@ -466,7 +312,7 @@ def _inventory(amdsmi: ModuleType, session: AmdSmiSession) -> tuple[list[AmdGpu]
             uuid = str(amdsmi.amdsmi_get_gpu_device_uuid(handle))
             bdf = str(amdsmi.amdsmi_get_gpu_device_bdf(handle))
         except Exception as exc:  # noqa: BLE001
-            problems[index] = _describe(exc)
+            problems[index] = describe_error(exc)
             continue
         asic = _optional(amdsmi.amdsmi_get_gpu_asic_info, handle) or {}
         name = asic.get("market_name") if asic.get("market_name") not in (None, "", "N/A") else "AMD GPU"
@@ -515,14 +361,14 @@ def _probe(amdsmi: ModuleType, gpu: AmdGpu, handle: Any, session: AmdSmiSession)
         if resolution_uj > 0:
             return AmdSmiEnergyChannel(_gpu_domain(gpu, Method.COUNTER), gpu, session, resolution_uj, handle)
     except Exception as exc:  # noqa: BLE001
-        if _error_code(exc) != _STATUS_NOT_SUPPORTED:
-            return Unavailable(gpu.describe(), f"its energy accumulator cannot be read: {_describe(exc)}", "check it with `amd-smi metric -p`")
+        if error_code(exc) != STATUS_NOT_SUPPORTED:
+            return Unavailable(gpu.describe(), f"its energy accumulator cannot be read: {describe_error(exc)}", "check it with `amd-smi metric -p`")
     try:
         if power_watts(amdsmi.amdsmi_get_power_info(handle)) is not None:
             return AmdSmiPowerChannel(_gpu_domain(gpu, Method.POWER_INTEGRATION), gpu, session, handle)
     except Exception as exc:  # noqa: BLE001
-        if _error_code(exc) != _STATUS_NOT_SUPPORTED:
-            return Unavailable(gpu.describe(), f"its power reading cannot be read: {_describe(exc)}", "check it with `amd-smi metric -p`")
+        if error_code(exc) != STATUS_NOT_SUPPORTED:
+            return Unavailable(gpu.describe(), f"its power reading cannot be read: {describe_error(exc)}", "check it with `amd-smi metric -p`")
     return Unavailable(
         gpu.describe(),
         "amdsmi supports neither its energy accumulator nor its power reading",
@@ -656,8 +502,8 @@ def discover(
         found, handles, problems = _inventory(amdsmi, session)
     except Exception as exc:  # noqa: BLE001
         if explicit:
-            raise ConfigurationError(f"gpus={gpus!r}: amdsmi cannot list GPUs: {_describe(exc)}") from None
-        return Discovery(unavailable=[Unavailable(WHAT, f"amdsmi cannot list GPUs: {_describe(exc)}", "check `amd-smi list`")])
+            raise ConfigurationError(f"gpus={gpus!r}: amdsmi cannot list GPUs: {describe_error(exc)}") from None
+        return Discovery(unavailable=[Unavailable(WHAT, f"amdsmi cannot list GPUs: {describe_error(exc)}", "check `amd-smi list`")])
     unavailable = [Unavailable(f"{WHAT}_{i}", f"amdsmi cannot query it: {p}", "check `amd-smi list`") for i, p in sorted(problems.items())]
     if not found and not problems:
         if explicit:
@@ -670,7 +516,7 @@ def discover(
             try:
                 listed[index] = set(running_pids(amdsmi, handle))
             except Exception as exc:  # noqa: BLE001
-                listed[index] = _describe(exc)
+                listed[index] = describe_error(exc)
         return listed
 
     selection = select_amd_gpus(found, requested=gpus, devices_by_pid=devices_by_pid, env=env, gpu_pids=pids_by_index)

@@ -6,9 +6,11 @@ of :data:`~otel_joules.report.record_checks.TRACE_ID_HEX_DIGITS` and
 that do not end before they start, every ``energy.*``/``carbon.*`` joules, grams, PUE and intensity
 number finite, not negative and at most :data:`~otel_joules.report.record_checks.MAX_PLAUSIBLE_VALUE`),
 conservatively: a record that passes would pass the Python checks too (tests/report/test_sql_dialect.py
-feeds the same records to both). The rules are the functions below, rendered for DuckDB or Spark by a
-:class:`~otel_joules.report.sql.dialect.Dialect`; what is left per engine is how its reader hands over
-a file's fields (DuckDB's ``read_ndjson_objects``/``read_csv``/``read_parquet``, Spark's views).
+feeds the same records, as JSON lines and as CSV, to both). The rules are the functions below, rendered for
+DuckDB or Spark by a :class:`~otel_joules.report.sql.dialect.Dialect`; a JSON-lines field is read as text
+by the dialect (``json_text``) and judged by the same text checks as a CSV cell. What is left per engine is
+how its reader hands over a file's fields (DuckDB's ``read_ndjson_objects``/``read_csv``/``read_parquet``,
+Spark's views).
 """
 
 from __future__ import annotations
@@ -82,6 +84,17 @@ def time_ok(d: Dialect, text: str) -> str:
     return f"(coalesce({text}, '') = '' OR {text_time(d, text)} IS NOT NULL)"
 
 
+def json_field_ok(d: Dialect, value: str, text: str, check: str) -> str:
+    """SQL: the JSON-lines field ``value`` is absent or null, or read as ``text`` (a dialect's ``json_text`` or
+    ``json_time_text``: NULL for a JSON value of another type, which fails) passes ``check``."""
+    return f"({d.json_absent(value)} OR ({text} IS NOT NULL AND {check}))"
+
+
+def json_time(d: Dialect, value: str) -> str:
+    """SQL: the JSON-lines time ``value`` (an integer, or digits as text) as BIGINT; NULL if absent or not a time."""
+    return text_time(d, d.json_time_text(value))
+
+
 def in_order(start: str, end: str) -> str:
     """SQL: a span that does not end before it starts (either time unknown: in order)."""
     return f"coalesce({start} <= {end}, true)"
@@ -90,16 +103,17 @@ def in_order(start: str, end: str) -> str:
 def jsonl_checks(d: Dialect) -> tuple[str, ...]:
     """The checks of a JSON-lines record, over the reader's columns ``tid sid pid nm svc st et`` (its fields) and ``a``
     (its attributes) read as the map ``m``."""
+    text, time_text = d.json_text, d.json_time_text
     return (
         d.json_record_ok,
-        d.json_hex("tid", TRACE_ID_HEX_DIGITS),
-        d.json_hex("sid", SPAN_ID_HEX_DIGITS),
-        d.json_parent_ok("pid"),
-        d.json_text_ok("nm"),
-        d.json_text_ok("svc"),
-        d.json_time_ok("st"),
-        d.json_time_ok("et"),
-        in_order(d.json_time("st"), d.json_time("et")),
+        hex_ok(d, text("tid"), TRACE_ID_HEX_DIGITS),
+        hex_ok(d, text("sid"), SPAN_ID_HEX_DIGITS),
+        json_field_ok(d, "pid", text("pid"), parent_ok(d, text("pid"))),
+        json_field_ok(d, "nm", text("nm"), "true"),
+        json_field_ok(d, "svc", text("svc"), "true"),
+        json_field_ok(d, "st", time_text("st"), time_ok(d, time_text("st"))),
+        json_field_ok(d, "et", time_text("et"), time_ok(d, time_text("et"))),
+        in_order(json_time(d, "st"), json_time(d, "et")),
         d.json_attributes_ok("a"),
         attributes_ok(d, "a", "m"),
     )
@@ -192,7 +206,7 @@ def duckdb_jsonl_select(paths: Sequence[str]) -> str:
     fields = "{" + ", ".join(f'"{f}": "JSON"' for f in _JSONL_FIELDS) + "}"
     return f"""
 SELECT filename, {d.record_ok(jsonl_checks(d))}, lower(tid->>'$'), lower(sid->>'$'), nullif(lower(pid->>'$'), ''),
-       coalesce(nm->>'$', ''), {d.json_time('st')}, {d.json_time('et')}, nullif(svc->>'$', ''), a, {kept_count(d, 'm')}
+       coalesce(nm->>'$', ''), {json_time(d, 'st')}, {json_time(d, 'et')}, nullif(svc->>'$', ''), a, {kept_count(d, 'm')}
 FROM (
     SELECT *, TRY_CAST(a AS MAP(VARCHAR, JSON)) AS m
     FROM (
@@ -247,11 +261,15 @@ FROM (SELECT *, TRY_CAST(a AS MAP(VARCHAR, JSON)) AS m FROM (
 # ``otel-joules report --engine spark`` (:mod:`otel_joules.report.spark_engine`) reads a batch of files into one view
 # and selects from it; ``mid`` numbers the rows (a row's place in its file, as DuckDB's ``rowid``).
 
-#: The columns of Spark's ``spans`` view, in order (DuckDB's ``spans`` table, with ``mid``: the row's place in its file).
-SPARK_SPAN_COLUMNS = (
-    "file_idx", "mid", "ok", "trace_id", "span_id", "parent_span_id", "name", "start_ns", "end_ns", "service_name",
-    "attrs", "n_attrs",
+#: The columns of Spark's ``spans`` view and their types, in order (DuckDB's ``spans`` table, with ``mid``: the row's
+#: place in its file).
+SPARK_SPAN_SCHEMA = (
+    ("file_idx", "INT"), ("mid", "BIGINT"), ("ok", "BOOLEAN"), ("trace_id", "STRING"), ("span_id", "STRING"),
+    ("parent_span_id", "STRING"), ("name", "STRING"), ("start_ns", "BIGINT"), ("end_ns", "BIGINT"),
+    ("service_name", "STRING"), ("attrs", "STRING"), ("n_attrs", "INT"),
 )
+#: Their names.
+SPARK_SPAN_COLUMNS = tuple(name for name, _ in SPARK_SPAN_SCHEMA)
 
 
 def _spark_select(source: str, file_idx: int | str, ok: Sequence[str], tid: str, sid: str, pid: str, name: str,
@@ -279,7 +297,7 @@ SELECT *, get_json_object(value, '$.trace_id') AS tid, get_json_object(value, '$
        get_json_object(value, '$') IS NOT NULL AS parsed
 FROM (SELECT *, monotonically_increasing_id() AS mid FROM {view}) WHERE trim(value) != ''
 """
-    st, et = SPARK.json_time("st"), SPARK.json_time("et")
+    st, et = json_time(SPARK, "st"), json_time(SPARK, "et")
     return _spark_select(source, file_idx, jsonl_checks(SPARK), "tid", "sid", "pid", "nm", st, et, "svc")
 
 

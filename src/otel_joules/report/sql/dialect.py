@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
-from otel_joules.report.record_checks import MAX_PLAUSIBLE_VALUE, SPAN_ID_HEX_DIGITS, TIME_MAX_DIGITS, hex_id_pattern
+from otel_joules.report.record_checks import MAX_PLAUSIBLE_VALUE, TIME_MAX_DIGITS
 
 
 #: A time written as text: digits, at most as many as the 64-bit range has (one past it fails the cast to BIGINT).
@@ -51,11 +51,11 @@ class Dialect:
         csv_row_ok: Checks of a CSV row beyond its cells (Spark: the row parsed).
         json_record_ok: The checks of a JSON line as a whole (DuckDB: an object, not nested too deep; Spark: it
             parsed and starts with ``{``), over the select's columns.
-        json_hex: ``(value, digits)``: a JSON-lines field is text of ``digits`` hex digits.
-        json_parent_ok: ``(value)``: a JSON-lines parent id is absent, empty or 16 hex digits.
-        json_text_ok: ``(value)``: a JSON-lines field read as text (a name) is absent or text.
-        json_time: ``(value)``: a JSON-lines time (an integer, or digits as text) as BIGINT; NULL if absent.
-        json_time_ok: ``(value)``: a JSON-lines time is absent, empty or a time.
+        json_absent: ``(value)``: a JSON-lines field is absent or null.
+        json_text: ``(value)``: a JSON-lines field as the text the checks read: a JSON string's text, else NULL
+            (Spark: any value as text).
+        json_time_text: ``(value)``: a JSON-lines time as text: a JSON string's or integer's, else NULL (Spark: any
+            value as text).
         json_attributes_ok: ``(value)``: the JSON-lines attributes field is there to be read as a map.
         double: ``(number)``: a number literal as DOUBLE (a plain ``0.0`` is a DECIMAL in Spark).
         walk_number: ``(key)``: in the aggregation's first table, the span's attribute ``key`` as a finite DOUBLE
@@ -63,6 +63,15 @@ class Dialect:
             the map of ``attrs``).
         walk_text: ``(key)``: there, the attribute ``key`` as text (NULL when absent or null).
         record_ok: ``(checks)``: a row's verdict from its checks (Spark's is never NULL: a filter reads it).
+        table: ``(name, select)``: a table of the aggregation, made from ``select`` (DuckDB: a temp table, which
+            spills to disk; Spark: a cached one).
+        walk_bound: The columns a walk up a span's parents carries to end round a parent loop (DuckDB: its depth and
+            the trace's size, so a walk's rows are numbers; Spark: the spans met, in an array).
+        walk_start: ``(met)``: their values where a walk starts, having met the spans ``met`` (the walker first); the
+            trace's size is ``t.n``.
+        walk_step: Their values one step up, from the walk's row ``w`` to the parent ``p`` it reaches.
+        walk_go_on: The walk's row ``w`` may step on to its next span ``w.cur``: not met before (DuckDB: the walk is
+            no longer than the trace, which a parent loop makes it).
     """
 
     name: str
@@ -80,16 +89,19 @@ class Dialect:
     shallow: Callable[[str], str]
     csv_row_ok: str
     json_record_ok: str
-    json_hex: Callable[[str, int], str]
-    json_parent_ok: Callable[[str], str]
-    json_text_ok: Callable[[str], str]
-    json_time: Callable[[str], str]
-    json_time_ok: Callable[[str], str]
+    json_absent: Callable[[str], str]
+    json_text: Callable[[str], str]
+    json_time_text: Callable[[str], str]
     json_attributes_ok: Callable[[str], str]
     double: Callable[[str], str]
     walk_number: Callable[[str], str]
     walk_text: Callable[[str], str]
     record_ok: Callable[[Iterable[str]], str]
+    table: Callable[[str, str], str]
+    walk_bound: str
+    walk_start: Callable[[Sequence[str]], str]
+    walk_step: str
+    walk_go_on: str
 
 
 def text_time(d: Dialect, text: str) -> str:
@@ -99,11 +111,6 @@ def text_time(d: Dialect, text: str) -> str:
 
 
 # -- DuckDB ------------------------------------------------------------------------------------------------------------
-
-def _string(value: str) -> str:
-    """DuckDB: a JSON value's text (a string unquoted)."""
-    return f"{value}->>'$'"
-
 
 def _duckdb_full_match(text: str, pattern: str) -> str:
     return f"regexp_full_match({text}, {literal(pattern)})"
@@ -118,22 +125,6 @@ def _duckdb_number_ok(text: str, key: str, value: str) -> str:
         f"AND CAST({value} AS DOUBLE) <= {MAX_PLAUSIBLE_VALUE!r}) "
         f"WHEN json_type({value}) = 'VARCHAR' THEN ({value}->>'$') NOT IN ('NaN', 'Infinity', '-Infinity') "
         "ELSE true END"
-    )
-
-
-def _duckdb_json_time(value: str) -> str:
-    return (
-        f"CASE WHEN json_type({value}) IN ('BIGINT', 'UBIGINT') THEN TRY_CAST({value} AS BIGINT) "
-        f"WHEN json_type({value}) = 'VARCHAR' AND {_duckdb_full_match(_string(value), TIME_PATTERN)} "
-        f"THEN TRY_CAST({value}->>'$' AS BIGINT) END"
-    )
-
-
-def _duckdb_json_parent_ok(value: str) -> str:
-    return (
-        f"({value} IS NULL OR json_type({value}) = 'NULL' OR "
-        f"(json_type({value}) = 'VARCHAR' AND (({value}->>'$') = '' "
-        f"OR {_duckdb_full_match(_string(value), hex_id_pattern(SPAN_ID_HEX_DIGITS))})))"
     )
 
 
@@ -174,22 +165,19 @@ DUCKDB = Dialect(
     shallow=lambda text: f"shallow({text})",  # the macro of report.sql.checks.DUCKDB_MACROS
     csv_row_ok="true",  # strict_mode: a row DuckDB cannot parse fails the whole query
     json_record_ok="json_type(j) = 'OBJECT' AND shallow(CAST(j AS VARCHAR))",
-    json_hex=lambda value, digits: (
-        f"(json_type({value}) = 'VARCHAR' AND {_duckdb_full_match(_string(value), hex_id_pattern(digits))})"
-    ),
-    json_parent_ok=_duckdb_json_parent_ok,
-    json_text_ok=lambda value: f"({value} IS NULL OR json_type({value}) IN ('NULL', 'VARCHAR'))",
-    json_time=_duckdb_json_time,
-    json_time_ok=lambda value: (
-        f"({value} IS NULL OR json_type({value}) = 'NULL' "
-        f"OR (json_type({value}) = 'VARCHAR' AND ({value}->>'$') = '') "
-        f"OR coalesce({_duckdb_json_time(value)} >= 0, false))"
-    ),
+    json_absent=lambda value: f"({value} IS NULL OR json_type({value}) = 'NULL')",
+    json_text=lambda value: f"CASE WHEN json_type({value}) = 'VARCHAR' THEN {value}->>'$' END",
+    json_time_text=lambda value: f"CASE WHEN json_type({value}) IN ('VARCHAR', 'BIGINT', 'UBIGINT') THEN {value}->>'$' END",
     json_attributes_ok=lambda value: "true",
     double=lambda number: f"CAST({number} AS DOUBLE)",
     walk_number=lambda key: json_number(f'a."{key}"'),
     walk_text=lambda key: f"CASE WHEN json_type(a.\"{key}\") NOT IN ('NULL') THEN CAST(a.\"{key}\" AS VARCHAR) END",
     record_ok=lambda checks: " AND ".join(checks),
+    table=lambda name, select: f"CREATE TEMP TABLE {name} AS\n{select}",
+    walk_bound="depth, n",
+    walk_start=lambda met: f"{len(met) - 1}, t.n",
+    walk_step="w.depth + 1, w.n",
+    walk_go_on="w.depth < w.n",
 )
 
 
@@ -213,14 +201,6 @@ def _spark_number_ok(text: str, key: str, value: str) -> str:
         f"({value} RLIKE {SPARK_NUMBER} AND try_cast({value} AS DOUBLE) >= 0 "
         f"AND try_cast({value} AS DOUBLE) <= {MAX_PLAUSIBLE_VALUE!r} AND NOT {spark_quoted(text, key)})"
     )
-
-
-def _spark_hex(value: str, digits: int) -> str:
-    return f"coalesce({_spark_full_match(value, hex_id_pattern(digits))}, false)"
-
-
-def _spark_json_time(value: str) -> str:
-    return f"CASE WHEN {_spark_full_match(value, TIME_PATTERN)} THEN try_cast({value} AS BIGINT) END"
 
 
 def _spark_walk_number(key: str) -> str:
@@ -251,18 +231,20 @@ SPARK = Dialect(
     shallow=lambda text: "true",
     csv_row_ok="_corrupt IS NULL",
     json_record_ok="parsed AND value RLIKE '^[ \t]*[{]'",
-    json_hex=_spark_hex,
-    json_parent_ok=lambda value: (
-        f"(coalesce({value}, '') = '' OR {_spark_full_match(value, hex_id_pattern(SPAN_ID_HEX_DIGITS))})"
-    ),
-    json_text_ok=lambda value: "true",  # get_json_object gives any value as text
-    json_time=_spark_json_time,
-    json_time_ok=lambda value: f"(coalesce({value}, '') = '' OR {_spark_json_time(value)} IS NOT NULL)",
+    # get_json_object gives any value (a string unquoted) as text, NULL where absent or null.
+    json_absent=lambda value: f"{value} IS NULL",
+    json_text=lambda value: value,
+    json_time_text=lambda value: value,
     json_attributes_ok=lambda value: f"{value} IS NOT NULL",
     double=lambda number: f"double({number})",
     walk_number=_spark_walk_number,
     walk_text=lambda key: f"m[{literal(key)}]",
     record_ok=lambda checks: f"coalesce({' AND '.join(checks)}, false)",
+    table=lambda name, select: f"CACHE TABLE {name} AS\n{select}",
+    walk_bound="visited",
+    walk_start=lambda met: f"array({', '.join(met)})",
+    walk_step="array_append(w.visited, p.k)",
+    walk_go_on="NOT array_contains(w.visited, w.cur)",
 )
 
 #: Both engines, for what is rendered for each.

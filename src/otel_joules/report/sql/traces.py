@@ -4,10 +4,12 @@ A span exported twice counts once (the copy with the most kept attributes, the f
 topmost spans carrying ``energy.attributed.joules`` (per ``training.rank``: nearest self-or-ancestor
 rank) and ``energy.joules`` are found by walking each span's ancestors in a recursive query (a parent
 loop ends the walk, as in Python); first start, last end, the root's name and service, clock steps and
-the longest measured span duration are aggregated. What a span's row reads, what it counts as and a
-trace's figures are written once (:func:`span_figures`, :func:`span_flags`, :func:`trace_figures`) and
-rendered per engine; the walks differ in how they are bounded (DuckDB: by row numbers and a trace's
-size, so its tables spill; Spark: by the ancestors met, in an array), so each engine has its own.
+the longest measured span duration are aggregated. What a span's row reads, the walks, what a span
+counts as and a trace's figures are written once (:func:`span_figures`, :func:`walks`,
+:func:`span_flags`, :func:`trace_figures`) and rendered per engine by its
+:class:`~otel_joules.report.sql.dialect.Dialect`: the walks differ only in how they are bounded
+round a parent loop (DuckDB: by their depth and a trace's size, so its tables hold numbers and
+spill; Spark: by the ancestors met, in an array) and in how a table is made.
 """
 
 from __future__ import annotations
@@ -97,6 +99,101 @@ def trace_figures(d: Dialect, f: str = "") -> str:
            FILTER (WHERE {f}start_ns IS NOT NULL AND {f}end_ns IS NOT NULL) AS longest"""
 
 
+def walks(d: Dialect) -> list[str]:
+    """The statements that find, from ``d`` (one row per span, keyed ``k``), which spans are nested under a share or
+    under interval energy: the walks up each span's parents, written once and rendered per engine (``d``'s
+    ``walk_*`` entries bound a walk round a parent loop; ``table`` makes each table)."""
+    return [
+        # Each span's parent where it is among the spans (a root, or a span whose parent was not exported, has none):
+        # the walks step along these.
+        d.table("link", """
+SELECT c.k, p.k AS pk FROM d c JOIN d p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
+"""),
+        # Traces with a training.rank, and their span counts (DuckDB's walk_bound): a walk up a trace's parents that
+        # is longer than its spans has met a parent loop (each span it meets again says what it said the first time).
+        d.table("trace_sizes", """
+SELECT trace_id, count(*) AS n, bool_or(own_rank IS NOT NULL) AS ranked FROM d GROUP BY trace_id
+"""),
+        # The training.rank of each span carrying a share, or of its nearest ancestor with one (none in a trace
+        # without any rank: no walk there).
+        d.table("ranks", f"""
+WITH RECURSIVE walk(k, cur, rank, {d.walk_bound}) AS (
+    SELECT d.k, l.pk, d.own_rank, {d.walk_start(("d.k",))}
+    FROM d JOIN trace_sizes t ON t.trace_id = d.trace_id AND t.ranked LEFT JOIN link l ON l.k = d.k
+    WHERE d.eaj IS NOT NULL AND d.own_rank IS NULL
+    UNION ALL
+    SELECT w.k, l.pk, p.own_rank, {d.walk_step}
+    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN link l ON l.k = p.k
+    WHERE w.rank IS NULL AND {d.walk_go_on}
+)
+SELECT k, max(rank) AS rank FROM walk GROUP BY k
+UNION ALL
+SELECT k, own_rank FROM d WHERE eaj IS NOT NULL AND own_rank IS NOT NULL
+"""),
+        # Spans with an ancestor (never the span itself, met again round a parent loop) carrying the same share
+        # (same rank) or the same interval energy: nested, not counted.
+        *_nested(
+            d, "nested_attributed",
+            first="""
+WITH shares AS (SELECT d.k, d.trace_id, r.rank FROM d LEFT JOIN ranks r ON r.k = d.k WHERE d.eaj IS NOT NULL)
+SELECT s.k, l.pk, s.trace_id, s.rank, p.k IS NOT NULL AND l.pk <> s.k AS nested
+FROM shares s JOIN link l ON l.k = s.k LEFT JOIN shares p ON p.k = l.pk AND p.rank IS NOT DISTINCT FROM s.rank
+""",
+            carried=("rank",),
+            reaches="LEFT JOIN ranks pr ON pr.k = p.k",
+            nests="p.eaj IS NOT NULL AND pr.rank IS NOT DISTINCT FROM w.rank",
+        ),
+        *_nested(
+            d, "nested_interval",
+            first="""
+SELECT c.k, l.pk, c.trace_id, p.ej IS NOT NULL AND l.pk <> c.k AS nested
+FROM d c JOIN link l ON l.k = c.k JOIN d p ON p.k = l.pk WHERE c.ej IS NOT NULL
+""",
+            carried=(),
+            reaches="",
+            nests="p.ej IS NOT NULL",
+        ),
+    ]
+
+
+def _nested(d: Dialect, name: str, first: str, carried: Sequence[str], reaches: str, nests: str) -> list[str]:
+    """The two statements of one nesting: ``first_<what>`` (``first``: each span with its parent's verdict, which
+    decides most spans) and ``name``, the spans nested (the others walk on; the walk's row ``w`` carries ``carried``
+    from ``first``, and is nested where the parent ``p`` it reaches, with the joins ``reaches``, ``nests``)."""
+    first_table = "first_" + name.removeprefix("nested_")
+    columns = "".join(f"{c}, " for c in carried)
+    start = "".join(f"f.{c}, " for c in carried)
+    step = "".join(f"w.{c}, " for c in carried)
+    return [
+        d.table(first_table, first),
+        # (The parent's verdict is a table of its own: a recursive query's parts are held in memory, a table spills.)
+        d.table(name, f"""
+WITH RECURSIVE walk(k, cur, {columns}nested, {d.walk_bound}) AS (
+    SELECT f.k, l.pk, {start}false, {d.walk_start(("f.k", "f.pk"))}
+    FROM {first_table} f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
+    WHERE NOT f.nested
+    UNION ALL
+    SELECT w.k, l.pk, {step}p.k <> w.k AND {nests}, {d.walk_step}
+    FROM walk w JOIN d p ON p.k = w.cur {reaches + " " if reaches else ""}LEFT JOIN link l ON l.k = p.k
+    WHERE NOT w.nested AND {d.walk_go_on}
+)
+SELECT k FROM {first_table} WHERE nested
+UNION ALL
+SELECT k FROM walk WHERE nested
+"""),
+    ]
+
+
+#: What a span counts as in its run, over the walks' tables (DuckDB's ``flagged`` table, Spark's view of it).
+FLAGGED = f"""
+SELECT d.*,
+       {span_flags("na.k", "ni.k", "l.k")}
+FROM d
+LEFT JOIN nested_attributed na ON na.k = d.k
+LEFT JOIN nested_interval ni ON ni.k = d.k
+LEFT JOIN link l ON l.k = d.k
+"""
+
 # What the walks read of each span's attributes, by json_transform's names.
 _WALK_KEYS = json.dumps(dict.fromkeys(
     (ENERGY_JOULES, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_CLOCK_STEP_S, TRAINING_RANK), "JSON"
@@ -105,7 +202,8 @@ _WALK_KEYS = json.dumps(dict.fromkeys(
 AGGREGATE = [
     # The place of each span in the order Python would have read it (files in the order found, rows in file order), and
     # one copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is where
-    # it was first read. The copy is found by its row, so a span's attributes stay in ``spans`` alone (``rid``).
+    # it was first read. The copy is found by its row, so a span's attributes stay in ``spans`` alone (``rid``). The
+    # walks key a span by its row number, ``k``.
     f"""
 CREATE TEMP TABLE d AS
 SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, file_idx, first_ord, rid,
@@ -124,79 +222,7 @@ FROM (
     ) p JOIN spans s ON s.rowid = p.rid
 )
 """,
-    # Each span's parent where it is among the spans (a root, or a span whose parent was not exported, has none), by
-    # the spans' row numbers: the walks below step along these.
-    """
-CREATE TEMP TABLE link AS
-SELECT c.k, p.k AS pk FROM d c JOIN d p ON p.trace_id = c.trace_id AND p.span_id = c.parent_span_id
-""",
-    # Traces with a training.rank, and their span counts: a walk up a trace's parents that is longer than its spans
-    # has met a parent loop (each span it meets again says what it said the first time), so that ends the walk.
-    """
-CREATE TEMP TABLE trace_sizes AS
-SELECT trace_id, count(*) AS n, bool_or(own_rank IS NOT NULL) AS ranked FROM d GROUP BY trace_id
-""",
-    # The training.rank of each span carrying a share, or of its nearest ancestor with one (none in a trace without
-    # any rank: no walk there).
-    """
-CREATE TEMP TABLE ranks AS
-WITH RECURSIVE walk(k, cur, rank, depth, n) AS (
-    SELECT d.k, l.pk, d.own_rank, 0, t.n
-    FROM d JOIN trace_sizes t ON t.trace_id = d.trace_id AND t.ranked LEFT JOIN link l ON l.k = d.k
-    WHERE d.eaj IS NOT NULL AND d.own_rank IS NULL
-    UNION ALL
-    SELECT w.k, l.pk, p.own_rank, w.depth + 1, w.n
-    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN link l ON l.k = p.k
-    WHERE w.rank IS NULL AND w.depth < w.n
-)
-SELECT k, max(rank) AS rank FROM walk GROUP BY k
-UNION ALL
-SELECT k, own_rank FROM d WHERE eaj IS NOT NULL AND own_rank IS NOT NULL
-""",
-    # Spans with an ancestor (never the span itself, met again round a parent loop) carrying the same share (same
-    # rank) or the same interval energy: nested, not counted. The parent decides most spans; only the others walk on.
-    """
-CREATE TEMP TABLE first_attributed AS
-WITH shares AS (SELECT d.k, d.trace_id, r.rank FROM d LEFT JOIN ranks r ON r.k = d.k WHERE d.eaj IS NOT NULL)
-SELECT s.k, l.pk, s.trace_id, s.rank, p.k IS NOT NULL AND l.pk <> s.k AS nested
-FROM shares s JOIN link l ON l.k = s.k LEFT JOIN shares p ON p.k = l.pk AND p.rank IS NOT DISTINCT FROM s.rank
-""",
-    # (The parent's verdict is a table of its own: a recursive query's parts are held in memory, a table spills.)
-    """
-CREATE TEMP TABLE nested_attributed AS
-WITH RECURSIVE walk(k, cur, rank, depth, n, nested) AS (
-    SELECT f.k, l.pk, f.rank, 1, t.n, false
-    FROM first_attributed f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
-    WHERE NOT f.nested
-    UNION ALL
-    SELECT w.k, l.pk, w.rank, w.depth + 1, w.n, p.k <> w.k AND p.eaj IS NOT NULL AND pr.rank IS NOT DISTINCT FROM w.rank
-    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN ranks pr ON pr.k = p.k LEFT JOIN link l ON l.k = p.k
-    WHERE NOT w.nested AND w.depth < w.n
-)
-SELECT k FROM first_attributed WHERE nested
-UNION ALL
-SELECT k FROM walk WHERE nested
-""",
-    """
-CREATE TEMP TABLE first_interval AS
-SELECT c.k, l.pk, c.trace_id, p.ej IS NOT NULL AND l.pk <> c.k AS nested
-FROM d c JOIN link l ON l.k = c.k JOIN d p ON p.k = l.pk WHERE c.ej IS NOT NULL
-""",
-    """
-CREATE TEMP TABLE nested_interval AS
-WITH RECURSIVE walk(k, cur, depth, n, nested) AS (
-    SELECT f.k, l.pk, 1, t.n, false
-    FROM first_interval f JOIN link l ON l.k = f.pk JOIN trace_sizes t ON t.trace_id = f.trace_id
-    WHERE NOT f.nested
-    UNION ALL
-    SELECT w.k, l.pk, w.depth + 1, w.n, p.k <> w.k AND p.ej IS NOT NULL
-    FROM walk w JOIN d p ON p.k = w.cur LEFT JOIN link l ON l.k = p.k
-    WHERE NOT w.nested AND w.depth < w.n
-)
-SELECT k FROM first_interval WHERE nested
-UNION ALL
-SELECT k FROM walk WHERE nested
-""",
+    *walks(DUCKDB),
     """
 CREATE TEMP TABLE sources AS
 SELECT trace_id, list(file_idx ORDER BY first_read) AS sources
@@ -208,15 +234,7 @@ GROUP BY trace_id
 
 #: Then the flags of each span and the figures of each trace.
 FIGURES = [
-    f"""
-CREATE TEMP TABLE flagged AS
-SELECT d.*,
-           {span_flags("na.k", "ni.k", "l.k")}
-FROM d
-LEFT JOIN nested_attributed na ON na.k = d.k
-LEFT JOIN nested_interval ni ON ni.k = d.k
-LEFT JOIN link l ON l.k = d.k
-""",
+    DUCKDB.table("flagged", FLAGGED),
     f"""
 CREATE TEMP TABLE figures AS
 SELECT trace_id,
@@ -260,14 +278,13 @@ WHERE trace_id IN (SELECT unnest(?)) AND (top_attributed OR has_self OR top_inte
 """
 
 
-
-#: The Spark statements that resolve every trace, in order (spark_engine.SparkSpanStore.traces): cached views for
-#: DuckDB's temp tables, a (file, row) struct for its ``rowid``, walks that stop at a span met before.
+#: The Spark statements that resolve every trace, in order (spark_engine.SparkSpanStore.traces): cached tables for
+#: DuckDB's temp tables, a (file, row) struct for its ``rowid``, a span keyed by its ids (``k``) for its row number.
 SPARK_AGGREGATE = [
     f"""
 CACHE TABLE d AS
 SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, file_idx, first_ord,
-       {span_figures(SPARK)}
+       {span_figures(SPARK)}, named_struct('t', trace_id, 's', span_id) AS k
 FROM (
     SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, file_idx, mid) AS copy,
            min(named_struct('f', file_idx, 'm', mid)) OVER (PARTITION BY trace_id, span_id) AS first_ord,
@@ -276,42 +293,7 @@ FROM (
 )
 WHERE copy = 1
 """,
-    """
-CACHE TABLE ranks AS
-WITH RECURSIVE walk(trace_id, span_id, cur, visited, rank) AS (
-    SELECT trace_id, span_id, parent_span_id, array(span_id), own_rank FROM d WHERE eaj IS NOT NULL
-    UNION ALL
-    SELECT w.trace_id, w.span_id, p.parent_span_id, array_append(w.visited, p.span_id), p.own_rank
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    WHERE w.rank IS NULL AND NOT array_contains(w.visited, w.cur)
-)
-SELECT trace_id, span_id, max(rank) AS rank FROM walk GROUP BY trace_id, span_id
-""",
-    """
-CACHE TABLE nested_attributed AS
-WITH RECURSIVE walk(trace_id, span_id, rank, cur, visited, nested) AS (
-    SELECT r.trace_id, r.span_id, r.rank, d.parent_span_id, array(r.span_id), false
-    FROM ranks r JOIN d ON d.trace_id = r.trace_id AND d.span_id = r.span_id
-    UNION ALL
-    SELECT w.trace_id, w.span_id, w.rank, p.parent_span_id, array_append(w.visited, p.span_id),
-           p.eaj IS NOT NULL AND pr.rank <=> w.rank
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    LEFT JOIN ranks pr ON pr.trace_id = p.trace_id AND pr.span_id = p.span_id
-    WHERE NOT w.nested AND NOT array_contains(w.visited, w.cur)
-)
-SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
-""",
-    """
-CACHE TABLE nested_interval AS
-WITH RECURSIVE walk(trace_id, span_id, cur, visited, nested) AS (
-    SELECT trace_id, span_id, parent_span_id, array(span_id), false FROM d WHERE ej IS NOT NULL
-    UNION ALL
-    SELECT w.trace_id, w.span_id, p.parent_span_id, array_append(w.visited, p.span_id), p.ej IS NOT NULL
-    FROM walk w JOIN d p ON p.trace_id = w.trace_id AND p.span_id = w.cur
-    WHERE NOT w.nested AND NOT array_contains(w.visited, w.cur)
-)
-SELECT DISTINCT trace_id, span_id FROM walk WHERE nested
-""",
+    *walks(SPARK),
     """
 CACHE TABLE sources AS
 SELECT trace_id, array_sort(collect_set(file_idx)) AS sources FROM spans GROUP BY trace_id
@@ -320,14 +302,7 @@ SELECT trace_id, array_sort(collect_set(file_idx)) AS sources FROM spans GROUP B
 
 #: Spark: every trace's figures and the spans a run is made of (in one array per trace, in read order).
 SPARK_TRACES = f"""
-WITH flagged AS (
-    SELECT d.*,
-           {span_flags("na.span_id", "ni.span_id", "p.span_id")}
-    FROM d
-    LEFT JOIN nested_attributed na ON na.trace_id = d.trace_id AND na.span_id = d.span_id
-    LEFT JOIN nested_interval ni ON ni.trace_id = d.trace_id AND ni.span_id = d.span_id
-    LEFT JOIN d p ON p.trace_id = d.trace_id AND p.span_id = d.parent_span_id
-)
+WITH flagged AS ({FLAGGED})
 SELECT f.trace_id, first(s.sources),
        {trace_figures(SPARK, "f.")},
        transform(array_sort(collect_list(named_struct(
