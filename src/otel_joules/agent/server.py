@@ -505,14 +505,12 @@ def serve(
     min_interval_ms: float = DEFAULT_MIN_INTERVAL_MS,
     user: str | None = None,
     settings: Settings | None = None,
-    start_after_drop: Callable[[], Sequence[Channel]] | None = None,
+    platform: Sequence[Channel] = (),
 ) -> int:
     """Set up and run the agent until SIGTERM or SIGINT; the exit code.
 
-    ``start_after_drop``: what starts the caller's threads (the BMC's pollers, the metrics exporter), called once
-    the privileges are dropped: capset() reaches the calling thread only, so a thread started before would keep
-    root's capabilities. It returns the BMC's readings (:func:`otel_joules.sensors.bmc.open_targets`, from the file
-    the caller read as root), served to clients that ask; the caller closes them.
+    ``platform``: the BMC's readings, opened by the caller as root from the BMC file
+    (:func:`otel_joules.sensors.bmc.discover`), served to clients that ask; closed here on the way out.
 
     Raises:
         AgentSetupError: it cannot start safely (the message says why and what to do).
@@ -543,18 +541,10 @@ def serve(
             [g.channel for g in gpus], max(GPU_READ_PERIOD_S, min_interval_ms / 1e3), first_uj
         ) if gpus else None
         listener = bind_socket(dir_fd, name, gid, socket_path)
-        try:
-            drop_privileges(switch_to)
-            platform = list(start_after_drop()) if start_after_drop is not None else []
-            server = AgentServer(
-                listener, channels, gid, group_name, min_interval_ms / 1e3, gpus=gpus, gpu_reader=gpu_reader, platform=platform
-            )
-        except BaseException:
-            listener.close()
-            _unlink_quietly(dir_fd, name)
-            for channel in [*channels, *(g.channel for g in gpus)]:
-                channel.close()
-            raise
+        server = AgentServer(
+            listener, channels, gid, group_name, min_interval_ms / 1e3, gpus=gpus, gpu_reader=gpu_reader, platform=platform
+        )
+        drop_privileges(switch_to)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: server.stop())
         _log.warning(
@@ -573,16 +563,12 @@ def serve(
             server.run()
         finally:
             listener.close()
-            _unlink_quietly(dir_fd, name)
-            for channel in [*channels, *(g.channel for g in gpus)]:
+            try:
+                os.unlink(name, dir_fd=dir_fd)
+            except OSError:
+                pass  # after a switch to --user the root-owned directory is not ours to change: the next start replaces it
+            for channel in [*channels, *(g.channel for g in gpus), *platform]:
                 channel.close()
     finally:
         os.close(dir_fd)
     return 0
-
-
-def _unlink_quietly(dir_fd: int, name: str) -> None:
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except OSError:
-        pass  # after a switch to --user the root-owned directory is not ours to change: the next start replaces it

@@ -14,7 +14,6 @@ from otel_joules.config import DEFAULT_AGENT_SOCKET, OTEL_JOULES_BMC_CONFIG, bmc
 from otel_joules.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from otel_joules.cli.agent_metrics import HostMetrics
     from otel_joules.sensors.base import Channel
 
 
@@ -83,45 +82,31 @@ def run(args: argparse.Namespace) -> int:
 
     # Not even bytecode caches from the metrics' imports: the agent writes nothing outside its runtime directory.
     sys.dont_write_bytecode = True
-    from otel_joules.cli.agent_metrics import open_host_channels, start_host_metrics
+    from otel_joules.cli.agent_metrics import start_host_metrics
     from otel_joules.sensors import bmc
 
     settings = Settings.from_env(sysfs_root=args.sysfs_root)
-    # Read as root, before serve() drops the privileges: the BMC file (its credentials stay in this process) and
-    # the counters of the hw.* metrics (the agent is its host's one publisher of them).
+    # Opened before serve() drops the privileges: the agent is its host's one publisher of hw.* metrics. The BMC
+    # file is read here, as root, and its credentials stay in this process's pollers: one poller per BMC feeds
+    # both the hw.* metrics and the readings served to clients (a channel of its own each, as each is read in
+    # its own thread), and what is served is joules only.
     bmc_path = args.bmc_config or bmc_config_path()
-    try:
-        bmc_config = bmc.load_config(bmc_path) if bmc_path else None
-    except ConfigurationError as exc:
-        raise ConfigurationError(f"agent: {exc}") from None
-    host_channels = open_host_channels(settings)
     platform: list[Channel] = []
-    started: list[HostMetrics] = []
-
-    def start_threads() -> list[Channel]:
-        # Started once the privileges are dropped: capset() reaches the calling thread only, so a thread started
-        # before (a BMC poller, the metrics exporter) would keep root's capabilities. One poller per BMC feeds both
-        # the hw.* metrics and the readings served to clients (a channel of its own each, as each is read in its own
-        # thread), and what is served is joules only.
-        platform.extend(bmc.open_targets(bmc_config).channels if bmc_config is not None else ())
+    host_metrics = None
+    try:
         try:
-            host_metrics = start_host_metrics(settings, host_channels, platform)
+            platform = list(bmc.discover(bmc_path).channels) if bmc_path else []
+            host_metrics = start_host_metrics(settings, platform)
         except ConfigurationError as exc:
             raise ConfigurationError(f"agent: {exc}") from None
-        if host_metrics is not None:
-            started.append(host_metrics)
-        return [c.sharing_poller() if isinstance(c, bmc.BmcChannel) else c for c in platform]
-
-    try:
-        return serve(args.socket, args.group, args.min_interval_ms, args.user, settings, start_after_drop=start_threads)
-    except AgentSetupError as exc:
-        raise ConfigurationError(f"agent: {exc}") from None
+        served = [c.sharing_poller() if isinstance(c, bmc.BmcChannel) else c for c in platform]
+        try:
+            return serve(args.socket, args.group, args.min_interval_ms, args.user, settings, platform=served)
+        except AgentSetupError as exc:
+            raise ConfigurationError(f"agent: {exc}") from None
     finally:
-        for host_metrics in started:
+        if host_metrics is not None:
             host_metrics.close()
-        if not started:
-            for channel in host_channels:
-                channel.close()
         for channel in platform:
             channel.close()
 

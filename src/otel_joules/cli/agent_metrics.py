@@ -81,10 +81,14 @@ def host_resource() -> Resource:
     return detected.merge(build_resource(default_service_name=AGENT_SERVICE_NAME))
 
 
-def open_host_channels(settings: Settings) -> list[Channel]:
-    """Every RAPL zone, hwmon sensor and GPU of the host, opened now (as root, before the agent drops its
-    privileges), each device once by the rules an instrumented process applies (:mod:`otel_joules.sensors.overlap`):
-    a package both RAPL and hwmon read is RAPL's. None where no RAPL zone can be read."""
+def open_host_channels(settings: Settings, platform: Sequence[Channel] = ()) -> list[Channel]:
+    """Every RAPL zone, hwmon sensor and GPU of the host, and the BMC's platform readings ``platform`` (opened by the
+    caller from the BMC file: :func:`otel_joules.sensors.bmc.discover`; closed with the others by whoever closes
+    these channels), opened now (as root, before the agent drops its privileges), each device once by the rules an
+    instrumented process applies (:mod:`otel_joules.sensors.overlap`): a package both RAPL and hwmon read is
+    RAPL's, and whole-platform readings are ranked and left out of the components' total
+    (:func:`~otel_joules.sensors.overlap.settle_platforms`): the broadest is the host's (``hw.host.*``).
+    """
     channels: list[Channel] = list(rapl.discover(settings).channels)
     if not channels:
         return channels
@@ -92,26 +96,15 @@ def open_host_channels(settings: Settings) -> list[Channel]:
     channels += kept
     channels += nvml.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
     channels += amdsmi.discover_within(settings, gpus=None, devices_by_pid=False).discovery.channels
+    channels += platform
+    overlap.settle_platforms(channels)
     return channels
 
 
-def with_platform(channels: Sequence[Channel], platform: Sequence[Channel]) -> list[Channel]:
-    """``channels`` with the BMC's platform readings ``platform``, the whole-platform readings ranked and left out of
-    the components' total (:func:`~otel_joules.sensors.overlap.settle_platforms`): the broadest is the host's
-    (``hw.host.*``)."""
-    every = [*channels, *platform]
-    overlap.settle_platforms(every)
-    return every
-
-
-def start_host_metrics(settings: Settings, channels: Sequence[Channel], platform: Sequence[Channel] = ()) -> HostMetrics | None:
-    """Start publishing the host's devices ``channels`` (:func:`open_host_channels`; closed with the meter, or by the
-    caller where this returns None) with the BMC's platform readings ``platform`` (which the caller opened and closes);
-    None where metrics are off (``OTEL_METRICS_EXPORTER=none``) or no RAPL zone can be read (the agent then refuses
-    to start and says why). The exporter's thread starts here: the agent calls this once its privileges are
-    dropped, so no thread of it ever holds root's capabilities."""
-    if not channels:
-        return None
+def start_host_metrics(settings: Settings, platform: Sequence[Channel] = ()) -> HostMetrics | None:
+    """Start publishing the host's devices (with the BMC's platform readings ``platform``, which the caller opened and
+    closes); None where metrics are off (``OTEL_METRICS_EXPORTER=none``) or no RAPL zone can be read (the agent
+    then refuses to start and says why)."""
     telemetry = telemetry_from_env(resource=host_resource())
     if telemetry.meter_provider is None:
         _log.warning(
@@ -120,7 +113,14 @@ def start_host_metrics(settings: Settings, channels: Sequence[Channel], platform
         )
         telemetry.shutdown()
         return None
-    channels = with_platform(channels, platform)
+    try:
+        channels = open_host_channels(settings, platform)
+    except Exception:
+        telemetry.shutdown()
+        raise
+    if not channels:
+        telemetry.shutdown()
+        return None
     meter = EnergyMeter(channels=channels, settings=settings)
     # While the collector does not answer, nothing is exported (one warning says so) and nothing is lost:
     # the counters are cumulative.

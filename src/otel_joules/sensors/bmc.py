@@ -542,12 +542,7 @@ def discover(path: str) -> Discovery:
         ConfigurationError: the file is not private or not a valid BMC file. A BMC that does not answer is no
             error: its channel waits for it, and its poller says so once.
     """
-    return open_targets(load_config(path))
-
-
-def open_targets(config: BmcConfig) -> Discovery:
-    """A channel per BMC of ``config`` (read by :func:`load_config`), each polled from now on, in a thread of its
-    own: the agent reads the file as root and opens these once it has dropped its privileges."""
+    config = load_config(path)
     found = Discovery()
     for target in config.targets:
         channel = open_target(target, config)
