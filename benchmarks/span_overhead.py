@@ -69,7 +69,6 @@ import time
 import tracemalloc
 import weakref
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -84,7 +83,7 @@ from otel_joules.sensors import rapl
 from otel_joules.sensors.base import Channel, Domain
 from otel_joules.semconv import KIND_CPU, KIND_GPU
 from otel_joules.tracing import processor as processor_module
-from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
+from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes, span_attributes
 from otel_joules.tracing._sdk import set_clean_attributes
 from tests.fakes.powercap import ConstantPower, make_powercap
 
@@ -402,8 +401,7 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
 
     meter = processor.meter
     attributor = processor.attributor
-    plan = processor._plan
-    assert attributor is not None and plan is not None, "warm the processor up first"
+    assert attributor is not None, "warm the processor up first"
     keys = ("on_start", "end", "on_end", "snapshots", "share_ledger", "attribute_dict", "setting_attributes", "sdk_end")
     sdk_end = Span.end
     measuring_end_call = processor_module.MeasuringEnd.__call__
@@ -423,7 +421,7 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
             meter.snapshot = _timed(totals, "snapshots", meter.snapshot)  # type: ignore[method-assign]
             attributor.open_span = _timed(totals, "share_ledger", attributor.open_span)  # type: ignore[method-assign]
             attributor.close_span = _timed(totals, "share_ledger", attributor.close_span)  # type: ignore[method-assign]
-            processor._plan = SimpleNamespace(span_attributes=_timed(totals, "attribute_dict", plan.span_attributes))
+            processor_module.span_attributes = _timed(totals, "attribute_dict", span_attributes)
             processor_module.set_clean_attributes = _timed(totals, "setting_attributes", set_clean_attributes)
             processor.on_start = _timed(totals, "on_start", processor.on_start)  # type: ignore[method-assign]
             processor.on_end = _timed(totals, "on_end", processor.on_end)  # type: ignore[method-assign]
@@ -434,7 +432,7 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
             Span.end = sdk_end  # type: ignore[method-assign]
             processor_module.MeasuringEnd.__call__ = measuring_end_call  # type: ignore[method-assign]
             processor_module.set_clean_attributes = set_clean_attributes
-            processor._plan = plan
+            processor_module.span_attributes = span_attributes
             for owner, name in ((meter, "snapshot"), (attributor, "open_span"), (attributor, "close_span"),
                                 (processor, "on_start"), (processor, "on_end")):
                 owner.__dict__.pop(name, None)

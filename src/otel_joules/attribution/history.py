@@ -62,8 +62,6 @@ if TYPE_CHECKING:
     from otel_joules.meter.meter import EnergyMeter
 
 _log = logging.getLogger("otel_joules")
-_new_tuple = tuple.__new__
-_EDGE_TOLERANCE_NS = 1_000_000
 
 
 def _no_spans_open() -> bool:
@@ -123,6 +121,8 @@ class PriceHistory:
         self.history_s = history_s
         self._max_samples = max(2, int(history_s / period_s) + 1)
         self._history_ns = round(history_s * 1e9)
+        # Spans with explicit times are measured in the meter's history, which this sampler feeds.
+        meter.history.keep_at_least(history_s)
         self._summary_period_ns = max(1, round(max(period_s, min(HISTORY_SUMMARY_PERIOD_S, history_s / 5)) * 1e9))
         # Every sample reads every counter: the idle back-off never reads less often than the
         # meter's wrap-safe interval, so no counter can wrap twice unseen (see _next_period_s).
@@ -242,7 +242,7 @@ class PriceHistory:
         # The reads (NVML may be slow) serialise samplers only: the span path reads the published view.
         with self._reading_lock:
             try:
-                snapshot = self.meter.snapshot(hold_devices=hold_devices)
+                snapshot = self.meter.sample(hold_devices=hold_devices)
                 read_ns = time.monotonic_ns()
                 host = self.clocks.host()
                 process_cpu_s = self.clocks.process_cpu_s()
@@ -848,32 +848,9 @@ class PriceHistory:
     # -- history for spans with explicit times -----------------------------------------------
 
     def snapshot_at(self, monotonic_ns: int, latest: EnergySnapshot) -> EnergySnapshot | None:
-        """The meter's cumulative joules at a past instant, interpolated in the history.
-
-        ``latest`` (a snapshot taken now) extends the history to the present. None when the
-        instant is older than the history or later than ``latest``.
-        """
-        points = [(s.monotonic_ns, s.snapshot) for s in self.view.samples]
-        if not points or points[-1][0] < latest.monotonic_ns:
-            points.append((latest.monotonic_ns, latest))
-        # Wall-to-monotonic conversion is good to microseconds: an instant just outside an end is that end.
-        if points[0][0] - _EDGE_TOLERANCE_NS <= monotonic_ns < points[0][0]:
-            monotonic_ns = points[0][0]
-        elif points[-1][0] < monotonic_ns <= points[-1][0] + _EDGE_TOLERANCE_NS:
-            monotonic_ns = points[-1][0]
-        if monotonic_ns < points[0][0] or monotonic_ns > points[-1][0]:
-            return None
-        k = bisect.bisect_left([t for t, _ in points], monotonic_ns)
-        t1, b = points[k]
-        if t1 == monotonic_ns or k == 0:
-            return _new_tuple(EnergySnapshot, (monotonic_ns, b.joules, (), b.missing, b.jumps, b.outage))
-        t0, a = points[k - 1]
-        f = (monotonic_ns - t0) / (t1 - t0)
-        joules = tuple(None if x is None or y is None else x + (y - x) * f for x, y in zip(a.joules, b.joules))
-        # A domain missing at either sample is missing here too; the jumps counted are the later
-        # sample's, so a jump inside the period counts as before the instant.
-        missing = tuple(sorted({*a.missing, *b.missing})) if a.missing or b.missing else ()
-        return _new_tuple(EnergySnapshot, (monotonic_ns, joules, (), missing, b.jumps, b.outage))
+        """The meter's cumulative joules at a past instant: the meter's history keeps them
+        (:meth:`~otel_joules.meter.history.SnapshotHistory.snapshot_at`), fed by this sampler's samples."""
+        return self.meter.history.snapshot_at(monotonic_ns, latest)
 
     @property
     def oldest_ns(self) -> int | None:

@@ -6,6 +6,7 @@ import threading
 import weakref
 from typing import TYPE_CHECKING, Callable, Iterable, TypeVar
 
+from otel_joules.meter.history import HISTORY_GAP_S
 from otel_joules.sensors.base import Channel
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ class PeriodicThread(threading.Thread):
 
 
 def sample_meter(meter: EnergyMeter) -> bool:
-    """The meter's periodic tick: one snapshot, which reads every counter."""
-    meter.snapshot()
+    """The meter's periodic tick: one snapshot, which reads every counter, kept in its history at most every
+    :data:`~otel_joules.meter.history.HISTORY_GAP_S`."""
+    meter.sample(min_gap_s=HISTORY_GAP_S)
     return True

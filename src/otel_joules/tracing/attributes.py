@@ -1,16 +1,20 @@
-"""Span attributes from measurements and shares: the values; the names are in :mod:`otel_joules.semconv`.
+"""Span attributes from an interval and a share: the values; the names are in :mod:`otel_joules.semconv`.
 
-:func:`measurement_attributes` and :func:`attribution_attributes` build the attribute dicts of
-one measurement and one share; :class:`MeterAttributes` builds the same straight from two
-snapshots on the span processor's path (planned once per meter).
+:func:`span_attributes` is the one builder of a span's energy attributes, from the meter's
+:class:`~otel_joules.meter.interval.Interval` and the span's share. Between two snapshots it takes
+the meter's plan (:class:`MeterAttributes`, built once per meter; compiled where the meter's fast
+path is on); for a caller's own measurement, :func:`measurement_attributes`; for the share,
+:func:`attribution_attributes`: the pieces it puts together.
 """
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
-from otel_joules.attribution.shares import SpanAttribution
+from otel_joules.attribution.shares import SpanAttribution, measured_kinds
 from otel_joules.meter.energy import energy_between
+from otel_joules.meter.interval import Interval
 from otel_joules.meter.fastpath import COMPILED
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
@@ -26,6 +30,7 @@ from otel_joules.semconv import (
     ENERGY_ATTRIBUTION,
     ENERGY_BASELINE,
     ENERGY_BELOW_RESOLUTION,
+    ENERGY_CLOCK_STEP_S,
     ENERGY_DOMAIN_KINDS,
     ENERGY_ESTIMATED_S,
     ENERGY_ESTIMATE_HIGH_JOULES,
@@ -33,6 +38,7 @@ from otel_joules.semconv import (
     ENERGY_ESTIMATE_SOURCE,
     ENERGY_JOULES,
     ENERGY_SOURCE,
+    ENERGY_UNAVAILABLE_REASON,
     ENERGY_WATTS,
     KIND_CPU,
     SOURCE_ESTIMATE,
@@ -64,6 +70,44 @@ _domain_keys: dict[str, tuple[str, str]] = {}
 def _domain_key_pair(domain_id: str) -> tuple[str, str]:
     pair = _domain_keys[domain_id] = (domain_joules_key(domain_id), domain_method_key(domain_id))
     return pair
+
+
+def span_attributes(interval: Interval, share: SpanAttribution | None) -> dict[str, Any] | None:
+    """A span's energy attributes: the interval's figures (or ``energy.unavailable_reason``), its share's
+    (``energy.attributed.*``, per kind for the kinds the meter measures) and ``energy.clock_step_s``; None
+    when there is none. The one builder of span attribute dicts."""
+    start, end, given = interval.start, interval.end, interval.given
+    attributes: dict[str, Any] | None
+    if given is None and end is not None and start is not None:
+        # The span path's common case: straight from the two snapshots, planned once per meter.
+        meter = interval.meter
+        plan = _plans.get(id(meter)) or _plan_for(meter)
+        attributes = plan.span_attributes(start, end, share)
+    else:
+        attributes = {}
+        if given is not None:
+            if given.joules_by_domain or given.missing_domains:
+                attributes = measurement_attributes(given)
+        elif interval.unavailable_reason is not None:
+            attributes[ENERGY_UNAVAILABLE_REASON] = interval.unavailable_reason
+        if share is not None:
+            meter = interval.meter
+            kinds = () if meter is None else (_plans.get(id(meter)) or _plan_for(meter)).kinds
+            attribution_attributes(share, kinds, attributes)
+    if interval.clock_step_ns:
+        attributes = {} if attributes is None else attributes
+        attributes[ENERGY_CLOCK_STEP_S] = interval.clock_step_ns / 1e9
+    return attributes or None
+
+
+#: Each meter's planned attributes (:class:`MeterAttributes`), by ``id(meter)``; dropped when the meter is.
+_plans: dict[int, "MeterAttributes"] = {}
+
+
+def _plan_for(meter: EnergyMeter) -> "MeterAttributes":
+    plan = _plans[id(meter)] = MeterAttributes(meter, measured_kinds(meter.domains))
+    weakref.finalize(meter, _plans.pop, id(meter), None)
+    return plan
 
 
 def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool | tuple[str, ...]]:
@@ -142,11 +186,13 @@ class MeterAttributes:
 
     __slots__ = (
         "_plan", "_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions",
-        "domain_kinds", "_compiled", "_spec", "_band_keys",
+        "domain_kinds", "_compiled", "_spec", "_band_keys", "kinds",
     )
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
         self._plan = meter.plan
+        #: The attribution kinds whose ``energy.attributed.<kind>.joules`` a share gets.
+        self.kinds = kinds
         #: (energy.<domain>.joules, (energy.<domain>.method, its value) or None for a counter) per position.
         self._rows = tuple(
             (domain_joules_key(d.id), None if d.method is Method.COUNTER else (domain_method_key(d.id), d.method.value))
