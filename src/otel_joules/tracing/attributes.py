@@ -175,8 +175,7 @@ class MeterAttributes:
     (same keys, same order, same floats) without the measurement's two dicts and object,
     and without computing each domain's keys and method per span: the span processor's
     path for every span that needs no :class:`EnergyMeasurement` (no hook, no explicit
-    times). ``add_attribution`` equals :func:`attribution_attributes` for the meter's kinds.
-    ``span_attributes`` is the two in one call, compiled where the meter's fast path is on
+    times). ``span_attributes`` adds the share's (:func:`attribution_attributes`, for ``kinds``) in the same call, compiled where the meter's fast path is on
     (:mod:`otel_joules.meter.fastpath`).
 
     Args:
@@ -234,14 +233,14 @@ class MeterAttributes:
         )
 
     def span_attributes(self, start: EnergySnapshot, end: EnergySnapshot, attribution: SpanAttribution | None) -> dict[str, Any] | None:
-        """``attributes(start, end)`` with ``add_attribution(attribution, ...)`` when a share is given (a dict of the
+        """``attributes(start, end)`` with :func:`attribution_attributes` of the share when one is given (a dict of the
         share alone where the snapshots give none); None when neither gives an attribute."""
         compiled = self._compiled
         attributes = NotImplemented if compiled is None else compiled(self._spec, start, end, attribution)
         if attributes is NotImplemented:
             attributes = self._measured(start, end)
             if attribution is not None:
-                attributes = self.add_attribution(attribution, {} if attributes is None else attributes)
+                attributes = attribution_attributes(attribution, self.kinds, {} if attributes is None else attributes)
         if self._band_keys and attributes is not None:
             self._add_band(attributes)
         return attributes  # type: ignore[no-any-return]
@@ -310,15 +309,3 @@ class MeterAttributes:
             if energy[9]:
                 attributes[ENERGY_ESTIMATED_S] = energy[9]
         return attributes
-
-    def add_attribution(self, attribution: SpanAttribution, into: dict[str, Any]) -> dict[str, Any]:
-        """Add the span's share to ``into`` (the keys and order of :func:`attribution_attributes`)."""
-        into[ENERGY_ATTRIBUTED_JOULES] = attribution[0] + attribution[1] + attribution[2]
-        into[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution[3]
-        into[ENERGY_ATTRIBUTED_DYNAMIC_JOULES] = attribution[4]
-        into[ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES] = attribution[5]
-        into[ENERGY_ATTRIBUTION] = attribution[6]
-        into[ENERGY_BASELINE] = attribution[7]
-        for key, position in self._kind_positions:
-            into[key] = attribution[position]
-        return into
