@@ -90,7 +90,7 @@ def test_an_idle_processs_sampler_thread_backs_off_and_sleeps(idle_host: IdleHos
     IDLE_PERIOD_MAX_S. Over the 1.6 s after it has backed off for 2.4 s it samples at most a few times (it
     sampled 16 times at its fixed 0.1 s period), and its thread is off the CPU meanwhile (few context
     switches)."""
-    sampler = idle_host.attributor.prices._sampler
+    sampler = idle_host.attributor.prices.pace.thread
     assert sampler is not None and sampler.native_id is not None
     time.sleep(DOZING_AFTER_S)
     before_samples = len(idle_host.attributor.history)
@@ -152,7 +152,7 @@ def test_the_back_off_never_reads_a_counter_less_often_than_its_wrap_safe_interv
         delays_s = []
         end = time.monotonic() + IDLE_AFTER_S + 0.2
         while time.monotonic() < end or len(delays_s) < 40:
-            delays_s.append(attributor.prices._tick())
+            delays_s.append(attributor.prices.pace.tick(attributor.prices))
             time.sleep(0.03)
     finally:
         attributor.close()
@@ -174,7 +174,7 @@ def test_a_process_working_outside_spans_keeps_its_sampler_at_its_period(tmp_pat
         end = time.monotonic() + IDLE_AFTER_S + 0.5
         while time.monotonic() < end:
             proc.add_process(PID, 0.01)
-            delays_s.append(attributor.prices._tick())
+            delays_s.append(attributor.prices.pace.tick(attributor.prices))
             time.sleep(HISTORY_PERIOD_S)
     finally:
         attributor.close()
