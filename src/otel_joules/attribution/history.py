@@ -1,12 +1,12 @@
 """The price history: the host's samples and summary, the prices and the baselines.
 
-:class:`PriceHistory` owns all of it, and its sampler thread (:mod:`.pace` says when). The thread takes the
-samples (:mod:`.sampling` holds the constants, :class:`~.sampling.HistorySample` and
-:func:`~.sampling.policy_prices`), splits each period's energy into static (the domains' baselines,
-:mod:`.baseline`) and dynamic, prices it under the policy and publishes the result for the span path. Readers get this process's totals, the price
-of CPU time spent between two instants (each sampler period at its own price, the forecast after the
-latest sample: the span path) and the meter's joules at a past instant (spans with explicit start and
-end times).
+:class:`PriceHistory` owns all of it, and takes its samples on the meter's one sampler thread, to which
+it subscribes (:mod:`.pace` says when). Each tick takes a sample (:mod:`.sampling` holds the constants,
+:class:`~.sampling.HistorySample` and :func:`~.sampling.policy_prices`), splits the period's energy into
+static (the domains' baselines, :mod:`.baseline`) and dynamic, prices it under the policy and publishes
+the result for the span path. Readers get this process's totals and the price of CPU time spent between
+two instants (each sampler period at its own price, the forecast after the latest sample: the span
+path); the meter's joules at a past instant are the meter's own history's.
 """
 
 from __future__ import annotations
@@ -500,13 +500,20 @@ class PriceHistory:
         self.pace.wake()
 
     def ensure_sampling(self) -> None:
-        """Start the sampler thread unless it runs, sampling is off or the attributor is closed."""
+        """Sample on the meter's sampler thread unless it does, sampling is off or the attributor is closed."""
         self.pace.ensure_running(self)
 
     def close(self) -> None:
-        """Stop the sampler thread. Idempotent."""
+        """Stop sampling. Idempotent."""
         self._closed = True
-        self.pace.stop()
+        self.pace.stop(self)
+
+    def on_sampler_tick(self) -> bool | float:
+        """The meter's sampler thread's tick while this history is subscribed: one sample, then the seconds until
+        the next; False once the history is closed."""
+        if self._closed:
+            return False
+        return self.pace.tick(self)
 
     # -- what readers get ---------------------------------------------------------------------
 

@@ -1,33 +1,34 @@
-"""The price history's sampler thread and its pace: every :data:`~.sampling.HISTORY_PERIOD_S`, aligned across
-processes, and longer while this process is idle (:data:`~.sampling.IDLE_PERIOD_MAX_S`).
+"""The price history's pace on the meter's sampler thread: every :data:`~.sampling.HISTORY_PERIOD_S`, aligned
+across processes, and longer while this process is idle (:data:`~.sampling.IDLE_PERIOD_MAX_S`).
 
-:class:`SamplerPace` decides when the next sample is due; the samples themselves, their prices and the
-history are :class:`~.history.PriceHistory`'s, which owns one pace (composition: the pace never holds the
-history, which the thread holds weakly, so an attributor nobody uses is collected and its thread ends).
+A meter runs one sampler thread (:class:`~otel_joules.meter.sampler.MeterSampler`); the price history
+subscribes to it and takes its ticks while it samples. :class:`SamplerPace` decides when the next sample
+is due; the samples themselves, their prices and the history are :class:`~.history.PriceHistory`'s, which
+owns one pace (composition: the pace never holds the history, and the meter's sampler holds its tick
+weakly, so an attributor nobody uses is collected and the meter's own sampling resumes).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import TYPE_CHECKING, Callable
 
 from otel_joules.attribution.procfs import ProcfsReadError
 from otel_joules.attribution.sampling import IDLE_AFTER_S, IDLE_CPU_FRACTION, IDLE_PERIOD_MAX_S, HistorySample
-from otel_joules.meter.sampler import PeriodicThread
+from otel_joules.meter.sampler import MeterSampler, PeriodicThread
 
 if TYPE_CHECKING:
     from otel_joules.attribution.history import PriceHistory
 
 
 class SamplerPace:
-    """When the price history's next sample is due, and the thread that takes it.
+    """When the price history's next sample is due, on the meter's sampler thread.
 
     Args:
         period_s: The sampler period.
         wrap_safe_s: The meter's wrap-safe read interval (``EnergyMeter.sample_period_s``; None: none): the
             idle back-off never reads less often, so no counter can wrap twice unseen.
-        enabled: Run the thread (started by :meth:`ensure_running`).
+        enabled: Sample on the meter's thread (subscribed by :meth:`ensure_running`).
 
     Attributes:
         dozing: True while the sampler waits longer than its period: a span that opens wakes it (:meth:`wake`).
@@ -35,7 +36,7 @@ class SamplerPace:
     """
 
     __slots__ = (
-        "period_s", "_idle_period_max_s", "_enabled", "_starting_lock", "thread", "_idle_period_s",
+        "period_s", "_idle_period_max_s", "_enabled", "_sampler", "_idle_period_s",
         "_idle_since_ns", "_tick_last", "dozing", "fractions", "_fractions_changed",
     )
 
@@ -43,10 +44,8 @@ class SamplerPace:
         self.period_s = period_s
         self._idle_period_max_s = IDLE_PERIOD_MAX_S if wrap_safe_s is None else min(IDLE_PERIOD_MAX_S, wrap_safe_s)
         self._enabled = enabled
-        # Held only while starting the thread (never across I/O).
-        self._starting_lock = threading.Lock()
-        #: The sampler thread (None until started).
-        self.thread: PeriodicThread | None = None
+        #: The meter's sampler, once subscribed to.
+        self._sampler: MeterSampler | None = None
         #: The back-off's current period; when the process's idleness began (None while it is not idle);
         #: (sample, the process's and the sampler thread's CPU seconds just after it) at the thread's last tick.
         self._idle_period_s = period_s
@@ -150,26 +149,31 @@ class SamplerPace:
         target_ns = ((now_ns + period_ns // 2) // period_ns + 1) * period_ns
         return (target_ns - now_ns) / 1e9
 
+    @property
+    def thread(self) -> PeriodicThread | None:
+        """The meter's sampler thread while this pace is subscribed to it (None otherwise)."""
+        sampler = self._sampler
+        return None if sampler is None else sampler.thread
+
     def wake(self) -> None:
         """A span opened while the sampler dozed: sample now, and at :attr:`period_s` while spans are open."""
         self.dozing = False
-        thread = self.thread
-        if thread is not None:
-            thread.wake()
+        sampler = self._sampler
+        if sampler is not None:
+            sampler.wake()
 
     def ensure_running(self, history: "PriceHistory") -> None:
-        """Start the thread sampling ``history`` unless it runs, sampling is off or the history is closed."""
-        if self.thread is None and self._enabled and not history.closed:
-            with self._starting_lock:
-                if self.thread is None and not history.closed:
-                    self.thread = PeriodicThread(history, _tick, self.period_s, "otel-joules-attribution")
-                    self.thread.start()
+        """Take ``history``'s samples on its meter's sampler thread, from a period from now on, unless subscribed
+        already, sampling is off or the history is closed."""
+        if self._sampler is None and self._enabled and not history.closed:
+            sampler = self._sampler = history.meter.sampler
+            sampler.subscribe(history.meter, history.on_sampler_tick, self.period_s)
 
-    def stop(self) -> None:
-        """Stop the thread. Idempotent."""
-        thread, self.thread = self.thread, None
-        if thread is not None:
-            thread.stop()
+    def stop(self, history: "PriceHistory") -> None:
+        """Stop taking ``history``'s samples (after a tick under way). Idempotent."""
+        sampler, self._sampler = self._sampler, None
+        if sampler is not None:
+            sampler.unsubscribe(history.on_sampler_tick)
 
 
 def _process_cpu_s(history: "PriceHistory") -> float | None:
@@ -177,10 +181,3 @@ def _process_cpu_s(history: "PriceHistory") -> float | None:
         return history.clocks.process_cpu_s()
     except (ProcfsReadError, OSError):
         return None
-
-
-def _tick(history: "PriceHistory") -> bool | float:
-    """The sampler thread's tick (its :class:`PeriodicThread`): seconds to the next; ends once the history is closed."""
-    if history.closed:
-        return False
-    return history.pace.tick(history)

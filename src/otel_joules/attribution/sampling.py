@@ -1,8 +1,8 @@
 """The sampler's constants and the values it reads: the host's history of energy and busy CPU time.
 
 Every :data:`HISTORY_PERIOD_S` (longer while this process is idle: :data:`IDLE_PERIOD_MAX_S`) the
-sampler thread (a :class:`~otel_joules.meter.sampler.PeriodicThread`) of a
-:class:`~otel_joules.attribution.history.PriceHistory` reads the meter's snapshot,
+meter's sampler thread (:class:`~otel_joules.meter.sampler.MeterSampler`), for the
+:class:`~otel_joules.attribution.history.PriceHistory` subscribed to it, reads the meter's snapshot,
 ``/proc/stat``'s busy and idle time, this process's CPU time and the GPU shares into a
 :class:`HistorySample`, prices the period just ended (joules per CPU second:
 CPU-side over the busy seconds, memory over the busy + idle ones; :func:`policy_prices`), adds this

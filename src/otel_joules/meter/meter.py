@@ -36,7 +36,7 @@ from otel_joules.meter.energy import EnergyPlan, energy_between, estimate_band
 from otel_joules.meter.fastpath import COMPILED, use_compiled
 from otel_joules.meter.history import SnapshotHistory
 from otel_joules.meter.interval import close_interval, open_interval
-from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
+from otel_joules.meter.sampler import MeterSampler, _sample_period_s
 from otel_joules.sensors import agent, estimator, hwmon, overlap, rapl
 from otel_joules.sensors.overlap import Overlap
 from otel_joules.semconv import KIND_CPU, KIND_GPU, SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
@@ -164,10 +164,12 @@ class EnergyMeter:
         self._last_snapshot: EnergySnapshot | None = None
         #: The samplers' recent snapshots: what intervals with explicit times are measured in.
         self.history = SnapshotHistory()
-        self._sample = sample
-        self._sampler: PeriodicThread | None = None
         self._closed = False
         self.sample_period_s = _sample_period_s(s.channel for s in self._states)
+        #: The meter's one sampler thread (an attributor subscribes to it).
+        self.sampler = MeterSampler(self.sample_period_s, sample)
+        #: Whether the first snapshot is to start the sampler (it samples on its own).
+        self._start_sampling = self.sampler.own
         #: (position, state) of the channels read off the span path (NVML), for the stale flags.
         self._off_path_states = tuple((i, s) for i, s in enumerate(self._states) if s.reader is not None)
         #: The device counters a snapshot may hold (:meth:`snapshot`): cumulative, so a later read
@@ -193,8 +195,9 @@ class EnergyMeter:
         while it is retried) and said on the ``otel_joules`` logger (``WARNING``) when it starts
         failing and when it reads again or is dropped.
         """
-        if self._sampler is None and self._sample and not self._closed:
-            self._start_sampler()
+        if self._start_sampling:
+            self._start_sampling = False
+            self.sampler.ensure_running(self)
         with self._lock:
             now_ns = time.monotonic_ns()
             if self._closed:
@@ -358,21 +361,13 @@ class EnergyMeter:
         """Whether :meth:`close` was called (every snapshot from then on reads nothing)."""
         return self._closed
 
-    def _start_sampler(self) -> None:
-        with self._lock:
-            if self._sampler is None and not self._closed and self.sample_period_s is not None:
-                self._sampler = PeriodicThread(self, sample_meter, self.sample_period_s, "otel-joules-sampler")
-                self._sampler.start()
-
     def close(self) -> None:
         """Stop the sampler and release every channel. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            sampler, self._sampler = self._sampler, None
-        if sampler is not None:
-            sampler.stop()
+        self.sampler.stop()
         with self._lock:
             for state in self._states:
                 try:
@@ -386,7 +381,8 @@ class EnergyMeter:
         # thread that was copied mid-read: rebuild both, and let channels re-acquire
         # handles (NVML) before the child's first read.
         self._lock = threading.Lock()
-        self._sampler = None
+        self.sampler.after_fork_in_child()
+        self._start_sampling = self.sampler.own and not self._closed
         self.history.after_fork_in_child()
         for state in self._states:
             state.after_fork_in_child()
