@@ -152,14 +152,6 @@ class Interval(NamedTuple):
         return measurement is not None and measurement.below_resolution
 
 
-def _confirmed_offset_ns(wall_ns: int, monotonic_ns: int) -> int:
-    """The wall clock's offset given two reads side by side: the confirmed one unless it moved (then settled)."""
-    offset_ns = WALL_CLOCK.offset_ns
-    if -EXPLICIT_TIME_TOLERANCE_NS <= wall_ns - monotonic_ns - offset_ns <= EXPLICIT_TIME_TOLERANCE_NS:
-        return offset_ns
-    return WALL_CLOCK.settle()
-
-
 def open_interval(
     meter: "EnergyMeter", stated_wall_ns: int | None = None, synchronize: Callable[[], object] | None = None
 ) -> Opening:
@@ -189,7 +181,6 @@ def close_interval(
     meter: "EnergyMeter",
     opening: Opening,
     stated_wall_ns: int | None = None,
-    *,
     synchronize: Callable[[], object] | None = None,
     given: EnergyMeasurement | None = None,
     read: bool = True,
@@ -208,7 +199,10 @@ def close_interval(
     # Read just after the closing snapshot: a caller's end stamp read now is on the clock its offset says,
     # so the step between the two offsets is how far the interval's wall times are off.
     wall_ns = _time_ns()
-    offset_ns = _confirmed_offset_ns(wall_ns, _monotonic_ns() if closed is None else closed[0])
+    offset_ns = WALL_CLOCK.offset_ns
+    moved_ns = wall_ns - (_monotonic_ns() if closed is None else closed[0]) - offset_ns
+    if not -EXPLICIT_TIME_TOLERANCE_NS <= moved_ns <= EXPLICIT_TIME_TOLERANCE_NS:
+        offset_ns = WALL_CLOCK.settle()
     step_ns = offset_ns - opening[1]
     stated_start_ns = opening[2]
     opened = opening[0]

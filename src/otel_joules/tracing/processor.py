@@ -36,8 +36,11 @@ class EnergySpanProcessor(SpanProcessor):
     processor and exporter of the provider, including those added before this one,
     sees them.
 
-    The wrapper holds only a weak reference to its span and the opening snapshot, so
-    ended and abandoned spans leave nothing behind.
+    Four steps per span: ``on_start`` opens the span's interval on the meter
+    (:meth:`EnergyMeter.open_interval <otel_joules.meter.meter.EnergyMeter.open_interval>`) and its
+    share; the wrapped ``end`` closes both (one :class:`~otel_joules.meter.interval.Interval`) and sets
+    :func:`~otel_joules.tracing.attributes.span_attributes`. The wrapper holds only a weak reference
+    to its span, so ended and abandoned spans leave nothing behind.
 
     ``energy.joules`` is machine-level: concurrent or nested spans each get everything the
     machine spent during their own interval, so their values overlap. The span's share,
@@ -46,13 +49,10 @@ class EnergySpanProcessor(SpanProcessor):
 
     A span started or ended with an explicit time gets the energy of its stated interval from
     the meter's history, or no ``energy.joules`` and ``energy.unavailable_reason``, whether or not
-    shares are attributed (the meter's shared attributor keeps that history).
-
-    Every interval is on the monotonic clock. The wall clock (the SDK's span times) is read
-    beside it at a span's start and end: an explicit time is one that differs from the wall
-    clock then, and is converted to the monotonic clock with the offset measured then. A
-    wall-clock step (``date -s``, NTP, a VM resume) therefore changes no span's energy; a span
-    open across one carries ``energy.clock_step_s``, by how much its wall times are off.
+    shares are attributed. The meter owns those times (:mod:`otel_joules.meter.interval`): every
+    interval is on the monotonic clock, an explicit time is one that differs from the wall clock
+    when the span starts or ends, and a wall-clock step changes no span's energy; a span open
+    across one carries ``energy.clock_step_s``, by how much its wall times are off.
 
     The energy and attribution attributes are set on the live span before
     ``on_measurement`` runs, so a hook can read them from ``span.attributes``.
@@ -136,25 +136,20 @@ class EnergySpanProcessor(SpanProcessor):
                 parent_end = get_current_span(parent_context).end
                 share = attributor.open_span(parent_end.share if type(parent_end) is MeasuringEnd else None)
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
-            self._report_failure(exc)
+            self.report_failure(exc)
             return
-        span.end = MeasuringEnd(span, self._self_ref, meter, opening, attributor, share)  # type: ignore[method-assign]
+        span.end = MeasuringEnd(  # type: ignore[method-assign]
+            span, self._self_ref, meter, self._synchronize, opening, attributor, share
+        )
         if self._rank_attributes is not None:
             set_clean_attributes(span, dict(self._rank_attributes))
 
-    def close_interval(self, opening: Opening, end_time: int | None, given: EnergyMeasurement | None) -> Interval:
-        """A span's interval, closed (for :class:`MeasuringEnd`, once :meth:`on_start` resolved the meter): after the
-        device finished its queued work; without a closing snapshot when the meter failed (said once)."""
-        meter: EnergyMeter = self._meter  # type: ignore[assignment]
-        if (end_time is not None or opening.stated_start_ns is not None) and self._attributor is None:
-            # Explicit times are measured in the meter's history, which the shared attributor's sampler feeds
-            # whether or not this processor attributes shares: both modes give a span the same energy.
+    def start_history(self, meter: EnergyMeter) -> None:
+        """Have the meter's history sampled (for a span with explicit times, by :class:`MeasuringEnd`): the shared
+        attributor's sampling feeds it whether or not this processor attributes shares, so both modes give a span
+        the same energy."""
+        if self._attributor is None:
             attributor_for(meter)
-        try:
-            return meter.close_interval(opening, end_time, synchronize=self._synchronize, given=given)
-        except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
-            self._report_failure(exc)
-            return meter.close_interval(opening, end_time, given=given, read=False)
 
     def set_span_attributes(self, span: Span, interval: Interval, attribution: SpanAttribution | None) -> None:
         """Set the span's energy and share attributes, then call ``on_measurement`` (for :class:`MeasuringEnd`,
@@ -168,9 +163,10 @@ class EnergySpanProcessor(SpanProcessor):
                 if measurement is not None and (measurement.joules_by_domain or measurement.missing_domains):
                     self._on_measurement(span, measurement)
         except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
-            self._report_failure(exc)
+            self.report_failure(exc)
 
-    def _report_failure(self, exc: Exception) -> None:
+    def report_failure(self, exc: Exception) -> None:
+        """Say once that spans end without energy attributes because the meter failed (``WARNING``)."""
         if not self._failure_reported:
             self._failure_reported = True
             _log.warning("otel-joules: could not measure energy for spans (%s); spans end without energy attributes", exc)
@@ -198,13 +194,14 @@ class MeasuringEnd:
     The meter is the processor's (resolved before the first span starts).
     """
 
-    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_opening", "_attributor", "share")
+    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_synchronize", "_opening", "_attributor", "share")
 
     def __init__(
         self,
         span: Span,
         processor_ref: "weakref.ReferenceType[EnergySpanProcessor]",
         meter: EnergyMeter,
+        synchronize: Callable[[], object] | None,
         opening: Opening,
         attributor: Attributor | None,
         share: SpanShare | None,
@@ -212,6 +209,8 @@ class MeasuringEnd:
         self._span_ref = weakref.ref(span) if share is None else weakref.ref(span, share.abandon)
         self._processor_ref = processor_ref
         self._meter = meter
+        #: The processor's wait for queued device work, before the closing snapshot (None: none).
+        self._synchronize = synchronize
         #: The span's interval as opened (its snapshot, the wall clock's offset, an explicit start).
         self._opening = opening
         self._attributor = attributor
@@ -232,10 +231,17 @@ class MeasuringEnd:
             processor = self._processor_ref()
             enabled = processor is not None and processor.enabled
             opening = self._opening
-            if enabled:
-                interval = processor.close_interval(opening, end_time, measurement)  # type: ignore[union-attr]
+            meter = self._meter
+            if not enabled:
+                interval = meter.close_interval(opening, end_time, None, measurement, False)
             else:
-                interval = self._meter.close_interval(opening, end_time, given=measurement, read=False)
+                if end_time is not None or opening[2] is not None:
+                    processor.start_history(meter)  # type: ignore[union-attr]
+                try:
+                    interval = meter.close_interval(opening, end_time, self._synchronize, measurement)
+                except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
+                    processor.report_failure(exc)  # type: ignore[union-attr]
+                    interval = meter.close_interval(opening, end_time, None, measurement, False)
             if end_time is None:
                 # The wall clock read beside the closing snapshot: the SDK's end time.
                 sdk_end_time = interval.end_wall_ns
