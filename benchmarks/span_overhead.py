@@ -402,6 +402,7 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
     meter = processor.meter
     attributor = processor.attributor
     assert attributor is not None, "warm the processor up first"
+    ledger = attributor.ledger
     keys = ("on_start", "end", "on_end", "snapshots", "share_ledger", "attribute_dict", "setting_attributes", "sdk_end")
     sdk_end = Span.end
     measuring_end_call = processor_module.MeasuringEnd.__call__
@@ -419,8 +420,8 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
         totals = dict.fromkeys(keys, 0)
         try:
             meter.snapshot = _timed(totals, "snapshots", meter.snapshot)  # type: ignore[method-assign]
-            attributor.open_span = _timed(totals, "share_ledger", attributor.open_span)  # type: ignore[method-assign]
-            attributor.close_span = _timed(totals, "share_ledger", attributor.close_span)  # type: ignore[method-assign]
+            ledger.open_span = _timed(totals, "share_ledger", ledger.open_span)  # type: ignore[method-assign]
+            ledger.close_span = _timed(totals, "share_ledger", ledger.close_span)  # type: ignore[method-assign]
             processor_module.span_attributes = _timed(totals, "attribute_dict", span_attributes)
             processor_module.set_clean_attributes = _timed(totals, "setting_attributes", set_clean_attributes)
             processor.on_start = _timed(totals, "on_start", processor.on_start)  # type: ignore[method-assign]
@@ -433,7 +434,7 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
             processor_module.MeasuringEnd.__call__ = measuring_end_call  # type: ignore[method-assign]
             processor_module.set_clean_attributes = set_clean_attributes
             processor_module.span_attributes = span_attributes
-            for owner, name in ((meter, "snapshot"), (attributor, "open_span"), (attributor, "close_span"),
+            for owner, name in ((meter, "snapshot"), (ledger, "open_span"), (ledger, "close_span"),
                                 (processor, "on_start"), (processor, "on_end")):
                 owner.__dict__.pop(name, None)
         return {key: value / n / 1e3 for key, value in totals.items()}

@@ -111,9 +111,9 @@ class Interval(NamedTuple):
 
     @property
     def measured(self) -> bool:
-        """Whether it has energy to report: a domain's joules, or a domain it says is missing."""
+        """Whether it has energy to report (:func:`has_energy`)."""
         measurement = self.measure()
-        return measurement is not None and bool(measurement.joules_by_domain or measurement.missing_domains)
+        return measurement is not None and has_energy(measurement)
 
     @property
     def duration_s(self) -> float | None:
@@ -150,6 +150,11 @@ class Interval(NamedTuple):
         """Shorter than the update period of a counter it includes."""
         measurement = self.measure()
         return measurement is not None and measurement.below_resolution
+
+
+def has_energy(measurement: EnergyMeasurement) -> bool:
+    """Whether a measurement has energy attributes to set: a domain's joules, or a domain it says is missing."""
+    return bool(measurement.joules_by_domain or measurement.missing_domains)
 
 
 def open_interval(

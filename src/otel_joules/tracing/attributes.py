@@ -13,8 +13,8 @@ import weakref
 from typing import Any
 
 from otel_joules.attribution.shares import SpanAttribution, measured_kinds
-from otel_joules.meter.energy import energy_between
-from otel_joules.meter.interval import Interval
+from otel_joules.meter.energy import EnergyPlan, energy_between
+from otel_joules.meter.interval import Interval, has_energy
 from otel_joules.meter.fastpath import COMPILED
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
@@ -76,42 +76,43 @@ def span_attributes(interval: Interval, share: SpanAttribution | None) -> dict[s
     """A span's energy attributes: the interval's figures (or ``energy.unavailable_reason``), its share's
     (``energy.attributed.*``, per kind for the kinds the meter measures) and ``energy.clock_step_s``; None
     when there is none. The one builder of span attribute dicts."""
-    start, end, given = interval.start, interval.end, interval.given
+    # One unpacking: this runs for every span.
+    meter, _, _, start, end, given, unavailable_reason, clock_step_ns, _, _ = interval
     attributes: dict[str, Any] | None
     if given is None and end is not None and start is not None:
         # The span path's common case: straight from the two snapshots, planned once per meter.
-        meter = interval.meter
-        plan = _plans.get(id(meter)) or _plan_for(meter)
+        plan = _plans.get(meter.plan) or _plan_for(meter)
         attributes = plan.span_attributes(start, end, share)
     else:
         attributes = {}
         if given is not None:
-            if given.joules_by_domain or given.missing_domains:
+            if has_energy(given):
                 attributes = measurement_attributes(given)
-        elif interval.unavailable_reason is not None:
-            attributes[ENERGY_UNAVAILABLE_REASON] = interval.unavailable_reason
+        elif unavailable_reason is not None:
+            attributes[ENERGY_UNAVAILABLE_REASON] = unavailable_reason
         if share is not None:
-            meter = interval.meter
-            kinds = () if meter is None else (_plans.get(id(meter)) or _plan_for(meter)).kinds
+            kinds = () if meter is None else (_plans.get(meter.plan) or _plan_for(meter)).kinds
             attribution_attributes(share, kinds, attributes)
-    if interval.clock_step_ns:
+    if clock_step_ns:
         attributes = {} if attributes is None else attributes
-        attributes[ENERGY_CLOCK_STEP_S] = interval.clock_step_ns / 1e9
+        attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
     return attributes or None
 
 
-#: Each meter's planned attributes (:class:`MeterAttributes`), by ``id(meter)``; dropped when the meter is.
-_plans: dict[int, "MeterAttributes"] = {}
+#: Each meter's planned attributes (:class:`MeterAttributes`), by the meter's own plan (``EnergyMeter.plan``, one
+#: per meter, hashed by identity: an attribute load, no call, per span); dropped when the meter is.
+_plans: dict[EnergyPlan, "MeterAttributes"] = {}
 
 
 def _plan_for(meter: EnergyMeter) -> "MeterAttributes":
-    plan = _plans[id(meter)] = MeterAttributes(meter, measured_kinds(meter.domains))
-    weakref.finalize(meter, _plans.pop, id(meter), None)
+    plan = _plans[meter.plan] = MeterAttributes(meter, measured_kinds(meter.domains))
+    weakref.finalize(meter, _plans.pop, meter.plan, None)
     return plan
 
 
 def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool | tuple[str, ...]]:
-    """The span attributes for one measurement."""
+    """The energy part of :func:`span_attributes` for a caller's own measurement (its per-domain joules, total,
+    watts, source and flags)."""
     attributes: dict[str, float | str | bool] = {
         ENERGY_JOULES: measurement.total_joules,
         ENERGY_WATTS: measurement.watts,
@@ -150,7 +151,7 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
 def attribution_attributes(
     attribution: SpanAttribution, kinds: tuple[str, ...], into: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The span attributes for a span's share (added to ``into`` when given); per-kind values only
+    """The share part of :func:`span_attributes` (added to ``into`` when given); per-kind values only
     for the kinds the meter measures."""
     attributes: dict[str, Any] = {} if into is None else into
     attributes[ENERGY_ATTRIBUTED_JOULES] = attribution.cpu_joules + attribution.memory_joules + attribution.gpu_joules

@@ -13,7 +13,7 @@ from opentelemetry.trace import get_current_span
 from otel_joules.attribution.attributor import Attributor, check_attribution_options
 from otel_joules.attribution.registry import attributor_for, attributor_from
 from otel_joules.attribution.shares import SpanAttribution
-from otel_joules.attribution.spans import SpanShare
+from otel_joules.attribution.spans import SpanLedger, SpanShare
 from otel_joules.meter.interval import Interval, Opening
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
 from otel_joules.meter.registry import get_energy_meter
@@ -93,7 +93,8 @@ class EnergySpanProcessor(SpanProcessor):
         self._synchronize = resolve_synchronizer(synchronize)
         #: This process's rank attributes, read once (None outside a multi-rank job).
         self._rank_attributes = job_rank().span_attributes() or None
-        self._on_measurement = on_measurement
+        #: Called with ``(span, measurement)`` before a measured span ends (None: no hook).
+        self.on_measurement = on_measurement
         self.enabled = True
         self._failure_reported = False
         # The shared attributor (True) waits for the meter, which may be created on first use.
@@ -134,12 +135,13 @@ class EnergySpanProcessor(SpanProcessor):
             if attributor is not None:
                 # A measured parent's ``end`` is its MeasuringEnd (an instance attribute, found before the class's method).
                 parent_end = get_current_span(parent_context).end
-                share = attributor.open_span(parent_end.share if type(parent_end) is MeasuringEnd else None)
+                # The attributor's span ledger itself (Attributor.open_span's own work): one frame fewer per span.
+                share = attributor.ledger.open_span(parent_end.share if type(parent_end) is MeasuringEnd else None)
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
             self.report_failure(exc)
             return
         span.end = MeasuringEnd(  # type: ignore[method-assign]
-            span, self._self_ref, meter, self._synchronize, opening, attributor, share
+            span, self._self_ref, meter, self._synchronize, opening, None if attributor is None else attributor.ledger, share
         )
         if self._rank_attributes is not None:
             set_clean_attributes(span, dict(self._rank_attributes))
@@ -158,10 +160,8 @@ class EnergySpanProcessor(SpanProcessor):
             attributes = span_attributes(interval, attribution)
             if attributes:
                 set_clean_attributes(span, attributes)
-            if self._on_measurement is not None:
-                measurement = interval.measure()
-                if measurement is not None and (measurement.joules_by_domain or measurement.missing_domains):
-                    self._on_measurement(span, measurement)
+            if self.on_measurement is not None and interval.measured:
+                self.on_measurement(span, interval.measure())  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
             self.report_failure(exc)
 
@@ -194,7 +194,7 @@ class MeasuringEnd:
     The meter is the processor's (resolved before the first span starts).
     """
 
-    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_synchronize", "_opening", "_attributor", "share")
+    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_synchronize", "_opening", "_ledger", "share")
 
     def __init__(
         self,
@@ -203,7 +203,7 @@ class MeasuringEnd:
         meter: EnergyMeter,
         synchronize: Callable[[], object] | None,
         opening: Opening,
-        attributor: Attributor | None,
+        ledger: SpanLedger | None,
         share: SpanShare | None,
     ) -> None:
         self._span_ref = weakref.ref(span) if share is None else weakref.ref(span, share.abandon)
@@ -213,7 +213,8 @@ class MeasuringEnd:
         self._synchronize = synchronize
         #: The span's interval as opened (its snapshot, the wall clock's offset, an explicit start).
         self._opening = opening
-        self._attributor = attributor
+        #: The attributor's span ledger, which closes the share (None without attribution).
+        self._ledger = ledger
         #: The span's open share (None without attribution): its children's shares open inside it.
         self.share = share
 
@@ -247,9 +248,18 @@ class MeasuringEnd:
                 sdk_end_time = interval.end_wall_ns
             # Closed even when the processor is off: an open share would dilute the thread's others.
             share = self.share
-            attribution = None if share is None else self._attributor.close_span(share, opening.snapshot, interval.closed)  # type: ignore[union-attr]
+            attribution = None if share is None else self._ledger.close_span(share, opening[0], interval.closed)  # type: ignore[union-attr]
             if enabled:
-                processor.set_span_attributes(span, interval, attribution)  # type: ignore[union-attr]
+                if processor.on_measurement is None:  # type: ignore[union-attr]
+                    # The common case, without the hook's frame: the attributes straight onto the span.
+                    try:
+                        attributes = span_attributes(interval, attribution)
+                        if attributes:
+                            set_clean_attributes(span, attributes)
+                    except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
+                        processor.report_failure(exc)  # type: ignore[union-attr]
+                else:
+                    processor.set_span_attributes(span, interval, attribution)  # type: ignore[union-attr]
             else:
                 # The caller's own measurement is its to report, whether or not this processor still measures.
                 attributes = span_attributes(interval, None)
