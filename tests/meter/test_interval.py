@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from otel_joules.meter.history import SnapshotHistory
 from otel_joules.meter.interval import Interval
-from otel_joules.meter.meter import EnergyMeter
+from otel_joules.meter.meter import EnergyMeter, EnergySnapshot
 
 
 def _meter(powercap) -> EnergyMeter:  # type: ignore[no-untyped-def]
@@ -82,12 +83,24 @@ def test_an_end_before_the_start_or_in_the_future_has_no_energy(powercap) -> Non
     assert "future" in future.unavailable_reason  # type: ignore[operator]
 
 
-def test_the_history_keeps_its_samples_for_history_s_and_no_longer(powercap) -> None:
+def test_the_meters_own_sampler_keeps_a_snapshot_at_most_every_gap(powercap) -> None:
     meter = _meter(powercap)
-    history = meter.history
     for _ in range(5):
         meter.sample()
-    assert len(history) == 5
-    # The meter's own sampler keeps a snapshot at most every min_gap_s.
+    assert len(meter.history) == 5
     meter.sample(min_gap_s=60.0)
-    assert len(history) == 5
+    assert len(meter.history) == 5
+
+
+def test_the_history_reaches_back_history_s_and_interpolates_within_it() -> None:
+    history = SnapshotHistory(history_s=0.5)
+    ms = 1_000_000
+    for k in range(11):  # 0, 100, ..., 1000 ms; 1 J every 100 ms
+        history.record(EnergySnapshot(k * 100 * ms, (float(k),)))
+    # The latest snapshot at or before 1000 - 500 ms is kept, so the history reaches back 500 ms and no further.
+    assert history.oldest_ns == 500 * ms and len(history) == 6
+    latest = EnergySnapshot(1000 * ms, (10.0,))
+    assert history.snapshot_at(450 * ms, latest) is None
+    assert history.snapshot_at(550 * ms, latest).joules == (5.5,)  # type: ignore[union-attr]
+    assert history.snapshot_at(1000 * ms + ms // 2, latest).joules == (10.0,)  # type: ignore[union-attr]
+    assert history.snapshot_at(1010 * ms, latest) is None
