@@ -10,6 +10,7 @@ path is on); for a caller's own measurement, :func:`measurement_attributes`; for
 from __future__ import annotations
 
 import weakref
+from functools import partial
 from typing import Any
 
 from otel_joules.attribution.shares import SpanAttribution, measured_kinds
@@ -82,7 +83,11 @@ def span_attributes(interval: Interval, share: SpanAttribution | None) -> dict[s
     if given is None and end is not None and start is not None:
         # The span path's common case: straight from the two snapshots, planned once per meter.
         plan = _plans.get(meter.plan) or _plan_for(meter)
-        attributes = plan.span_attributes(start, end, share)
+        direct = plan.direct
+        # Compiled, without the plan's frame; the plan's method for the rest (NotImplemented: a case the C code leaves
+        # to the reference, such as a stale or missing domain).
+        if direct is None or (attributes := direct(start, end, share)) is NotImplemented:
+            attributes = plan.span_attributes(start, end, share)
     else:
         attributes = {}
         if given is not None:
@@ -186,7 +191,7 @@ class MeterAttributes:
 
     __slots__ = (
         "_plan", "_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions",
-        "domain_kinds", "_compiled", "_spec", "_band_keys", "kinds",
+        "domain_kinds", "_compiled", "_spec", "_band_keys", "kinds", "direct",
     )
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
@@ -231,6 +236,11 @@ class MeterAttributes:
                 ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_ATTRIBUTED_DYNAMIC_JOULES,
                 ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES, ENERGY_ATTRIBUTION, ENERGY_BASELINE,
             ),
+        )
+        #: The compiled function bound to this plan, for :func:`span_attributes` to call without this object's
+        #: frame: None where the reference runs, or an estimate's band is to be added (:meth:`span_attributes`).
+        self.direct = (
+            partial(self._compiled, self._spec) if self._compiled is not None and not self._band_keys else None
         )
 
     def span_attributes(self, start: EnergySnapshot, end: EnergySnapshot, attribution: SpanAttribution | None) -> dict[str, Any] | None:
