@@ -17,6 +17,9 @@ thread with a deadline, so a stalled device makes a span's value stale
 
 This module holds the meter and its values; the per-channel read policy is in
 :mod:`otel_joules.meter.channels` (applied in :mod:`otel_joules.meter._channels`), the background sampler in :mod:`otel_joules.meter.sampler`.
+Its values (:class:`EnergySnapshot`, :class:`EnergyMeasurement`) are in :mod:`otel_joules.meter.values`, its
+history of sampled snapshots in :mod:`otel_joules.meter.history`, and the intervals it measures
+(:meth:`EnergyMeter.open_interval`, :meth:`EnergyMeter.close_interval`) in :mod:`otel_joules.meter.interval`.
 """
 
 from __future__ import annotations
