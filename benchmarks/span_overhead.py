@@ -69,7 +69,6 @@ import time
 import tracemalloc
 import weakref
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
@@ -84,7 +83,7 @@ from otel_joules.sensors import rapl
 from otel_joules.sensors.base import Channel, Domain
 from otel_joules.semconv import KIND_CPU, KIND_GPU
 from otel_joules.tracing import processor as processor_module
-from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
+from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes, span_attributes
 from otel_joules.tracing._sdk import set_clean_attributes
 from tests.fakes.powercap import ConstantPower, make_powercap
 
@@ -342,7 +341,7 @@ def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
         "snapshot_ns": best(meter.snapshot),
         "thread_cpu_clock_read_ns": best(clock),
         "open_and_close_share_ns": best(lambda: attributor.close_span(attributor.open_span(None), start, end)),
-        "build_attributes_ns": best(lambda: plan.add_attribution(attribution, plan.attributes(start, end))),  # type: ignore[arg-type]
+        "build_attributes_ns": best(lambda: attribution_attributes(attribution, plan.kinds, plan.attributes(start, end))),  # type: ignore[arg-type]
         # What the processor does (tracing._sdk.set_clean_attributes) and what the SDK's own call costs.
         "set_all_attributes_ns": best(lambda: _set_fresh(span, merged)),
         "sdk_set_attributes_ns": best(lambda: span.set_attributes(merged)),
@@ -402,8 +401,8 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
 
     meter = processor.meter
     attributor = processor.attributor
-    plan = processor._plan
-    assert attributor is not None and plan is not None, "warm the processor up first"
+    assert attributor is not None, "warm the processor up first"
+    ledger = attributor.ledger
     keys = ("on_start", "end", "on_end", "snapshots", "share_ledger", "attribute_dict", "setting_attributes", "sdk_end")
     sdk_end = Span.end
     measuring_end_call = processor_module.MeasuringEnd.__call__
@@ -421,9 +420,9 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
         totals = dict.fromkeys(keys, 0)
         try:
             meter.snapshot = _timed(totals, "snapshots", meter.snapshot)  # type: ignore[method-assign]
-            attributor.open_span = _timed(totals, "share_ledger", attributor.open_span)  # type: ignore[method-assign]
-            attributor.close_span = _timed(totals, "share_ledger", attributor.close_span)  # type: ignore[method-assign]
-            processor._plan = SimpleNamespace(span_attributes=_timed(totals, "attribute_dict", plan.span_attributes))
+            ledger.open_span = _timed(totals, "share_ledger", ledger.open_span)  # type: ignore[method-assign]
+            ledger.close_span = _timed(totals, "share_ledger", ledger.close_span)  # type: ignore[method-assign]
+            processor_module.span_attributes = _timed(totals, "attribute_dict", span_attributes)
             processor_module.set_clean_attributes = _timed(totals, "setting_attributes", set_clean_attributes)
             processor.on_start = _timed(totals, "on_start", processor.on_start)  # type: ignore[method-assign]
             processor.on_end = _timed(totals, "on_end", processor.on_end)  # type: ignore[method-assign]
@@ -434,8 +433,8 @@ def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, ba
             Span.end = sdk_end  # type: ignore[method-assign]
             processor_module.MeasuringEnd.__call__ = measuring_end_call  # type: ignore[method-assign]
             processor_module.set_clean_attributes = set_clean_attributes
-            processor._plan = plan
-            for owner, name in ((meter, "snapshot"), (attributor, "open_span"), (attributor, "close_span"),
+            processor_module.span_attributes = span_attributes
+            for owner, name in ((meter, "snapshot"), (ledger, "open_span"), (ledger, "close_span"),
                                 (processor, "on_start"), (processor, "on_end")):
                 owner.__dict__.pop(name, None)
         return {key: value / n / 1e3 for key, value in totals.items()}

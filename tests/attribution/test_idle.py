@@ -90,7 +90,7 @@ def test_an_idle_processs_sampler_thread_backs_off_and_sleeps(idle_host: IdleHos
     IDLE_PERIOD_MAX_S. Over the 1.6 s after it has backed off for 2.4 s it samples at most a few times (it
     sampled 16 times at its fixed 0.1 s period), and its thread is off the CPU meanwhile (few context
     switches)."""
-    sampler = idle_host.attributor.prices._sampler
+    sampler = idle_host.attributor.prices.pace.thread
     assert sampler is not None and sampler.native_id is not None
     time.sleep(DOZING_AFTER_S)
     before_samples = len(idle_host.attributor.history)
@@ -152,7 +152,7 @@ def test_the_back_off_never_reads_a_counter_less_often_than_its_wrap_safe_interv
         delays_s = []
         end = time.monotonic() + IDLE_AFTER_S + 0.2
         while time.monotonic() < end or len(delays_s) < 40:
-            delays_s.append(attributor.prices._tick())
+            delays_s.append(attributor.prices.pace.tick(attributor.prices))
             time.sleep(0.03)
     finally:
         attributor.close()
@@ -174,7 +174,7 @@ def test_a_process_working_outside_spans_keeps_its_sampler_at_its_period(tmp_pat
         end = time.monotonic() + IDLE_AFTER_S + 0.5
         while time.monotonic() < end:
             proc.add_process(PID, 0.01)
-            delays_s.append(attributor.prices._tick())
+            delays_s.append(attributor.prices.pace.tick(attributor.prices))
             time.sleep(HISTORY_PERIOD_S)
     finally:
         attributor.close()
@@ -182,3 +182,30 @@ def test_a_process_working_outside_spans_keeps_its_sampler_at_its_period(tmp_pat
     # Each wait runs to the next multiple of the period on the monotonic clock (every process's sampler samples
     # at the same instants), half a period to one and a half away: never a back-off.
     assert all(HISTORY_PERIOD_S / 2 <= d <= 1.5 * HISTORY_PERIOD_S for d in delays_s), delays_s
+
+
+def test_a_meter_and_its_attributor_share_one_sampler_thread(tmp_path: Path) -> None:
+    """The attributor subscribes to the meter's sampler thread instead of running one of its own: one thread
+    samples for both, the attributor's samples land in the meter's history, and once the attributor closes the
+    same thread goes on with the meter's own sampling until the meter closes."""
+    powercap = make_powercap(tmp_path / "sys", "one_socket", max_power_uw=MAX_POWER_UW)
+    proc = FakeProcfs(tmp_path / "proc")
+    proc.add_process(PID, 0.0)
+    before = set(threading.enumerate())
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, procfs_root=proc.procfs_root, gpus=[])
+    attributor = Attributor(meter)
+    try:
+        meter.snapshot()  # the meter's own sampling starts with its first snapshot
+        time.sleep(4 * HISTORY_PERIOD_S)
+        started = [t for t in threading.enumerate() if t not in before and t.is_alive()]
+        assert [t.name for t in started] == ["otel-joules-sampler"]
+        assert len(attributor.history) >= 3  # the first sample, then the thread's
+        assert attributor.prices.pace.thread is started[0] is meter.sampler.thread
+        assert len(meter.history) >= len(attributor.history)
+        attributor.close()
+        assert meter.sampler.thread is started[0] and started[0].is_alive()
+    finally:
+        attributor.close()
+        meter.close()
+    started[0].join(5)
+    assert not started[0].is_alive()

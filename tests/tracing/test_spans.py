@@ -267,9 +267,11 @@ def test_planned_attributes_equal_those_of_a_measurement() -> None:
     # Domains outside the total (core_0) are not listed; each listed one carries its kind.
     assert plan.domain_kinds == ("package_0:cpu", "dram_0:memory", "nvidia_gpu_0:gpu", "cpu_estimate:cpu")
     attribution = SpanAttribution(0.25, 0.125, 2.5, 0.5)
+    a, b = EnergySnapshot(*cases[0][0]), EnergySnapshot(*cases[0][1])
     for kinds in ((), ("cpu",), ("cpu", "memory"), ("cpu", "memory", "gpu"), ("memory", "gpu")):
-        into = MeterAttributes(meter, kinds).add_attribution(attribution, {"x": 1})
-        assert list(into.items()) == list(attribution_attributes(attribution, kinds, {"x": 1}).items())
+        both = MeterAttributes(meter, kinds).span_attributes(a, b, attribution)
+        expected = attribution_attributes(attribution, kinds, measurement_attributes(meter.measure(a, b)))
+        assert both == expected  # the estimate band comes last, after the share
     meter.close()
 
 

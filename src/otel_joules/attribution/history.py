@@ -1,19 +1,16 @@
-"""The price history: the sampler thread, the host's samples and summary, the prices and the baselines.
+"""The price history: the host's samples and summary, the prices and the baselines.
 
-:class:`PriceHistory` owns all of it. Its sampler thread takes the samples (:mod:`.sampling` holds
-the constants, :class:`~.sampling.HistorySample` and :func:`~.sampling.policy_prices`), splits each
-period's energy into static (the domains' baselines, :mod:`.baseline`) and dynamic, prices it under
-the policy and publishes the result for the span path. Readers get this process's totals, the price
-of CPU time spent between two instants (each sampler period at its own price, the forecast after the
-latest sample: the span path) and the meter's joules at a past instant (spans with explicit start and
-end times).
+:class:`PriceHistory` owns all of it, and takes its samples on the meter's one sampler thread, to which
+it subscribes (:mod:`.pace` says when). Each tick takes a sample (:mod:`.sampling` holds the constants,
+:class:`~.sampling.HistorySample` and :func:`~.sampling.policy_prices`), splits the period's energy into
+static (the domains' baselines, :mod:`.baseline`) and dynamic, prices it under the policy and publishes
+the result for the span path. Readers get this process's totals and the price of CPU time spent between
+two instants (each sampler period at its own price, the forecast after the latest sample: the span
+path); the meter's joules at a past instant are the meter's own history's.
 """
 
 from __future__ import annotations
 
-import bisect
-import logging
-import os
 import threading
 import time
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
@@ -30,40 +27,30 @@ from otel_joules.attribution._prices import (
     _gpu_joules_at,
 )
 from otel_joules.attribution.baseline import Baselines
-from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, HostCpuTimes, ProcfsReadError
+from otel_joules.attribution.pace import SamplerPace
+from otel_joules.attribution.pricing import add_to_summary, forward_prices, price_between, process_joules_base
+from otel_joules.attribution.procfs import CLOCK_TICKS_PER_S, CpuClocks, ProcfsReadError
 from otel_joules.attribution.sampling import (
-    _IDLE_BELOW_S,
     HISTORY_PERIOD_S,
     HISTORY_S,
-    HISTORY_SUMMARY_BUCKETS,
     HISTORY_SUMMARY_PERIOD_S,
-    IDLE_AFTER_S,
-    IDLE_CPU_FRACTION,
-    IDLE_PERIOD_MAX_S,
-    MIN_RATE_WINDOW_S,
     RATE_WINDOW,
-    STAT_SLACK_TICKS_PER_CPU,
-    STAT_TICKS_TOLERANCE,
     HistorySample,
     policy_prices,
 )
+from otel_joules.attribution.stat_checks import StatChecks
 from otel_joules.attribution.shares import ATTRIBUTION_KIND, KINDS, attribution_label, measured_kinds
 from otel_joules.attribution.uncovered import UncoveredEnergy, uncovered_joules, uncovered_positions
 from otel_joules.config import POLICY_BUSY, POLICY_CAPACITY
 from otel_joules.meter.clock import wall_offset_ns as _wall_offset_ns
 from otel_joules.meter.energy import energy_between
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.meter.sampler import PeriodicThread
-from otel_joules.semconv import ENERGY_ATTRIBUTED_NAMESPACE, ENERGY_JOULES, KIND_CPU, KIND_GPU, KIND_MEMORY
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
 from otel_joules.sensors.base import Method
 
 if TYPE_CHECKING:
     from otel_joules.attribution.gpu import GpuProcessShares, NvmlProcessShares
     from otel_joules.meter.meter import EnergyMeter
-
-_log = logging.getLogger("otel_joules")
-_new_tuple = tuple.__new__
-_EDGE_TOLERANCE_NS = 1_000_000
 
 
 def _no_spans_open() -> bool:
@@ -88,11 +75,10 @@ class PriceHistory:
 
     Attributes:
         view: The latest published prices, samples and summary.
-        dozing: True while the sampler waits longer than its period: a span that opens wakes it
-            (:meth:`wake_sampler`).
+        pace: The sampler thread and when its next sample is due (:class:`~.pace.SamplerPace`).
         spans_open: Says whether a span is open on any thread (the idle back-off asks it); the
             attributor sets its span ledger's.
-        stat_fault: True while /proc/stat's latest read failed or was implausible: spans that end get no share.
+        stat_checks: ``/proc/stat``'s reads judged (:class:`~.stat_checks.StatChecks`).
         policy: Who carries static energy (``config.ATTRIBUTION_POLICIES``).
         attribution_label: ``energy.attribution``'s value (``cpu_time_share/<policy>``).
         baselines: The domains' static watts (:class:`~.baseline.Baselines`).
@@ -123,11 +109,9 @@ class PriceHistory:
         self.history_s = history_s
         self._max_samples = max(2, int(history_s / period_s) + 1)
         self._history_ns = round(history_s * 1e9)
+        # Spans with explicit times are measured in the meter's history, which this sampler feeds.
+        meter.history.keep_at_least(history_s)
         self._summary_period_ns = max(1, round(max(period_s, min(HISTORY_SUMMARY_PERIOD_S, history_s / 5)) * 1e9))
-        # Every sample reads every counter: the idle back-off never reads less often than the
-        # meter's wrap-safe interval, so no counter can wrap twice unseen (see _next_period_s).
-        wrap_safe_s = meter.sample_period_s
-        self._idle_period_max_s = IDLE_PERIOD_MAX_S if wrap_safe_s is None else min(IDLE_PERIOD_MAX_S, wrap_safe_s)
         self._sample_enabled = sample
         order = self.kind_indices[KIND_CPU] + self.kind_indices[KIND_MEMORY] + self.kind_indices[KIND_GPU]
         #: The meter's domain indices in the baselines' order (kinds' indices, CPU-side, memory, GPU).
@@ -168,10 +152,9 @@ class PriceHistory:
         self.view = _View(self._rates, tuple(self._history), tuple(self._times), tuple(self._summary))
         self.wall_offset_ns = _wall_offset_ns()
         # _sample_lock: the few lines that change the history; _reading_lock: held across a sample's reads
-        # (they serialise samplers only); _starting_lock: starting the thread (never held across I/O).
+        # (they serialise samplers only).
         self._sample_lock = threading.Lock()
         self._reading_lock = threading.Lock()
-        self._starting_lock = threading.Lock()
         self._process_watts = (0.0, 0.0, 0.0)
         #: The part of the latest period's process shares priced from standby estimates, per kind.
         self._process_estimated_fraction = (0.0, 0.0, 0.0)
@@ -180,23 +163,13 @@ class PriceHistory:
         self._unattributed_j = [0.0, 0.0]
         #: The platform's energy beyond the components', period by period (None: no platform reading beside them).
         self._uncovered = None if self.uncovered_positions is None else UncoveredEnergy(self.uncovered_positions)
-        self._sampler: PeriodicThread | None = None
-        #: The back-off's current period; when the process's idleness began (None while it is not idle);
-        #: (sample, the process's and the sampler thread's CPU seconds just after it) at the thread's last tick.
-        self._idle_period_s = self.period_s
-        self._idle_since_ns: int | None = None
-        self._tick_last: "tuple[HistorySample, float, float, float] | None" = None
-        self.dozing = False
-        #: The GPU fractions of the latest sample, and whether they changed since the sampler's last tick.
-        self._fractions: list[float] = []
-        self._fractions_changed = False
+        # Every sample reads every counter: the idle back-off never reads less often than the
+        # meter's wrap-safe interval, so no counter can wrap twice unseen.
+        #: The sampler thread and its pace (a forked child's starts afresh).
+        self.pace = SamplerPace(self.period_s, self.meter.sample_period_s, self._sample_enabled)
         self._closed = False
-        self._failure_reported = False
-        self._implausible_reported = False
-        self.stat_fault = False
-        #: When the latest /proc/stat read that became a sample started, and how many CPUs it listed.
-        self._stat_read_ns = 0
-        self._stat_cpus = 0
+        #: /proc/stat's reads judged, and the messages about its faults.
+        self.stat_checks = StatChecks(self.clocks.procfs_root)
 
     def after_fork_in_child(self) -> None:
         """Start this process's state afresh in a forked child (the parent's locks and thread are not its own).
@@ -242,7 +215,7 @@ class PriceHistory:
         # The reads (NVML may be slow) serialise samplers only: the span path reads the published view.
         with self._reading_lock:
             try:
-                snapshot = self.meter.snapshot(hold_devices=hold_devices)
+                snapshot = self.meter.sample(hold_devices=hold_devices)
                 read_ns = time.monotonic_ns()
                 host = self.clocks.host()
                 process_cpu_s = self.clocks.process_cpu_s()
@@ -250,48 +223,19 @@ class PriceHistory:
                 # where a stalled NVML's process lists must not hold the program up.
                 fractions = self.gpu_shares.fractions() if self.gpu_shares is not None and self._history else []
             except (ProcfsReadError, OSError) as exc:
-                self.stat_fault = True
-                self._report(exc)
+                self.stat_checks.unreadable(exc)
                 return None
             if self.meter.closed:
                 # Nothing more to sample. Asked, not read from the snapshot: a meter without
                 # domains (a tracker's simulated devices only) reads the same open or closed.
                 self._closed = True
                 return None
-            if fractions != self._fractions:
-                self._fractions, self._fractions_changed = fractions, True
-            problem = self._implausible(host, time.monotonic_ns())
+            self.pace.note_fractions(fractions)
+            problem = self.stat_checks.problem(self._history[-1] if self._history else None, host, time.monotonic_ns())
             with self._sample_lock:
                 sample = self._append(snapshot, host.busy_s, host.idle_s, process_cpu_s, fractions, problem is None)
-            self._stat_read_ns, self._stat_cpus = read_ns, host.cpus
-            self.stat_fault = problem is not None
-            if problem is not None:
-                self._report_implausible(problem)
+            self.stat_checks.settle(read_ns, host.cpus, problem)
             return sample
-
-    def _implausible(self, host: HostCpuTimes, read_end_ns: int) -> str | None:
-        """What is wrong with ``/proc/stat``'s counts against the latest sample's, or None when they are plausible."""
-        if not self._history:
-            return None
-        previous = self._history[-1]
-        # The most time that can have passed between the two reads: from the start of the last to
-        # the end of this one (a read delayed by the scheduler only widens it).
-        elapsed_s = max(0, read_end_ns - self._stat_read_ns) / 1e9
-        cpus = max(host.cpus, self._stat_cpus)  # a CPU taken offline meanwhile counted until then
-        slack_s = cpus * STAT_SLACK_TICKS_PER_CPU / CLOCK_TICKS_PER_S
-        d_busy_s, d_idle_s = host.busy_s - previous.busy_s, host.idle_s - previous.idle_s
-        if d_busy_s < -slack_s or d_idle_s < -slack_s:
-            return (
-                f"its CPU times went backwards (busy {previous.busy_s:.2f} s -> {host.busy_s:.2f} s, "
-                f"idle {previous.idle_s:.2f} s -> {host.idle_s:.2f} s)"
-            )
-        limit_s = cpus * elapsed_s * STAT_TICKS_TOLERANCE + slack_s
-        if cpus and (d_busy_s > limit_s or d_idle_s > limit_s):
-            return (
-                f"it counts {d_busy_s:.2f} busy and {d_idle_s:.2f} idle CPU seconds in {elapsed_s:.3f} s, where its "
-                f"{cpus} CPUs can count at most {limit_s:.2f} s of each"
-            )
-        return None
 
     def _append(
         self,
@@ -342,41 +286,9 @@ class PriceHistory:
         if not drop:
             return
         for k in range(drop):
-            self._summarise(history[k], history[k + 1], self._period_rates(k))
+            add_to_summary(self._summary, self._summary_period_ns, history[k], history[k + 1], self._period_rates(k))
         del history[:drop]
         del times[:drop]
-
-    def _summarise(self, a: HistorySample, b: HistorySample, rates: _Prices) -> None:
-        """Add the period from ``a`` to ``b``, at its prices, to the summary buckets it overlaps."""
-        summary, bucket_ns = self._summary, self._summary_period_ns
-        lo = a.monotonic_ns
-        while lo < b.monotonic_ns:
-            start = lo - lo % bucket_ns
-            hi = min(b.monotonic_ns, start + bucket_ns)
-            ns = hi - lo
-            last = summary[-1] if summary else None
-            if last is not None and last.start_ns == start:
-                summary[-1] = last._replace(
-                    hi_ns=hi,
-                    cpu_j_ns=last.cpu_j_ns + rates[0] * ns,
-                    memory_j_ns=last.memory_j_ns + rates[1] * ns,
-                    dynamic_j_ns=last.dynamic_j_ns + rates[2] * ns,
-                )
-            else:
-                summary.append(
-                    _SummaryBucket(start, lo, hi, rates[0] * ns, rates[1] * ns, a.process_joules, rates[2] * ns)
-                )
-            lo = hi
-        while len(summary) > HISTORY_SUMMARY_BUCKETS:
-            first, second = summary[0], summary[1]
-            summary[1] = second._replace(
-                lo_ns=first.lo_ns,
-                process_joules=first.process_joules,
-                cpu_j_ns=second.cpu_j_ns + first.cpu_j_ns,
-                memory_j_ns=second.memory_j_ns + first.memory_j_ns,
-                dynamic_j_ns=second.dynamic_j_ns + first.dynamic_j_ns,
-            )
-            del summary[0]
 
     def _period_rates(self, k: int) -> _Prices:
         """The prices of the sampler period from sample ``k`` to ``k + 1``, as set when it entered the history:
@@ -537,7 +449,9 @@ class PriceHistory:
             self._late_ticks_s = min(max(0.0, d_process - max(host_busy_s, 0.0)), max(cpus, 0.0) / CLOCK_TICKS_PER_S)
         else:
             own_cpu = own_memory = self._late_ticks_s = 0.0  # unknown CPU times: the period's energy is nobody's
-        forward = self._forward_rates(snapshot, period, priced)
+        forward = forward_prices(
+            self.policy, self._history[-RATE_WINDOW:], period, priced, self._rates, snapshot.monotonic_ns
+        )
         gpu_joules = gpu_dynamic = 0.0
         for i, spent, fraction in zip(self.kind_indices[KIND_GPU], period.gpu_j, fractions):
             if spent is not None:
@@ -564,174 +478,45 @@ class PriceHistory:
         self._process_watts = tuple(j / dt_s for j in mine) if dt_s > 0 else (0.0, 0.0, 0.0)  # type: ignore[assignment]
         return tuple(p + m for p, m in zip(previous.process_joules, mine))  # type: ignore[return-value]
 
-    def _forward_rates(self, snapshot: EnergySnapshot, period: _Period, priced: bool = True) -> _Prices:
-        """The prices for CPU time after the new sample, until the next (``_sample_lock`` held).
+    # -- the sampler thread -------------------------------------------------------------------
 
-        Only a forecast: spans' CPU time after the latest sample is priced at it (and capped at what
-        the host spent during the span); the process's share never is. Over the busy periods among
-        the last :data:`RATE_WINDOW` (with the new one): a period's busy time is off by up to a tick per
-        CPU, which a window shrinks; idle periods price nothing, so they are left out, and so are
-        periods whose CPU times are unknown (not priced). Kept as they were when the window is too
-        short or has no busy period.
-        """
-        window = self._history[-RATE_WINDOW:]
-        periods = [(s.period, s.priced) for s in window[1:]] + [(period, priced)]
-        sums = [0.0] * 6  # CPU-side, its static, memory, its static, busy, capacity
-        for each, known in periods:
-            if each is None or not known or each.busy_s < _IDLE_BELOW_S:
-                continue
-            for k, value in enumerate(each[:6]):
-                sums[k] += value
-        window_s = (snapshot.monotonic_ns - window[0].monotonic_ns) / 1e9 if window else 0.0
-        rates = self._rates
-        if rates.since_ns and (window_s < MIN_RATE_WINDOW_S or sums[4] <= 0):
-            # Too short, or nothing busy, to say what a CPU second costs: keep the prices.
-            return _Prices(rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s)
-        if sums[4] <= 0:
-            return _NO_PRICES  # no price yet and nothing busy: CPU time now is priced as idle
-        return policy_prices(self.policy, *sums)
+    @property
+    def dozing(self) -> bool:
+        """True while the sampler waits longer than its period: a span that opens wakes it (:meth:`wake_sampler`)."""
+        return self.pace.dozing
 
-    def _report(self, exc: BaseException) -> None:
-        if not self._failure_reported:
-            self._failure_reported = True
-            _log.warning(
-                "otel-joules: cannot attribute energy to this process and its spans (%s): spans that end while "
-                "/proc/stat cannot be read keep %s but carry no %s*; shares resume, the gap priced, once it reads "
-                "again. Set OTEL_JOULES_PROCFS_ROOT to where procfs is mounted.",
-                exc,
-                ENERGY_JOULES,
-                ENERGY_ATTRIBUTED_NAMESPACE,
-            )
+    @property
+    def stat_fault(self) -> bool:
+        """True while /proc/stat's latest read failed or was implausible: spans that end get no share."""
+        return self.stat_checks.fault
 
-    def _report_implausible(self, problem: str) -> None:
-        if not self._implausible_reported:
-            self._implausible_reported = True
-            _log.warning(
-                "otel-joules: %s is implausible: %s. Not used: the sampler period ending there prices no CPU time "
-                "(its energy is nobody's) and counting goes on from the new counts; spans that end while /proc/stat "
-                "reads implausibly keep %s but carry no %s* (said once).",
-                os.path.join(self.clocks.procfs_root, "stat"),
-                problem,
-                ENERGY_JOULES,
-                ENERGY_ATTRIBUTED_NAMESPACE,
-            )
-
-    # -- the sampler thread's pace ----------------------------------------------------------
-
-    def _tick(self) -> float:
-        """The sampler thread's tick: one sample, then the seconds until the next (the idle back-off)."""
-        # The process's CPU time around the sample: what the sample itself costs (this thread's reads)
-        # is not the process's work, so only the time between ticks counts, less this thread's own
-        # share of it (its wait and wake-up) and the device readers' (NVML reads are the library's:
-        # counted as the program's, they would keep the sampler, and so themselves, awake).
-        own_before_s = time.thread_time() if self.clocks.native else 0.0
-        readers_before_s = self.meter.device_readers_cpu_s()
-        before_s = self._process_cpu_s()
-        # Idle and owning no GPU share: the GPUs' counters need no read now (their energy is
-        # nobody's here, and the next read counts it), so an idle program wakes no GPU reader.
-        hold = self.dozing and not any(self._fractions) and not self.spans_open()
-        sample = self.sample(hold_devices=hold)
-        after_s = self._process_cpu_s()
-        own_after_s = time.thread_time() if self.clocks.native else 0.0
-        readers_after_s = self.meter.device_readers_cpu_s()
-        others_s = None
-        last = self._tick_last
-        if last is not None and before_s is not None:
-            others_s = (before_s - last[1]) - (own_before_s - last[2]) - (readers_before_s - last[3])
-        self._tick_last = (
-            None if sample is None or after_s is None else (sample, after_s, own_after_s, readers_after_s)
-        )
-        return self._next_period_s(sample, None if last is None else last[0], others_s)
-
-    def _process_cpu_s(self) -> float | None:
-        try:
-            return self.clocks.process_cpu_s()
-        except (ProcfsReadError, OSError):
-            return None
-
-    def _next_period_s(
-        self, sample: HistorySample | None, last_sample: HistorySample | None, others_cpu_s: float | None
-    ) -> float:
-        """:attr:`period_s`, or longer while this process is idle (:data:`IDLE_PERIOD_MAX_S`).
-
-        ``last_sample``: the sampler thread's previous sample; ``others_cpu_s``: the process's CPU
-        seconds since, outside the samples and the sampler thread (None: unknown).
-
-        Wrap safety is not at stake: every sample reads every counter, and the back-off stops at
-        the meter's wrap-safe read interval (``EnergyMeter.sample_period_s``: a quarter of the time
-        the fastest counter needs to wrap at its zone's maximum power), so even a meter that does not
-        sample itself is read at least four times per wrap while this process is idle.
-        """
-        changed, self._fractions_changed = self._fractions_changed, False
-        if (
-            sample is None
-            or last_sample is None
-            or others_cpu_s is None
-            or changed
-            or self._idle_period_max_s <= self.period_s
-        ):
-            return self._awake()
-        elapsed_s = (sample.monotonic_ns - last_sample.monotonic_ns) / 1e9
-        if others_cpu_s > IDLE_CPU_FRACTION * elapsed_s:
-            return self._awake()
-        # Said before looking for open spans: a span opening meanwhile either is seen here or sees
-        # this and wakes the thread (the GIL orders the two).
-        self.dozing = True
-        if self.spans_open():
-            return self._awake()
-        if self._idle_since_ns is None:
-            self._idle_since_ns = last_sample.monotonic_ns
-        if sample.monotonic_ns - self._idle_since_ns < IDLE_AFTER_S * 1e9:
-            self.dozing = False  # not yet: the period stays (a span opening meanwhile needs no wake)
-            return self._aligned_period_s()
-        self._idle_period_s = min(self._idle_period_s * 2, self._idle_period_max_s)
-        return self._idle_period_s
-
-    def _awake(self) -> float:
-        self.dozing = False
-        self._idle_since_ns = None
-        self._idle_period_s = self.period_s
-        return self._aligned_period_s()
-
-    def _aligned_period_s(self) -> float:
-        """The wait until the next multiple of :attr:`period_s` on the monotonic clock at least half a period away.
-
-        Every process's sampler on a host then samples at nearly the same instants (CLOCK_MONOTONIC is the
-        host's): their periods are the same periods at the same prices, so the shares of all processes and
-        the unattributed remainder add up to the host's energy period by period, whatever the policy.
-        """
-        period_ns = round(self.period_s * 1e9)
-        if period_ns <= 0:
-            return self.period_s
-        now_ns = time.monotonic_ns()
-        target_ns = ((now_ns + period_ns // 2) // period_ns + 1) * period_ns
-        return (target_ns - now_ns) / 1e9
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called or the meter closed (no more samples)."""
+        return self._closed
 
     def wake_sampler(self) -> None:
         """A span opened while the sampler dozed: sample now, and at :attr:`period_s` while spans are open."""
-        self.dozing = False
-        sampler = self._sampler
-        if sampler is not None:
-            sampler.wake()
+        self.pace.wake()
 
     def ensure_sampling(self) -> None:
-        """Start the sampler thread unless it runs, sampling is off or the attributor is closed."""
-        if self._sampler is None and self._sample_enabled and not self._closed:
-            with self._starting_lock:
-                if self._sampler is None and not self._closed:
-                    self._sampler = PeriodicThread(self, _sample_price_history, self.period_s, "otel-joules-attribution")
-                    self._sampler.start()
+        """Sample on the meter's sampler thread unless it does, sampling is off or the attributor is closed."""
+        self.pace.ensure_running(self)
 
     def close(self) -> None:
-        """Stop the sampler thread. Idempotent."""
+        """Stop sampling. Idempotent."""
         self._closed = True
-        sampler, self._sampler = self._sampler, None
-        if sampler is not None:
-            sampler.stop()
+        self.pace.stop(self)
 
+    def on_sampler_tick(self) -> bool | float:
+        """The meter's sampler thread's tick while this history is subscribed: one sample, then the seconds until
+        the next; False once the history is closed."""
+        if self._closed:
+            return False
+        return self.pace.tick(self)
 
+    # -- what readers get ---------------------------------------------------------------------
 
-    """Reads the sampled history: process totals, prices of past intervals, snapshots at past instants."""
 
     # -- what readers get ---------------------------------------------------------------------
 
@@ -755,23 +540,9 @@ class PriceHistory:
         too, or no sample can be taken.
         """
         latest = self.sample()
-        if latest is None:
+        base = None if latest is None else process_joules_base(self.view, monotonic_ns)
+        if latest is None or base is None:
             return None
-        view = self.view
-        history = view.samples
-        older = None  # the summary's bases at or before an instant older than the history
-        if history and monotonic_ns < history[0].monotonic_ns:
-            older = [bucket.process_joules for bucket in view.summary if bucket.lo_ns <= monotonic_ns]
-        if not history:
-            return None
-        # From the sample (or bucket) at or before the instant: the period holding it counts whole (its
-        # share is not spread evenly over the period, so interpolating could drop work done after the instant).
-        if older is not None:
-            if not older:
-                return None
-            base = older[-1]
-        else:
-            base = history[max(0, bisect.bisect_right(view.times, monotonic_ns) - 1)].process_joules
         return {kind: latest.process_joules[KINDS.index(kind)] - base[KINDS.index(kind)] for kind in self.kinds}
 
     def process_joules_estimated(self) -> dict[str, float]:
@@ -807,100 +578,18 @@ class PriceHistory:
 
     def price(self, t0_ns: int, t1_ns: int) -> tuple[float, float, float]:
         """Joules per CPU second (CPU-side, memory: the policy's; dynamic) for CPU time spent between two
-        monotonic instants.
-
-        Time-weighted over the sampler periods the interval overlaps, each at its own prices; time
-        after the latest sample is priced at the forecast (:meth:`_forward_rates`), time before the
-        history at its summary buckets' mean prices (:data:`~.sampling.HISTORY_SUMMARY_PERIOD_S`).
-        """
-        view = self.view
-        rates = view.rates
-        if t0_ns >= rates.since_ns or t1_ns <= t0_ns:
-            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s
-        history, times = view.samples, view.times
-        weight = cpu = memory = dynamic = 0.0
-        if view.summary and history and t0_ns < times[0]:
-            weight, cpu, memory, dynamic = _summary_price(view.summary, t0_ns, min(t1_ns, times[0]))
-        start = max(0, bisect.bisect_right(times, t0_ns) - 1)
-        for k in range(start, len(history) - 1):
-            a, b = history[k], history[k + 1]
-            lo, hi = max(t0_ns, a.monotonic_ns), min(t1_ns, b.monotonic_ns)
-            if hi <= lo:
-                if a.monotonic_ns >= t1_ns:
-                    break
-                continue
-            r_cpu, r_memory, r_dynamic = _NO_PRICES if b.period is None else b.period.prices
-            w = hi - lo
-            weight += w
-            cpu += r_cpu * w
-            memory += r_memory * w
-            dynamic += r_dynamic * w
-        tail = t1_ns - max(t0_ns, rates.since_ns)
-        if tail > 0:
-            weight += tail
-            cpu += rates.cpu_j_per_cpu_s * tail
-            memory += rates.memory_j_per_cpu_s * tail
-            dynamic += rates.dynamic_j_per_cpu_s * tail
-        if weight <= 0:
-            return rates.cpu_j_per_cpu_s, rates.memory_j_per_cpu_s, rates.dynamic_j_per_cpu_s
-        return cpu / weight, memory / weight, dynamic / weight
+        monotonic instants (:func:`~.pricing.price_between` of the published view)."""
+        return price_between(self.view, t0_ns, t1_ns)
 
     # -- history for spans with explicit times -----------------------------------------------
 
     def snapshot_at(self, monotonic_ns: int, latest: EnergySnapshot) -> EnergySnapshot | None:
-        """The meter's cumulative joules at a past instant, interpolated in the history.
-
-        ``latest`` (a snapshot taken now) extends the history to the present. None when the
-        instant is older than the history or later than ``latest``.
-        """
-        points = [(s.monotonic_ns, s.snapshot) for s in self.view.samples]
-        if not points or points[-1][0] < latest.monotonic_ns:
-            points.append((latest.monotonic_ns, latest))
-        # Wall-to-monotonic conversion is good to microseconds: an instant just outside an end is that end.
-        if points[0][0] - _EDGE_TOLERANCE_NS <= monotonic_ns < points[0][0]:
-            monotonic_ns = points[0][0]
-        elif points[-1][0] < monotonic_ns <= points[-1][0] + _EDGE_TOLERANCE_NS:
-            monotonic_ns = points[-1][0]
-        if monotonic_ns < points[0][0] or monotonic_ns > points[-1][0]:
-            return None
-        k = bisect.bisect_left([t for t, _ in points], monotonic_ns)
-        t1, b = points[k]
-        if t1 == monotonic_ns or k == 0:
-            return _new_tuple(EnergySnapshot, (monotonic_ns, b.joules, (), b.missing, b.jumps, b.outage))
-        t0, a = points[k - 1]
-        f = (monotonic_ns - t0) / (t1 - t0)
-        joules = tuple(None if x is None or y is None else x + (y - x) * f for x, y in zip(a.joules, b.joules))
-        # A domain missing at either sample is missing here too; the jumps counted are the later
-        # sample's, so a jump inside the period counts as before the instant.
-        missing = tuple(sorted({*a.missing, *b.missing})) if a.missing or b.missing else ()
-        return _new_tuple(EnergySnapshot, (monotonic_ns, joules, (), missing, b.jumps, b.outage))
+        """The meter's cumulative joules at a past instant: the meter's history keeps them
+        (:meth:`~otel_joules.meter.history.SnapshotHistory.snapshot_at`), fed by this sampler's samples."""
+        return self.meter.history.snapshot_at(monotonic_ns, latest)
 
     @property
     def oldest_ns(self) -> int | None:
         """Monotonic time of the oldest sample kept, None before the first."""
         samples = self.view.samples
         return samples[0].monotonic_ns if samples else None
-
-
-def _summary_price(summary: tuple[_SummaryBucket, ...], t0_ns: int, t1_ns: int) -> tuple[float, float, float, float]:
-    """(nanoseconds, CPU-side, memory and dynamic J/CPU-s x ns) of the summary between two instants."""
-    weight = cpu = memory = dynamic = 0.0
-    for bucket in reversed(summary):
-        if bucket.hi_ns <= t0_ns:
-            break
-        ns = min(t1_ns, bucket.hi_ns) - max(t0_ns, bucket.lo_ns)
-        if ns > 0:
-            span_ns = bucket.hi_ns - bucket.lo_ns
-            weight += ns
-            cpu += bucket.cpu_j_ns / span_ns * ns
-            memory += bucket.memory_j_ns / span_ns * ns
-            dynamic += bucket.dynamic_j_ns / span_ns * ns
-    return weight, cpu, memory, dynamic
-
-
-
-def _sample_price_history(history: PriceHistory) -> bool | float:
-    """The sampler thread's tick (its :class:`PeriodicThread`): seconds to the next; ends once the history is closed."""
-    if history._closed:
-        return False
-    return history._tick()

@@ -1,8 +1,8 @@
 """The sampler's constants and the values it reads: the host's history of energy and busy CPU time.
 
 Every :data:`HISTORY_PERIOD_S` (longer while this process is idle: :data:`IDLE_PERIOD_MAX_S`) the
-sampler thread (a :class:`~otel_joules.meter.sampler.PeriodicThread`) of a
-:class:`~otel_joules.attribution.history.PriceHistory` reads the meter's snapshot,
+meter's sampler thread (:class:`~otel_joules.meter.sampler.MeterSampler`), for the
+:class:`~otel_joules.attribution.history.PriceHistory` subscribed to it, reads the meter's snapshot,
 ``/proc/stat``'s busy and idle time, this process's CPU time and the GPU shares into a
 :class:`HistorySample`, prices the period just ended (joules per CPU second:
 CPU-side over the busy seconds, memory over the busy + idle ones; :func:`policy_prices`), adds this
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from otel_joules.attribution._prices import _NO_PRICES, _Prices
 from otel_joules.config import POLICY_BUSY, POLICY_CAPACITY
+from otel_joules.meter.history import HISTORY_S
 from otel_joules.meter.meter import EnergySnapshot
 
 if TYPE_CHECKING:
@@ -42,8 +43,6 @@ MIN_RATE_WINDOW_S = 0.05
 MIN_BUSY_S = 0.02
 #: Below this a period is idle: two ticks summed as floats (0.01 + 0.01 may be 0.0199...) are still two.
 _IDLE_BELOW_S = MIN_BUSY_S - 1e-9
-#: How far back the history reaches (spans with explicit times older than this get no energy).
-HISTORY_S = 300.0
 #: A span can outlive the history (a leaf span open longer than :data:`HISTORY_S`): the periods that leave
 #: it are summed into buckets of this many seconds (at most a fifth of the history, at least a sampler
 #: period), each keeping the

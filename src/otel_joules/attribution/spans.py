@@ -209,9 +209,9 @@ class SpanLedger:
                     else:
                         self._gpu_leaves += 1
                     share.gpu0, share.gpu_dynamic0 = acc_gpu_j, acc_gpu_dynamic_j
-        prices = self.prices
-        if prices.dozing:
-            prices.wake_sampler()  # after the leaf is counted: the sampler either sees it or was dozing (_next_period_s)
+        pace = self.prices.pace
+        if pace.dozing:
+            pace.wake()  # after the leaf is counted: the sampler either sees it or was dozing (SamplerPace.next_period_s)
         return share
 
     def close_span(
@@ -292,7 +292,7 @@ class SpanLedger:
                     parent.child_gpu += gpu
                     parent.child_dynamic += dynamic
         prices = self.prices
-        if prices.stat_fault:
+        if prices.stat_checks.fault:
             return None
         return _new_tuple(
             SpanAttribution, (cpu, memory, gpu, own, dynamic, own_dynamic, prices.attribution_label, prices.baseline_state)

@@ -17,6 +17,9 @@ thread with a deadline, so a stalled device makes a span's value stale
 
 This module holds the meter and its values; the per-channel read policy is in
 :mod:`otel_joules.meter.channels` (applied in :mod:`otel_joules.meter._channels`), the background sampler in :mod:`otel_joules.meter.sampler`.
+Its values (:class:`EnergySnapshot`, :class:`EnergyMeasurement`) are in :mod:`otel_joules.meter.values`, its
+history of sampled snapshots in :mod:`otel_joules.meter.history`, and the intervals it measures
+(:meth:`EnergyMeter.open_interval`, :meth:`EnergyMeter.close_interval`) in :mod:`otel_joules.meter.interval`.
 """
 
 from __future__ import annotations
@@ -25,16 +28,18 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterable, Mapping, NamedTuple, Sequence
+from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from otel_joules.config import Settings
 from otel_joules.errors import ConfigurationError, DeviceLostError, SensorReadError
 from otel_joules.meter._channels import _ChannelState
-from otel_joules.meter.outages import Outage, Outages
+from otel_joules.meter.outages import Outages
+from otel_joules.meter.values import EnergyMeasurement, EnergySnapshot
 from otel_joules.meter.energy import EnergyPlan, energy_between, estimate_band
 from otel_joules.meter.fastpath import COMPILED, use_compiled
-from otel_joules.meter.sampler import PeriodicThread, _sample_period_s, sample_meter
+from otel_joules.meter.history import SnapshotHistory
+from otel_joules.meter.interval import close_interval, open_interval
+from otel_joules.meter.sampler import MeterSampler, _sample_period_s
 from otel_joules.sensors import agent, estimator, hwmon, overlap, rapl
 from otel_joules.sensors.overlap import Overlap
 from otel_joules.semconv import KIND_CPU, KIND_GPU, SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
@@ -43,88 +48,6 @@ from otel_joules.sensors.gpu_selection import GpuInfo
 
 _new_tuple = tuple.__new__
 _pread = os.pread
-
-
-class EnergySnapshot(NamedTuple):
-    """Cumulative joules per domain at one instant.
-
-    A named tuple rather than a dataclass: two are taken for every span, and tuple
-    construction is several times cheaper.
-
-    Attributes:
-        monotonic_ns: ``time.monotonic_ns()`` when the counters were read.
-        joules: Joules since the meter started, aligned with :attr:`EnergyMeter.domains`;
-            None for a domain that has failed (it is then left out of measurements).
-        stale: Positions in :attr:`joules` holding a device's last known value because its
-            read did not finish within :data:`~otel_joules.meter.channels.DEVICE_READ_DEADLINE_S` (a stalled NVML).
-        missing: Positions in :attr:`joules` that are None because the counter failed a read and
-            is being retried (not yet dropped): measurements leave them out and say so.
-        jumps: Per position, how many counter moves the power bound ruled out so far (not counted
-            as energy); empty while there has been none. Two snapshots whose counts differ have a
-            rejected jump between them.
-        outage: Where the meter stands with ``otel-joules agent`` (:class:`Outage`); None for a meter
-            without standby estimates.
-    """
-
-    monotonic_ns: int
-    joules: tuple[float | None, ...]
-    stale: tuple[int, ...] = ()
-    missing: tuple[int, ...] = ()
-    jumps: tuple[int, ...] = ()
-    outage: Outage | None = None
-
-
-@dataclass(slots=True)
-class EnergyMeasurement:
-    """Energy spent between two snapshots.
-
-    Attributes:
-        duration_s: Seconds between the snapshots.
-        joules_by_domain: Joules per measured domain (domains that failed in between are absent).
-        total_joules: Sum over the domains that do not overlap (packages, dram, GPUs,
-            estimates; psys only where no package exists; never core or uncore).
-        watts: ``total_joules / duration_s`` (0.0 for a zero-length interval).
-        source: ``measured``, ``estimate`` or ``mixed``; ``partial`` when a domain that adds to
-            the total is in :attr:`missing_domains` (the total leaves it out).
-        below_resolution: True when the interval is shorter than the update period of
-            a counter it includes: the values are then quantised, not wrong.
-        methods_by_domain: How each domain was obtained (counter, integrated power, estimate).
-        stale_domains: Domains whose value at either end is a device's last known value, not a
-            fresh read (the device did not answer within :data:`~otel_joules.meter.channels.DEVICE_READ_DEADLINE_S`): the
-            span's figure for them is late, not lost; the energy shows up in later spans.
-        missing_domains: Domains left out because their counter failed a read at either end and
-            was being retried (absent from :attr:`joules_by_domain`).
-        rejected_jump_domains: Domains whose counter jumped in between by more than its power
-            bound allows: the jump is not in their joules.
-        agent_domains: Domains in :attr:`joules_by_domain` read through ``otel-joules agent``.
-        estimated_s: Seconds estimated because the agent was away for them (``source`` is then
-            ``partial``: the rest is measured); 0.0 otherwise.
-        domain_kinds: ``energy.domain_kinds``: the domains counted in the total with their kinds
-            (:func:`~otel_joules.sensors.base.domain_kinds`); None where the measurement cannot say
-            (constant-power simulated devices, a caller's own measurement).
-        estimate_band: ``(low, high)`` joules of :attr:`total_joules` where an estimated domain is in it (measured
-            domains as read, estimated ones at their model's band ends); None when nothing in it is estimated.
-        estimate_source: The estimated domains' models (``energy.estimate.source``), with :attr:`estimate_band`.
-
-    Not frozen: one is built for every span, and a frozen dataclass's ``__init__`` costs
-    several times more. Treat it as read-only.
-    """
-
-    duration_s: float
-    joules_by_domain: Mapping[str, float]
-    total_joules: float
-    watts: float
-    source: str
-    below_resolution: bool
-    methods_by_domain: Mapping[str, Method] = field(default_factory=dict)
-    stale_domains: tuple[str, ...] = ()
-    missing_domains: tuple[str, ...] = ()
-    rejected_jump_domains: tuple[str, ...] = ()
-    agent_domains: tuple[str, ...] = ()
-    domain_kinds: tuple[str, ...] | None = None
-    estimated_s: float = 0.0
-    estimate_band: tuple[float, float] | None = None
-    estimate_source: str | None = None
 
 
 class EnergyMeter:
@@ -242,10 +165,14 @@ class EnergyMeter:
         self.fast_path = use_compiled(self.settings)
         self._read_counters = COMPILED.read_counters if self.fast_path else read_counters  # type: ignore[union-attr]
         self._last_snapshot: EnergySnapshot | None = None
-        self._sample = sample
-        self._sampler: PeriodicThread | None = None
+        #: The samplers' recent snapshots: what intervals with explicit times are measured in.
+        self.history = SnapshotHistory()
         self._closed = False
         self.sample_period_s = _sample_period_s(s.channel for s in self._states)
+        #: The meter's one sampler thread (an attributor subscribes to it).
+        self.sampler = MeterSampler(self.sample_period_s, sample)
+        #: Whether the first snapshot is to start the sampler (it samples on its own).
+        self._start_sampling = self.sampler.own
         #: (position, state) of the channels read off the span path (NVML), for the stale flags.
         self._off_path_states = tuple((i, s) for i, s in enumerate(self._states) if s.reader is not None)
         #: The device counters a snapshot may hold (:meth:`snapshot`): cumulative, so a later read
@@ -271,8 +198,9 @@ class EnergyMeter:
         while it is retried) and said on the ``otel_joules`` logger (``WARNING``) when it starts
         failing and when it reads again or is dropped.
         """
-        if self._sampler is None and self._sample and not self._closed:
-            self._start_sampler()
+        if self._start_sampling:
+            self._start_sampling = False
+            self.sampler.ensure_running(self)
         with self._lock:
             now_ns = time.monotonic_ns()
             if self._closed:
@@ -314,6 +242,18 @@ class EnergyMeter:
             if not hold_devices:
                 self._last_snapshot = snapshot
             return snapshot
+
+    def sample(self, *, hold_devices: bool = False, min_gap_s: float = 0.0) -> EnergySnapshot:
+        """A sampler's snapshot (:meth:`snapshot`), added to :attr:`history` unless the latest one kept is under
+        ``min_gap_s`` old."""
+        snapshot = self.snapshot(hold_devices=hold_devices)
+        if not self._closed:
+            self.history.record(snapshot, round(min_gap_s * 1e9))
+        return snapshot
+
+    # An interval's two ends (:mod:`otel_joules.meter.interval`): the module's functions are this meter's methods.
+    open_interval = open_interval
+    close_interval = close_interval
 
     def device_readers_cpu_s(self) -> float:
         """CPU seconds this meter's device reader threads (NVML) have spent so far: the library's, not the program's."""
@@ -424,21 +364,13 @@ class EnergyMeter:
         """Whether :meth:`close` was called (every snapshot from then on reads nothing)."""
         return self._closed
 
-    def _start_sampler(self) -> None:
-        with self._lock:
-            if self._sampler is None and not self._closed and self.sample_period_s is not None:
-                self._sampler = PeriodicThread(self, sample_meter, self.sample_period_s, "otel-joules-sampler")
-                self._sampler.start()
-
     def close(self) -> None:
         """Stop the sampler and release every channel. Idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            sampler, self._sampler = self._sampler, None
-        if sampler is not None:
-            sampler.stop()
+        self.sampler.stop()
         with self._lock:
             for state in self._states:
                 try:
@@ -452,7 +384,9 @@ class EnergyMeter:
         # thread that was copied mid-read: rebuild both, and let channels re-acquire
         # handles (NVML) before the child's first read.
         self._lock = threading.Lock()
-        self._sampler = None
+        self.sampler.after_fork_in_child()
+        self._start_sampling = self.sampler.own and not self._closed
+        self.history.after_fork_in_child()
         for state in self._states:
             state.after_fork_in_child()
 

@@ -1,16 +1,21 @@
-"""Span attributes from measurements and shares: the values; the names are in :mod:`otel_joules.semconv`.
+"""Span attributes from an interval and a share: the values; the names are in :mod:`otel_joules.semconv`.
 
-:func:`measurement_attributes` and :func:`attribution_attributes` build the attribute dicts of
-one measurement and one share; :class:`MeterAttributes` builds the same straight from two
-snapshots on the span processor's path (planned once per meter).
+:func:`span_attributes` is the one builder of a span's energy attributes, from the meter's
+:class:`~otel_joules.meter.interval.Interval` and the span's share. Between two snapshots it takes
+the meter's plan (:class:`MeterAttributes`, built once per meter; compiled where the meter's fast
+path is on); for a caller's own measurement, :func:`measurement_attributes`; for the share,
+:func:`attribution_attributes`: the pieces it puts together.
 """
 
 from __future__ import annotations
 
+import weakref
+from functools import partial
 from typing import Any
 
-from otel_joules.attribution.shares import SpanAttribution
-from otel_joules.meter.energy import energy_between
+from otel_joules.attribution.shares import SpanAttribution, measured_kinds
+from otel_joules.meter.energy import EnergyPlan, energy_between
+from otel_joules.meter.interval import Interval, has_energy
 from otel_joules.meter.fastpath import COMPILED
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.semconv import (
@@ -26,6 +31,7 @@ from otel_joules.semconv import (
     ENERGY_ATTRIBUTION,
     ENERGY_BASELINE,
     ENERGY_BELOW_RESOLUTION,
+    ENERGY_CLOCK_STEP_S,
     ENERGY_DOMAIN_KINDS,
     ENERGY_ESTIMATED_S,
     ENERGY_ESTIMATE_HIGH_JOULES,
@@ -33,6 +39,7 @@ from otel_joules.semconv import (
     ENERGY_ESTIMATE_SOURCE,
     ENERGY_JOULES,
     ENERGY_SOURCE,
+    ENERGY_UNAVAILABLE_REASON,
     ENERGY_WATTS,
     KIND_CPU,
     SOURCE_ESTIMATE,
@@ -66,8 +73,51 @@ def _domain_key_pair(domain_id: str) -> tuple[str, str]:
     return pair
 
 
+def span_attributes(interval: Interval, share: SpanAttribution | None) -> dict[str, Any] | None:
+    """A span's energy attributes: the interval's figures (or ``energy.unavailable_reason``), its share's
+    (``energy.attributed.*``, per kind for the kinds the meter measures) and ``energy.clock_step_s``; None
+    when there is none. The one builder of span attribute dicts."""
+    # One unpacking: this runs for every span.
+    meter, _, _, start, end, given, unavailable_reason, clock_step_ns, _, _ = interval
+    attributes: dict[str, Any] | None
+    if given is None and end is not None and start is not None:
+        # The span path's common case: straight from the two snapshots, planned once per meter.
+        plan = _plans.get(meter.plan) or _plan_for(meter)
+        direct = plan.direct
+        # Compiled, without the plan's frame; the plan's method for the rest (NotImplemented: a case the C code leaves
+        # to the reference, such as a stale or missing domain).
+        if direct is None or (attributes := direct(start, end, share)) is NotImplemented:
+            attributes = plan.span_attributes(start, end, share)
+    else:
+        attributes = {}
+        if given is not None:
+            if has_energy(given):
+                attributes = measurement_attributes(given)
+        elif unavailable_reason is not None:
+            attributes[ENERGY_UNAVAILABLE_REASON] = unavailable_reason
+        if share is not None:
+            kinds = () if meter is None else (_plans.get(meter.plan) or _plan_for(meter)).kinds
+            attribution_attributes(share, kinds, attributes)
+    if clock_step_ns:
+        attributes = {} if attributes is None else attributes
+        attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
+    return attributes or None
+
+
+#: Each meter's planned attributes (:class:`MeterAttributes`), by the meter's own plan (``EnergyMeter.plan``, one
+#: per meter, hashed by identity: an attribute load, no call, per span); dropped when the meter is.
+_plans: dict[EnergyPlan, "MeterAttributes"] = {}
+
+
+def _plan_for(meter: EnergyMeter) -> "MeterAttributes":
+    plan = _plans[meter.plan] = MeterAttributes(meter, measured_kinds(meter.domains))
+    weakref.finalize(meter, _plans.pop, meter.plan, None)
+    return plan
+
+
 def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool | tuple[str, ...]]:
-    """The span attributes for one measurement."""
+    """The energy part of :func:`span_attributes` for a caller's own measurement (its per-domain joules, total,
+    watts, source and flags)."""
     attributes: dict[str, float | str | bool] = {
         ENERGY_JOULES: measurement.total_joules,
         ENERGY_WATTS: measurement.watts,
@@ -106,7 +156,7 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
 def attribution_attributes(
     attribution: SpanAttribution, kinds: tuple[str, ...], into: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The span attributes for a span's share (added to ``into`` when given); per-kind values only
+    """The share part of :func:`span_attributes` (added to ``into`` when given); per-kind values only
     for the kinds the meter measures."""
     attributes: dict[str, Any] = {} if into is None else into
     attributes[ENERGY_ATTRIBUTED_JOULES] = attribution.cpu_joules + attribution.memory_joules + attribution.gpu_joules
@@ -131,8 +181,7 @@ class MeterAttributes:
     (same keys, same order, same floats) without the measurement's two dicts and object,
     and without computing each domain's keys and method per span: the span processor's
     path for every span that needs no :class:`EnergyMeasurement` (no hook, no explicit
-    times). ``add_attribution`` equals :func:`attribution_attributes` for the meter's kinds.
-    ``span_attributes`` is the two in one call, compiled where the meter's fast path is on
+    times). ``span_attributes`` adds the share's (:func:`attribution_attributes`, for ``kinds``) in the same call, compiled where the meter's fast path is on
     (:mod:`otel_joules.meter.fastpath`).
 
     Args:
@@ -142,11 +191,13 @@ class MeterAttributes:
 
     __slots__ = (
         "_plan", "_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions",
-        "domain_kinds", "_compiled", "_spec", "_band_keys",
+        "domain_kinds", "_compiled", "_spec", "_band_keys", "kinds", "direct",
     )
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
         self._plan = meter.plan
+        #: The attribution kinds whose ``energy.attributed.<kind>.joules`` a share gets.
+        self.kinds = kinds
         #: (energy.<domain>.joules, (energy.<domain>.method, its value) or None for a counter) per position.
         self._rows = tuple(
             (domain_joules_key(d.id), None if d.method is Method.COUNTER else (domain_method_key(d.id), d.method.value))
@@ -186,16 +237,21 @@ class MeterAttributes:
                 ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES, ENERGY_ATTRIBUTION, ENERGY_BASELINE,
             ),
         )
+        #: The compiled function bound to this plan, for :func:`span_attributes` to call without this object's
+        #: frame: None where the reference runs, or an estimate's band is to be added (:meth:`span_attributes`).
+        self.direct = (
+            partial(self._compiled, self._spec) if self._compiled is not None and not self._band_keys else None
+        )
 
     def span_attributes(self, start: EnergySnapshot, end: EnergySnapshot, attribution: SpanAttribution | None) -> dict[str, Any] | None:
-        """``attributes(start, end)`` with ``add_attribution(attribution, ...)`` when a share is given (a dict of the
+        """``attributes(start, end)`` with :func:`attribution_attributes` of the share when one is given (a dict of the
         share alone where the snapshots give none); None when neither gives an attribute."""
         compiled = self._compiled
         attributes = NotImplemented if compiled is None else compiled(self._spec, start, end, attribution)
         if attributes is NotImplemented:
             attributes = self._measured(start, end)
             if attribution is not None:
-                attributes = self.add_attribution(attribution, {} if attributes is None else attributes)
+                attributes = attribution_attributes(attribution, self.kinds, {} if attributes is None else attributes)
         if self._band_keys and attributes is not None:
             self._add_band(attributes)
         return attributes  # type: ignore[no-any-return]
@@ -264,15 +320,3 @@ class MeterAttributes:
             if energy[9]:
                 attributes[ENERGY_ESTIMATED_S] = energy[9]
         return attributes
-
-    def add_attribution(self, attribution: SpanAttribution, into: dict[str, Any]) -> dict[str, Any]:
-        """Add the span's share to ``into`` (the keys and order of :func:`attribution_attributes`)."""
-        into[ENERGY_ATTRIBUTED_JOULES] = attribution[0] + attribution[1] + attribution[2]
-        into[ENERGY_ATTRIBUTED_SELF_JOULES] = attribution[3]
-        into[ENERGY_ATTRIBUTED_DYNAMIC_JOULES] = attribution[4]
-        into[ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES] = attribution[5]
-        into[ENERGY_ATTRIBUTION] = attribution[6]
-        into[ENERGY_BASELINE] = attribution[7]
-        for key, position in self._kind_positions:
-            into[key] = attribution[position]
-        return into

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 import weakref
 from typing import Any, Callable, Mapping
 
@@ -13,27 +12,19 @@ from opentelemetry.trace import get_current_span
 
 from otel_joules.attribution.attributor import Attributor, check_attribution_options
 from otel_joules.attribution.registry import attributor_for, attributor_from
-from otel_joules.attribution.sampling import HISTORY_S
 from otel_joules.attribution.shares import SpanAttribution
-from otel_joules.attribution.spans import SpanShare
-from otel_joules.meter.clock import STEP_TOLERANCE_NS, WALL_CLOCK
-from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
+from otel_joules.attribution.spans import SpanLedger, SpanShare
+from otel_joules.meter.interval import Interval, Opening
+from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.meter.sync import Synchronize, resolve_synchronizer
 from otel_joules.tracing._sdk import set_clean_attributes
-from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
+from otel_joules.tracing.attributes import span_attributes
 from otel_joules.tracing.ranks import job_rank
-from otel_joules.semconv import ENERGY_CLOCK_STEP_S, ENERGY_UNAVAILABLE_REASON
 
 _log = logging.getLogger("otel_joules")
 
-#: A span start time further than this from the wall clock when ``start()`` ran was stated
-#: explicitly (an explicit end time is always known as such): its energy comes from the meter's
-#: history. The same bound tells a wall-clock step during a span (``energy.clock_step_s``).
-EXPLICIT_TIME_TOLERANCE_NS = STEP_TOLERANCE_NS
 _UNSET = object()
-_monotonic_ns = time.monotonic_ns
-_time_ns = time.time_ns
 
 
 class EnergySpanProcessor(SpanProcessor):
@@ -45,8 +36,11 @@ class EnergySpanProcessor(SpanProcessor):
     processor and exporter of the provider, including those added before this one,
     sees them.
 
-    The wrapper holds only a weak reference to its span and the opening snapshot, so
-    ended and abandoned spans leave nothing behind.
+    Four steps per span: ``on_start`` opens the span's interval on the meter
+    (:meth:`EnergyMeter.open_interval <otel_joules.meter.meter.EnergyMeter.open_interval>`) and its
+    share; the wrapped ``end`` closes both (one :class:`~otel_joules.meter.interval.Interval`) and sets
+    :func:`~otel_joules.tracing.attributes.span_attributes`. The wrapper holds only a weak reference
+    to its span, so ended and abandoned spans leave nothing behind.
 
     ``energy.joules`` is machine-level: concurrent or nested spans each get everything the
     machine spent during their own interval, so their values overlap. The span's share,
@@ -55,13 +49,10 @@ class EnergySpanProcessor(SpanProcessor):
 
     A span started or ended with an explicit time gets the energy of its stated interval from
     the meter's history, or no ``energy.joules`` and ``energy.unavailable_reason``, whether or not
-    shares are attributed (the meter's shared attributor keeps that history).
-
-    Every interval is on the monotonic clock. The wall clock (the SDK's span times) is read
-    beside it at a span's start and end: an explicit time is one that differs from the wall
-    clock then, and is converted to the monotonic clock with the offset measured then. A
-    wall-clock step (``date -s``, NTP, a VM resume) therefore changes no span's energy; a span
-    open across one carries ``energy.clock_step_s``, by how much its wall times are off.
+    shares are attributed. The meter owns those times (:mod:`otel_joules.meter.interval`): every
+    interval is on the monotonic clock, an explicit time is one that differs from the wall clock
+    when the span starts or ends, and a wall-clock step changes no span's energy; a span open
+    across one carries ``energy.clock_step_s``, by how much its wall times are off.
 
     The energy and attribution attributes are set on the live span before
     ``on_measurement`` runs, so a hook can read them from ``span.attributes``.
@@ -102,7 +93,8 @@ class EnergySpanProcessor(SpanProcessor):
         self._synchronize = resolve_synchronizer(synchronize)
         #: This process's rank attributes, read once (None outside a multi-rank job).
         self._rank_attributes = job_rank().span_attributes() or None
-        self._on_measurement = on_measurement
+        #: Called with ``(span, measurement)`` before a measured span ends (None: no hook).
+        self.on_measurement = on_measurement
         self.enabled = True
         self._failure_reported = False
         # The shared attributor (True) waits for the meter, which may be created on first use.
@@ -111,8 +103,6 @@ class EnergySpanProcessor(SpanProcessor):
             if attribution is True
             else attributor_from(attribution, meter, policy=attribution_policy, static_watts=static_watts)
         )
-        #: The meter's attributes planned once (keys per domain, kinds), built with the meter.
-        self._plan: MeterAttributes | None = None
         self._self_ref = weakref.ref(self)
 
     @property
@@ -131,30 +121,13 @@ class EnergySpanProcessor(SpanProcessor):
         return self._attributor  # type: ignore[no-any-return]
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        """Take the opening snapshot, open the span's share, and arrange for the closing one before the span freezes."""
+        """Open the span's interval and its share, and arrange for both to close before the span freezes."""
         if not self.enabled:
             return
-        # The two clocks first, as close as possible to the SDK's own wall-clock read of the start.
-        mono_ns = _monotonic_ns()
-        wall_ns = _time_ns()
-        tolerance_ns = EXPLICIT_TIME_TOLERANCE_NS
-        offset_ns = previous_ns = WALL_CLOCK.offset_ns
-        if not -tolerance_ns <= wall_ns - mono_ns - previous_ns <= tolerance_ns:
-            offset_ns = WALL_CLOCK.settle()
-        stated_ns = span.start_time
-        stated_start_ns = None
-        if stated_ns is not None and not -tolerance_ns <= stated_ns - wall_ns <= tolerance_ns:
-            if -tolerance_ns <= stated_ns - previous_ns - mono_ns <= tolerance_ns:
-                # The SDK read the start just before a step (it matches the offset before it): not
-                # explicit, and stamped on the clock as it was then.
-                offset_ns = previous_ns
-            else:
-                stated_start_ns = stated_ns - offset_ns
         try:
             meter = self._meter or self.meter
-            if self._synchronize is not None:
-                self._synchronize()  # what the device queued before the span is not the span's
-            start = meter.snapshot()
+            # The SDK stamped the start just before: the meter tells an explicit start from it.
+            opening = meter.open_interval(span.start_time, self._synchronize)
             attributor = self._attributor
             if attributor is _UNSET:
                 attributor = self.attributor
@@ -162,102 +135,38 @@ class EnergySpanProcessor(SpanProcessor):
             if attributor is not None:
                 # A measured parent's ``end`` is its MeasuringEnd (an instance attribute, found before the class's method).
                 parent_end = get_current_span(parent_context).end
-                share = attributor.open_span(parent_end.share if type(parent_end) is MeasuringEnd else None)
+                # The attributor's span ledger itself (Attributor.open_span's own work): one frame fewer per span.
+                share = attributor.ledger.open_span(parent_end.share if type(parent_end) is MeasuringEnd else None)
         except Exception as exc:  # noqa: BLE001 - a failing meter must not break the span
-            self._report_failure(exc)
+            self.report_failure(exc)
             return
         span.end = MeasuringEnd(  # type: ignore[method-assign]
-            span, self._self_ref, start, attributor, share, offset_ns, stated_start_ns
+            span, self._self_ref, meter, self._synchronize, opening, None if attributor is None else attributor.ledger, share
         )
         if self._rank_attributes is not None:
             set_clean_attributes(span, dict(self._rank_attributes))
 
-    def _planned(self, meter: EnergyMeter, attributor: Attributor | None) -> MeterAttributes:
-        plan = self._plan
-        if plan is None:
-            plan = self._plan = MeterAttributes(meter, attributor.kinds if attributor is not None else ())
-        return plan
+    def start_history(self, meter: EnergyMeter) -> None:
+        """Have the meter's history sampled (for a span with explicit times, by :class:`MeasuringEnd`): the shared
+        attributor's sampling feeds it whether or not this processor attributes shares, so both modes give a span
+        the same energy."""
+        if self._attributor is None:
+            attributor_for(meter)
 
-    def end_snapshot(self) -> EnergySnapshot | None:
-        """A span's closing snapshot, after the device finished its queued work (None if the meter failed:
-        said once). For :class:`MeasuringEnd`, once the processor's meter is resolved by :meth:`on_start`."""
+    def set_span_attributes(self, span: Span, interval: Interval, attribution: SpanAttribution | None) -> None:
+        """Set the span's energy and share attributes, then call ``on_measurement`` (for :class:`MeasuringEnd`,
+        before the span ends)."""
         try:
-            if self._synchronize is not None:
-                self._synchronize()
-            return self._meter.snapshot()  # type: ignore[union-attr]
+            attributes = span_attributes(interval, attribution)
+            if attributes:
+                set_clean_attributes(span, attributes)
+            if self.on_measurement is not None and interval.measured:
+                self.on_measurement(span, interval.measure())  # type: ignore[arg-type]
         except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
-            self._report_failure(exc)
-            return None
+            self.report_failure(exc)
 
-    def finish_span(
-        self,
-        span: Span,
-        start: EnergySnapshot,
-        end: EnergySnapshot | None,
-        measurement: EnergyMeasurement | None,
-        attribution: SpanAttribution | None,
-        end_time: int | None,
-        stated_start_ns: int | None = None,
-        end_offset_ns: int = 0,
-        clock_step_ns: int = 0,
-    ) -> None:
-        """Set the span's attributes (for :class:`MeasuringEnd`, before the span ends). ``stated_start_ns``: its explicit start on the monotonic clock (None:
-        the start snapshot's); ``end_offset_ns``: the wall clock's offset when it ended, for an explicit
-        ``end_time``; ``clock_step_ns``: how far the wall clock stepped while it was open (0: not beyond
-        the tolerance)."""
-        try:
-            # Both resolved by on_start before the span could end.
-            meter: EnergyMeter = self._meter  # type: ignore[assignment]
-            attributor: Attributor | None = self._attributor
-            if measurement is None and end is None:
-                end = meter.snapshot()
-            if (
-                self._on_measurement is None
-                and measurement is None
-                and end_time is None
-                and stated_start_ns is None
-            ):
-                # The common case: no hook wants the measurement and the span's interval is the
-                # snapshots' (no explicit times): one dict straight from the snapshots.
-                plan = self._plan or self._planned(meter, attributor)
-                attributes = plan.span_attributes(start, end, attribution)  # type: ignore[arg-type]
-                if clock_step_ns:
-                    attributes = {} if attributes is None else attributes
-                    attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
-                if attributes:
-                    set_clean_attributes(span, attributes)
-                return
-            reason = None
-            if measurement is None:
-                if end_time is not None or stated_start_ns is not None:
-                    stated_end_ns = None if end_time is None else end_time - end_offset_ns
-                    # Explicit times are looked up in the meter's history, kept by its shared attributor
-                    # whether or not this processor attributes shares: both modes give a span the same energy.
-                    history = attributor if attributor is not None else attributor_for(meter)
-                    measurement, reason = _stated_interval(
-                        meter, history, start, end, stated_start_ns, stated_end_ns  # type: ignore[arg-type]
-                    )
-                else:
-                    measurement = meter.measure(start, end)  # type: ignore[arg-type]
-            measured = measurement is not None and _has_energy(measurement)
-            if measured:
-                plan = self._plan or self._planned(meter, attributor)
-                attributes = measurement_attributes(measurement)  # type: ignore[arg-type]
-            else:
-                attributes = {} if reason is None else {ENERGY_UNAVAILABLE_REASON: reason}
-            if attribution is not None and attributor is not None:
-                attribution_attributes(attribution, attributor.kinds, attributes)
-            if clock_step_ns:
-                attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
-            if not attributes:
-                return
-            set_clean_attributes(span, attributes)
-            if self._on_measurement is not None and measured:
-                self._on_measurement(span, measurement)  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
-            self._report_failure(exc)
-
-    def _report_failure(self, exc: Exception) -> None:
+    def report_failure(self, exc: Exception) -> None:
+        """Say once that spans end without energy attributes because the meter failed (``WARNING``)."""
         if not self._failure_reported:
             self._failure_reported = True
             _log.warning("otel-joules: could not measure energy for spans (%s); spans end without energy attributes", exc)
@@ -274,48 +183,6 @@ class EnergySpanProcessor(SpanProcessor):
         return True
 
 
-def _has_energy(measurement: EnergyMeasurement) -> bool:
-    """Whether the measurement has energy attributes to set: a domain's joules, or a domain it says is missing."""
-    return bool(measurement.joules_by_domain or measurement.missing_domains)
-
-
-def _stated_interval(
-    meter: EnergyMeter,
-    attributor: Attributor | None,
-    start: EnergySnapshot,
-    end: EnergySnapshot,
-    stated_start_ns: int | None,
-    stated_end_ns: int | None,
-) -> tuple[EnergyMeasurement | None, str | None]:
-    """The measurement of the span's stated interval, or None and the reason it is not known.
-
-    ``stated_start_ns`` and ``stated_end_ns`` are the explicit times on the monotonic clock (None
-    where not stated: the snapshot taken at ``start()`` or ``end()`` stands); explicit times are
-    looked up in the attributor's history (None: the meter keeps none, CPU times being unreadable).
-    """
-    explicit_start = stated_start_ns is not None
-    explicit_end = stated_end_ns is not None
-    if not explicit_start and not explicit_end:
-        return meter.measure(start, end), None
-    t0 = start.monotonic_ns if stated_start_ns is None else stated_start_ns
-    # An end stated by the caller is honoured even when close to now (the history interpolates).
-    t1 = end.monotonic_ns if stated_end_ns is None else stated_end_ns
-    if t1 < t0:
-        return None, "end_time is before start_time"
-    if t1 > end.monotonic_ns + EXPLICIT_TIME_TOLERANCE_NS:
-        return None, "end_time is in the future: energy not yet spent is unknown"
-    if attributor is None:
-        return None, "the energy meter keeps no history here (CPU times cannot be read), so explicit span times have none"
-    first = attributor.snapshot_at(t0, end) if explicit_start else start
-    last = attributor.snapshot_at(min(t1, end.monotonic_ns), end) if explicit_end else end
-    if first is None or last is None:
-        return None, (
-            f"the stated interval starts before the energy meter's history (it keeps {attributor.history_s:g} s; "
-            f"default {HISTORY_S:g} s)"
-        )
-    return meter.measure(first, last), None
-
-
 class MeasuringEnd:
     """Stands in for one span's ``end``: measures, sets the attributes, then really ends it.
 
@@ -327,28 +194,29 @@ class MeasuringEnd:
     The meter is the processor's (resolved before the first span starts).
     """
 
-    __slots__ = ("_span_ref", "_processor_ref", "_start", "_attributor", "share", "_offset_ns", "_stated_start_ns")
+    __slots__ = ("_span_ref", "_processor_ref", "_meter", "_synchronize", "_opening", "_ledger", "share")
 
     def __init__(
         self,
         span: Span,
         processor_ref: "weakref.ReferenceType[EnergySpanProcessor]",
-        start: EnergySnapshot,
-        attributor: Attributor | None,
+        meter: EnergyMeter,
+        synchronize: Callable[[], object] | None,
+        opening: Opening,
+        ledger: SpanLedger | None,
         share: SpanShare | None,
-        offset_ns: int,
-        stated_start_ns: int | None,
     ) -> None:
         self._span_ref = weakref.ref(span) if share is None else weakref.ref(span, share.abandon)
         self._processor_ref = processor_ref
-        self._start = start
-        self._attributor = attributor
+        self._meter = meter
+        #: The processor's wait for queued device work, before the closing snapshot (None: none).
+        self._synchronize = synchronize
+        #: The span's interval as opened (its snapshot, the wall clock's offset, an explicit start).
+        self._opening = opening
+        #: The attributor's span ledger, which closes the share (None without attribution).
+        self._ledger = ledger
         #: The span's open share (None without attribution): its children's shares open inside it.
         self.share = share
-        #: The wall clock's offset from the monotonic clock when the span started.
-        self._offset_ns = offset_ns
-        #: The span's explicit start on the monotonic clock; None when it started at ``start()``.
-        self._stated_start_ns = stated_start_ns
 
     def _end(
         self,
@@ -363,33 +231,40 @@ class MeasuringEnd:
         if span.end_time is None:
             processor = self._processor_ref()
             enabled = processor is not None and processor.enabled
-            end = processor.end_snapshot() if enabled and measurement is None else None  # type: ignore[union-attr]
-            # The wall clock beside the end snapshot's monotonic time (read microseconds before): what
-            # is read here is the SDK's end time, so the step between the span's two offsets is
-            # exactly how far its wall times are off.
-            wall_ns = _time_ns()
-            tolerance_ns = EXPLICIT_TIME_TOLERANCE_NS
-            offset_ns = WALL_CLOCK.offset_ns
-            if not -tolerance_ns <= wall_ns - (_monotonic_ns() if end is None else end[0]) - offset_ns <= tolerance_ns:
-                offset_ns = WALL_CLOCK.settle()
+            opening = self._opening
+            meter = self._meter
+            if not enabled:
+                interval = meter.close_interval(opening, end_time, None, measurement, False)
+            else:
+                if end_time is not None or opening[2] is not None:
+                    processor.start_history(meter)  # type: ignore[union-attr]
+                try:
+                    interval = meter.close_interval(opening, end_time, self._synchronize, measurement)
+                except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
+                    processor.report_failure(exc)  # type: ignore[union-attr]
+                    interval = meter.close_interval(opening, end_time, None, measurement, False)
             if end_time is None:
-                sdk_end_time = wall_ns
-            # Both offsets are ones the clock confirmed: equal unless a step came between.
-            step_ns = offset_ns - self._offset_ns
+                # The wall clock read beside the closing snapshot: the SDK's end time.
+                sdk_end_time = interval.end_wall_ns
             # Closed even when the processor is off: an open share would dilute the thread's others.
             share = self.share
-            attribution = None if share is None else self._attributor.close_span(share, self._start, end)  # type: ignore[union-attr]
+            attribution = None if share is None else self._ledger.close_span(share, opening[0], interval.closed)  # type: ignore[union-attr]
             if enabled:
-                processor.finish_span(  # type: ignore[union-attr]
-                    span, self._start, end, measurement, attribution, end_time,
-                    self._stated_start_ns, offset_ns, step_ns,
-                )
+                if processor.on_measurement is None:  # type: ignore[union-attr]
+                    # The common case, without the hook's frame: the attributes straight onto the span.
+                    try:
+                        attributes = span_attributes(interval, attribution)
+                        if attributes:
+                            set_clean_attributes(span, attributes)
+                    except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
+                        processor.report_failure(exc)  # type: ignore[union-attr]
+                else:
+                    processor.set_span_attributes(span, interval, attribution)  # type: ignore[union-attr]
             else:
-                if measurement is not None and _has_energy(measurement):
-                    # The caller's own measurement is its to report, whether or not this processor still measures.
-                    span.set_attributes(measurement_attributes(measurement))
-                if step_ns:
-                    span.set_attribute(ENERGY_CLOCK_STEP_S, step_ns / 1e9)
+                # The caller's own measurement is its to report, whether or not this processor still measures.
+                attributes = span_attributes(interval, None)
+                if attributes:
+                    span.set_attributes(attributes)
             if final_attributes:
                 span.set_attributes(final_attributes)
         type(span).end(span, sdk_end_time)
@@ -422,8 +297,9 @@ def end_span_with_measurement(
         end._end(end_time, measurement, attributes)
         return
     if span.is_recording():
-        if _has_energy(measurement):
-            span.set_attributes(measurement_attributes(measurement))
+        energy_attributes = span_attributes(Interval.of_measurement(measurement), None)
+        if energy_attributes:
+            span.set_attributes(energy_attributes)
         if attributes:
             span.set_attributes(attributes)
     span.end(end_time)
