@@ -78,12 +78,13 @@ from otel_joules import EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import SpanAttribution, attributor_for
 from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.config import Settings
+from otel_joules.meter.interval import Interval
 from otel_joules.meter.fastpath import COMPILED
 from otel_joules.sensors import rapl
 from otel_joules.sensors.base import Channel, Domain
 from otel_joules.semconv import KIND_CPU, KIND_GPU
 from otel_joules.tracing import processor as processor_module
-from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes, span_attributes
+from otel_joules.tracing.attributes import MeterAttributes, span_attributes
 from otel_joules.tracing._sdk import set_clean_attributes
 from tests.fakes.powercap import ConstantPower, make_powercap
 
@@ -327,8 +328,8 @@ def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
     clock = attributor.clocks.thread_clock()
     span = TracerProvider().get_tracer("pieces").start_span("x")
     start = meter.snapshot()
-    measured = measurement_attributes(meter.measure(start, meter.snapshot()))
-    merged = attribution_attributes(SpanAttribution(1.0, 0.5, 0.0, 1.5), attributor.kinds, dict(measured))
+    measured = span_attributes(Interval.of_measurement(meter.measure(start, meter.snapshot()), meter), None)
+    merged = span_attributes(Interval.of_measurement(meter.measure(start, meter.snapshot()), meter), SpanAttribution(1.0, 0.5, 0.0, 1.5))
 
     def best(function) -> float:  # type: ignore[no-untyped-def]
         return min(timeit.repeat(function, number=n, repeat=5, timer=time.thread_time)) / n * 1e9
@@ -341,7 +342,7 @@ def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
         "snapshot_ns": best(meter.snapshot),
         "thread_cpu_clock_read_ns": best(clock),
         "open_and_close_share_ns": best(lambda: attributor.close_span(attributor.open_span(None), start, end)),
-        "build_attributes_ns": best(lambda: attribution_attributes(attribution, plan.kinds, plan.attributes(start, end))),  # type: ignore[arg-type]
+        "build_attributes_ns": best(lambda: plan.span_attributes(start, end, attribution)),
         # What the processor does (tracing._sdk.set_clean_attributes) and what the SDK's own call costs.
         "set_all_attributes_ns": best(lambda: _set_fresh(span, merged)),
         "sdk_set_attributes_ns": best(lambda: span.set_attributes(merged)),

@@ -60,7 +60,9 @@ locks = {
     "attribution_sample": (attributor.prices, "_sample_lock"),
     "attribution_ledgers": (attributor.ledger, "_ledgers_lock"),
     "attribution_gpu": (attributor.ledger, "_gpu_lock"),
-    "attribution_starting": (attributor.prices, "_starting_lock"),
+    "meter_sampler": (meter.sampler, "_lock"),
+    "meter_sampler_tick": (meter.sampler, "_tick_lock"),
+    "meter_history": (meter.history, "_lock"),
     "attribution_registry": (attribution_registry._registry, "_lock"),
     "instrument_registry": (instrument_module._handles, "_lock"),
     "span_carbon_refresh": (SpanCarbon(intensity), "_refreshing"),
@@ -72,8 +74,9 @@ locks = {
 }
 held, release = threading.Event(), threading.Event()
 
+taken = [getattr(owner, name) for owner, name in locks.values()]  # a renamed lock fails here, not as a hang
+
 def hold_every_lock():  # as the background threads do, in the middle of their I/O
-    taken = [getattr(owner, name) for owner, name in locks.values()]
     for lock in taken:
         lock.acquire()
     held.set()

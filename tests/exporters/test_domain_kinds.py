@@ -13,7 +13,8 @@ from otel_joules import EnergyMeter
 from otel_joules.exporters import CsvSpanExporter, JsonLinesSpanExporter, OtlpFileSpanExporter, ParquetSpanExporter
 from otel_joules.report.readers import read_inputs
 from otel_joules.semconv import ENERGY_DOMAIN_KINDS
-from otel_joules.tracing.attributes import measurement_attributes
+from otel_joules.meter.interval import Interval
+from otel_joules.tracing.attributes import span_attributes
 
 from tests.fakes.powercap import make_powercap
 from tests.helpers.known_spans import make_provider
@@ -27,7 +28,7 @@ def _export_one_span(tmp_path: Path, exporter: object) -> list[str]:
     try:
         start = meter.snapshot()
         pc.zones["package_1"].advance_joules(3.0)
-        attributes = measurement_attributes(meter.measure(start, meter.snapshot()))
+        attributes = span_attributes(Interval.of_measurement(meter.measure(start, meter.snapshot())), None)
     finally:
         meter.close()
     provider = make_provider(SimpleSpanProcessor(exporter))  # type: ignore[arg-type]

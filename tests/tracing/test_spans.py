@@ -16,7 +16,8 @@ from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import SpanAttribution, attributor_for
 from otel_joules.attribution.shares import measured_kinds
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.tracing.attributes import MeterAttributes, attribution_attributes, measurement_attributes
+from otel_joules.meter.interval import Interval
+from otel_joules.tracing.attributes import MeterAttributes, _measurement_part, _share_part, span_attributes
 
 from tests.fakes.powercap import make_powercap
 from tests.fakes.procfs import FakeProcfs
@@ -243,7 +244,7 @@ def test_instrument_without_attribution_keeps_energy_only(tracer_provider, span_
 
 
 def test_planned_attributes_equal_those_of_a_measurement() -> None:
-    """The processor's per-span path (MeterAttributes) gives exactly measurement_attributes(meter.measure(...)):
+    """span_attributes' two routes agree: between two snapshots (MeterAttributes) and through meter.measure(...):
     same keys in the same order, same floats, for counters, integrated power, estimates, domains outside the
     total, a failed domain, stale domains and intervals below a counter's resolution."""
     domains = five_domains()
@@ -260,8 +261,8 @@ def test_planned_attributes_equal_those_of_a_measurement() -> None:
     for start, end in cases:
         a, b = EnergySnapshot(*start), EnergySnapshot(*end)
         measurement = meter.measure(a, b)
-        expected = measurement_attributes(measurement) if measurement.joules_by_domain else None
-        got = plan.attributes(a, b)
+        expected = span_attributes(Interval.of_measurement(measurement, meter), None)
+        got = plan.span_attributes(a, b, None)
         assert got == expected
         assert got is None or list(got) == list(expected)  # type: ignore[arg-type]
     # Domains outside the total (core_0) are not listed; each listed one carries its kind.
@@ -270,7 +271,8 @@ def test_planned_attributes_equal_those_of_a_measurement() -> None:
     a, b = EnergySnapshot(*cases[0][0]), EnergySnapshot(*cases[0][1])
     for kinds in ((), ("cpu",), ("cpu", "memory"), ("cpu", "memory", "gpu"), ("memory", "gpu")):
         both = MeterAttributes(meter, kinds).span_attributes(a, b, attribution)
-        expected = attribution_attributes(attribution, kinds, measurement_attributes(meter.measure(a, b)))
+        # The reference's pieces, for kinds other than the meter's own.
+        expected = _share_part(attribution, kinds, _measurement_part(meter.measure(a, b)))
         assert both == expected  # the estimate band comes last, after the share
     meter.close()
 

@@ -58,7 +58,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_joules.attribution.command import CommandBaselines
 from otel_joules.attribution.gpu import CommandGpuShares
-from otel_joules.attribution.shares import SpanAttribution, command_attribution, measured_kinds
+from otel_joules.attribution.shares import SpanAttribution, command_attribution
 from otel_joules.attribution.procfs import CpuClocks, HostCpuTimes, ProcfsReadError
 from otel_joules.attribution.uncovered import uncovered_joules, uncovered_positions
 from otel_joules.carbon import providers_from_env, validate_pue
@@ -78,6 +78,7 @@ from otel_joules.delivery.setup import (
     telemetry_from_env,
 )
 from otel_joules.errors import ConfigurationError
+from otel_joules.meter.interval import Interval
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter, EnergySnapshot
 from otel_joules.meter.notice import announce_estimates
 from otel_joules.metrics.instruments import EnergyMetrics
@@ -87,7 +88,7 @@ from otel_joules.semconv import (
     PROCESS_EXIT_CODE,
     PROCESS_PID,
 )
-from otel_joules.tracing.attributes import attribution_attributes
+from otel_joules.tracing.attributes import span_attributes
 from otel_joules.tracing.processor import EnergySpanProcessor, end_span_with_measurement
 
 INSTRUMENTATION_SCOPE = "otel_joules.cli.run"
@@ -312,12 +313,17 @@ def _end_command_span(
     attribution: SpanAttribution | None,
 ) -> EnergyMeasurement:
     """End the span with the energy between our two snapshots, the command's share and its carbon."""
-    if attribution is not None and span.is_recording() and meter.domains:
-        span.set_attributes(attribution_attributes(attribution, measured_kinds(meter.domains)))
     measurement = meter.measure(first, last)
+    share_attributes = None
+    if attribution is not None and span.is_recording() and meter.domains:
+        # The share is priced here, not by the span's processor (which has no attributor): set before the span
+        # ends, with the energy the processor sets again from the same measurement.
+        share_attributes = span_attributes(Interval.of_measurement(measurement, meter), attribution)
+        if share_attributes:
+            span.set_attributes(share_attributes)
     carbon = None
     if measurement.joules_by_domain or measurement.missing_domains:
-        carbon = accounting.span_attributes(measurement.total_joules, getattr(span, "attributes", None))
+        carbon = accounting.span_attributes(measurement.total_joules, share_attributes)
     end_span_with_measurement(span, measurement, attributes=carbon)
     return measurement
 

@@ -82,9 +82,10 @@ class Interval(NamedTuple):
     explicit: bool
 
     @classmethod
-    def of_measurement(cls, measurement: EnergyMeasurement) -> "Interval":
-        """An interval whose figures are a caller's own measurement (no snapshots of a meter)."""
-        return _new_tuple(cls, (None, None, None, None, None, measurement, None, 0, _time_ns(), False))
+    def of_measurement(cls, measurement: EnergyMeasurement, meter: "EnergyMeter | None" = None) -> "Interval":
+        """An interval whose figures are a caller's own measurement (no snapshots), taken on ``meter`` where
+        given (a share's per-kind attributes are those of the kinds it measures)."""
+        return _new_tuple(cls, (meter, None, None, None, None, measurement, None, 0, _time_ns(), False))
 
     @property
     def clock_step_s(self) -> float:

@@ -3,7 +3,7 @@
 When the global tracer provider is an OpenTelemetry **SDK** provider, every measured
 call gets a span named after its tag, and every :class:`EnergyContext` a parent span
 with one child span per recorded segment. Their ``energy.*`` attributes
-(:func:`otel_joules.tracing.attributes.measurement_attributes`) are computed from the
+(:func:`otel_joules.tracing.attributes.span_attributes`) are computed from the
 very snapshots that produce the handler's samples, so the span and the CSV row say
 the same thing.
 

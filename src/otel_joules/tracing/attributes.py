@@ -3,8 +3,8 @@
 :func:`span_attributes` is the one builder of a span's energy attributes, from the meter's
 :class:`~otel_joules.meter.interval.Interval` and the span's share. Between two snapshots it takes
 the meter's plan (:class:`MeterAttributes`, built once per meter; compiled where the meter's fast
-path is on); for a caller's own measurement, :func:`measurement_attributes`; for the share,
-:func:`attribution_attributes`: the pieces it puts together.
+path is on); for a caller's own measurement, ``_measurement_part``; for the share, ``_share_part``:
+the pieces it puts together, private to it.
 """
 
 from __future__ import annotations
@@ -92,12 +92,12 @@ def span_attributes(interval: Interval, share: SpanAttribution | None) -> dict[s
         attributes = {}
         if given is not None:
             if has_energy(given):
-                attributes = measurement_attributes(given)
+                attributes = _measurement_part(given)
         elif unavailable_reason is not None:
             attributes[ENERGY_UNAVAILABLE_REASON] = unavailable_reason
         if share is not None:
             kinds = () if meter is None else (_plans.get(meter.plan) or _plan_for(meter)).kinds
-            attribution_attributes(share, kinds, attributes)
+            _share_part(share, kinds, attributes)
     if clock_step_ns:
         attributes = {} if attributes is None else attributes
         attributes[ENERGY_CLOCK_STEP_S] = clock_step_ns / 1e9
@@ -115,7 +115,7 @@ def _plan_for(meter: EnergyMeter) -> "MeterAttributes":
     return plan
 
 
-def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | str | bool | tuple[str, ...]]:
+def _measurement_part(measurement: EnergyMeasurement) -> dict[str, float | str | bool | tuple[str, ...]]:
     """The energy part of :func:`span_attributes` for a caller's own measurement (its per-domain joules, total,
     watts, source and flags)."""
     attributes: dict[str, float | str | bool] = {
@@ -153,7 +153,7 @@ def measurement_attributes(measurement: EnergyMeasurement) -> dict[str, float | 
     return attributes
 
 
-def attribution_attributes(
+def _share_part(
     attribution: SpanAttribution, kinds: tuple[str, ...], into: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """The share part of :func:`span_attributes` (added to ``into`` when given); per-kind values only
@@ -175,13 +175,13 @@ def attribution_attributes(
 
 
 class MeterAttributes:
-    """A meter's span attributes straight from two snapshots, planned once per meter.
+    """:func:`span_attributes`' route between two of a meter's snapshots, planned once per meter.
 
-    ``attributes(start, end)`` equals ``measurement_attributes(meter.measure(start, end))``
-    (same keys, same order, same floats) without the measurement's two dicts and object,
-    and without computing each domain's keys and method per span: the span processor's
-    path for every span that needs no :class:`EnergyMeasurement` (no hook, no explicit
-    times). ``span_attributes`` adds the share's (:func:`attribution_attributes`, for ``kinds``) in the same call, compiled where the meter's fast path is on
+    ``span_attributes(start, end, share)`` equals the route through a measurement,
+    ``span_attributes(Interval.of_measurement(meter.measure(start, end), meter), share)`` (same keys, same
+    order, same floats), without the measurement's two dicts and object and without computing each domain's
+    keys and method per span: the span processor's path for every span that needs no
+    :class:`EnergyMeasurement` (no hook, no explicit times); compiled where the meter's fast path is on
     (:mod:`otel_joules.meter.fastpath`).
 
     Args:
@@ -212,7 +212,7 @@ class MeterAttributes:
         )
         #: ``energy.domain_kinds``, the meter's tuple: one dict entry per span, nothing built.
         self.domain_kinds = meter.domain_kinds
-        #: (attribute key, position in SpanAttribution) for each kind measured, in attribution_attributes' order.
+        #: (attribute key, position in SpanAttribution) for each kind measured, in _share_part's order.
         self._kind_positions = tuple(
             (ATTRIBUTED_KIND_KEYS[kind], position)
             for position, kind in enumerate((KIND_CPU, KIND_MEMORY, KIND_GPU))
@@ -244,14 +244,14 @@ class MeterAttributes:
         )
 
     def span_attributes(self, start: EnergySnapshot, end: EnergySnapshot, attribution: SpanAttribution | None) -> dict[str, Any] | None:
-        """``attributes(start, end)`` with :func:`attribution_attributes` of the share when one is given (a dict of the
+        """The energy between the two snapshots, with the share's attributes when one is given (a dict of the
         share alone where the snapshots give none); None when neither gives an attribute."""
         compiled = self._compiled
         attributes = NotImplemented if compiled is None else compiled(self._spec, start, end, attribution)
         if attributes is NotImplemented:
             attributes = self._measured(start, end)
             if attribution is not None:
-                attributes = attribution_attributes(attribution, self.kinds, {} if attributes is None else attributes)
+                attributes = _share_part(attribution, self.kinds, {} if attributes is None else attributes)
         if self._band_keys and attributes is not None:
             self._add_band(attributes)
         return attributes  # type: ignore[no-any-return]
@@ -275,14 +275,6 @@ class MeterAttributes:
             attributes[ENERGY_ESTIMATE_HIGH_JOULES] = high
             if self._plan.estimate_source:
                 attributes[ENERGY_ESTIMATE_SOURCE] = self._plan.estimate_source
-
-    def attributes(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
-        """The span attributes for the interval between two of the meter's snapshots; None when no domain has a
-        value and none is missing."""
-        attributes = self._measured(start, end)
-        if self._band_keys and attributes is not None:
-            self._add_band(attributes)
-        return attributes
 
     def _measured(self, start: EnergySnapshot, end: EnergySnapshot) -> dict[str, Any] | None:
         """:meth:`attributes` without the estimate's band (added last, after a share where there is one)."""
