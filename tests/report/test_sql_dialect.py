@@ -140,13 +140,19 @@ def test_duckdb_runs_every_entry_it_renders() -> None:
              "CAST(json('{{\"energy.a\": 1}}') AS MAP(VARCHAR, JSON)) AS m, json('{{}}') AS j, 0 AS start_ns, " \
              "'s' AS span_id, {} AS attrs_parsed)"
     for field in dataclasses.fields(Dialect):
-        if field.name in ("name", "starts_with", "ends_with", "min_by", "walk_number", "walk_text", "lambda_") or (
-            field.name == "table" or field.name.startswith("walk_")
-        ):
+        if field.name in (
+            "name", "starts_with", "ends_with", "min_by", "walk_number", "walk_text", "lambda_", "spans_with_files",
+            "sorted_set",
+        ) or (field.name == "table" or field.name.startswith("walk_")):
             continue
         for text in _render_entry(DUCKDB, field.name):
             if text:
                 con.execute(scalar.format(text, "NULL")).fetchall()
+    # The aggregate and the FROM clause, in place: a trace's files, once each, in index order.
+    con.execute("CREATE TABLE files AS SELECT * FROM (VALUES ('p', 2), ('q', 0)) v(path, file_idx)")
+    con.execute("CREATE TABLE spans AS SELECT * FROM (VALUES ('t', 'p'), ('t', 'q'), ('t', 'p'), ('u', 'p')) v(trace_id, path)")
+    assert con.execute(f"SELECT s.trace_id, {DUCKDB.sorted_set('file_idx')} FROM {DUCKDB.spans_with_files} "
+                       "GROUP BY s.trace_id ORDER BY 1").fetchall() == [("t", [0, 2]), ("u", [2])]
     # The names and the walks' reads, in place.
     con.execute("SELECT starts_with('ab', 'a'), ends_with('ab', 'b'), arg_min(1, 2), list_transform([1], lambda x: x + 1)")
     walk = "SELECT {} FROM (SELECT json_transform('{{\"energy.joules\": 2}}', '{{\"energy.joules\": \"JSON\", \"training.rank\": \"JSON\"}}') AS a)"

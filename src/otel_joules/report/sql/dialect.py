@@ -72,6 +72,9 @@ class Dialect:
         walk_step: Their values one step up, from the walk's row ``w`` to the parent ``p`` it reaches.
         walk_go_on: The walk's row ``w`` may step on to its next span ``w.cur``: not met before (DuckDB: the walk is
             no longer than the trace, which a parent loop makes it).
+        spans_with_files: The span rows, ``s``, each with its file's index, ``file_idx`` (DuckDB: joined from
+            ``files`` by path; Spark: a column of the row).
+        sorted_set: ``(value)``: the aggregate of the distinct values, in ascending order, as a list/array.
     """
 
     name: str
@@ -102,6 +105,8 @@ class Dialect:
     walk_start: Callable[[Sequence[str]], str]
     walk_step: str
     walk_go_on: str
+    spans_with_files: str
+    sorted_set: Callable[[str], str]
 
 
 def text_time(d: Dialect, text: str) -> str:
@@ -178,6 +183,8 @@ DUCKDB = Dialect(
     walk_start=lambda met: f"{len(met) - 1}, t.n",
     walk_step="w.depth + 1, w.n",
     walk_go_on="w.depth < w.n",
+    spans_with_files="spans s JOIN files f USING (path)",
+    sorted_set=lambda value: f"list(DISTINCT {value} ORDER BY {value})",
 )
 
 
@@ -245,6 +252,8 @@ SPARK = Dialect(
     walk_start=lambda met: f"array({', '.join(met)})",
     walk_step="array_append(w.visited, p.k)",
     walk_go_on="NOT array_contains(w.visited, w.cur)",
+    spans_with_files="spans s",
+    sorted_set=lambda value: f"array_sort(collect_set({value}))",
 )
 
 #: Both engines, for what is rendered for each.

@@ -194,6 +194,12 @@ LEFT JOIN nested_interval ni ON ni.k = d.k
 LEFT JOIN link l ON l.k = d.k
 """
 
+def sources(d: Dialect) -> str:
+    """The table ``sources``: each trace's files in the order first read, which is their index order (files are
+    numbered as they are found and read in that order)."""
+    return d.table("sources", f"SELECT s.trace_id, {d.sorted_set('file_idx')} AS sources FROM {d.spans_with_files} GROUP BY s.trace_id")
+
+
 # What the walks read of each span's attributes, by json_transform's names.
 _WALK_KEYS = json.dumps(dict.fromkeys(
     (ENERGY_JOULES, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_CLOCK_STEP_S, TRAINING_RANK), "JSON"
@@ -223,13 +229,7 @@ FROM (
 )
 """,
     *walks(DUCKDB),
-    """
-CREATE TEMP TABLE sources AS
-SELECT trace_id, list(file_idx ORDER BY first_read) AS sources
-FROM (SELECT s.trace_id, f.file_idx, min((CAST(f.file_idx AS BIGINT) << 40) + s.rowid) AS first_read
-      FROM spans s JOIN files f USING (path) GROUP BY s.trace_id, f.file_idx)
-GROUP BY trace_id
-""",
+    sources(DUCKDB),
 ]
 
 #: Then the flags of each span and the figures of each trace.
@@ -294,10 +294,7 @@ FROM (
 WHERE copy = 1
 """,
     *walks(SPARK),
-    """
-CACHE TABLE sources AS
-SELECT trace_id, array_sort(collect_set(file_idx)) AS sources FROM spans GROUP BY trace_id
-""",
+    sources(SPARK),
 ]
 
 #: Spark: every trace's figures and the spans a run is made of (in one array per trace, in read order).
