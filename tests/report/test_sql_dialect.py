@@ -81,6 +81,8 @@ SHARED: dict[str, Callable[[Dialect], Any]] = {
     "span figures": traces.span_figures,
     "trace figures": lambda d: traces.trace_figures(d, "f."),
     "walks": lambda d: "".join(traces.walks(d)),
+    "one copy of each span": traces.spans_once,
+    "each trace's files": traces.sources,
 }
 
 
@@ -116,6 +118,7 @@ def _render_entry(d: Dialect, name: str) -> list[str]:
         "record_ok": (["true", "x = '12'"],),
         "table": ("t", "SELECT 1"),
         "walk_start": (["f.k", "f.pk"],),
+        "walk_attributes": ("attrs", '{"energy.joules": "JSON"}'),
     }
     return [value(*args.get(name, ("x",)))]
 
@@ -142,7 +145,7 @@ def test_duckdb_runs_every_entry_it_renders() -> None:
     for field in dataclasses.fields(Dialect):
         if field.name in (
             "name", "starts_with", "ends_with", "min_by", "walk_number", "walk_text", "lambda_", "spans_with_files",
-            "sorted_set",
+            "sorted_set", "row_id", "read_order", "span_kept",
         ) or (field.name == "table" or field.name.startswith("walk_")):
             continue
         for text in _render_entry(DUCKDB, field.name):

@@ -75,6 +75,15 @@ class Dialect:
         spans_with_files: The span rows, ``s``, each with its file's index, ``file_idx`` (DuckDB: joined from
             ``files`` by path; Spark: a column of the row).
         sorted_set: ``(value)``: the aggregate of the distinct values, in ascending order, as a list/array.
+        row_id: A span row's identity in ``spans s`` (DuckDB: its ``rowid``; Spark: its file and ``mid``).
+        read_order: Where the row ``s`` was read, ordered as Python reads (files in index order, rows in file order).
+        walk_attributes: ``(text, keys)``: the attributes parsed once, from the JSON text ``text``, for
+            ``walk_number`` and ``walk_text`` (DuckDB: the JSON object ``keys`` names, as ``a``; Spark: the whole
+            map, as ``m``).
+        span_kept: What ``d`` keeps of a span's row for the trace query (DuckDB: ``rid``, its row in ``spans``;
+            Spark: its ``attrs``).
+        span_key: A span's key ``k`` in the walks (DuckDB: a row number; Spark: its ids, which need no single
+            partition to number).
     """
 
     name: str
@@ -107,6 +116,11 @@ class Dialect:
     walk_go_on: str
     spans_with_files: str
     sorted_set: Callable[[str], str]
+    row_id: str
+    read_order: str
+    walk_attributes: Callable[[str, str], str]
+    span_kept: str
+    span_key: str
 
 
 def text_time(d: Dialect, text: str) -> str:
@@ -185,6 +199,12 @@ DUCKDB = Dialect(
     walk_go_on="w.depth < w.n",
     spans_with_files="spans s JOIN files f USING (path)",
     sorted_set=lambda value: f"list(DISTINCT {value} ORDER BY {value})",
+    row_id="s.rowid",
+    read_order="(CAST(file_idx AS BIGINT) << 40) + s.rowid",
+    # json_transform parses only what the walks read; a span's attributes stay in ``spans`` alone.
+    walk_attributes=lambda text, keys: f"json_transform({text}, {literal(keys)}) AS a",
+    span_kept="rid",
+    span_key="row_number() OVER ()",
 )
 
 
@@ -254,6 +274,11 @@ SPARK = Dialect(
     walk_go_on="NOT array_contains(w.visited, w.cur)",
     spans_with_files="spans s",
     sorted_set=lambda value: f"array_sort(collect_set({value}))",
+    row_id="named_struct('f', s.file_idx, 'm', s.mid)",
+    read_order="named_struct('f', s.file_idx, 'm', s.mid)",
+    walk_attributes=lambda text, keys: f"from_json({text}, 'map<string,string>') AS m",
+    span_kept="attrs",
+    span_key="named_struct('t', trace_id, 's', span_id)",
 )
 
 #: Both engines, for what is rendered for each.

@@ -194,40 +194,48 @@ LEFT JOIN nested_interval ni ON ni.k = d.k
 LEFT JOIN link l ON l.k = d.k
 """
 
-def sources(d: Dialect) -> str:
-    """The table ``sources``: each trace's files in the order first read, which is their index order (files are
-    numbered as they are found and read in that order)."""
-    return d.table("sources", f"SELECT s.trace_id, {d.sorted_set('file_idx')} AS sources FROM {d.spans_with_files} GROUP BY s.trace_id")
-
-
 # What the walks read of each span's attributes, by json_transform's names.
 _WALK_KEYS = json.dumps(dict.fromkeys(
     (ENERGY_JOULES, ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_CLOCK_STEP_S, TRAINING_RANK), "JSON"
 ))
+
+
+def spans_once(d: Dialect) -> str:
+    """The table ``d``: one row per span, keyed ``k`` for the walks, with what they read of it (:func:`span_figures`).
+
+    One copy of each span: the one with the most kept attributes, the first read on a tie. Its place in the order
+    Python would have read it (``first_ord``) is where it was first read. The copy is found by its row and joined
+    back, so the choice sorts row identities, never the spans' attributes.
+    """
+    order = d.struct([("n", "-n_attrs"), ("o", "ord")])
+    return d.table("d", f"""
+SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, file_idx, first_ord, {d.span_kept},
+       {span_figures(d)}, {d.span_key} AS k
+FROM (
+    SELECT s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns, s.service_name, s.attrs, p.file_idx,
+           p.first_ord, p.rid, {d.walk_attributes("s.attrs", _WALK_KEYS)}
+    FROM (
+        SELECT {d.min_by}(rid, {order}) AS rid, {d.min_by}(file_idx, {order}) AS file_idx, min(ord) AS first_ord
+        FROM (SELECT s.trace_id, s.span_id, s.n_attrs, {d.row_id} AS rid, file_idx, {d.read_order} AS ord
+              FROM {d.spans_with_files})
+        GROUP BY trace_id, span_id
+    ) p JOIN spans s ON {d.row_id} = p.rid
+)
+""")
+
+
+def sources(d: Dialect) -> str:
+    """The table ``sources``: each trace's files in the order first read, which is their index order (files are
+    numbered as they are found and read in that order)."""
+    return d.table(
+        "sources", f"SELECT s.trace_id, {d.sorted_set('file_idx')} AS sources FROM {d.spans_with_files} GROUP BY s.trace_id"
+    )
+
+
+
 #: The DuckDB statements that resolve every trace, in order (SpanStore._aggregate).
 AGGREGATE = [
-    # The place of each span in the order Python would have read it (files in the order found, rows in file order), and
-    # one copy of each span: the one with the most kept attributes, the first read on a tie; the span's place is where
-    # it was first read. The copy is found by its row, so a span's attributes stay in ``spans`` alone (``rid``). The
-    # walks key a span by its row number, ``k``.
-    f"""
-CREATE TEMP TABLE d AS
-SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, file_idx, first_ord, rid,
-       {span_figures(DUCKDB)}, row_number() OVER () AS k
-FROM (
-    -- The attributes parsed once for the five a walk reads.
-    SELECT s.trace_id, s.span_id, s.parent_span_id, s.name, s.start_ns, s.end_ns, s.service_name, p.file_idx,
-           p.first_ord, p.rid, json_transform(s.attrs, {literal(_WALK_KEYS)}) AS a
-    FROM (
-        SELECT arg_min(rid, {{'n': -n_attrs, 'o': ord}}) AS rid, arg_min(file_idx, {{'n': -n_attrs, 'o': ord}}) AS file_idx,
-               min(ord) AS first_ord
-        FROM (SELECT s.trace_id, s.span_id, s.n_attrs, s.rowid AS rid, f.file_idx,
-                     (CAST(f.file_idx AS BIGINT) << 40) + s.rowid AS ord
-              FROM spans s JOIN files f USING (path))
-        GROUP BY trace_id, span_id
-    ) p JOIN spans s ON s.rowid = p.rid
-)
-""",
+    spans_once(DUCKDB),
     *walks(DUCKDB),
     sources(DUCKDB),
 ]
@@ -278,21 +286,10 @@ WHERE trace_id IN (SELECT unnest(?)) AND (top_attributed OR has_self OR top_inte
 """
 
 
-#: The Spark statements that resolve every trace, in order (spark_engine.SparkSpanStore.traces): cached tables for
-#: DuckDB's temp tables, a (file, row) struct for its ``rowid``, a span keyed by its ids (``k``) for its row number.
+#: The Spark statements that resolve every trace, in order (spark_engine.SparkSpanStore.traces): the same, rendered
+#: for Spark (cached tables, a (file, row) struct for a row's identity, a span keyed by its ids).
 SPARK_AGGREGATE = [
-    f"""
-CACHE TABLE d AS
-SELECT trace_id, span_id, parent_span_id, name, start_ns, end_ns, service_name, attrs, file_idx, first_ord,
-       {span_figures(SPARK)}, named_struct('t', trace_id, 's', span_id) AS k
-FROM (
-    SELECT *, row_number() OVER (PARTITION BY trace_id, span_id ORDER BY n_attrs DESC, file_idx, mid) AS copy,
-           min(named_struct('f', file_idx, 'm', mid)) OVER (PARTITION BY trace_id, span_id) AS first_ord,
-           from_json(attrs, 'map<string,string>') AS m
-    FROM spans
-)
-WHERE copy = 1
-""",
+    spans_once(SPARK),
     *walks(SPARK),
     sources(SPARK),
 ]
