@@ -232,7 +232,6 @@ def sources(d: Dialect) -> str:
     )
 
 
-
 #: The DuckDB statements that resolve every trace, in order (SpanStore._aggregate).
 AGGREGATE = [
     spans_once(DUCKDB),
