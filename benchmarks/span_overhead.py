@@ -328,8 +328,9 @@ def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
     clock = attributor.clocks.thread_clock()
     span = TracerProvider().get_tracer("pieces").start_span("x")
     start = meter.snapshot()
-    measured = span_attributes(Interval.of_measurement(meter.measure(start, meter.snapshot()), meter), None)
-    merged = span_attributes(Interval.of_measurement(meter.measure(start, meter.snapshot()), meter), SpanAttribution(1.0, 0.5, 0.0, 1.5))
+    interval = Interval.of_measurement(meter.measure(start, meter.snapshot()), meter)
+    measured = span_attributes(interval, None)
+    merged = span_attributes(interval, SpanAttribution(1.0, 0.5, 0.0, 1.5))
 
     def best(function) -> float:  # type: ignore[no-untyped-def]
         return min(timeit.repeat(function, number=n, repeat=5, timer=time.thread_time)) / n * 1e9

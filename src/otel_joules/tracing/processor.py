@@ -14,7 +14,7 @@ from otel_joules.attribution.attributor import Attributor, check_attribution_opt
 from otel_joules.attribution.registry import attributor_for, attributor_from
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.attribution.spans import SpanLedger, SpanShare
-from otel_joules.meter.interval import Interval, Opening
+from otel_joules.meter.interval import Interval, Opening, has_energy
 from otel_joules.meter.meter import EnergyMeasurement, EnergyMeter
 from otel_joules.meter.registry import get_energy_meter
 from otel_joules.meter.sync import Synchronize, resolve_synchronizer
@@ -160,8 +160,10 @@ class EnergySpanProcessor(SpanProcessor):
             attributes = span_attributes(interval, attribution)
             if attributes:
                 set_clean_attributes(span, attributes)
-            if self.on_measurement is not None and interval.measured:
-                self.on_measurement(span, interval.measure())  # type: ignore[arg-type]
+            if self.on_measurement is not None:
+                measurement = interval.measure()  # once: each call measures between the interval's ends again
+                if measurement is not None and has_energy(measurement):
+                    self.on_measurement(span, measurement)
         except Exception as exc:  # noqa: BLE001 - the user's span must end whatever happens here
             self.report_failure(exc)
 
