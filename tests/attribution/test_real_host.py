@@ -145,10 +145,13 @@ def test_eight_threads_sixty_four_requests_add_up_to_the_process_share(estimated
     watts_per_cpu = cpu_second_watts(estimated.meter)
     worth_joules = sum(in_span_cpu_s) * watts_per_cpu
     # Each 0.1 s period is priced from its energy over its busy ticks; on a loaded box the two reads are
-    # moments apart, so a price is off by a tick or two. Against the process's share, priced by the same
-    # periods, the requests get their CPU time's part within 5%; against the model's watts within 15%.
+    # moments apart, so a price is off by a tick or two, and a period has at most 20 ticks on 2 CPUs (5% a tick).
+    # A span takes the price of the period it ends in, the process each period's own: against the process's
+    # share the requests get their CPU time's part within 10%, against the model's watts 15%,
+    # and never more than the process's CPU share itself.
     process_part_joules = process_cpu_joules * sum(in_span_cpu_s) / process_cpu_s
-    assert self_cpu == pytest.approx(process_part_joules, rel=0.05), (self_cpu, process_part_joules, worth_joules)
+    assert self_cpu == pytest.approx(process_part_joules, rel=0.10), (self_cpu, process_part_joules, worth_joules)
+    assert self_cpu <= process_cpu_joules * 1.05, (self_cpu, process_cpu_joules)
     assert self_cpu == pytest.approx(worth_joules, rel=0.15), (self_cpu, worth_joules, host.joules_by_domain)
     # ... which is nearly all of the process's share (the rest: the SDK's and the pool's own work).
     assert self_cpu >= process_cpu_joules * 0.8

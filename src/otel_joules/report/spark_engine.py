@@ -53,6 +53,9 @@ from otel_joules.report.sql import (
 SPARK_INSTALL_HINT = "otel-joules report --engine spark needs pyspark (and Java 17+): pip install 'otel-joules[spark]'"
 #: The master of the session made when none is configured.
 DEFAULT_MASTER = "local[2]"
+#: The driver's heap in local mode (Spark's own default, 1g, is the whole of a local session: planning the report's
+#: statements and their cached tables came within reach of it on a 2-core box).
+DEFAULT_DRIVER_MEMORY = "2g"
 #: The engines ``otel-joules report --engine`` takes.
 ENGINES = ("duckdb", "spark")
 
@@ -72,6 +75,8 @@ def spark_session() -> Any:
             # Local mode: as many shuffle partitions as threads (Spark's 200 would be 200 tasks per join).
             builder = builder.master(DEFAULT_MASTER).config("spark.sql.shuffle.partitions", "2")
             builder = builder.config("spark.ui.enabled", "false")
+            if not SparkConf().contains("spark.driver.memory"):
+                builder = builder.config("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
         builder = builder.config("spark.ui.showConsoleProgress", "false")
         session = builder.getOrCreate()
     except Exception as exc:  # no Java, a JVM that cannot start, a bad master: Py4J's or Spark's error
