@@ -98,6 +98,11 @@ ENERGY_AGENT_DOMAINS: Final = "energy.agent.domains"
 #: classifies domains without knowing their ids. Older exports carry one space-separated string
 #: (``package_0:cpu dram_0:memory``): readers accept both.
 ENERGY_DOMAIN_KINDS: Final = "energy.domain_kinds"
+#: Span attribute: the whole-platform reading beside the components the span counts (the broadest of them, as its
+#: sensor says: a BMC's, an ACPI power meter's, psys), by domain id: its ``energy.<domain>.joules`` is what the box
+#: drew during the span, beside ``energy.joules``. Absent where there is none, or where the platform reading is
+#: itself the total (then ``energy.domain_kinds`` lists it).
+ENERGY_PLATFORM_DOMAIN: Final = "energy.platform.domain"
 
 
 def domain_joules_key(domain_id: str) -> str:

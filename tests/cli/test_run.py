@@ -401,6 +401,7 @@ def test_command_alone_beside_a_platform_meter_gets_the_platform_s_energy(tmp_pa
     (record,) = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
     attributes = record["attributes"]
     assert attributes["energy.joules"] == TOTAL_JOULES  # the components count; the platform is read beside them
+    assert attributes["energy.platform.domain"] == "power_meter_0"
     platform_j = attributes["energy.power_meter_0.joules"]
     assert platform_j > TOTAL_JOULES
     assert attributes["energy.attributed.joules"] == pytest.approx(platform_j, rel=1e-9)

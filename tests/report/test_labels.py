@@ -247,3 +247,29 @@ def test_the_trackers_share_is_logged_and_shown_beside_the_hosts_total(tmp_path:
     # carbontracker's own total is untouched by the extra line: one total per run.
     kwh, _, _ = our_parser.aggregate_consumption(tmp_path / "logs")
     assert kwh == run.energy_kwh
+
+
+def test_the_platform_reading_is_the_one_the_span_names_never_one_guessed_from_an_id(tmp_path: Path) -> None:
+    """Coverage compares the components with the reading ``energy.platform.domain`` names (the meter chose it by its
+    sensor's breadth), whatever the ids: here a BMC's beside a narrower ACPI power meter. A span that names none
+    gets no coverage, though it carries a ``power_meter_*`` reading: the report does not rank readings by id."""
+
+    def span(trace: str, named: str | None) -> str:
+        attributes = {
+            "energy.joules": 30.0, "energy.watts": 30.0, "energy.source": "measured",
+            "energy.domain_kinds": ["package_0:cpu"], "energy.package_0.joules": 30.0,
+            "energy.bmc_redfish.joules": 60.0, "energy.power_meter_0.joules": 50.0,
+        }
+        if named is not None:
+            attributes["energy.platform.domain"] = named
+        return json.dumps({
+            "name": "job", "trace_id": trace * 32, "span_id": "3" * 16, "parent_span_id": None,
+            "start_time_unix_nano": 1_700_000_000_000_000_000, "end_time_unix_nano": 1_700_000_001_000_000_000,
+            "service_name": "job", "attributes": attributes,
+        }) + "\n"
+
+    (tmp_path / "runs.jsonl").write_text(span("1", "bmc_redfish") + span("2", None) + span("4", "package_0"))
+    runs = {run.run_id[0]: run for run in build_report([tmp_path / "runs.jsonl"]).runs}
+    assert (runs["1"].platform, runs["1"].coverage) == (("bmc_redfish", 60.0), pytest.approx(0.5))
+    assert runs["2"].platform is None and runs["2"].coverage is None
+    assert runs["4"].platform is None  # a counted component is not a reading beside the components

@@ -11,6 +11,7 @@ import otel_joules
 from otel_joules.config import Settings
 from otel_joules.meter.channels import DEVICE_READ_DEADLINE_S
 from otel_joules.meter.meter import EnergyMeter
+from otel_joules.sensors.base import Breadth
 from otel_joules.sensors.overlap import Overlap
 
 from tests.fakes.hwmon import FakeHwmon, acpi_power_meter, amd_energy
@@ -81,6 +82,7 @@ def test_a_platform_meter_beside_rapl_is_reported_but_not_added(tmp_path, tracer
     attributes = span.attributes
     assert attributes["energy.joules"] == 12.0
     assert attributes["energy.domain_kinds"] == ("package_0:cpu", "dram_0:memory")
+    assert attributes["energy.platform.domain"] == "power_meter_0"  # the report's coverage reads it, not the id
     duration_s = (span.end_time - span.start_time) / 1e9
     # Read off the span path (an ACPI method may be slow): each end's value may be up to the device deadline old,
     # late rather than lost. Accuracy over a long interval: tests/sensors/test_hwmon.py.
@@ -90,6 +92,30 @@ def test_a_platform_meter_beside_rapl_is_reported_but_not_added(tmp_path, tracer
     assert "energy.package_0.method" not in attributes  # a counter needs no method
 
 
+def test_the_span_names_the_broadest_platform_reading_by_its_sensor_s_word(tmp_path, tracer_provider, span_exporter) -> None:
+    """psys and an ACPI power meter beside a package: both are read, neither counts, and the span's
+    energy.platform.domain names the power meter (Breadth.POWER_METER is broader than psys's Breadth.SOC)."""
+    pc = make_powercap(tmp_path / "sys", "four_domains")
+    acpi_power_meter(FakeHwmon(pc.root), watts=80.0, interval_ms=100)
+    with EnergyMeter(settings=_settings(pc.sysfs_root, tmp_path), gpus=[]) as meter:
+        by_id = {d.id: d for d in meter.domains}
+        assert not by_id["psys"].in_total and not by_id["power_meter_0"].in_total
+        assert (by_id["power_meter_0"].breadth, by_id["psys"].breadth) == (Breadth.POWER_METER, Breadth.SOC)
+        assert meter.platform_domain == "power_meter_0"
+        handle = otel_joules.instrument(tracer_provider, meter=meter)
+        with tracer_provider.get_tracer("t").start_as_current_span("work"):
+            pc.zones["package_0"].advance_joules(1.0)
+            time.sleep(0.3)
+        handle.uninstrument()
+        measurement = meter.measure(meter.snapshot(), meter.snapshot())
+    attributes = span_exporter.get_finished_spans()[0].attributes
+    assert attributes["energy.platform.domain"] == "power_meter_0"
+    assert "energy.psys.joules" in attributes and "energy.power_meter_0.joules" in attributes
+    assert measurement.platform_domain == "power_meter_0"
+    # A measurement over the components alone carries no platform reading, so it names none.
+    assert meter.measure(meter.snapshot(), meter.snapshot(), domains=["package_0"]).platform_domain is None
+
+
 def test_a_platform_meter_alone_is_the_host_s_energy_and_no_estimate_is_added(tmp_path) -> None:
     """A host whose RAPL this user may not read but whose ACPI power meter is readable (0444): the meter is the total."""
     hw = FakeHwmon(tmp_path / "sys")
@@ -97,6 +123,7 @@ def test_a_platform_meter_alone_is_the_host_s_energy_and_no_estimate_is_added(tm
     with EnergyMeter(settings=_settings(hw.sysfs_root, tmp_path), gpus=[]) as meter:
         assert [(d.id, d.in_total) for d in meter.domains] == [("power_meter_0", True)]
         assert meter.overlaps == ()
+        assert meter.platform_domain is None  # the total itself: energy.domain_kinds lists it
 
 
 def test_the_broadest_platform_reading_counts_where_only_platforms_exist(tmp_path) -> None:

@@ -14,7 +14,7 @@ import pytest
 from otel_joules.config import Settings
 from otel_joules.errors import SensorReadError
 from otel_joules.sensors import rapl
-from otel_joules.sensors.base import Domain, HardwareType, domain_kinds, parse_domain_kinds
+from otel_joules.sensors.base import Breadth, Domain, HardwareType, domain_kinds, parse_domain_kinds
 from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_PLATFORM
 
 from tests.fakes.powercap import make_powercap, root_only_powercap
@@ -171,7 +171,7 @@ def test_domain_kinds_parse_back_to_the_domains_that_add_to_the_total() -> None:
         Domain("package_0", KIND_CPU, "p", "p0"),
         Domain("core_0", KIND_CPU, "c", "c0", in_total=False),
         Domain("nvidia_gpu_0", KIND_GPU, "g", "g0"),
-        Domain("psys", KIND_PLATFORM, "s", "s0"),
+        Domain("psys", KIND_PLATFORM, "s", "s0", breadth=Breadth.SOC),
     ]
     value = domain_kinds(domains)
     assert value == ("package_0:cpu", "nvidia_gpu_0:gpu", "psys:platform")
@@ -186,3 +186,13 @@ def test_domain_kinds_of_an_older_export_parse_as_the_array_does() -> None:
     )
     assert parse_domain_kinds("") == {}
     assert parse_domain_kinds(12) is None
+
+
+def test_a_whole_platform_reading_says_how_broad_it_is_and_only_it_does() -> None:
+    """What ranks platform readings is the sensor's word (Domain.breadth), never the id: a platform domain without
+    one, or another kind with one, is refused where it is made."""
+    assert Domain("psys", KIND_PLATFORM, "s", "s0", breadth=Breadth.SOC).breadth is Breadth.SOC
+    with pytest.raises(ValueError, match="breadth"):
+        Domain("meter", KIND_PLATFORM, "m", "m0")
+    with pytest.raises(ValueError, match="breadth"):
+        Domain("package_0", KIND_CPU, "p", "p0", breadth=Breadth.BMC)

@@ -135,6 +135,8 @@ def _describe(channel: Channel, wrap_uj: int | None, max_power_watts: float) -> 
         "hw_parent": domain.hw_parent,
         "in_total": domain.in_total,
         "covers": domain.covers,
+        # A platform reading's breadth (sensors.base.Breadth), which clients rank it by.
+        "breadth": int(domain.breadth),
         "wrap_uj": wrap_uj,
         # A zone claiming more (a firmware's placeholder) is served at the protocol's ceiling, which clients accept.
         "max_power_watts": min(max_power_watts, MAX_AGENT_POWER_WATTS),

@@ -33,7 +33,7 @@ from otel_joules.sensors import rapl
 from otel_joules.sensors.agent_connect import AgentUnavailable, group_of, join_group_remedy, subscribe
 from otel_joules.sensors.amdsmi import WHAT as AMD_WHAT
 from otel_joules.sensors.base import Unavailable
-from otel_joules.semconv import KIND_GPU
+from otel_joules.semconv import KIND_GPU, VENDOR_AMD
 
 #: A step's outcome: it holds; it fails (with what to do); a warning; facts only; not tried (an earlier step failed).
 OK = "ok"
@@ -163,9 +163,10 @@ def _agent_answer(socket_path: str, group: str | None, needed: bool) -> list[Che
 
 def gpu_checks(report: dict[str, Any]) -> list[Check]:
     """NVML and amdsmi, from what the meter found."""
-    measured = [d["id"] for d in report["domains"] if d["hw_type"] == KIND_GPU and d["source"] == "measured"]
-    amd_gpus = [g for g in measured if g.startswith(AMD_WHAT)]
-    gpus = [g for g in measured if not g.startswith(AMD_WHAT)]
+    measured = [d for d in report["domains"] if d["hw_type"] == KIND_GPU and d["source"] == "measured"]
+    # Told apart by the sensor's hw.vendor, not by their ids.
+    amd_gpus = [d["id"] for d in measured if d["hw_vendor"] == VENDOR_AMD]
+    gpus = [d["id"] for d in measured if d["hw_vendor"] != VENDOR_AMD]
     problems = [u for u in report["unavailable"] if u["what"].startswith("nvidia_gpu")]
     if gpus:
         nvml = Check("gpu.nvml", OK if not problems else WARN, f"NVML measures {', '.join(gpus)}"

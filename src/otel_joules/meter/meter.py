@@ -42,7 +42,7 @@ from otel_joules.meter.interval import close_interval, open_interval
 from otel_joules.meter.sampler import MeterSampler, _sample_period_s
 from otel_joules.sensors import agent, estimator, hwmon, overlap, rapl
 from otel_joules.sensors.overlap import Overlap
-from otel_joules.semconv import KIND_CPU, KIND_GPU, SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_PLATFORM, SOURCE_ESTIMATE, SOURCE_MIXED, SOURCE_PARTIAL
 from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable, domain_kinds
 from otel_joules.sensors.gpu_selection import GpuInfo
 
@@ -159,6 +159,10 @@ class EnergyMeter:
         self._methods = tuple(d.method for d in self.domains)
         #: ``energy.domain_kinds`` of every measurement over all domains, built once.
         self.domain_kinds = domain_kinds(self.domains)
+        #: ``energy.platform.domain``: the broadest whole-platform reading that is not the total itself (the
+        #: components are: it is reported beside them), by its sensor's breadth; None where there is none.
+        platforms = [d for d in self.domains if d.kind == KIND_PLATFORM and not d.in_total and d.method.is_measurement]
+        self.platform_domain: str | None = min(platforms, key=lambda d: d.breadth).id if platforms else None
         self._max_snapshot_age_ns = round(self.settings.max_snapshot_age_s * 1e9)
         #: Whether this meter's counter loop and its spans' attributes take the compiled path
         #: (:mod:`otel_joules.meter.fastpath`); False: the pure-Python reference.
@@ -332,6 +336,7 @@ class EnergyMeter:
             energy.estimated_s,
             band,
             self.plan.estimate_source if band is not None else None,
+            self.platform_domain if self.platform_domain in by_domain else None,
         )
 
     def _kinds_of(self, domains: Collection[str] | None, constant_watts: Mapping[str, float] | None) -> tuple[str, ...] | None:

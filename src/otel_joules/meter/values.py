@@ -69,6 +69,8 @@ class EnergyMeasurement:
         estimate_band: ``(low, high)`` joules of :attr:`total_joules` where an estimated domain is in it (measured
             domains as read, estimated ones at their model's band ends); None when nothing in it is estimated.
         estimate_source: The estimated domains' models (``energy.estimate.source``), with :attr:`estimate_band`.
+        platform_domain: ``energy.platform.domain``: the whole-platform reading in :attr:`joules_by_domain` beside
+            the components in the total (:attr:`EnergyMeter.platform_domain`); None where there is none.
 
     Not frozen: one is built for every span, and a frozen dataclass's ``__init__`` costs
     several times more. Treat it as read-only.
@@ -89,3 +91,4 @@ class EnergyMeasurement:
     estimated_s: float = 0.0
     estimate_band: tuple[float, float] | None = None
     estimate_source: str | None = None
+    platform_domain: str | None = None

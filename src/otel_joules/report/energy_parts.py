@@ -22,6 +22,7 @@ from otel_joules.report.model import EnergyPart, SpanRow
 from otel_joules.semconv import (
     ATTRIBUTED_KIND_KEYS,
     ENERGY_DOMAIN_KINDS,
+    ENERGY_PLATFORM_DOMAIN,
     ENERGY_SOURCE,
     KIND_CPU,
     KIND_GPU,
@@ -35,7 +36,6 @@ from otel_joules.semconv import (
     domain_missing_key,
 )
 from otel_joules.sensors.base import Method, parse_domain_kinds
-from otel_joules.sensors.overlap import PLATFORM_BREADTH
 
 
 # ``energy.<domain>.joules``: a domain id has no dot, which leaves out energy.joules and the
@@ -100,26 +100,17 @@ def missing_domains(span: SpanRow) -> list[str]:
 
 
 def platform_reading(span: SpanRow) -> tuple[str, float] | None:
-    """(domain id, joules) of the broadest whole-platform reading a span carries beside the components it counts
-    (an ``energy.<domain>.joules`` of a platform domain its ``energy.domain_kinds`` does not list), or None: a span
-    without that attribute, or without such a reading."""
+    """(domain id, joules) of the whole-platform reading a span carries beside the components it counts (its
+    ``energy.platform.domain``, which the meter chose as the broadest by its sensor's word), or None: a span
+    without one, or whose reading of it is missing or is among the components it counts."""
+    domain_id = span.attributes.get(ENERGY_PLATFORM_DOMAIN)
+    if not isinstance(domain_id, str) or not domain_id:
+        return None
     listed = parse_domain_kinds(span.attributes.get(ENERGY_DOMAIN_KINDS))
-    if not listed:
+    if listed is None or domain_id in listed:
         return None
-    found = []
-    for key in span.attributes:
-        match = _DOMAIN_JOULES_RE.match(key)
-        if match is None or match.group(1) in listed:
-            continue
-        domain_id = match.group(1)
-        rank = next((k for k, prefix in enumerate(PLATFORM_BREADTH) if domain_id.startswith(prefix)), None)
-        value = span.number(key)
-        if rank is not None and value is not None:
-            found.append((rank, domain_id, value))
-    if not found:
-        return None
-    _, domain_id, value = min(found)
-    return domain_id, value
+    value = span.number(domain_joules_key(domain_id))
+    return None if value is None else (domain_id, value)
 
 
 def span_parts(span: SpanRow, total: float, attributed: bool) -> dict[str, tuple[float, str | None]]:

@@ -6,6 +6,6 @@ objects reporting microjoules: :mod:`.rapl` (Linux powercap), :mod:`.nvml`
 :mod:`.cpu_power` chooses from the CPU and whether the machine is a VM).
 """
 
-from otel_joules.sensors.base import Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.base import Breadth, Channel, Discovery, Domain, HardwareType, Method, Unavailable
 
-__all__ = ["Channel", "Discovery", "Domain", "HardwareType", "Method", "Unavailable"]
+__all__ = ["Breadth", "Channel", "Discovery", "Domain", "HardwareType", "Method", "Unavailable"]

@@ -62,7 +62,7 @@ from otel_joules.sensors.agent_connect import (
 )
 from otel_joules.sensors.agent_protocol import MAX_REPLY_BYTES, ProtocolError, decode_frames
 from otel_joules.sensors.agent_shm import SharedReadings
-from otel_joules.sensors.base import HW_TYPES, Channel, Discovery, Domain, HardwareType, Method, Unavailable
+from otel_joules.sensors.base import HW_TYPES, Breadth, Channel, Discovery, Domain, HardwareType, Method, Unavailable
 from otel_joules.sensors.gpu_selection import GpuInfo
 from otel_joules.sensors.nvml import ENERGY_COUNTER_UPDATE_PERIOD_S, gpu_domain
 from otel_joules.sensors.rapl import RAPL_UPDATE_PERIOD_S
@@ -481,6 +481,7 @@ def discover(settings: Settings) -> Discovery:
                 continue  # the GPUs go to the GPU discovery, which knows which ones this process sees (served_gpus)
             parent = zone.get("hw_parent")
             platform = _is_platform(zone)
+            breadth = _platform_breadth(zone) if platform else Breadth.NONE
             domain = Domain(
                 id=str(zone["id"]),
                 kind=_KINDS_BY_HW_TYPE.get(str(zone.get("hw_type")), KIND_CPU),
@@ -494,8 +495,9 @@ def discover(settings: Settings) -> Discovery:
                 update_period_s=max(RAPL_UPDATE_PERIOD_S, link.interval_s, _platform_period_s(zone) if platform else 0.0),
                 hw_parent=str(parent) if parent and not platform else None,
                 via_agent=True,
-                source="BMC through otel-joules agent" if platform else "RAPL (powercap) through otel-joules agent",
+                source=f"{'BMC' if breadth is Breadth.BMC else 'RAPL (powercap)'} through otel-joules agent",
                 covers=str(zone.get("covers", "")),
+                breadth=breadth,
             )
             wrap_uj, max_power_watts = zone_limits(zone)
             found.channels.append(AgentChannel(domain, link, index, wrap_uj, max_power_watts))
@@ -520,6 +522,15 @@ def _is_gpu(zone: dict[str, Any]) -> bool:
 def _is_platform(zone: dict[str, Any]) -> bool:
     """The agent's BMC reading: the whole platform (``hw_type`` enclosure)."""
     return _KINDS_BY_HW_TYPE.get(str(zone.get("hw_type"))) == KIND_PLATFORM
+
+
+def _platform_breadth(zone: dict[str, Any]) -> Breadth:
+    """A platform zone's breadth as the agent says it; a BMC's where it says none usable (the platform reading an
+    agent reads beyond RAPL's)."""
+    value = zone.get("breadth")
+    if isinstance(value, int) and not isinstance(value, bool) and value in tuple(Breadth) and value != Breadth.NONE:
+        return Breadth(value)
+    return Breadth.BMC
 
 
 def _platform_period_s(zone: dict[str, Any]) -> float:

@@ -42,6 +42,23 @@ HW_TYPES: dict[str, HardwareType] = {
 }
 
 
+class Breadth(enum.IntEnum):
+    """How much of the box a whole-platform reading (kind platform) covers, broadest first: where several are read,
+    the broadest is the host's, and each narrower one is inside it. Set by the sensor that reads it, so nothing
+    downstream tells readings apart by their ids."""
+
+    #: The power supplies' input, the whole box: a BMC's reading (Redfish, IPMI DCMI).
+    BMC = 0
+    #: An ACPI power meter (hwmon ``power_meter``): usually the supplies' input too, as the firmware measures it.
+    POWER_METER = 1
+    #: One module of a superchip (hwmon NVIDIA Grace): its CPU, memory and GPU, not the rest of the board.
+    MODULE = 2
+    #: RAPL's psys: the SoC platform, the narrowest.
+    SOC = 3
+    #: Not a whole-platform reading (every other kind).
+    NONE = 4
+
+
 class Method(str, enum.Enum):
     """How a domain's joules are obtained; decides ``energy.source`` on spans."""
 
@@ -96,6 +113,9 @@ class Domain:
             idle watts), the static baseline that attribution then need not learn; 0.0 otherwise.
         vendor: ``hw.vendor``: the device's manufacturer (semconv ``VENDOR_AMD``, ``VENDOR_NVIDIA``), or empty
             where the sensor does not know it.
+        breadth: For a whole-platform reading: how much of the box it covers (:class:`Breadth`), which ranks the
+            platform readings and names the host's (``energy.platform.domain`` on spans); ``Breadth.NONE`` for the
+            other kinds.
     """
 
     id: str
@@ -113,12 +133,18 @@ class Domain:
     estimate_band: tuple[float, float] = (1.0, 1.0)
     estimate_static_watts: float = 0.0
     vendor: str = ""
+    breadth: Breadth = Breadth.NONE
 
     def __post_init__(self) -> None:
         if self.kind not in HW_TYPES:
             raise ValueError(f"domain {self.id!r}: kind {self.kind!r} is not one of {sorted(HW_TYPES)}; pass a semconv KIND_* value")
         if not self.estimate_band[0] <= 1.0 <= self.estimate_band[1]:
             raise ValueError(f"domain {self.id!r}: estimate band {self.estimate_band} does not hold the estimate itself (1.0)")
+        if (self.kind == KIND_PLATFORM) != (self.breadth is not Breadth.NONE):
+            raise ValueError(
+                f"domain {self.id!r}: a whole-platform reading (kind {KIND_PLATFORM!r}) and only one has a breadth; "
+                f"got kind {self.kind!r} with {self.breadth!r}"
+            )
         if self.kind == KIND_RAIL and self.in_total:
             raise ValueError(f"domain {self.id!r}: a rail's coverage is unknown, so it cannot add to the total")
 

@@ -55,7 +55,7 @@ from typing import Any, Callable, NamedTuple, Protocol
 from urllib.parse import urlsplit
 
 from otel_joules.errors import ConfigurationError
-from otel_joules.sensors.base import Channel, Discovery, Domain, Method
+from otel_joules.sensors.base import Breadth, Channel, Discovery, Domain, Method
 from otel_joules.sensors.bmc_reading import BmcError, BmcReading
 from otel_joules.sensors.integration import POWER_SAMPLE_PERIOD_S, PowerIntegral
 from otel_joules.semconv import KIND_PLATFORM
@@ -69,7 +69,7 @@ POLL_INTERVAL_BOUNDS_S = (0.05, 60.0)
 #: How long one request may take by default.
 DEFAULT_TIMEOUT_S = 2.0
 TIMEOUT_BOUNDS_S = (0.05, 30.0)
-#: Domain ids of the BMC readings (kind platform; :data:`otel_joules.sensors.overlap.PLATFORM_BREADTH` ranks them).
+#: Domain ids of the BMC readings (kind platform, the broadest: :attr:`~otel_joules.sensors.base.Breadth.BMC`).
 REDFISH_DOMAIN = "bmc_redfish"
 IPMI_DOMAIN = "bmc_ipmi"
 #: What a BMC reading covers, for ``otel-joules devices``.
@@ -515,6 +515,7 @@ def _domain(target: BmcTarget, method: Method, poll_interval_s: float, source: s
         update_period_s=poll_interval_s,
         source=source,
         covers=BMC_COVERS,
+        breadth=Breadth.BMC,
     )
 
 

@@ -51,7 +51,7 @@ from typing import Callable
 
 from otel_joules.config import Settings
 from otel_joules.errors import SensorReadError
-from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
+from otel_joules.sensors.base import Breadth, Channel, Discovery, Domain, Method, Unavailable
 from otel_joules.sensors.integration import POWER_SAMPLE_PERIOD_S, PowerIntegral
 from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_PLATFORM, KIND_RAIL
 
@@ -436,6 +436,7 @@ def _power_meter(device: HwmonDevice, number: int, grace_ids: dict[int, str]) ->
             id=f"power_meter_{number}", kind=KIND_PLATFORM, hw_name=f"ACPI power meter {number} ({device.device_id})",
             hw_id=hw_id, method=method, update_period_s=update_s, source=source,
             covers="the whole platform (what the ACPI power meter measures: usually the power supply's input)",
+            breadth=Breadth.POWER_METER,
         )
     else:
         part, socket = oem.group(1), int(oem.group(2))
@@ -444,7 +445,7 @@ def _power_meter(device: HwmonDevice, number: int, grace_ids: dict[int, str]) ->
             domain = Domain(
                 id=f"grace_module_{socket}", kind=KIND_PLATFORM, hw_name=name, hw_id=hw_id, method=method,
                 update_period_s=update_s, source=f"{source} (NVIDIA Grace)",
-                covers=f"superchip module {socket}: Grace CPU, its memory and the Hopper GPU",
+                covers=f"superchip module {socket}: Grace CPU, its memory and the Hopper GPU", breadth=Breadth.MODULE,
             )
         elif part == "Grace":
             domain = Domain(

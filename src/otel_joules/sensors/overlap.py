@@ -10,8 +10,8 @@ Two rules, applied by the meter to everything it discovers (:func:`count_once`, 
 2. **Whole-platform readings** (kind platform: an ACPI power meter, an NVIDIA Grace module, RAPL's psys)
    contain every package, memory and GPU reading. A hwmon platform reading adds to ``energy.joules`` only
    where no other domain does; psys follows RAPL's own rule (only where no package zone exists). Where
-   several platform readings could count, the broadest does (ACPI power meter, then a Grace module, then
-   psys). The others are still read and reported, not added.
+   several platform readings could count, the broadest does (its sensor says how broad: :class:`Breadth`, a BMC,
+   then an ACPI power meter, a Grace module, psys). The others are still read and reported, not added.
 
 Each decision is an :class:`Overlap`, which ``otel-joules devices`` prints.
 """
@@ -21,14 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Sequence
 
-from otel_joules.sensors.base import Channel
+from otel_joules.sensors.base import Breadth, Channel
 from otel_joules.semconv import KIND_PLATFORM
-
-#: Whole-platform readings, broadest first, by domain id prefix: a BMC (``bmc_redfish``, ``bmc_ipmi``) and the ACPI
-#: power meter usually read the power supplies' input (the whole box); a Grace module is one superchip; psys is the
-#: SoC platform.
-PLATFORM_BREADTH = ("bmc_", "power_meter_", "grace_module_", "psys")
-
 
 @dataclass(frozen=True)
 class Overlap:
@@ -86,16 +80,10 @@ def count_once(first: Sequence[Channel], second: Sequence[Channel]) -> tuple[lis
     return kept, overlaps
 
 
-def _breadth(channel: Channel) -> int:
-    for rank, prefix in enumerate(PLATFORM_BREADTH):
-        if channel.domain.id.startswith(prefix):
-            return rank
-    return len(PLATFORM_BREADTH)
-
-
 def _is_hwmon(channel: Channel) -> bool:
-    """A platform reading other than RAPL's psys (hwmon's, a BMC's): it adds to the total only where nothing else does."""
-    return not channel.domain.id.startswith("psys")
+    """A platform reading broader than RAPL's psys (hwmon's, a BMC's): it adds to the total only where nothing else
+    does (RAPL decides psys's place itself)."""
+    return channel.domain.breadth < Breadth.SOC
 
 
 def platform_counts(channels: Sequence[Channel]) -> bool:
@@ -110,7 +98,7 @@ def settle_platforms(channels: list[Channel]) -> list[Overlap]:
     Returns one :class:`Overlap` per platform reading left out of the total (read and reported).
     """
     positions = [i for i, c in enumerate(channels) if c.domain.kind == KIND_PLATFORM]
-    ranked = sorted((channels[i] for i in positions), key=_breadth)
+    ranked = sorted((channels[i] for i in positions), key=lambda channel: channel.domain.breadth)
     for i, channel in zip(positions, ranked):
         channels[i] = channel
     components = [c for c in channels if c.domain.in_total and c.domain.kind != KIND_PLATFORM]

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from otel_joules.config import DEFAULT_AGENT_SOCKET, OTEL_JOULES_AGENT_SOCKET, OTEL_JOULES_SYSFS_ROOT, Settings
 from otel_joules.errors import SensorReadError
-from otel_joules.sensors.base import Channel, Discovery, Domain, Method, Unavailable
+from otel_joules.sensors.base import Breadth, Channel, Discovery, Domain, Method, Unavailable
 from otel_joules.semconv import KIND_CPU, KIND_MEMORY, KIND_PLATFORM
 
 _TOP_ZONE = re.compile(r"^(intel-rapl|intel-rapl-mmio):(\d+)$")
@@ -273,6 +273,7 @@ def _open_zone(
         hw_parent=zone.path.parent.name if parent_package is not None else None,
         source="RAPL (powercap)",
         covers=_covers(zone.name, kind, parent_package),
+        breadth=Breadth.SOC if kind == KIND_PLATFORM else Breadth.NONE,
     )
     channel = RaplChannel(domain, fd, wrap_uj, max_power_watts)
     try:

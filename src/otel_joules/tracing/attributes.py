@@ -38,6 +38,7 @@ from otel_joules.semconv import (
     ENERGY_ESTIMATE_LOW_JOULES,
     ENERGY_ESTIMATE_SOURCE,
     ENERGY_JOULES,
+    ENERGY_PLATFORM_DOMAIN,
     ENERGY_SOURCE,
     ENERGY_UNAVAILABLE_REASON,
     ENERGY_WATTS,
@@ -125,6 +126,8 @@ def _measurement_part(measurement: EnergyMeasurement) -> dict[str, float | str |
     }
     if measurement.domain_kinds is not None:
         attributes[ENERGY_DOMAIN_KINDS] = measurement.domain_kinds
+    if measurement.platform_domain is not None:
+        attributes[ENERGY_PLATFORM_DOMAIN] = measurement.platform_domain
     methods = measurement.methods_by_domain
     keys = _domain_keys
     for domain_id, joules in measurement.joules_by_domain.items():
@@ -191,7 +194,7 @@ class MeterAttributes:
 
     __slots__ = (
         "_plan", "_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions",
-        "domain_kinds", "_compiled", "_spec", "_band_keys", "kinds", "direct",
+        "domain_kinds", "_compiled", "_spec", "_band_keys", "_platform", "kinds", "direct",
     )
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
@@ -221,6 +224,10 @@ class MeterAttributes:
         #: (energy.<domain>.joules, low factor, high factor) of the estimated domains in the total: the band is added
         #: from the attributes either path wrote, so the compiled path needs no change for it.
         self._band_keys = tuple((self._rows[i][0], low, high) for i, low, high in self._plan.estimate_bands)
+        #: (energy.<domain>.joules, id) of the meter's platform reading beside the components (energy.platform.domain),
+        #: added as the band is: after either path, where the span has that domain's joules.
+        platform = meter.platform_domain
+        self._platform = None if platform is None else (domain_joules_key(platform), platform)
         #: The compiled span_attributes and what it needs of this plan, unpacked once; None: the reference here.
         #: The agent's domains (energy.agent.domains) are left to the reference.
         self._compiled = COMPILED.span_attributes if meter.fast_path and not self._agent_positions else None  # type: ignore[union-attr]
@@ -238,9 +245,12 @@ class MeterAttributes:
             ),
         )
         #: The compiled function bound to this plan, for :func:`span_attributes` to call without this object's
-        #: frame: None where the reference runs, or an estimate's band is to be added (:meth:`span_attributes`).
+        #: frame: None where the reference runs, or an estimate's band or the platform's domain is to be added
+        #: (:meth:`span_attributes`).
         self.direct = (
-            partial(self._compiled, self._spec) if self._compiled is not None and not self._band_keys else None
+            partial(self._compiled, self._spec)
+            if self._compiled is not None and not self._band_keys and self._platform is None
+            else None
         )
 
     def span_attributes(self, start: EnergySnapshot, end: EnergySnapshot, attribution: SpanAttribution | None) -> dict[str, Any] | None:
@@ -254,6 +264,8 @@ class MeterAttributes:
                 attributes = _share_part(attribution, self.kinds, {} if attributes is None else attributes)
         if self._band_keys and attributes is not None:
             self._add_band(attributes)
+        if self._platform is not None and attributes is not None and self._platform[0] in attributes:
+            attributes[ENERGY_PLATFORM_DOMAIN] = self._platform[1]
         return attributes  # type: ignore[no-any-return]
 
     def _add_band(self, attributes: dict[str, Any]) -> None:
