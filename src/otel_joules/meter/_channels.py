@@ -363,21 +363,21 @@ class _ChannelState:
         try:
             raw = self.read_uj()
         except Exception as exc:  # noqa: BLE001 - never raise into the user's span
-            self._failed_read(exc, now_ns)
+            self.failed_read(exc, now_ns)
             return None
         if raw is None:
             return None  # its source is away for now (Channel.may_be_away): not a failure
-        self._advance(raw, now_ns)
+        self.advance(raw, now_ns)
         return self.total_uj / 1e6
 
     def _read_off_path(self, now_ns: int) -> float | None:
         values, fresh = self.reader.poll()  # type: ignore[union-attr]
         for value in values:
             if isinstance(value, Exception):
-                self._failed_read(value, now_ns)
+                self.failed_read(value, now_ns)
             elif not self.integrates or self.failures:
                 # An integral's reading is taken below, through now; after a failure its reading re-originates it.
-                self._advance(value, now_ns)
+                self.advance(value, now_ns)
         self.stale = not fresh
         if self.failed or (values and isinstance(values[-1], Exception)):
             return None
@@ -388,10 +388,13 @@ class _ChannelState:
             # above, is inside it): the integral never goes back, so no reading is counted twice.
             through_now_uj = self.channel.energy_uj_now()
             if through_now_uj is not None:
-                self._advance(through_now_uj, now_ns)
+                self.advance(through_now_uj, now_ns)
         return self.total_uj / 1e6
 
-    def _advance(self, raw: int, now_ns: int) -> None:
+    def advance(self, raw: int, now_ns: int) -> None:
+        """Take a good reading ``raw`` (µJ) at ``now_ns``: add its move under the wrap policy, or refuse a jump its
+        power bound rules out; the first good reading after failures ends the retry. The meter's counter loop
+        calls it for any move it does not add itself."""
         if self.failures:
             self._recovered(now_ns)
             if self.last_raw_uj is None:  # the first read of all failed: this one is the origin
@@ -480,7 +483,8 @@ class _ChannelState:
             )
         return 0
 
-    def _failed_read(self, exc: BaseException, now_ns: int) -> None:
+    def failed_read(self, exc: BaseException, now_ns: int) -> None:
+        """Count a failed read at ``now_ns``: retry later with back-off, or drop the domain (a lost device at once)."""
         # Said when it starts (what spans carry meanwhile) and when its outcome is known: dropped
         # (here) or back (_recovered). A lost device is dropped at once: one message.
         self.failures += 1

@@ -5,7 +5,7 @@
  * with pread and parsed here, a forward move within the power bound's slack added here.
  * Every other case (a device read off the span path, a channel backing off, a wrap, a restart,
  * a jump, an odd reading) calls the very same Python methods the pure-Python loop calls
- * (read_joules, _advance, read_uj, _failed_read), so the read policy has one implementation.
+ * (read_joules, advance, read_uj, failed_read), so the read policy has one implementation.
  * It runs under the meter's lock, which the caller holds, as the Python loop does.
  *
  * span_attributes(spec, start, end, attribution) is MeterAttributes.span_attributes
@@ -53,7 +53,7 @@ static int parse_uj(const char *buf, ssize_t n, long long *out)
 }
 
 /* state.read_uj() called again after the inline read failed; on an exception,
- * state._failed_read(exc, now_ns). Returns a new reference to the value, or NULL with no
+ * state.failed_read(exc, now_ns). Returns a new reference to the value, or NULL with no
  * error set when the read failed (recorded), or NULL with an error set. */
 static PyObject *read_again(PyObject *state, PyObject *now_ns)
 {
@@ -135,7 +135,7 @@ static int add_to_total(PyObject *state, PyObject *delta_obj, long long delta)
     return rc;
 }
 
-/* The forward-move step for one reading: add a move within the slack, else state._advance. */
+/* The forward-move step for one reading: add a move within the slack, else state.advance. */
 static int advance(PyObject *state, PyObject *raw, PyObject *now_ns)
 {
     PyObject *last = PyObject_GetAttr(state, s_last_raw_uj);
@@ -530,11 +530,11 @@ PyMODINIT_FUNC PyInit__fastsnap(void)
     INTERN(s_fd, "fd")
     INTERN(s_read_uj, "read_uj")
     INTERN(s_wrap_uj, "wrap_uj")
-    INTERN(s_failed_read, "_failed_read")
+    INTERN(s_failed_read, "failed_read")
     INTERN(s_last_raw_uj, "last_raw_uj")
     INTERN(s_jump_free_uj, "jump_free_uj")
     INTERN(s_last_ns, "last_ns")
-    INTERN(s_advance, "_advance")
+    INTERN(s_advance, "advance")
 #undef INTERN
     return PyModule_Create(&module_def);
 }

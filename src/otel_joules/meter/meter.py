@@ -139,7 +139,7 @@ class EnergyMeter:
                 failure = SensorReadError(f"{channel.domain.id}: its source is away")
             state = _ChannelState(channel, first, time.monotonic_ns(), self._jump_events)
             if failure is not None:
-                state._failed_read(failure, state.last_ns)
+                state.failed_read(failure, state.last_ns)
             self._states.append(state)
         #: The states read by every snapshot, and the standby estimates read only while a source is away
         #: (their positions None otherwise). Standby states come last, so positions match ``domains``.
@@ -420,7 +420,7 @@ def read_counters(states: tuple[_ChannelState, ...], now_ns: int) -> tuple[list[
         # The common case inlined (this runs for every domain, twice per span): a healthy
         # counter read in this thread that moved forward within its power bound's slack.
         # Anything else (backing off, failed, read off the span path, a wrap, restart or
-        # larger move) takes read_joules or _advance.
+        # larger move) takes read_joules or advance.
         reader = state.reader
         if reader is not None and now_ns < reader.fresh_until_ns and not state.failures:
             # A device read under DEVICE_FRESH_S old, already handed over: its value stands.
@@ -451,7 +451,7 @@ def read_counters(states: tuple[_ChannelState, ...], now_ns: int) -> tuple[list[
             try:
                 raw = state.read_uj()
             except Exception as exc:  # noqa: BLE001 - never raise into the user's span
-                state._failed_read(exc, now_ns)
+                state.failed_read(exc, now_ns)
                 append(None)
                 failing = True
                 continue
@@ -461,7 +461,7 @@ def read_counters(states: tuple[_ChannelState, ...], now_ns: int) -> tuple[list[
             state.last_raw_uj = raw
             state.last_ns = now_ns
         else:
-            state._advance(raw, now_ns)
+            state.advance(raw, now_ns)
         append(state.total_uj / 1e6)
     return values, failing, away
 
