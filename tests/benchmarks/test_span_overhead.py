@@ -76,7 +76,8 @@ def test_a_short_run_reports_every_mode_beside_its_floor(capsys: pytest.CaptureF
         assert timing["ratio"] == pytest.approx(timing["instrumented_us"] / timing["bare_us"])
     # The floors set as many attributes as the exact mode does: 4 RAPL domains and a GPU, with shares
     # (inclusive, self, per kind, dynamic and dynamic self, the baseline's origin).
-    assert result["pieces"]["attributes_count"] == 19  # energy.domain_kinds included
+    # energy.domain_kinds included, and energy.platform.domain: the tree's psys is read beside its package.
+    assert result["pieces"]["attributes_count"] == 20
     assert result["domains"] == "4 RAPL + 1 GPU"
     # Both span paths where the extension is built, the compiled one first (the top-level figures are its).
     assert result["paths"] == (["compiled", "python"] if COMPILED is not None else ["python"])
@@ -94,7 +95,7 @@ def test_a_short_run_through_a_real_agent_reads_the_agent_and_names_it(capsys: p
     result = json.loads(capsys.readouterr().out)
     assert result["source"] == "agent"
     # One attribute more than direct reads (4 RAPL domains and the shares): energy.agent.domains.
-    assert result["pieces"]["attributes_count"] == 18  # energy.domain_kinds included
+    assert result["pieces"]["attributes_count"] == 19  # energy.domain_kinds and energy.platform.domain included
 
 
 def test_the_coarsened_counter_reports_the_value_of_its_last_push() -> None:

@@ -23,8 +23,8 @@ from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.config import OTEL_JOULES_FAST_PATH, Settings
 from otel_joules.meter.fastpath import COMPILED
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY
-from otel_joules.sensors.base import Channel, Domain, Method
+from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, KIND_PLATFORM
+from otel_joules.sensors.base import Breadth, Channel, Domain, Method
 from otel_joules.tracing.attributes import MeterAttributes
 from tests.fakes.nvml import FakeCard, FakeNvml, run_python, uuid_for
 from tests.fakes.powercap import FakePowercap, make_powercap
@@ -140,10 +140,13 @@ def _plans(kinds: tuple[str, ...]) -> tuple[MeterAttributes, MeterAttributes, in
         Domain("dram_0", KIND_MEMORY, "dram", "rapl"),
         Domain("cpu_estimate", KIND_CPU, "estimate", "estimate", method=Method.ESTIMATE, update_period_s=0.05),
         Domain("nvidia_gpu_0", KIND_GPU, "gpu", "nvml", method=Method.POWER_INTEGRATION, update_period_s=0.1),
+        # Read beside the package, not in the total: the meter names it (energy.platform.domain, with its joules).
+        Domain("psys", KIND_PLATFORM, "psys", "rapl", in_total=False, breadth=Breadth.SOC),
     ]
     plans = []
     for fast in (True, False):
         meter = EnergyMeter(channels=[_Fixed(d) for d in domains], sample=False, settings=Settings(fast_path=fast))
+        assert meter.platform_domain == "psys"
         plans.append(MeterAttributes(meter, kinds))
         meter.close()
     return plans[0], plans[1], len(domains)
@@ -166,7 +169,7 @@ def test_both_paths_build_the_same_attributes_float_for_float(kinds: tuple[str, 
         flags = rng.random()
         stale = (4,) if flags < 0.05 else ()
         missing = (2,) if 0.05 <= flags < 0.1 else ()
-        jumps = ((0, 1, 0, 0, 0), (0, 0, 0, 0, 0)) if 0.1 <= flags < 0.15 else ((), ())
+        jumps = ((0, 1, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0)) if 0.1 <= flags < 0.15 else ((), ())
         start = EnergySnapshot(t0, a, (), (), jumps[0])
         end = EnergySnapshot(t1, b, stale, missing, jumps[1])
         attribution = None if rng.random() < 0.3 else SpanAttribution(
@@ -175,6 +178,8 @@ def test_both_paths_build_the_same_attributes_float_for_float(kinds: tuple[str, 
         )
         got, want = fast.span_attributes(start, end, attribution), reference.span_attributes(start, end, attribution)
         assert got == want, (case, start, end, attribution)
+        if want is not None and "energy.joules" in want:
+            assert ("energy.platform.domain" in want) == (a[5] is not None and b[5] is not None)
         if want is not None:
             assert list(got.items()) == list(want.items())  # same keys in the same order
             assert [type(v) for v in got.values()] == [type(v) for v in want.values()]

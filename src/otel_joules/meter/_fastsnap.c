@@ -337,9 +337,9 @@ static PyObject *read_counters(PyObject *Py_UNUSED(module), PyObject *const *arg
     return Py_BuildValue("(NOO)", values, failing ? Py_True : Py_False, away ? Py_True : Py_False);
 }
 
-/* spec: (rows, joules_keys, method_items, domain_kinds, kind_positions, sources, keys), built by
+/* spec: (rows, joules_keys, row_items, domain_kinds, kind_positions, sources, keys), built by
  * MeterAttributes: rows[i] = (in_total, is_measurement, update_period_s); joules_keys[i];
- * method_items[i] = (key, value) or None; kind_positions = ((key, position), ...);
+ * row_items[i] = ((key, value), ...), set with the domain's joules; kind_positions = ((key, position), ...);
  * sources = (measured, estimate, mixed); keys = (joules, watts, source, domain_kinds,
  * below_resolution, attributed, attributed_self, dynamic, dynamic_self, attribution, baseline). */
 static PyObject *span_attributes(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
@@ -353,7 +353,7 @@ static PyObject *span_attributes(PyObject *Py_UNUSED(module), PyObject *const *a
     if (PyTuple_GET_SIZE(start) < 5 || PyTuple_GET_SIZE(end) < 5)
         Py_RETURN_NOTIMPLEMENTED;
     PyObject *rows = PyTuple_GET_ITEM(spec, 0), *joules_keys = PyTuple_GET_ITEM(spec, 1),
-             *method_items = PyTuple_GET_ITEM(spec, 2), *domain_kinds = PyTuple_GET_ITEM(spec, 3),
+             *row_items = PyTuple_GET_ITEM(spec, 2), *domain_kinds = PyTuple_GET_ITEM(spec, 3),
              *kind_positions = PyTuple_GET_ITEM(spec, 4), *sources = PyTuple_GET_ITEM(spec, 5),
              *keys = PyTuple_GET_ITEM(spec, 6);
     PyObject *a_joules = PyTuple_GET_ITEM(start, 1), *b_joules = PyTuple_GET_ITEM(end, 1);
@@ -374,13 +374,19 @@ static PyObject *span_attributes(PyObject *Py_UNUSED(module), PyObject *const *a
     Py_ssize_t count = PyTuple_GET_SIZE(rows);
     if (!PyTuple_Check(a_joules) || !PyTuple_Check(b_joules) || PyTuple_GET_SIZE(a_joules) < count
         || PyTuple_GET_SIZE(b_joules) < count || PyTuple_GET_SIZE(joules_keys) != count
-        || PyTuple_GET_SIZE(method_items) != count || !PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != 11
+        || PyTuple_GET_SIZE(row_items) != count || !PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != 11
         || !PyLong_CheckExact(PyTuple_GET_ITEM(start, 0)) || !PyLong_CheckExact(PyTuple_GET_ITEM(end, 0)))
         Py_RETURN_NOTIMPLEMENTED;
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *a = PyTuple_GET_ITEM(a_joules, i), *b = PyTuple_GET_ITEM(b_joules, i);
         if ((a != Py_None && !PyFloat_CheckExact(a)) || (b != Py_None && !PyFloat_CheckExact(b)))
             Py_RETURN_NOTIMPLEMENTED;
+        PyObject *items = PyTuple_GET_ITEM(row_items, i);
+        if (!PyTuple_Check(items))
+            Py_RETURN_NOTIMPLEMENTED;
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(items); k++)
+            if (!PyTuple_Check(PyTuple_GET_ITEM(items, k)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(items, k)) != 2)
+                Py_RETURN_NOTIMPLEMENTED;
     }
     int o1 = 0, o2 = 0;
     long long t0 = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(start, 0), &o1);
@@ -449,10 +455,12 @@ static PyObject *span_attributes(PyObject *Py_UNUSED(module), PyObject *const *a
             if (v == NULL || PyDict_SetItem(attributes, PyTuple_GET_ITEM(joules_keys, i), v) < 0)
                 goto fail_value;
             Py_DECREF(v);
-            PyObject *method = PyTuple_GET_ITEM(method_items, i);
-            if (method != Py_None
-                && PyDict_SetItem(attributes, PyTuple_GET_ITEM(method, 0), PyTuple_GET_ITEM(method, 1)) < 0)
-                goto fail;
+            PyObject *items = PyTuple_GET_ITEM(row_items, i);
+            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(items); k++) {
+                PyObject *item = PyTuple_GET_ITEM(items, k);
+                if (PyDict_SetItem(attributes, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1)) < 0)
+                    goto fail;
+            }
         }
         if (duration_s < slowest_update_s && PyDict_SetItem(attributes, PyTuple_GET_ITEM(keys, 4), Py_True) < 0)
             goto fail;

@@ -54,7 +54,7 @@ from otel_joules.semconv import (
     domain_rejected_jump_key,
     domain_stale_key,
 )
-from otel_joules.sensors.base import Method
+from otel_joules.sensors.base import Domain, Method
 
 #: ``hw.type`` values with an ``energy.attributed.<kind>.joules`` attribute.
 ATTRIBUTED_KINDS = tuple(ATTRIBUTED_KIND_KEYS)
@@ -108,6 +108,13 @@ def span_attributes(interval: Interval, share: SpanAttribution | None) -> dict[s
 #: Each meter's planned attributes (:class:`MeterAttributes`), by the meter's own plan (``EnergyMeter.plan``, one
 #: per meter, hashed by identity: an attribute load, no call, per span); dropped when the meter is.
 _plans: dict[EnergyPlan, "MeterAttributes"] = {}
+
+
+def _items_with(domain: Domain, platform_domain: str | None) -> tuple[tuple[str, str], ...]:
+    """The (key, value) attributes a span carries with ``domain``'s joules: its method but for a counter's, and
+    ``energy.platform.domain`` where it is the platform reading the meter names."""
+    items = () if domain.method is Method.COUNTER else ((domain_method_key(domain.id), domain.method.value),)
+    return (items + ((ENERGY_PLATFORM_DOMAIN, domain.id),)) if domain.id == platform_domain else items
 
 
 def _plan_for(meter: EnergyMeter) -> "MeterAttributes":
@@ -194,18 +201,16 @@ class MeterAttributes:
 
     __slots__ = (
         "_plan", "_rows", "_stale_keys", "_missing_keys", "_jump_keys", "_kind_positions", "_agent_positions",
-        "domain_kinds", "_compiled", "_spec", "_band_keys", "_platform", "kinds", "direct",
+        "domain_kinds", "_compiled", "_spec", "_band_keys", "kinds", "direct",
     )
 
     def __init__(self, meter: EnergyMeter, kinds: tuple[str, ...] = ()) -> None:
         self._plan = meter.plan
         #: The attribution kinds whose ``energy.attributed.<kind>.joules`` a share gets.
         self.kinds = kinds
-        #: (energy.<domain>.joules, (energy.<domain>.method, its value) or None for a counter) per position.
-        self._rows = tuple(
-            (domain_joules_key(d.id), None if d.method is Method.COUNTER else (domain_method_key(d.id), d.method.value))
-            for d in meter.domains
-        )
+        #: (energy.<domain>.joules, the (key, value) items set with it) per position: its energy.<domain>.method but
+        #: for a counter, and energy.platform.domain on the platform reading the meter names (EnergyMeter.platform_domain).
+        self._rows = tuple((domain_joules_key(d.id), _items_with(d, meter.platform_domain)) for d in meter.domains)
         self._stale_keys = tuple(domain_stale_key(d.id) for d in meter.domains)
         self._missing_keys = tuple(domain_missing_key(d.id) for d in meter.domains)
         self._jump_keys = tuple(domain_rejected_jump_key(d.id) for d in meter.domains)
@@ -224,17 +229,13 @@ class MeterAttributes:
         #: (energy.<domain>.joules, low factor, high factor) of the estimated domains in the total: the band is added
         #: from the attributes either path wrote, so the compiled path needs no change for it.
         self._band_keys = tuple((self._rows[i][0], low, high) for i, low, high in self._plan.estimate_bands)
-        #: (energy.<domain>.joules, id) of the meter's platform reading beside the components (energy.platform.domain),
-        #: added as the band is: after either path, where the span has that domain's joules.
-        platform = meter.platform_domain
-        self._platform = None if platform is None else (domain_joules_key(platform), platform)
         #: The compiled span_attributes and what it needs of this plan, unpacked once; None: the reference here.
         #: The agent's domains (energy.agent.domains) are left to the reference.
         self._compiled = COMPILED.span_attributes if meter.fast_path and not self._agent_positions else None  # type: ignore[union-attr]
         self._spec = (
             self._plan.rows,
             tuple(key for key, _ in self._rows),
-            tuple(method for _, method in self._rows),
+            tuple(items for _, items in self._rows),
             self.domain_kinds,
             self._kind_positions,
             (SOURCE_MEASURED, SOURCE_ESTIMATE, SOURCE_MIXED),
@@ -245,12 +246,9 @@ class MeterAttributes:
             ),
         )
         #: The compiled function bound to this plan, for :func:`span_attributes` to call without this object's
-        #: frame: None where the reference runs, or an estimate's band or the platform's domain is to be added
-        #: (:meth:`span_attributes`).
+        #: frame: None where the reference runs, or an estimate's band is to be added (:meth:`span_attributes`).
         self.direct = (
-            partial(self._compiled, self._spec)
-            if self._compiled is not None and not self._band_keys and self._platform is None
-            else None
+            partial(self._compiled, self._spec) if self._compiled is not None and not self._band_keys else None
         )
 
     def span_attributes(self, start: EnergySnapshot, end: EnergySnapshot, attribution: SpanAttribution | None) -> dict[str, Any] | None:
@@ -264,8 +262,6 @@ class MeterAttributes:
                 attributes = _share_part(attribution, self.kinds, {} if attributes is None else attributes)
         if self._band_keys and attributes is not None:
             self._add_band(attributes)
-        if self._platform is not None and attributes is not None and self._platform[0] in attributes:
-            attributes[ENERGY_PLATFORM_DOMAIN] = self._platform[1]
         return attributes  # type: ignore[no-any-return]
 
     def _add_band(self, attributes: dict[str, Any]) -> None:
@@ -298,13 +294,13 @@ class MeterAttributes:
             ENERGY_DOMAIN_KINDS: self.domain_kinds,
         }
         present = False
-        for (key, method), joules in zip(self._rows, energy[1]):
+        for (key, items), joules in zip(self._rows, energy[1]):
             if joules is None:
                 continue
             present = True
             attributes[key] = joules
-            if method is not None:
-                attributes[method[0]] = method[1]
+            for item_key, value in items:
+                attributes[item_key] = value
         stale, missing, jumped = energy[6], energy[7], energy[8]
         if not present and not missing:
             return None
