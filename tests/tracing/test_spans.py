@@ -16,7 +16,7 @@ from otel_joules import ConfigurationError, EnergyMeter, EnergySpanProcessor
 from otel_joules.attribution import SpanAttribution, attributor_for
 from otel_joules.attribution.shares import measured_kinds
 from otel_joules.meter.meter import EnergySnapshot
-from otel_joules.meter.interval import Interval
+from otel_joules.meter.interval import START_LAG_TOLERANCE_NS, Interval
 from otel_joules.tracing.attributes import MeterAttributes, _measurement_part, _share_part, span_attributes
 
 from tests.fakes.powercap import make_powercap
@@ -338,3 +338,23 @@ def test_a_span_stated_an_hour_ago_has_no_energy_with_or_without_attribution(
     assert "energy.joules" not in attributes
     assert "history" in attributes["energy.unavailable_reason"]
     assert ("energy.attributed.joules" in attributes) is attribution
+
+
+def test_a_start_stamped_just_before_its_processor_ran_is_that_start_and_one_older_is_explicit(
+    tracer_provider, span_exporter, tmp_path
+) -> None:
+    """The SDK stamps a span's start, then runs its processors: a thread that waited for the GIL in between opens
+    it tens of ms late. Where no history holds such a start (this meter samples nothing), the span is measured from
+    its opening instead of losing all its energy; a start stated 200 ms ago is explicit and, unknown, has none."""
+    powercap = make_powercap(tmp_path / "sys", "one_socket")
+    meter = EnergyMeter(sysfs_root=powercap.sysfs_root, gpus=[], sample=False)
+    tracer_provider.add_span_processor(EnergySpanProcessor(meter, attribution=False))
+    tracer = tracer_provider.get_tracer("t")
+    for name, lag_ns in (("late", START_LAG_TOLERANCE_NS - 10_000_000), ("stated", 4 * START_LAG_TOLERANCE_NS)):
+        span = tracer.start_span(name, start_time=time.time_ns() - lag_ns)
+        powercap.zones["package_0"].advance_joules(5.0)
+        span.end()
+    meter.close()
+    spans = {s.name: s.attributes for s in span_exporter.get_finished_spans()}
+    assert spans["late"]["energy.package_0.joules"] == 5.0 and "energy.unavailable_reason" not in spans["late"]
+    assert "energy.joules" not in spans["stated"] and "history" in spans["stated"]["energy.unavailable_reason"]

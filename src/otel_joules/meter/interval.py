@@ -8,7 +8,9 @@ read beside each end, only to tell a stated time from now and to convert it:
   is that end; one further away is explicit, converted to the monotonic clock with the wall clock's
   offset then, and measured between the meter's sampled snapshots interpolated at it
   (:class:`~otel_joules.meter.history.SnapshotHistory`); older than that history, later than now, or
-  an end before the start: no energy, and :attr:`Interval.unavailable_reason` says why.
+  an end before the start: no energy, and :attr:`Interval.unavailable_reason` says why. A start up to
+  :data:`START_LAG_TOLERANCE_NS` before the opening that the history does not hold (stamped, then opened late;
+  a meter that samples nothing) is measured from the opening.
 - A wall-clock step (``date -s``, NTP, a VM resume) changes no interval's energy: the offsets read at
   the two ends differ by it, :attr:`Interval.clock_step_ns`.
 """
@@ -29,6 +31,11 @@ if TYPE_CHECKING:
 #: A stated time further than this from the wall clock when its end was read is explicit (its energy comes
 #: from the meter's history). The same bound tells a wall-clock step during an interval.
 EXPLICIT_TIME_TOLERANCE_NS = STEP_TOLERANCE_NS
+#: How long before its opening a start may have been stamped and still be measured from the opening where the
+#: history does not hold it: the SDK stamps a span's start, then runs its processors, and a thread waiting for
+#: the GIL (5 ms a switch, more with several threads) or a garbage collection in between opens it that much
+#: later. Such a start loses at most that much of its interval instead of all of it.
+START_LAG_TOLERANCE_NS = 50_000_000
 _new_tuple = tuple.__new__
 _monotonic_ns = time.monotonic_ns
 _time_ns = time.time_ns
@@ -239,6 +246,8 @@ def _stated_ends(
         return None, None, "end_time is in the future: energy not yet spent is unknown"
     history = meter.history
     first = opened if stated_start_ns is None else history.snapshot_at(t0, closed)
+    if first is None and stated_start_ns is not None and 0 <= opened[0] - stated_start_ns <= START_LAG_TOLERANCE_NS:
+        first = opened  # stamped just before it was opened: the opening is the nearest known reading
     last = closed if stated_end_ns is None else history.snapshot_at(min(t1, closed[0]), closed)
     if first is None or last is None:
         return None, None, (
