@@ -24,6 +24,7 @@ from typing import Sequence
 from otel_joules.sensors.base import Breadth, Channel
 from otel_joules.semconv import KIND_PLATFORM
 
+
 @dataclass(frozen=True)
 class Overlap:
     """A domain that is not counted because another covers the same hardware.
