@@ -120,3 +120,10 @@ def test_spark_walks_nest_as_duckdb_and_the_rules(tmp_path: Path, spark: object)
     }
     assert found == EXPECTED
     assert report_dict(spark_report) == report_dict(build_report([path]))
+
+
+def test_a_local_session_has_the_driver_heap_the_report_needs(spark: object) -> None:
+    # Spark's own 1g ran out planning the report's statements on a 2-core CI box: a local session asks for more.
+    from otel_joules.report.spark_engine import DEFAULT_DRIVER_MEMORY
+
+    assert spark.sparkContext.getConf().get("spark.driver.memory") == DEFAULT_DRIVER_MEMORY == "2g"  # type: ignore[attr-defined]

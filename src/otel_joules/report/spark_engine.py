@@ -71,11 +71,12 @@ def spark_session() -> Any:
         raise ReportError(SPARK_INSTALL_HINT) from None
     builder = SparkSession.builder.appName("otel-joules report")
     try:
-        if not SparkConf().contains("spark.master"):
+        conf = SparkConf()
+        if not conf.contains("spark.master"):
             # Local mode: as many shuffle partitions as threads (Spark's 200 would be 200 tasks per join).
             builder = builder.master(DEFAULT_MASTER).config("spark.sql.shuffle.partitions", "2")
             builder = builder.config("spark.ui.enabled", "false")
-            if not SparkConf().contains("spark.driver.memory"):
+            if not conf.contains("spark.driver.memory"):
                 builder = builder.config("spark.driver.memory", DEFAULT_DRIVER_MEMORY)
         builder = builder.config("spark.ui.showConsoleProgress", "false")
         session = builder.getOrCreate()
