@@ -1,6 +1,7 @@
-"""The optional C extension ``otel_joules.meter._fastsnap`` (everything else is in pyproject.toml).
+"""The optional C extensions of the span path (everything else is in pyproject.toml): the meter's
+``otel_joules.meter._fastsnap`` and the span ledger's ``otel_joules.attribution._fastledger``.
 
-``optional=True``: where no C compiler is found the install goes on without it, and the span path
+``optional=True``: where no C compiler is found the install goes on without them, and the span path
 runs its pure-Python reference (``OTEL_JOULES_FAST_PATH=0`` selects that path anywhere).
 """
 
@@ -12,6 +13,11 @@ setup(
             "otel_joules.meter._fastsnap",
             sources=["src/otel_joules/meter/_fastsnap.c"],
             optional=True,
-        )
+        ),
+        Extension(
+            "otel_joules.attribution._fastledger",
+            sources=["src/otel_joules/attribution/_fastledger.c"],
+            optional=True,
+        ),
     ]
 )

@@ -1,4 +1,11 @@
-"""One thread's ledger of CPU time and the joules its leaf spans accrue (the span ledger's per-thread state)."""
+"""One thread's ledger of CPU time and the joules its leaf spans accrue (the span ledger's per-thread state),
+and the fields every span's share carries.
+
+Where the C extension is built (:mod:`otel_joules.attribution._fastledger`), the fields are C structs
+(``LedgerFields``, ``ShareFields``) that the compiled span methods read directly; the pure-Python methods
+read and write the same fields as attributes. Without it, :class:`_PyLedgerFields` and :class:`_PyShareFields`
+hold them.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,35 @@ if TYPE_CHECKING:
     from otel_joules.attribution.spans import SpanLedger
 
 
-class _Ledger:
+class _PyLedgerFields:
+    """The numbers of one thread's ledger, for an install without the C extension."""
+
+    __slots__ = ("lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "acc_dynamic_j", "leaves", "generation", "owner")
+
+
+class _PyShareFields:
+    """The numbers of one span's share, for an install without the C extension.
+
+    No ``__slots__``: the class attributes are the defaults, so opening a span sets only the five fields
+    that differ (this runs for every span).
+    """
+
+    open_children = 0
+    leaf = True
+    ended = False
+    gpu0 = gpu_dynamic0 = own_cpu = own_memory = own_gpu = child_cpu = child_memory = child_gpu = 0.0
+    own_dynamic = child_dynamic = 0.0
+
+
+try:
+    from otel_joules.attribution._fastledger import LedgerFields as _LedgerFields
+    from otel_joules.attribution._fastledger import ShareFields as _ShareFields
+except ImportError:  # built without a C compiler
+    _LedgerFields = _PyLedgerFields  # type: ignore[assignment,misc]
+    _ShareFields = _PyShareFields  # type: ignore[assignment,misc]
+
+
+class _Ledger(_LedgerFields):  # type: ignore[misc,valid-type]
     """One thread's CPU clock and the joules it has accrued per leaf span (the integral trick).
 
     ``acc_*_j`` grows by (CPU seconds x price) / leaves at every event, so a span that is a
@@ -18,10 +53,7 @@ class _Ledger:
     spans are open on the thread. ``acc_dynamic_j`` does the same at the dynamic price.
     """
 
-    __slots__ = (
-        "lock", "clock", "cpu_s", "t_ns", "acc_cpu_j", "acc_memory_j", "acc_dynamic_j", "leaves", "generation", "owner",
-        "__weakref__",
-    )
+    __slots__ = ("__weakref__",)
 
     def __init__(self, clock: Callable[[], float], generation: int, owner: "SpanLedger") -> None:
         self.owner = owner

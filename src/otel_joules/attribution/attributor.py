@@ -93,7 +93,7 @@ class Attributor:
             meter, clocks=clocks, gpu_shares=gpu_shares, sample=sample, period_s=period_s, history_s=history_s
         )
         #: Each thread's ledger of open spans, priced by :attr:`prices`.
-        self.ledger = SpanLedger(self.prices)
+        self.ledger = SpanLedger(self.prices, compiled=meter.fast_path)
         self.prices.spans_open = self.ledger.spans_open
         self.configure(policy=policy, static_watts=static_watts)
         # Every attributor, shared or not: its sampler thread holds locks across reads.

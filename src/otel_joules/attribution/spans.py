@@ -14,8 +14,9 @@ from __future__ import annotations
 import threading
 import time
 import weakref
+from types import MethodType
 
-from otel_joules.attribution._ledger import _Ledger
+from otel_joules.attribution._ledger import _Ledger, _ShareFields
 from otel_joules.attribution._prices import _gpu_joules_at
 from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.shares import SpanAttribution
@@ -23,22 +24,23 @@ from otel_joules.meter.energy import spent_joules
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.semconv import KIND_CPU, KIND_MEMORY
 
+try:
+    from otel_joules.attribution import _fastledger
+except ImportError:  # built without a C compiler: the pure-Python methods below
+    _fastledger = None  # type: ignore[assignment]
+
 _new_tuple = tuple.__new__
 
 
-class SpanShare:
+class SpanShare(_ShareFields):  # type: ignore[misc,valid-type]
     """Per-span bookkeeping between ``open_span`` and ``close_span`` (touched under its ledger's lock).
 
-    No ``__slots__``: the class attributes are the defaults, so opening a span sets only the five
-    fields that differ (this runs for every span). ``*dynamic*`` is the span's dynamic energy
-    (CPU-side, memory and GPU together), beside the policy's per-kind joules.
+    Its numbers are :class:`~otel_joules.attribution._ledger._ShareFields`' (C fields where the extension is
+    built); ``*dynamic*`` is the span's dynamic energy (CPU-side, memory and GPU together), beside the policy's
+    per-kind joules.
     """
 
-    open_children = 0
-    leaf = True
-    ended = False
-    gpu0 = gpu_dynamic0 = own_cpu = own_memory = own_gpu = child_cpu = child_memory = child_gpu = 0.0
-    own_dynamic = child_dynamic = 0.0
+    __slots__ = ()
 
     def __init__(self, ledger: _Ledger, parent: "SpanShare | None", cpu0: float, memory0: float, dynamic0: float) -> None:
         self.ledger = ledger
@@ -63,12 +65,24 @@ class SpanLedger:
     process's GPU energy spread over the open leaf spans. Takes no lock the sampler thread takes: the
     prices come from the history's published view, and the GPU section's lock is the span threads' own.
 
+    :meth:`open_span` and :meth:`close_span` run at every span's start and end. With ``compiled`` and the C
+    extension built (:mod:`otel_joules.attribution._fastledger`), this ledger's ``open_span`` and ``close_span``
+    are that extension's twins of the two methods, bound to it: the same steps on the same attributes under the
+    same locks, float for float; the methods below are the reference, and run where it is not built.
+
     Args:
         prices: Where CPU time's prices and the process's GPU watts come from.
+        compiled: Take the compiled twins where they are built (the meter's ``fast_path``).
     """
 
-    def __init__(self, prices: PriceHistory) -> None:
+    def __init__(self, prices: PriceHistory, *, compiled: bool = False) -> None:
         self.prices = prices
+        #: Whether this ledger's span methods are the compiled twins.
+        self.compiled = compiled and _fastledger is not None
+        if self.compiled:
+            # Instance attributes, found before the class's methods: the processor calls them with no frame between.
+            self.open_span = MethodType(_fastledger.open_span, self)  # type: ignore[method-assign]
+            self.close_span = MethodType(_fastledger.close_span, self)  # type: ignore[method-assign]
         # Capped per span (_cap). GPUs are not: their share is power x time, not a price per CPU
         # second that could lag.
         self._cpu_indices = prices.kind_indices[KIND_CPU]
@@ -315,3 +329,7 @@ class SpanLedger:
         own = share.own_cpu + share.own_memory + share.own_gpu
         if share.own_dynamic > own:
             share.own_dynamic = own
+
+
+if _fastledger is not None:
+    _fastledger.bind(SpanShare, SpanAttribution)
