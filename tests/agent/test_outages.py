@@ -156,6 +156,43 @@ def test_an_interval_from_the_last_snapshot_that_saw_the_agent_to_the_one_that_f
     assert measured.total_joules >= 0.9 * static_watts * measured.estimated_s > 0, (measured, static_watts)
 
 
+def test_an_interval_from_the_last_snapshot_that_found_the_agent_away_to_the_one_that_finds_it_back_is_estimated(
+    tmp_path: Path,
+) -> None:
+    # The mirror of the loss: the interval is the estimates' up to the return (the agent's counters stand still,
+    # so from the return on nothing is measured). The return read the estimates one last time; before, they
+    # were frozen at the last snapshot that found the agent away, and such an interval (a span from that
+    # snapshot to this one) had 0 J in every domain.
+    tree = root_only_tree(tmp_path)
+    sock = _runtime(tmp_path)
+    agent = start_agent(tmp_path, tree, sock)
+    try:
+        meter = EnergyMeter(settings=Settings(sysfs_root=tree.sysfs_root, agent_socket=str(sock)), gpus=[], sample=False)
+        try:
+            time.sleep(0.3)
+            meter.snapshot()
+            stop(agent)
+            time.sleep(0.3)  # the standby estimates' pace, from the loss on
+            start = meter.snapshot()
+            assert start.outage is not None and start.outage.away
+            time.sleep(0.5)
+            agent = start_agent(tmp_path, tree, sock, stderr_name="agent2.err")
+            time.sleep(0.6)  # past the meter's next try to reconnect (every 0.5 s): the next snapshot finds it back
+            end = meter.snapshot()
+            assert end.outage is not None and not end.outage.away
+            measured = meter.measure(start, end)
+            after = meter.measure(end, meter.snapshot())
+        finally:
+            meter.close()
+    finally:
+        stop(agent)
+    assert measured.source == SOURCE_PARTIAL and measured.estimated_s > 0.4, measured
+    static_watts = sum(d.estimate_static_watts for d in meter.domains if d.id in meter.standby_domain_ids and d.in_total)
+    assert measured.total_joules >= 0.9 * static_watts * measured.estimated_s > 0, (measured, static_watts)
+    # Measured again from the return on, the estimates frozen: nothing after it is estimated.
+    assert not after.estimated_s and set(after.joules_by_domain) == set(meter.agent_domain_ids), after
+
+
 def test_a_3_s_agent_restart_counts_every_joule_once_in_the_host_total(tmp_path: Path) -> None:
     result, err = _across_a_3_s_restart(tmp_path, HOST_ENERGY_CHILD)
     truth_j = TOTAL_WATTS * result["seconds"]

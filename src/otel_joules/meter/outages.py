@@ -5,7 +5,7 @@ size x W/GB) for the agent's domains. :class:`Outages` decides, at each snapshot
 
 * While the agent is away, the agent's domains hold their last measured joules (frozen) and the
   standby estimates grow, from the last snapshot that saw it on (re-originated at each loss, never from
-  the meter's start).
+  the meter's start) up to the snapshot that finds it back (read there once more, then frozen).
 * When it comes back, its counters bridge the gap if they cannot have wrapped unseen meanwhile (the
   gap is shorter than a wrap at the zone's power bound): the gap is then measured, and the standby
   estimate of it is left out of the host's total. While an outage may still be bridged its estimate
@@ -115,6 +115,11 @@ class Outages:
                     values[i] = self._primary[i].total_uj / 1e6  # its last measurement, frozen at the loss
             return failing, Outage(True, (self._away_ns + now_ns - self._since_ns) / 1e9, self._present.returned)
         if self.away:
+            # The estimates up to the return, read once more as at the loss: frozen at the last snapshot that
+            # found the agent away, they would leave the time since then unmeasured by anything (an interval
+            # from that snapshot to this one had 0 J in every domain).
+            for state in self._standby:
+                state.read_joules(now_ns)
             self._back(values, now_ns, before_uj or ())
         self._last_present_ns = now_ns
         for state in self._standby:
