@@ -16,7 +16,8 @@ setup(
         ),
         Extension(
             "otel_joules.attribution._fastledger",
-            sources=["src/otel_joules/attribution/_fastledger.c"],
+            sources=["src/otel_joules/attribution/_fastledger.c", "src/otel_joules/attribution/_fastledger_events.c"],
+            depends=["src/otel_joules/attribution/_fastledger.h"],
             optional=True,
         ),
     ]
