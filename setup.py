@@ -11,7 +11,8 @@ setup(
     ext_modules=[
         Extension(
             "otel_joules.meter._fastsnap",
-            sources=["src/otel_joules/meter/_fastsnap.c"],
+            sources=["src/otel_joules/meter/_fastsnap.c", "src/otel_joules/meter/_fastsnap_snapshot.c"],
+            depends=["src/otel_joules/meter/_fastsnap.h"],
             optional=True,
         ),
         Extension(

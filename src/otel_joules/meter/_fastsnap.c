@@ -8,6 +8,8 @@
  * (read_joules, advance, read_uj, failed_read), so the read policy has one implementation.
  * It runs under the meter's lock, which the caller holds, as the Python loop does.
  *
+ * snapshot(meter) is EnergyMeter.snapshot's common case around that loop (_fastsnap_snapshot.c).
+ *
  * span_attributes(spec, start, end, attribution) is MeterAttributes.span_attributes
  * (otel_joules/tracing/attributes.py) for two snapshots without stale, missing or jumped
  * domains: the same keys in the same order and the same floats, computed in the same order.
@@ -15,8 +17,7 @@
  *
  * The Python code is the reference; tests/meter/test_fast_path.py checks the two agree.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_fastsnap.h"
 #include <errno.h>
 #include <limits.h>
 #include <unistd.h>
@@ -316,7 +317,7 @@ static int read_one(PyObject *values, PyObject *state, PyObject *now_ns, int *fa
     return append_total(values, state);
 }
 
-static PyObject *read_counters(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
+PyObject *read_counters(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs != 2 || !PyTuple_Check(args[0]) || !PyLong_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "read_counters(states: tuple, now_ns: int)");
@@ -513,6 +514,8 @@ fail:
 static PyMethodDef methods[] = {
     {"read_counters", (PyCFunction)(void (*)(void))read_counters, METH_FASTCALL,
      "read_counters(states, now_ns) -> (values, failing, away): EnergyMeter.snapshot's loop over its channel states."},
+    {"snapshot", (PyCFunction)(void (*)(void))meter_snapshot, METH_FASTCALL | METH_KEYWORDS,
+     "snapshot(meter, *, hold_devices=False) -> EnergySnapshot: EnergyMeter.snapshot."},
     {"span_attributes", (PyCFunction)(void (*)(void))span_attributes, METH_FASTCALL,
      "span_attributes(spec, start, end, attribution) -> dict | None | NotImplemented: MeterAttributes.span_attributes."},
     {NULL, NULL, 0, NULL},
@@ -544,5 +547,7 @@ PyMODINIT_FUNC PyInit__fastsnap(void)
     INTERN(s_last_ns, "last_ns")
     INTERN(s_advance, "advance")
 #undef INTERN
+    if (snapshot_names() < 0)
+        return NULL;
     return PyModule_Create(&module_def);
 }

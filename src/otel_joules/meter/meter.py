@@ -28,6 +28,7 @@ import os
 import threading
 import time
 import weakref
+from types import MethodType
 from typing import Callable, Collection, Iterable, Mapping, Sequence
 
 from otel_joules.config import Settings
@@ -184,6 +185,15 @@ class EnergyMeter:
         self._holdable_states = tuple(
             s for _, s in self._off_path_states if s.channel.max_read_interval_s is None
         )
+        #: What the compiled snapshot reads of this meter besides its lock and the values it keeps: fixed at start.
+        self._snapshot_spec = (
+            self._primary_states, self._off_path_states, tuple(self._states), self._jump_events,
+            self._max_snapshot_age_ns, EnergySnapshot,
+        )
+        if self.fast_path and not self._standby_states:
+            # The compiled twin of snapshot() (otel_joules.meter._fastsnap), bound to this meter: an instance
+            # attribute, found before the method. A meter with standby estimates (the agent's) keeps the method.
+            self.snapshot = MethodType(COMPILED.snapshot, self)  # type: ignore[method-assign,union-attr]
         _live_meters.add(self)
 
     # -- reading -----------------------------------------------------------------------------
