@@ -61,7 +61,7 @@ class _DeviceReader:
         "_read_uj", "_name", "_deadline_ns", "_fresh_ns", "_idle_ns", "_cond", "_pending",
         "_requested_ns", "_published", "_taken", "_wanted_until_ns", "_thread", "_closed", "fresh_until_ns",
         "_period_ns", "_reread_ns", "_stale_ns", "_gaps_ns", "_last_change", "cpu_s", "_period_guess_ns",
-        "_learn_period", "_probing",
+        "_learn_period", "_probing", "_fresh_until_next_read",
     )
 
     def __init__(
@@ -73,8 +73,10 @@ class _DeviceReader:
         deadline_s: float = policy.DEVICE_READ_DEADLINE_S,
         fresh_s: float = policy.DEVICE_FRESH_S,
         idle_s: float = policy.DEVICE_IDLE_S,
+        fresh_until_next_read: bool = False,
     ) -> None:
         self._read_uj = read_uj
+        self._fresh_until_next_read = fresh_until_next_read
         self._name = name
         self._period_guess_ns = round(period_guess_s * 1e9)
         self._learn_period = learn_period
@@ -159,8 +161,21 @@ class _DeviceReader:
         if published is None or published[0] == self._taken:
             return []
         self._taken, started_ns, value = published
-        self.fresh_until_ns = 0 if isinstance(value, Exception) else started_ns + self._fresh_ns
+        self.fresh_until_ns = 0 if isinstance(value, Exception) else started_ns + self._fresh_window_ns()
         return [value]
+
+    def _fresh_window_ns(self) -> int:
+        """How long after a read started its value stands for the snapshots (:attr:`fresh_until_ns`).
+
+        A cumulative counter's reading (``fresh_until_next_read``) stands until the thread's next read is
+        due: no newer value can exist before it, so a poll meanwhile would hand over nothing and every
+        snapshot would pay for it. Within three quarters of the idle window, so the polls that keep the
+        thread reading on still come while spans do. Otherwise (an integral, which grows through now)
+        ``fresh_s``.
+        """
+        if not self._fresh_until_next_read:
+            return self._fresh_ns
+        return max(self._fresh_ns, min(self._reread_ns, self._idle_ns * 3 // 4))
 
     def poll(self) -> tuple[list[int | Exception], bool]:
         """The newest read not yet handed over (a list of at most one), and whether the value is fresh.
@@ -178,7 +193,11 @@ class _DeviceReader:
             and now_ns - published[1] < self._stale_ns
             and not isinstance(published[2], Exception)
         ):
-            return self._take(published), True
+            taken = self._take(published)
+            if not taken and self._fresh_until_next_read:
+                # The next read is due or in flight, not yet handed over: the value stands another fresh_s.
+                self.fresh_until_ns = now_ns + self._fresh_ns
+            return taken, True
         with self._cond:
             if self._closed:
                 return self._take(self._published), False
@@ -256,9 +275,11 @@ class _DeviceReader:
         self._reset()
 
 
-def _device_reader(channel: Channel) -> _DeviceReader:
+def _device_reader(channel: Channel, integrates: bool) -> _DeviceReader:
     """The reader thread of a channel that may block: at the counter's learned cadence, or the channel's own
-    re-read period where it states one (a slowly changing or costly reading: its period is not learned)."""
+    re-read period where it states one (a slowly changing or costly reading: its period is not learned).
+    A cumulative counter's reading stands until the next read is due; one that ``integrates`` (taken through
+    now at every snapshot) only ``DEVICE_FRESH_S``."""
     reread_s = channel.device_reread_s
     if reread_s is None:
         return _DeviceReader(
@@ -266,6 +287,7 @@ def _device_reader(channel: Channel) -> _DeviceReader:
             channel.domain.id,
             channel.domain.update_period_s,
             learn_period=channel.max_read_interval_s is None,
+            fresh_until_next_read=not integrates,
         )
     # Read every reread_s (half the period), and a value no older than that is as fresh as this channel gets.
     return _DeviceReader(channel.read_uj, channel.domain.id, 2 * reread_s, learn_period=False, fresh_s=reread_s)
@@ -322,14 +344,14 @@ class _ChannelState:
         self.first_failure_ns = 0
         self.first_error = ""
         self.resets = 0
-        self.reader = _device_reader(channel) if channel.may_block else None
         #: A power reading integrated per read, read off the span path: a snapshot takes its integral through
         #: now (Channel.energy_uj_now), so a span's end is not up to a reread period late.
         self.integrates = (
-            self.reader is not None
+            channel.may_block
             and channel.domain.method is Method.POWER_INTEGRATION
             and type(channel).energy_uj_now is not Channel.energy_uj_now
         )
+        self.reader = _device_reader(channel, self.integrates) if channel.may_block else None
         self.stale = False
         #: Set by the meter around a snapshot that must not wake the device (an idle sampler's):
         #: the last value handed over stands, and the next read counts the energy since it.

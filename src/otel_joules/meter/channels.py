@@ -18,7 +18,9 @@ from __future__ import annotations
 #: core). A stalled device costs this once per stall: later snapshots go on at once.
 DEVICE_READ_DEADLINE_S = 0.1
 #: A device read (NVML) that started less than this long ago is reused by a snapshot instead of
-#: polling the device's thread: back-to-back spans then share one read per millisecond.
+#: polling the device's thread: back-to-back spans then share one read per millisecond. A cumulative
+#: counter's read is reused longer, until the thread's next read is due (within 3/4 of DEVICE_IDLE_S):
+#: no newer value exists before it.
 DEVICE_FRESH_S = 0.001
 #: What a device's counter is taken to update every until its readings tell (NVML documents
 #: about 100 ms) ...
