@@ -11,7 +11,11 @@ setup(
     ext_modules=[
         Extension(
             "otel_joules.meter._fastsnap",
-            sources=["src/otel_joules/meter/_fastsnap.c", "src/otel_joules/meter/_fastsnap_snapshot.c"],
+            sources=[
+                "src/otel_joules/meter/_fastsnap.c",
+                "src/otel_joules/meter/_fastsnap_snapshot.c",
+                "src/otel_joules/meter/_fastsnap_interval.c",
+            ],
             depends=["src/otel_joules/meter/_fastsnap.h"],
             optional=True,
         ),

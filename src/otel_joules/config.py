@@ -29,7 +29,7 @@ Environment variable                     Meaning                                
                                          (seconds; 0 reads the counters every time)
 ``OTEL_JOULES_FAST_PATH``                ``false``: the span path runs its pure-Python    ``true``
                                          reference instead of the compiled
-                                         ``otel_joules.meter._fastsnap`` (same values)
+                                         extensions (same values)
 ``OTEL_JOULES_COUNTRY``                  ISO 3166 code for the offline carbon intensity   world average
 ``OTEL_JOULES_CARBON_PROVIDERS``         Live carbon-intensity providers, in order        none
 ``OTEL_JOULES_ELECTRICITYMAPS_API_KEY``  Electricity Maps API key                         none
@@ -389,7 +389,8 @@ class Settings:
         memory_watts_per_gb: Memory power per GB for the estimator.
         max_power_watts: Power bound for RAPL zones without ``constraint_*_max_power_uw``.
         max_snapshot_age_s: Reuse a counter snapshot younger than this.
-        fast_path: Use the compiled span path (``otel_joules.meter._fastsnap``) where it is built.
+        fast_path: Use the compiled span path (``otel_joules.meter._fastsnap``, ``otel_joules.attribution._fastledger``)
+            where it is built.
         country: ISO 3166 code as given (the carbon layer checks it against its table).
         carbon_providers: Known live providers named by ``OTEL_JOULES_CARBON_PROVIDERS``.
         electricitymaps_api_key: Electricity Maps API key, or None.

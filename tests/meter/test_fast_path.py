@@ -79,7 +79,8 @@ def test_both_paths_read_the_same_through_wraps_restarts_jumps_and_faults(
     }
     assert meters[True].fast_path and not meters[False].fast_path
     assert meters[True]._read_counters is COMPILED.read_counters  # noqa: SLF001
-    assert meters[True].snapshot.__func__ is COMPILED.snapshot and "snapshot" not in vars(meters[False])
+    for name in ("snapshot", "open_interval", "close_interval"):
+        assert getattr(meters[True], name).__func__ is getattr(COMPILED, name) and name not in vars(meters[False])
 
     def both_read() -> None:
         with caplog.at_level(logging.WARNING, logger="otel_joules"):

@@ -8,7 +8,8 @@
  * (read_joules, advance, read_uj, failed_read), so the read policy has one implementation.
  * It runs under the meter's lock, which the caller holds, as the Python loop does.
  *
- * snapshot(meter) is EnergyMeter.snapshot's common case around that loop (_fastsnap_snapshot.c).
+ * snapshot(meter) is EnergyMeter.snapshot's common case around that loop (_fastsnap_snapshot.c), and
+ * open_interval and close_interval the interval's two ends around it (_fastsnap_interval.c).
  *
  * span_attributes(spec, start, end, attribution) is MeterAttributes.span_attributes
  * (otel_joules/tracing/attributes.py) for two snapshots without stale, missing or jumped
@@ -516,6 +517,12 @@ static PyMethodDef methods[] = {
      "read_counters(states, now_ns) -> (values, failing, away): EnergyMeter.snapshot's loop over its channel states."},
     {"snapshot", (PyCFunction)(void (*)(void))meter_snapshot, METH_FASTCALL | METH_KEYWORDS,
      "snapshot(meter, *, hold_devices=False) -> EnergySnapshot: EnergyMeter.snapshot."},
+    {"open_interval", (PyCFunction)(void (*)(void))open_interval, METH_FASTCALL | METH_KEYWORDS,
+     "open_interval(meter, stated_wall_ns=None, synchronize=None) -> Opening: EnergyMeter.open_interval."},
+    {"close_interval", (PyCFunction)(void (*)(void))close_interval, METH_FASTCALL | METH_KEYWORDS,
+     "close_interval(meter, opening, stated_wall_ns=None, synchronize=None, given=None, read=True) -> Interval."},
+    {"bind_interval", (PyCFunction)(void (*)(void))bind_interval, METH_FASTCALL,
+     "bind_interval(wall_clock, tolerance_ns, Opening, Interval): what the interval's ends use."},
     {"span_attributes", (PyCFunction)(void (*)(void))span_attributes, METH_FASTCALL,
      "span_attributes(spec, start, end, attribution) -> dict | None | NotImplemented: MeterAttributes.span_attributes."},
     {NULL, NULL, 0, NULL},
@@ -547,7 +554,7 @@ PyMODINIT_FUNC PyInit__fastsnap(void)
     INTERN(s_last_ns, "last_ns")
     INTERN(s_advance, "advance")
 #undef INTERN
-    if (snapshot_names() < 0)
+    if (snapshot_names() < 0 || interval_names() < 0)
         return NULL;
     return PyModule_Create(&module_def);
 }

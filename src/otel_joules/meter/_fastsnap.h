@@ -1,4 +1,5 @@
-/* What _fastsnap.c and _fastsnap_snapshot.c share: the counter loop and the meter's snapshot. */
+/* What _fastsnap.c, _fastsnap_snapshot.c and _fastsnap_interval.c share: the counter loop, the meter's snapshot
+ * and an interval's two ends. */
 #ifndef OTEL_JOULES_FASTSNAP_H
 #define OTEL_JOULES_FASTSNAP_H
 #define PY_SSIZE_T_CLEAN
@@ -12,5 +13,12 @@ PyObject *meter_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nar
 
 /* Interns the names meter_snapshot reads: 0, or -1 with the exception set. */
 int snapshot_names(void);
+
+/* The interval's two ends (_fastsnap_interval.c): EnergyMeter.open_interval and close_interval, the classes
+ * and clock they use (bind_interval), and the names they read. */
+PyObject *open_interval(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *close_interval(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+PyObject *bind_interval(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
+int interval_names(void);
 
 #endif

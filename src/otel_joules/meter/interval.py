@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
 
 from otel_joules.meter.clock import STEP_TOLERANCE_NS, WALL_CLOCK
 from otel_joules.meter.energy import Energy, energy_between
+from otel_joules.meter.fastpath import COMPILED
 from otel_joules.meter.history import HISTORY_S
 from otel_joules.meter.values import EnergyMeasurement, EnergySnapshot
 
@@ -255,3 +256,8 @@ def _stated_ends(
             f"default {HISTORY_S:g} s)"
         )
     return first, last, None
+
+
+if COMPILED is not None:
+    # What the compiled twins of open_interval and close_interval use (bound to each meter on the compiled path).
+    COMPILED.bind_interval(WALL_CLOCK, EXPLICIT_TIME_TOLERANCE_NS, Opening, Interval)

@@ -194,6 +194,10 @@ class EnergyMeter:
             # The compiled twin of snapshot() (otel_joules.meter._fastsnap), bound to this meter: an instance
             # attribute, found before the method. A meter with standby estimates (the agent's) keeps the method.
             self.snapshot = MethodType(COMPILED.snapshot, self)  # type: ignore[method-assign,union-attr]
+        if self.fast_path:
+            # The interval's two ends likewise (otel_joules.meter.interval's functions are the reference).
+            self.open_interval = MethodType(COMPILED.open_interval, self)  # type: ignore[method-assign,union-attr]
+            self.close_interval = MethodType(COMPILED.close_interval, self)  # type: ignore[method-assign,union-attr]
         _live_meters.add(self)
 
     # -- reading -----------------------------------------------------------------------------
