@@ -82,6 +82,10 @@ def test_a_short_run_reports_every_mode_beside_its_floor(capsys: pytest.CaptureF
     # Both span paths where the extension is built, the compiled one first (the top-level figures are its).
     assert result["paths"] == (["compiled", "python"] if COMPILED is not None else ["python"])
     assert result["exact"] == result[result["paths"][0]]["exact"]
+    # The exact mode against its floor in the same interleaved batches (issue 37's ratio).
+    against = result["exact"]["against_floor"]
+    assert against["ratio"] == pytest.approx(against["exact_us"] / against["floor_us"])
+    assert against["exact_ratio"] == pytest.approx(against["exact_us"] / against["bare_us"]) and against["floor_us"] > 0
     for path in result["paths"]:
         itemized = result[path]["exact"]["itemized"]
         assert set(itemized["items_us"]) == set(span_overhead.ITEMS)
