@@ -68,7 +68,8 @@ class SpanLedger:
     :meth:`open_span` and :meth:`close_span` run at every span's start and end. With ``compiled`` and the C
     extension built (:mod:`otel_joules.attribution._fastledger`), this ledger's ``open_span`` and ``close_span``
     are that extension's twins of the two methods, bound to it: the same steps on the same attributes under the
-    same locks, float for float; the methods below are the reference, and run where it is not built.
+    same locks, float for float. The methods below are the reference: they run where it is not built or not
+    chosen (``OTEL_JOULES_FAST_PATH=false``), and the compiled ones call them for a thread's first span.
 
     Args:
         prices: Where CPU time's prices and the process's GPU watts come from.
