@@ -136,6 +136,69 @@ PyTypeObject ShareType = {
     .tp_members = share_members,
 };
 
+static PyObject *mutex_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwargs))
+{
+    Mutex *self = (Mutex *)type->tp_alloc(type, 0);
+    if (self != NULL && (self->lock = PyThread_allocate_lock()) == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)self;
+}
+
+static void mutex_dealloc(Mutex *self)
+{
+    if (self->lock != NULL)
+        PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *mutex_acquire(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    acquire(self);
+    Py_RETURN_TRUE;
+}
+
+static PyObject *mutex_release(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    if (!((Mutex *)self)->locked) {
+        PyErr_SetString(PyExc_RuntimeError, "release of an unlocked Mutex");
+        return NULL;
+    }
+    release(self, 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *mutex_exit(PyObject *self, PyObject *const *Py_UNUSED(args), Py_ssize_t Py_UNUSED(nargs))
+{
+    return mutex_release(self, NULL);
+}
+
+static PyObject *mutex_locked(PyObject *self, PyObject *Py_UNUSED(ignored))
+{
+    return PyBool_FromLong(((Mutex *)self)->locked);
+}
+
+static PyMethodDef mutex_methods[] = {
+    {"acquire", mutex_acquire, METH_NOARGS, "Take the lock, waiting (the GIL released) while another thread holds it."},
+    {"release", mutex_release, METH_NOARGS, "Give the lock back."},
+    {"locked", mutex_locked, METH_NOARGS, "Whether the lock is held."},
+    {"__enter__", mutex_acquire, METH_NOARGS, "acquire()"},
+    {"__exit__", (PyCFunction)(void (*)(void))mutex_exit, METH_FASTCALL, "release()"},
+    {NULL},
+};
+
+PyTypeObject MutexType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "otel_joules.attribution._fastledger.Mutex",
+    .tp_doc = "A lock the compiled span ledger takes without a Python call; Python code takes it with ``with``, as a "
+              "threading.Lock (the ledgers' and the GPU accounts' locks where the extension is built).",
+    .tp_basicsize = sizeof(Mutex),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = mutex_new,
+    .tp_dealloc = (destructor)mutex_dealloc,
+    .tp_methods = mutex_methods,
+};
+
 /* ------------------------------------------------------------------------------------------------ */
 /* Helpers: each int-returning one gives 0, or -1 with the exception set.                            */
 
@@ -196,10 +259,32 @@ int call_method0(PyObject *obj, PyObject *name)
     return r == NULL ? -1 : 0;
 }
 
+/* Take ``lock``: a Mutex directly (waiting with the GIL released when another thread holds it), any other
+ * lock through its acquire(). */
+int acquire(PyObject *lock)
+{
+    if (Py_IS_TYPE(lock, &MutexType)) {
+        Mutex *m = (Mutex *)lock;
+        if (!PyThread_acquire_lock(m->lock, NOWAIT_LOCK)) {
+            Py_BEGIN_ALLOW_THREADS
+            PyThread_acquire_lock(m->lock, WAIT_LOCK);
+            Py_END_ALLOW_THREADS
+        }
+        m->locked = 1;
+        return 0;
+    }
+    return call_method0(lock, s_acquire);
+}
+
 /* Release ``lock`` after the work under it: ``rc`` is the work's (a pending exception is kept, as a
  * ``with`` block's exit keeps it). Returns -1 when the work or the release failed. */
 int release(PyObject *lock, int rc)
 {
+    if (Py_IS_TYPE(lock, &MutexType)) {
+        ((Mutex *)lock)->locked = 0;
+        PyThread_release_lock(((Mutex *)lock)->lock);
+        return rc < 0 ? -1 : 0;
+    }
     if (rc == 0)
         return call_method0(lock, s_release);
     PyObject *type, *value, *traceback;
@@ -291,13 +376,14 @@ PyMODINIT_FUNC PyInit__fastledger(void)
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].var = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
-    if (PyType_Ready(&LedgerType) < 0 || PyType_Ready(&ShareType) < 0)
+    if (PyType_Ready(&LedgerType) < 0 || PyType_Ready(&ShareType) < 0 || PyType_Ready(&MutexType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (PyModule_AddObjectRef(module, "LedgerFields", (PyObject *)&LedgerType) < 0
-        || PyModule_AddObjectRef(module, "ShareFields", (PyObject *)&ShareType) < 0) {
+        || PyModule_AddObjectRef(module, "ShareFields", (PyObject *)&ShareType) < 0
+        || PyModule_AddObjectRef(module, "Mutex", (PyObject *)&MutexType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

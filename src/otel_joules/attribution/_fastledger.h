@@ -24,7 +24,14 @@ typedef struct {
     char leaf, ended;
 } Share;
 
-extern PyTypeObject LedgerType, ShareType;
+/* A lock the compiled ledger takes without a Python call (Python code takes it with ``with``). */
+typedef struct {
+    PyObject_HEAD
+    PyThread_type_lock lock;
+    char locked;
+} Mutex;
+
+extern PyTypeObject LedgerType, ShareType, MutexType;
 /* SpanShare, SpanAttribution: set by bind(). */
 extern PyObject *share_type, *attribution_type;
 
@@ -47,6 +54,7 @@ int get_ll(PyObject *obj, PyObject *name, long long *out);
 int set_ll(PyObject *obj, PyObject *name, long long value);
 int get_bool(PyObject *obj, PyObject *name, int *out);
 int call_method0(PyObject *obj, PyObject *name);
+int acquire(PyObject *lock);
 int release(PyObject *lock, int rc);
 long long monotonic_ns(void);
 int read_rates(PyObject *rates, Rates *out);

@@ -105,7 +105,7 @@ static int gpu_event(PyObject *self, PyObject *prices, long long now_ns, Share *
     PyObject *gpu_lock = PyObject_GetAttr(self, s_gpu_lock);
     if (gpu_lock == NULL)
         return -1;
-    if (call_method0(gpu_lock, s_acquire) < 0) {
+    if (acquire(gpu_lock) < 0) {
         Py_DECREF(gpu_lock);
         return -1;
     }
@@ -315,7 +315,7 @@ PyObject *ledger_open_span(PyObject *Py_UNUSED(module), PyObject *const *args, P
     if ((prices = PyObject_GetAttr(self, s_prices)) == NULL)
         goto done;
     long long now_ns = monotonic_ns();
-    if (call_method0(l->lock, s_acquire) < 0)
+    if (acquire(l->lock) < 0)
         goto done;
     share = open_locked(self, prices, l, parent, now_ns);
     if (release(l->lock, share == NULL ? -1 : 0) < 0) {
@@ -394,7 +394,7 @@ static int credit_parent_elsewhere(long long generation, Share *parent, const do
     if (ledger->generation != generation)
         return 0;
     PyObject *lock = Py_NewRef(ledger->lock);
-    if (call_method0(lock, s_acquire) < 0) {
+    if (acquire(lock) < 0) {
         Py_DECREF(lock);
         return -1;
     }
@@ -467,7 +467,7 @@ PyObject *ledger_close_span(PyObject *Py_UNUSED(module), PyObject *const *args, 
     PyObject *lock = Py_NewRef(ledger->lock), *parent = Py_NewRef(share->parent == NULL ? Py_None : share->parent);
     double closed[6] = {0};
     int ended = 1, rc = -1;
-    if (call_method0(lock, s_acquire) < 0)
+    if (acquire(lock) < 0)
         goto done;
     ended = share->ended;
     rc = ended ? 0 : close_locked(self, prices, ledger, share, start, end, now_ns, closed);

@@ -2,9 +2,10 @@
 and the fields every span's share carries.
 
 Where the C extension is built (:mod:`otel_joules.attribution._fastledger`), the fields are C structs
-(``LedgerFields``, ``ShareFields``) that the compiled span methods read directly; the pure-Python methods
-read and write the same fields as attributes. Without it, :class:`_PyLedgerFields` and :class:`_PyShareFields`
-hold them.
+(``LedgerFields``, ``ShareFields``) that the compiled span methods read directly, and the ledgers' locks are
+its ``Mutex``, which they take without a Python call; the pure-Python methods read and write the same fields
+as attributes and take the same locks with ``with``. Without it, :class:`_PyLedgerFields`,
+:class:`_PyShareFields` and ``threading.Lock`` stand in.
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ class _PyShareFields:
 
 try:
     from otel_joules.attribution._fastledger import LedgerFields as _LedgerFields
+    from otel_joules.attribution._fastledger import Mutex as _new_lock
     from otel_joules.attribution._fastledger import ShareFields as _ShareFields
 except ImportError:  # built without a C compiler
     _LedgerFields = _PyLedgerFields  # type: ignore[assignment,misc]
     _ShareFields = _PyShareFields  # type: ignore[assignment,misc]
+    _new_lock = threading.Lock  # type: ignore[assignment,misc]
 
 
 class _Ledger(_LedgerFields):  # type: ignore[misc,valid-type]
@@ -57,7 +60,7 @@ class _Ledger(_LedgerFields):  # type: ignore[misc,valid-type]
 
     def __init__(self, clock: Callable[[], float], generation: int, owner: "SpanLedger") -> None:
         self.owner = owner
-        self.lock = threading.Lock()
+        self.lock = _new_lock()
         self.clock = clock
         self.cpu_s = _read_clock(clock, 0.0)
         self.t_ns = time.monotonic_ns()

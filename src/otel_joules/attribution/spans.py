@@ -16,7 +16,7 @@ import time
 import weakref
 from types import MethodType
 
-from otel_joules.attribution._ledger import _Ledger, _ShareFields
+from otel_joules.attribution._ledger import _Ledger, _new_lock, _ShareFields
 from otel_joules.attribution._prices import _gpu_joules_at
 from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.shares import SpanAttribution
@@ -101,7 +101,7 @@ class SpanLedger:
         self._ledgers_alive = 0
         self._ledgers_lock = threading.Lock()
         # The GPU accounts are shared by every thread's leaves; only span events take this lock.
-        self._gpu_lock = threading.Lock()
+        self._gpu_lock = _new_lock()
         self._gpu_acc_j = 0.0
         self._gpu_dynamic_acc_j = 0.0
         #: The process's cumulative GPU joules (the policy's, the dynamic ones) credited so far.
