@@ -1,10 +1,12 @@
-/* The span ledger in C: the fields of a thread's ledger and of a span's share as C structs, and the
- * compiled twins of SpanLedger.open_span and SpanLedger.close_span (otel_joules/attribution/spans.py).
+/* The span ledger in C: the fields of the span ledger, of a thread's ledger and of a span's share as C
+ * structs, and the compiled twins of SpanLedger.open_span and SpanLedger.close_span
+ * (otel_joules/attribution/spans.py; the twins are in _fastledger_events.c).
  *
- * LedgerFields and ShareFields hold the numbers the Python classes _Ledger and SpanShare (their
- * subclasses) carry: the pure-Python methods read and write them as attributes, this code as struct
- * fields, so both work on the same objects. open_span and close_span are called as methods of a
- * SpanLedger (bound to it by SpanLedger itself) and do what the Python methods do, step for step:
+ * LedgerFields, ShareFields and SpanLedgerFields hold the numbers the Python classes _Ledger, SpanShare
+ * and SpanLedger (their subclasses) carry: the pure-Python methods read and write them as attributes,
+ * this code as struct fields, so both work on the same objects; Mutex is the lock both take. open_span
+ * and close_span are called as methods of a SpanLedger (bound to it by SpanLedger itself) and do what
+ * the Python methods do, step for step:
  * the same locks around the same work (the thread's ledger lock, the GPU lock inside it, a parent on
  * another thread under its own ledger's lock after this one is released), the same floats added in
  * the same order, and the same Python methods called for the rare cases (a thread's first span,
@@ -15,10 +17,8 @@
 #include "_fastledger.h"
 
 PyObject *share_type, *attribution_type;
-PyObject *s_local, *s_ledger, *s_acquire, *s_release, *s_prices, *s_view, *s_rates, *s_first_forecast,
-    *s_has_gpu, *s_gpu_lock, *s_gpu_acc_j, *s_gpu_dynamic_acc_j, *s_gpu_seen_j, *s_gpu_seen_dynamic_j, *s_gpu_leaves,
-    *s_pace, *s_dozing, *s_wake, *s_open_span, *s_cpu_indices, *s_memory_indices, *s_uncovered, *s_uncovered_watts,
-    *s_stat_checks, *s_fault, *s_attribution_label, *s_baseline_state, *s_generation;
+PyObject *s_ledger, *s_acquire, *s_release, *s_view, *s_rates, *s_first_forecast, *s_pace, *s_dozing, *s_wake,
+    *s_open_span, *s_uncovered_watts, *s_stat_checks, *s_fault, *s_attribution_label, *s_baseline_state;
 
 /* ------------------------------------------------------------------------------------------------ */
 /* The two field types.                                                                              */
@@ -136,6 +136,64 @@ PyTypeObject ShareType = {
     .tp_members = share_members,
 };
 
+static int core_traverse(Core *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->prices);
+    Py_VISIT(self->local);
+    Py_VISIT(self->gpu_lock);
+    Py_VISIT(self->cpu_indices);
+    Py_VISIT(self->memory_indices);
+    Py_VISIT(self->uncovered);
+    return 0;
+}
+
+static int core_clear(Core *self)
+{
+    Py_CLEAR(self->prices);
+    Py_CLEAR(self->local);
+    Py_CLEAR(self->gpu_lock);
+    Py_CLEAR(self->cpu_indices);
+    Py_CLEAR(self->memory_indices);
+    Py_CLEAR(self->uncovered);
+    return 0;
+}
+
+static void core_dealloc(Core *self)
+{
+    PyObject_GC_UnTrack(self);
+    core_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMemberDef core_members[] = {
+    {"prices", T_OBJECT_EX, offsetof(Core, prices), 0, "Where CPU time's prices and the process's GPU watts come from."},
+    {"_local", T_OBJECT_EX, offsetof(Core, local), 0, "Each thread's ledger (threading.local)."},
+    {"_gpu_lock", T_OBJECT_EX, offsetof(Core, gpu_lock), 0, "The GPU accounts' lock."},
+    {"_cpu_indices", T_OBJECT, offsetof(Core, cpu_indices), 0, "The CPU-side domains' positions."},
+    {"_memory_indices", T_OBJECT, offsetof(Core, memory_indices), 0, "The memory domains' positions."},
+    {"_uncovered", T_OBJECT, offsetof(Core, uncovered), 0, "The platform's uncovered positions (None: none)."},
+    {"_gpu_acc_j", T_DOUBLE, offsetof(Core, gpu_acc_j), 0, "GPU joules per leaf span so far."},
+    {"_gpu_dynamic_acc_j", T_DOUBLE, offsetof(Core, gpu_dynamic_acc_j), 0, "Dynamic GPU joules per leaf span so far."},
+    {"_gpu_seen_j", T_DOUBLE, offsetof(Core, gpu_seen_j), 0, "The process's GPU joules credited so far."},
+    {"_gpu_seen_dynamic_j", T_DOUBLE, offsetof(Core, gpu_seen_dynamic_j), 0, "Its dynamic GPU joules credited so far."},
+    {"_gpu_leaves", T_LONGLONG, offsetof(Core, gpu_leaves), 0, "Leaf spans on every thread (the GPU's share)."},
+    {"_generation", T_LONGLONG, offsetof(Core, generation), 0, "Forks seen: ledgers of an earlier one are gone."},
+    {"has_gpu", T_BOOL, offsetof(Core, has_gpu), 0, "Whether the meter measures a GPU in the total."},
+    {NULL},
+};
+
+PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "otel_joules.attribution._fastledger.SpanLedgerFields",
+    .tp_doc = "The span ledger's own numbers, as C fields (otel_joules.attribution.spans.SpanLedger).",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_members = core_members,
+};
+
 static PyObject *mutex_new(PyTypeObject *type, PyObject *Py_UNUSED(args), PyObject *Py_UNUSED(kwargs))
 {
     Mutex *self = (Mutex *)type->tp_alloc(type, 0);
@@ -212,35 +270,8 @@ int get_double(PyObject *obj, PyObject *name, double *out)
     return *out == -1.0 && PyErr_Occurred() ? -1 : 0;
 }
 
-int set_double(PyObject *obj, PyObject *name, double value)
-{
-    PyObject *v = PyFloat_FromDouble(value);
-    if (v == NULL)
-        return -1;
-    int rc = PyObject_SetAttr(obj, name, v);
-    Py_DECREF(v);
-    return rc;
-}
 
-int get_ll(PyObject *obj, PyObject *name, long long *out)
-{
-    PyObject *v = PyObject_GetAttr(obj, name);
-    if (v == NULL)
-        return -1;
-    *out = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    return *out == -1 && PyErr_Occurred() ? -1 : 0;
-}
 
-int set_ll(PyObject *obj, PyObject *name, long long value)
-{
-    PyObject *v = PyLong_FromLongLong(value);
-    if (v == NULL)
-        return -1;
-    int rc = PyObject_SetAttr(obj, name, v);
-    Py_DECREF(v);
-    return rc;
-}
 
 int get_bool(PyObject *obj, PyObject *name, int *out)
 {
@@ -363,27 +394,25 @@ PyMODINIT_FUNC PyInit__fastledger(void)
         PyObject **var;
         const char *text;
     } names[] = {
-        {&s_local, "_local"}, {&s_ledger, "ledger"}, {&s_acquire, "acquire"}, {&s_release, "release"},
-        {&s_prices, "prices"}, {&s_view, "view"}, {&s_rates, "rates"}, {&s_first_forecast, "first_forecast"},
-        {&s_has_gpu, "has_gpu"}, {&s_gpu_lock, "_gpu_lock"}, {&s_gpu_acc_j, "_gpu_acc_j"},
-        {&s_gpu_dynamic_acc_j, "_gpu_dynamic_acc_j"}, {&s_gpu_seen_j, "_gpu_seen_j"},
-        {&s_gpu_seen_dynamic_j, "_gpu_seen_dynamic_j"}, {&s_gpu_leaves, "_gpu_leaves"}, {&s_pace, "pace"},
-        {&s_dozing, "dozing"}, {&s_wake, "wake"}, {&s_open_span, "open_span"}, {&s_cpu_indices, "_cpu_indices"},
-        {&s_memory_indices, "_memory_indices"}, {&s_uncovered, "_uncovered"}, {&s_uncovered_watts, "uncovered_watts"},
+        {&s_ledger, "ledger"}, {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_view, "view"},
+        {&s_rates, "rates"}, {&s_first_forecast, "first_forecast"}, {&s_pace, "pace"}, {&s_dozing, "dozing"},
+        {&s_wake, "wake"}, {&s_open_span, "open_span"}, {&s_uncovered_watts, "uncovered_watts"},
         {&s_stat_checks, "stat_checks"}, {&s_fault, "fault"}, {&s_attribution_label, "attribution_label"},
-        {&s_baseline_state, "baseline_state"}, {&s_generation, "_generation"},
+        {&s_baseline_state, "baseline_state"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].var = PyUnicode_InternFromString(names[i].text)) == NULL)
             return NULL;
-    if (PyType_Ready(&LedgerType) < 0 || PyType_Ready(&ShareType) < 0 || PyType_Ready(&MutexType) < 0)
+    if (PyType_Ready(&LedgerType) < 0 || PyType_Ready(&ShareType) < 0 || PyType_Ready(&MutexType) < 0
+        || PyType_Ready(&CoreType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&module_def);
     if (module == NULL)
         return NULL;
     if (PyModule_AddObjectRef(module, "LedgerFields", (PyObject *)&LedgerType) < 0
         || PyModule_AddObjectRef(module, "ShareFields", (PyObject *)&ShareType) < 0
-        || PyModule_AddObjectRef(module, "Mutex", (PyObject *)&MutexType) < 0) {
+        || PyModule_AddObjectRef(module, "Mutex", (PyObject *)&MutexType) < 0
+        || PyModule_AddObjectRef(module, "SpanLedgerFields", (PyObject *)&CoreType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

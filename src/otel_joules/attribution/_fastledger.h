@@ -24,6 +24,16 @@ typedef struct {
     char leaf, ended;
 } Share;
 
+/* The span ledger's own numbers (SpanLedger's base where the extension is built): its prices, its threads'
+ * ledgers, its generation (forks), the measured kinds' positions and the process's GPU accounts. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *prices, *local, *gpu_lock, *cpu_indices, *memory_indices, *uncovered;
+    double gpu_acc_j, gpu_dynamic_acc_j, gpu_seen_j, gpu_seen_dynamic_j;
+    long long gpu_leaves, generation;
+    char has_gpu;
+} Core;
+
 /* A lock the compiled ledger takes without a Python call (Python code takes it with ``with``). */
 typedef struct {
     PyObject_HEAD
@@ -31,14 +41,12 @@ typedef struct {
     char locked;
 } Mutex;
 
-extern PyTypeObject LedgerType, ShareType, MutexType;
+extern PyTypeObject LedgerType, ShareType, MutexType, CoreType;
 /* SpanShare, SpanAttribution: set by bind(). */
 extern PyObject *share_type, *attribution_type;
 
-extern PyObject *s_local, *s_ledger, *s_acquire, *s_release, *s_prices, *s_view, *s_rates, *s_first_forecast,
-    *s_has_gpu, *s_gpu_lock, *s_gpu_acc_j, *s_gpu_dynamic_acc_j, *s_gpu_seen_j, *s_gpu_seen_dynamic_j, *s_gpu_leaves,
-    *s_pace, *s_dozing, *s_wake, *s_open_span, *s_cpu_indices, *s_memory_indices, *s_uncovered, *s_uncovered_watts,
-    *s_stat_checks, *s_fault, *s_attribution_label, *s_baseline_state, *s_generation;
+extern PyObject *s_ledger, *s_acquire, *s_release, *s_view, *s_rates, *s_first_forecast, *s_pace, *s_dozing, *s_wake,
+    *s_open_span, *s_uncovered_watts, *s_stat_checks, *s_fault, *s_attribution_label, *s_baseline_state;
 
 /* A _Rates tuple: since_ns, and fields 1..7 as doubles (cpu, memory, gpu_watts, dynamic,
  * gpu_dynamic_watts, gpu_j, gpu_dynamic_j). */
@@ -49,9 +57,6 @@ typedef struct {
 
 /* Helpers (_fastledger.c): each int-returning one gives 0, or -1 with the exception set. */
 int get_double(PyObject *obj, PyObject *name, double *out);
-int set_double(PyObject *obj, PyObject *name, double value);
-int get_ll(PyObject *obj, PyObject *name, long long *out);
-int set_ll(PyObject *obj, PyObject *name, long long value);
 int get_bool(PyObject *obj, PyObject *name, int *out);
 int call_method0(PyObject *obj, PyObject *name);
 int acquire(PyObject *lock);

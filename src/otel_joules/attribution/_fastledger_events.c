@@ -70,29 +70,23 @@ static int advance(PyObject *prices, Ledger *ledger, long long now_ns, PyObject 
 }
 
 /* Spread the process's GPU energy since the last event over the open leaf spans (GPU lock held). */
-static int credit_gpu_locked(PyObject *self, PyObject *prices, long long now_ns)
+static int credit_gpu_locked(Core *self, long long now_ns)
 {
     Rates rates;
-    double seen, seen_dynamic, acc;
-    long long leaves;
-    if (published_rates(prices, &rates) < 0 || get_ll(self, s_gpu_leaves, &leaves) < 0
-        || get_double(self, s_gpu_seen_j, &seen) < 0 || get_double(self, s_gpu_seen_dynamic_j, &seen_dynamic) < 0)
+    if (published_rates(self->prices, &rates) < 0)
         return -1;
     double dt_s = rates.since_ns ? (double)(now_ns - rates.since_ns) / 1e9 : 0.0;
     double gpu_j = rates.f[6] + rates.f[3] * dt_s, gpu_dynamic_j = rates.f[7] + rates.f[5] * dt_s;
-    if (gpu_j > seen) {
-        if (leaves && (get_double(self, s_gpu_acc_j, &acc) < 0 || set_double(self, s_gpu_acc_j, acc + (gpu_j - seen) / (double)leaves) < 0))
-            return -1;
-        if (set_double(self, s_gpu_seen_j, gpu_j) < 0)
-            return -1;
+    long long leaves = self->gpu_leaves;
+    if (gpu_j > self->gpu_seen_j) {
+        if (leaves)
+            self->gpu_acc_j += (gpu_j - self->gpu_seen_j) / (double)leaves;
+        self->gpu_seen_j = gpu_j;
     }
-    if (gpu_dynamic_j > seen_dynamic) {
-        if (leaves
-            && (get_double(self, s_gpu_dynamic_acc_j, &acc) < 0
-                || set_double(self, s_gpu_dynamic_acc_j, acc + (gpu_dynamic_j - seen_dynamic) / (double)leaves) < 0))
-            return -1;
-        if (set_double(self, s_gpu_seen_dynamic_j, gpu_dynamic_j) < 0)
-            return -1;
+    if (gpu_dynamic_j > self->gpu_seen_dynamic_j) {
+        if (leaves)
+            self->gpu_dynamic_acc_j += (gpu_dynamic_j - self->gpu_seen_dynamic_j) / (double)leaves;
+        self->gpu_seen_dynamic_j = gpu_dynamic_j;
     }
     return 0;
 }
@@ -100,31 +94,24 @@ static int credit_gpu_locked(PyObject *self, PyObject *prices, long long now_ns)
 /* The GPU-lock section of an event: credit the GPU energy so far at the old leaf count, then ``off``
  * (a share that stops being a leaf: its own GPU joules taken; NULL for none) and ``on`` (one that
  * becomes a leaf: its GPU origin set; NULL for none); ``leaves_change`` is added to the GPU leaf count. */
-static int gpu_event(PyObject *self, PyObject *prices, long long now_ns, Share *off, Share *on, long long leaves_change)
+static int gpu_event(Core *self, long long now_ns, Share *off, Share *on, long long leaves_change)
 {
-    PyObject *gpu_lock = PyObject_GetAttr(self, s_gpu_lock);
-    if (gpu_lock == NULL)
-        return -1;
+    PyObject *gpu_lock = Py_NewRef(self->gpu_lock);
     if (acquire(gpu_lock) < 0) {
         Py_DECREF(gpu_lock);
         return -1;
     }
-    double acc_gpu, acc_gpu_dynamic;
-    long long gpu_leaves;
-    int rc = -1;
-    if (credit_gpu_locked(self, prices, now_ns) == 0 && get_double(self, s_gpu_acc_j, &acc_gpu) == 0
-        && get_double(self, s_gpu_dynamic_acc_j, &acc_gpu_dynamic) == 0) {
+    int rc = credit_gpu_locked(self, now_ns);
+    if (rc == 0) {
         if (off != NULL) {
-            off->own_gpu += acc_gpu - off->gpu0;
-            off->own_dynamic += acc_gpu_dynamic - off->gpu_dynamic0;
+            off->own_gpu += self->gpu_acc_j - off->gpu0;
+            off->own_dynamic += self->gpu_dynamic_acc_j - off->gpu_dynamic0;
         }
         if (on != NULL) {
-            on->gpu0 = acc_gpu;
-            on->gpu_dynamic0 = acc_gpu_dynamic;
+            on->gpu0 = self->gpu_acc_j;
+            on->gpu_dynamic0 = self->gpu_dynamic_acc_j;
         }
-        rc = leaves_change == 0 ? 0
-             : get_ll(self, s_gpu_leaves, &gpu_leaves) < 0 ? -1
-                                                            : set_ll(self, s_gpu_leaves, gpu_leaves + leaves_change);
+        self->gpu_leaves += leaves_change;
     }
     rc = release(gpu_lock, rc);
     Py_DECREF(gpu_lock);
@@ -132,11 +119,12 @@ static int gpu_event(PyObject *self, PyObject *prices, long long now_ns, Share *
 }
 
 /* spent_joules(positions, start, end): the joules the domains at ``positions`` spent between two snapshots. */
-static int spent_joules(PyObject *self, PyObject *name, PyObject *start, PyObject *end, double *out)
+static int spent_joules(PyObject *positions, PyObject *start, PyObject *end, double *out)
 {
-    PyObject *positions = PyObject_GetAttr(self, name);
-    if (positions == NULL)
+    if (positions == NULL) {
+        PyErr_SetString(PyExc_TypeError, "the span ledger has no positions for its kinds");
         return -1;
+    }
     PyObject *a_joules = PyTuple_GET_ITEM(start, 1), *b_joules = PyTuple_GET_ITEM(end, 1);
     double spent = 0.0;
     int rc = 0;
@@ -159,33 +147,27 @@ static int spent_joules(PyObject *self, PyObject *name, PyObject *start, PyObjec
             spent += bv - av;
         }
     }
-    Py_DECREF(positions);
     *out = spent;
     return rc;
 }
 
 /* SpanLedger._cap: the share's own CPU-side (with the platform's uncovered energy) and memory joules at most
  * what the host spent of each during the span, its own dynamic joules at most its own joules. */
-static int cap_share(PyObject *self, PyObject *prices, Share *share, PyObject *start, PyObject *end)
+static int cap_share(Core *self, Share *share, PyObject *start, PyObject *end)
 {
     if (!PyTuple_Check(start) || !PyTuple_Check(end) || PyTuple_GET_SIZE(start) < 2 || PyTuple_GET_SIZE(end) < 2) {
         PyErr_SetString(PyExc_TypeError, "close_span's start and end are EnergySnapshots");
         return -1;
     }
     double spent;
-    if (spent_joules(self, s_cpu_indices, start, end, &spent) < 0)
+    if (spent_joules(self->cpu_indices, start, end, &spent) < 0)
         return -1;
     double cap = spent - share->child_cpu;
-    PyObject *uncovered = PyObject_GetAttr(self, s_uncovered);
-    if (uncovered == NULL)
-        return -1;
-    int has_uncovered = uncovered != Py_None;
-    Py_DECREF(uncovered);
-    if (has_uncovered) {
+    if (self->uncovered != NULL && self->uncovered != Py_None) {
         /* The platform's reading lags its components: over one short span the uncovered part is bounded at
          * the recent periods' power. */
         double watts;
-        if (get_double(prices, s_uncovered_watts, &watts) < 0)
+        if (get_double(self->prices, s_uncovered_watts, &watts) < 0)
             return -1;
         long long t0 = PyLong_AsLongLong(PyTuple_GET_ITEM(start, 0)), t1 = PyLong_AsLongLong(PyTuple_GET_ITEM(end, 0));
         if (PyErr_Occurred())
@@ -194,7 +176,7 @@ static int cap_share(PyObject *self, PyObject *prices, Share *share, PyObject *s
     }
     if (share->own_cpu > cap)
         share->own_cpu = cap > 0.0 ? cap : 0.0;
-    if (spent_joules(self, s_memory_indices, start, end, &spent) < 0)
+    if (spent_joules(self->memory_indices, start, end, &spent) < 0)
         return -1;
     cap = spent - share->child_memory;
     if (share->own_memory > cap)
@@ -231,12 +213,12 @@ static int check_share(PyObject *obj, const char *what)
 /* open_span                                                                                         */
 
 /* The locked part of open_span (ledger lock held): the new share, or NULL with the exception set. */
-static PyObject *open_locked(PyObject *self, PyObject *prices, Ledger *ledger, PyObject *parent_obj, long long now_ns)
+static PyObject *open_locked(Core *self, Ledger *ledger, PyObject *parent_obj, long long now_ns)
 {
     Share *parent = parent_obj == Py_None ? NULL : (Share *)parent_obj;
     Share *off_parent = NULL; /* the parent this span stops being a leaf */
     if (ledger->leaves || parent != NULL) {
-        if (advance(prices, ledger, now_ns, Py_None) < 0)
+        if (advance(self->prices, ledger, now_ns, Py_None) < 0)
             return NULL;
         if (parent != NULL && parent->ledger == (PyObject *)ledger && !parent->ended) {
             if (parent->open_children == 0 && parent->leaf) {
@@ -272,9 +254,7 @@ static PyObject *open_locked(PyObject *self, PyObject *prices, Ledger *ledger, P
     share->dynamic0 = ledger->acc_dynamic_j;
     share->leaf = 1;
     ledger->leaves += 1;
-    int has_gpu;
-    if (get_bool(self, s_has_gpu, &has_gpu) < 0
-        || (has_gpu && gpu_event(self, prices, now_ns, off_parent, share, off_parent == NULL ? 1 : 0) < 0)) {
+    if (self->has_gpu && gpu_event(self, now_ns, off_parent, share, off_parent == NULL ? 1 : 0) < 0) {
         Py_DECREF(share);
         return NULL;
     }
@@ -282,20 +262,27 @@ static PyObject *open_locked(PyObject *self, PyObject *prices, Ledger *ledger, P
 }
 
 /* open_span(span_ledger, parent=None) -> SpanShare: SpanLedger.open_span. */
+/* 0 when ``obj`` is a span ledger this code can work on (a SpanLedgerFields); else -1 with a TypeError. */
+static int check_core(PyObject *obj)
+{
+    if (PyObject_TypeCheck(obj, &CoreType) && ((Core *)obj)->prices != NULL && ((Core *)obj)->local != NULL
+        && ((Core *)obj)->gpu_lock != NULL)
+        return 0;
+    PyErr_SetString(PyExc_TypeError, "not a SpanLedger of the compiled span path");
+    return -1;
+}
+
 PyObject *ledger_open_span(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
 {
     if (nargs < 1 || nargs > 2 || share_type == NULL) {
         PyErr_SetString(PyExc_TypeError, "open_span(span_ledger, parent=None), after bind()");
         return NULL;
     }
-    PyObject *self = args[0], *parent = nargs == 2 ? args[1] : Py_None;
-    if (parent != Py_None && check_share(parent, "the parent") < 0)
+    PyObject *parent = nargs == 2 ? args[1] : Py_None;
+    if (check_core(args[0]) < 0 || (parent != Py_None && check_share(parent, "the parent") < 0))
         return NULL;
-    PyObject *local = PyObject_GetAttr(self, s_local);
-    if (local == NULL)
-        return NULL;
-    PyObject *ledger = PyObject_GetAttr(local, s_ledger);
-    Py_DECREF(local);
+    Core *self = (Core *)args[0];
+    PyObject *ledger = PyObject_GetAttr(self->local, s_ledger);
     if (ledger == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_AttributeError))
             return NULL;
@@ -306,23 +293,21 @@ PyObject *ledger_open_span(PyObject *Py_UNUSED(module), PyObject *const *args, P
         Py_XDECREF(reference);
         return share;
     }
-    PyObject *share = NULL, *prices = NULL;
+    PyObject *share = NULL;
     if (!PyObject_TypeCheck(ledger, &LedgerType)) {
         PyErr_SetString(PyExc_TypeError, "the thread's ledger is not a compiled one");
         goto done;
     }
     Ledger *l = (Ledger *)ledger;
-    if ((prices = PyObject_GetAttr(self, s_prices)) == NULL)
-        goto done;
     long long now_ns = monotonic_ns();
     if (acquire(l->lock) < 0)
         goto done;
-    share = open_locked(self, prices, l, parent, now_ns);
+    share = open_locked(self, l, parent, now_ns);
     if (release(l->lock, share == NULL ? -1 : 0) < 0) {
         Py_CLEAR(share);
         goto done;
     }
-    PyObject *pace = PyObject_GetAttr(prices, s_pace);
+    PyObject *pace = PyObject_GetAttr(self->prices, s_pace);
     int dozing = -1;
     if (pace != NULL && get_bool(pace, s_dozing, &dozing) == 0 && dozing)
         dozing = call_method0(pace, s_wake); /* after the leaf is counted, as in the reference */
@@ -330,7 +315,6 @@ PyObject *ledger_open_span(PyObject *Py_UNUSED(module), PyObject *const *args, P
     if (dozing < 0)
         Py_CLEAR(share);
 done:
-    Py_XDECREF(prices);
     Py_DECREF(ledger);
     return share;
 }
@@ -340,16 +324,16 @@ done:
 
 /* The locked part of close_span (ledger lock held): the share's inclusive joules per kind into ``closed``
  * (cpu, memory, gpu, own, dynamic, own_dynamic). */
-static int close_locked(PyObject *self, PyObject *prices, Ledger *ledger, Share *share, PyObject *start,
-                        PyObject *end, long long now_ns, double closed[6])
+static int close_locked(Core *self, Ledger *ledger, Share *share, PyObject *start, PyObject *end, long long now_ns,
+                        double closed[6])
 {
-    if (advance(prices, ledger, now_ns, end) < 0)
+    if (advance(self->prices, ledger, now_ns, end) < 0)
         return -1;
     int was_leaf = share->leaf;
     if (was_leaf)
         take_own(share, ledger);
     share->ended = 1;
-    if (end != Py_None && start != Py_None && cap_share(self, prices, share, start, end) < 0)
+    if (end != Py_None && start != Py_None && cap_share(self, share, start, end) < 0)
         return -1;
     /* The parent, when open on this thread: it becomes a leaf again when this was its last open child. */
     Share *parent = share->parent == Py_None || share->parent == NULL ? NULL : (Share *)share->parent;
@@ -366,11 +350,7 @@ static int close_locked(PyObject *self, PyObject *prices, Ledger *ledger, Share 
             on_parent = local;
         }
     }
-    int has_gpu;
-    if (get_bool(self, s_has_gpu, &has_gpu) < 0)
-        return -1;
-    if (has_gpu
-        && gpu_event(self, prices, now_ns, was_leaf ? share : NULL, on_parent, (on_parent != NULL) - was_leaf) < 0)
+    if (self->has_gpu && gpu_event(self, now_ns, was_leaf ? share : NULL, on_parent, (on_parent != NULL) - was_leaf) < 0)
         return -1;
     closed[3] = share->own_cpu + share->own_memory + share->own_gpu;
     closed[5] = share->own_dynamic;
@@ -441,24 +421,18 @@ PyObject *ledger_close_span(PyObject *Py_UNUSED(module), PyObject *const *args, 
         PyErr_SetString(PyExc_TypeError, "close_span(span_ledger, share, start=None, end=None), after bind()");
         return NULL;
     }
-    PyObject *self = args[0];
     PyObject *start = nargs > 2 ? args[2] : Py_None, *end = nargs > 3 ? args[3] : Py_None;
-    if (check_share(args[1], "the share") < 0
+    if (check_core(args[0]) < 0 || check_share(args[1], "the share") < 0
         || (((Share *)args[1])->parent != NULL && ((Share *)args[1])->parent != Py_None
             && check_share(((Share *)args[1])->parent, "the share's parent") < 0))
         return NULL;
+    Core *self = (Core *)args[0];
     Share *share = (Share *)args[1];
     Ledger *ledger = (Ledger *)share->ledger;
-    long long generation;
-    if (share->ended)
-        Py_RETURN_NONE;
-    if (get_ll(self, s_generation, &generation) < 0)
-        return NULL;
-    if (ledger->generation != generation)
-        Py_RETURN_NONE; /* opened before a fork: its thread does not exist here */
-    PyObject *prices = PyObject_GetAttr(self, s_prices);
-    if (prices == NULL)
-        return NULL;
+    long long generation = self->generation;
+    if (share->ended || ledger->generation != generation)
+        Py_RETURN_NONE; /* closed before, or opened before a fork: its thread does not exist here */
+    PyObject *prices = Py_NewRef(self->prices);
     long long now_ns = monotonic_ns();
     PyObject *result = NULL;
     /* Held for the call: the share's references may change under the lock, not the objects. */
@@ -470,7 +444,7 @@ PyObject *ledger_close_span(PyObject *Py_UNUSED(module), PyObject *const *args, 
     if (acquire(lock) < 0)
         goto done;
     ended = share->ended;
-    rc = ended ? 0 : close_locked(self, prices, ledger, share, start, end, now_ns, closed);
+    rc = ended ? 0 : close_locked(self, ledger, share, start, end, now_ns, closed);
     if (release(lock, rc) < 0 || ended) {
         if (ended && !PyErr_Occurred())
             result = Py_NewRef(Py_None);

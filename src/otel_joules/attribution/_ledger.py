@@ -2,10 +2,11 @@
 and the fields every span's share carries.
 
 Where the C extension is built (:mod:`otel_joules.attribution._fastledger`), the fields are C structs
-(``LedgerFields``, ``ShareFields``) that the compiled span methods read directly, and the ledgers' locks are
+(``LedgerFields``, ``ShareFields``, and ``SpanLedgerFields`` for the span ledger's own) that the compiled span
+methods read directly, and the ledgers' locks are
 its ``Mutex``, which they take without a Python call; the pure-Python methods read and write the same fields
 as attributes and take the same locks with ``with``. Without it, :class:`_PyLedgerFields`,
-:class:`_PyShareFields` and ``threading.Lock`` stand in.
+:class:`_PyShareFields`, :class:`_PySpanLedgerFields` and ``threading.Lock`` stand in.
 """
 
 from __future__ import annotations
@@ -38,13 +39,19 @@ class _PyShareFields:
     own_dynamic = child_dynamic = 0.0
 
 
+class _PySpanLedgerFields:
+    """The span ledger's own numbers, for an install without the C extension (attributes of the instance)."""
+
+
 try:
     from otel_joules.attribution._fastledger import LedgerFields as _LedgerFields
     from otel_joules.attribution._fastledger import Mutex as _new_lock
     from otel_joules.attribution._fastledger import ShareFields as _ShareFields
+    from otel_joules.attribution._fastledger import SpanLedgerFields as _SpanLedgerFields
 except ImportError:  # built without a C compiler
     _LedgerFields = _PyLedgerFields  # type: ignore[assignment,misc]
     _ShareFields = _PyShareFields  # type: ignore[assignment,misc]
+    _SpanLedgerFields = _PySpanLedgerFields  # type: ignore[assignment,misc]
     _new_lock = threading.Lock  # type: ignore[assignment,misc]
 
 

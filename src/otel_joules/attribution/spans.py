@@ -16,7 +16,7 @@ import time
 import weakref
 from types import MethodType
 
-from otel_joules.attribution._ledger import _Ledger, _new_lock, _ShareFields
+from otel_joules.attribution._ledger import _Ledger, _new_lock, _ShareFields, _SpanLedgerFields
 from otel_joules.attribution._prices import _gpu_joules_at
 from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.shares import SpanAttribution
@@ -58,7 +58,7 @@ class SpanShare(_ShareFields):  # type: ignore[misc,valid-type]
                 pass
 
 
-class SpanLedger:
+class SpanLedger(_SpanLedgerFields):  # type: ignore[misc,valid-type]
     """Opens and closes spans' shares on the calling thread's ledger, priced by a :class:`PriceHistory`.
 
     Owns the per-thread ledgers of open spans (the idle back-off asks :meth:`spans_open`) and the
