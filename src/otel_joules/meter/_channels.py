@@ -293,7 +293,19 @@ def _device_reader(channel: Channel, integrates: bool) -> _DeviceReader:
     return _DeviceReader(channel.read_uj, channel.domain.id, 2 * reread_s, learn_period=False, fresh_s=reread_s)
 
 
-class _ChannelState:
+class _PyChannelFields:
+    """The numbers of a channel state the counter loop reads and moves, for an install without the C extension."""
+
+    __slots__ = ("reader", "failures", "fd", "wrap_uj", "last_raw_uj", "last_ns", "total_uj", "jump_free_uj")
+
+
+try:
+    from otel_joules.meter._fastsnap import ChannelFields as _ChannelFields
+except ImportError:  # built without a C compiler
+    _ChannelFields = _PyChannelFields  # type: ignore[assignment,misc]
+
+
+class _ChannelState(_ChannelFields):  # type: ignore[misc,valid-type]
     """Per-channel bookkeeping and read policy, touched only under the meter's lock.
 
     * Wrap or restart: a counter lower than before either wrapped (energy = range - before
@@ -314,12 +326,14 @@ class _ChannelState:
       is invented or lost.
     * Channels that may block are read through a :class:`_DeviceReader`; :attr:`stale` says
       the last :meth:`read_joules` returned the last known value instead of a fresh one.
+
+    The numbers the meter's counter loop reads and moves are its base's (``ChannelFields``: C fields where
+    the extension is built, which the compiled loop reads directly).
     """
 
     __slots__ = (
-        "channel", "read_uj", "wrap_uj", "max_power_watts", "last_raw_uj", "last_ns", "total_uj", "failed",
-        "failures", "retry_at_ns", "first_failure_ns", "first_error", "resets", "reader", "stale", "fd",
-        "jump_free_uj", "jumps", "jump_events", "suspended_ns", "holding", "integrates",
+        "channel", "read_uj", "max_power_watts", "failed", "retry_at_ns", "first_failure_ns", "first_error", "resets",
+        "stale", "jumps", "jump_events", "suspended_ns", "holding", "integrates",
     )
 
     def __init__(

@@ -23,8 +23,7 @@
 #include <limits.h>
 #include <unistd.h>
 
-static PyObject *s_reader, *s_fresh_until_ns, *s_failures, *s_total_uj, *s_read_joules, *s_fd, *s_read_uj,
-    *s_wrap_uj, *s_failed_read, *s_last_raw_uj, *s_jump_free_uj, *s_last_ns, *s_advance;
+static PyObject *s_fresh_until_ns, *s_read_joules, *s_read_uj, *s_failed_read, *s_advance;
 
 /* 2**53: integers up to this convert to a double exactly, so a comparison with a float gives
  * Python's (exact) answer. */
@@ -97,13 +96,13 @@ static PyObject *joules_of(PyObject *total)
 }
 
 /* Append state.total_uj / 1e6 (a float, as the Python loop computes it). */
-static int append_total(PyObject *values, PyObject *state)
+static int append_total(PyObject *values, ChannelFields *state)
 {
-    PyObject *total = PyObject_GetAttr(state, s_total_uj);
-    if (total == NULL)
+    if (state->total_uj == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "total_uj");
         return -1;
-    PyObject *joules = joules_of(total);
-    Py_DECREF(total);
+    }
+    PyObject *joules = joules_of(state->total_uj);
     if (joules == NULL)
         return -1;
     int result = PyList_Append(values, joules);
@@ -112,11 +111,13 @@ static int append_total(PyObject *values, PyObject *state)
 }
 
 /* state.total_uj += the move: ``delta_obj`` (Python's arithmetic), or the C ``delta`` when it is NULL. */
-static int add_to_total(PyObject *state, PyObject *delta_obj, long long delta)
+static int add_to_total(ChannelFields *state, PyObject *delta_obj, long long delta)
 {
-    PyObject *total = PyObject_GetAttr(state, s_total_uj);
-    if (total == NULL)
+    PyObject *total = state->total_uj;
+    if (total == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "total_uj");
         return -1;
+    }
     PyObject *sum;
     int overflow = 1; /* 1: not added in C */
     long long t = 0, added = 0;
@@ -129,34 +130,34 @@ static int add_to_total(PyObject *state, PyObject *delta_obj, long long delta)
         sum = d == NULL ? NULL : PyNumber_Add(total, d);
         Py_XDECREF(d);
     }
-    Py_DECREF(total);
     if (sum == NULL)
         return -1;
-    int rc = PyObject_SetAttr(state, s_total_uj, sum);
-    Py_DECREF(sum);
-    return rc;
+    Py_SETREF(state->total_uj, sum);
+    return 0;
 }
 
 /* The forward-move step for one reading: add a move within the slack, else state.advance. */
-static int advance(PyObject *state, PyObject *raw, PyObject *now_ns)
+static int advance(ChannelFields *state, PyObject *raw, PyObject *now_ns)
 {
-    PyObject *last = PyObject_GetAttr(state, s_last_raw_uj);
-    if (last == NULL)
+    if (state->last_raw_uj == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "last_raw_uj");
         return -1;
-    PyObject *jump_free = PyObject_GetAttr(state, s_jump_free_uj);
+    }
+    PyObject *last = Py_NewRef(state->last_raw_uj);
+    PyObject *jump_free = PyFloat_FromDouble(state->jump_free_uj);
     if (jump_free == NULL) {
         Py_DECREF(last);
         return -1;
     }
     int within = -2; /* -2: not decided in C */
     long long delta = 0;
-    if (PyLong_CheckExact(raw) && PyLong_CheckExact(last) && PyFloat_CheckExact(jump_free)) {
+    if (PyLong_CheckExact(raw) && PyLong_CheckExact(last)) {
         int o1 = 0, o2 = 0;
         long long r = PyLong_AsLongLongAndOverflow(raw, &o1);
         long long l = PyLong_AsLongLongAndOverflow(last, &o2);
         if (!o1 && !o2 && !__builtin_sub_overflow(r, l, &delta) && delta >= -EXACT_DOUBLE_INT
             && delta <= EXACT_DOUBLE_INT)
-            within = delta >= 0 && (double)delta <= PyFloat_AS_DOUBLE(jump_free);
+            within = delta >= 0 && (double)delta <= state->jump_free_uj;
     }
     if (within == -2) {
         /* Python's own arithmetic and comparisons (and its TypeError for a reading of None). */
@@ -185,7 +186,7 @@ static int advance(PyObject *state, PyObject *raw, PyObject *now_ns)
     Py_DECREF(last);
     Py_DECREF(jump_free);
     {
-        PyObject *done = PyObject_CallMethodObjArgs(state, s_advance, raw, now_ns, NULL);
+        PyObject *done = PyObject_CallMethodObjArgs((PyObject *)state, s_advance, raw, now_ns, NULL);
         if (done == NULL)
             return -1;
         Py_DECREF(done);
@@ -194,8 +195,8 @@ static int advance(PyObject *state, PyObject *raw, PyObject *now_ns)
 set_last:
     Py_DECREF(last);
     Py_DECREF(jump_free);
-    if (PyObject_SetAttr(state, s_last_raw_uj, raw) < 0 || PyObject_SetAttr(state, s_last_ns, now_ns) < 0)
-        return -1;
+    Py_XSETREF(state->last_raw_uj, Py_NewRef(raw));
+    Py_XSETREF(state->last_ns, Py_NewRef(now_ns));
     return 0;
 fail:
     Py_DECREF(last);
@@ -204,14 +205,16 @@ fail:
 }
 
 /* One state of the loop. Returns 0, or -1 with an error set; sets *failing / *away as the loop does. */
-static int read_one(PyObject *values, PyObject *state, PyObject *now_ns, int *failing, int *away)
+static int read_one(PyObject *values, PyObject *state_obj, PyObject *now_ns, int *failing, int *away)
 {
-    PyObject *reader = PyObject_GetAttr(state, s_reader);
-    if (reader == NULL)
+    ChannelFields *state = (ChannelFields *)state_obj;
+    if (!PyObject_TypeCheck(state_obj, &ChannelFieldsType) || state->reader == NULL || state->failures == NULL
+        || state->fd == NULL || state->wrap_uj == NULL) {
+        PyErr_SetString(PyExc_TypeError, "read_counters reads channel states (ChannelFields), set up");
         return -1;
-    PyObject *failures_obj = PyObject_GetAttr(state, s_failures);
-    int failures = failures_obj == NULL ? -1 : PyObject_IsTrue(failures_obj);
-    Py_XDECREF(failures_obj);
+    }
+    PyObject *reader = Py_NewRef(state->reader);
+    int failures = PyObject_IsTrue(state->failures);
     if (failures < 0) {
         Py_DECREF(reader);
         return -1;
@@ -237,7 +240,7 @@ static int read_one(PyObject *values, PyObject *state, PyObject *now_ns, int *fa
     int off_path = reader != Py_None;
     Py_DECREF(reader);
     if (failures || off_path) {
-        PyObject *value = PyObject_CallMethodOneArg(state, s_read_joules, now_ns);
+        PyObject *value = PyObject_CallMethodOneArg(state_obj, s_read_joules, now_ns);
         if (value == NULL)
             return -1;
         if (value == Py_None)
@@ -246,18 +249,16 @@ static int read_one(PyObject *values, PyObject *state, PyObject *now_ns, int *fa
         Py_DECREF(value);
         return rc;
     }
-    PyObject *fd_obj = PyObject_GetAttr(state, s_fd);
-    if (fd_obj == NULL)
-        return -1;
+    PyObject *fd_obj = Py_NewRef(state->fd);
     PyObject *raw = NULL;
     if (fd_obj == Py_None) {
         Py_DECREF(fd_obj);
-        raw = PyObject_CallMethodNoArgs(state, s_read_uj);
+        raw = PyObject_CallMethodNoArgs(state_obj, s_read_uj);
         if (raw == NULL) {
             if (!PyErr_ExceptionMatches(PyExc_Exception))
                 return -1;
             PyErr_Clear();
-            raw = read_again(state, now_ns);
+            raw = read_again(state_obj, now_ns);
             if (raw == NULL) {
                 if (PyErr_Occurred())
                     return -1;
@@ -283,22 +284,16 @@ static int read_one(PyObject *values, PyObject *state, PyObject *now_ns, int *fa
             Py_BEGIN_ALLOW_THREADS
             n = pread((int)fd, buf, sizeof buf, 0);
             Py_END_ALLOW_THREADS
-            if (n >= 0 && parse_uj(buf, n, &uj) == 0) {
-                PyObject *wrap = PyObject_GetAttr(state, s_wrap_uj);
-                if (wrap == NULL)
-                    return -1;
-                if (PyLong_CheckExact(wrap)) {
-                    int o = 0;
-                    long long w = PyLong_AsLongLongAndOverflow(wrap, &o);
-                    odd = !(o > 0 || (!o && uj <= w));
-                }
-                Py_DECREF(wrap);
+            if (n >= 0 && parse_uj(buf, n, &uj) == 0 && PyLong_CheckExact(state->wrap_uj)) {
+                int o = 0;
+                long long w = PyLong_AsLongLongAndOverflow(state->wrap_uj, &o);
+                odd = !(o > 0 || (!o && uj <= w));
             }
         }
         PyErr_Clear();
         if (odd) {
             /* Anything odd is read again by read_uj, which names the problem. */
-            raw = read_again(state, now_ns);
+            raw = read_again(state_obj, now_ns);
             if (raw == NULL) {
                 if (PyErr_Occurred())
                     return -1;
@@ -540,21 +535,16 @@ PyMODINIT_FUNC PyInit__fastsnap(void)
 #define INTERN(var, text)                                                                                           \
     if ((var = PyUnicode_InternFromString(text)) == NULL)                                                           \
         return NULL;
-    INTERN(s_reader, "reader")
     INTERN(s_fresh_until_ns, "fresh_until_ns")
-    INTERN(s_failures, "failures")
-    INTERN(s_total_uj, "total_uj")
     INTERN(s_read_joules, "read_joules")
-    INTERN(s_fd, "fd")
     INTERN(s_read_uj, "read_uj")
-    INTERN(s_wrap_uj, "wrap_uj")
     INTERN(s_failed_read, "failed_read")
-    INTERN(s_last_raw_uj, "last_raw_uj")
-    INTERN(s_jump_free_uj, "jump_free_uj")
-    INTERN(s_last_ns, "last_ns")
     INTERN(s_advance, "advance")
 #undef INTERN
-    if (snapshot_names() < 0 || interval_names() < 0)
+    if (snapshot_names() < 0 || interval_names() < 0 || PyType_Ready(&ChannelFieldsType) < 0)
         return NULL;
-    return PyModule_Create(&module_def);
+    PyObject *module = PyModule_Create(&module_def);
+    if (module != NULL && PyModule_AddObjectRef(module, "ChannelFields", (PyObject *)&ChannelFieldsType) < 0)
+        Py_CLEAR(module);
+    return module;
 }

@@ -5,6 +5,16 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+/* The numbers of a channel state the counter loop reads and moves (_ChannelState's base where the extension is
+ * built, _fastsnap_fields.c): C fields, so the loop reads them without an attribute lookup. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *reader, *failures, *fd, *wrap_uj, *last_raw_uj, *last_ns, *total_uj;
+    double jump_free_uj;
+} ChannelFields;
+
+extern PyTypeObject ChannelFieldsType;
+
 /* read_counters(states, now_ns) -> (values, failing, away): the meter's counter loop (_fastsnap.c). */
 PyObject *read_counters(PyObject *module, PyObject *const *args, Py_ssize_t nargs);
 
