@@ -77,18 +77,23 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_joules import EnergyMeter, EnergySpanProcessor
-from otel_joules.attribution import SpanAttribution, attributor_for
 from otel_joules.attribution.procfs import CpuClocks
 from otel_joules.config import Settings
-from otel_joules.meter.interval import Interval
 from otel_joules.meter.fastpath import COMPILED
 from otel_joules.sensors import rapl
-from otel_joules.sensors.base import Channel, Domain
-from otel_joules.semconv import KIND_CPU, KIND_GPU
-from otel_joules.tracing import processor as processor_module
-from otel_joules.tracing.attributes import MeterAttributes, span_attributes
+from otel_joules.sensors.base import Channel
 from otel_joules.tracing._sdk import set_clean_attributes
 from tests.fakes.powercap import ConstantPower, make_powercap
+
+from benchmarks.span_counters import (
+    COARSENING_INTERVALS_MS,
+    COARSENING_SPANS,
+    ClockGpuChannel,
+    _settings,
+    measure_accuracy,
+    measure_coarsening,
+)
+from benchmarks.span_pieces import batch_seconds, measure_itemized, measure_pieces
 
 #: Issue 10's bounds on instrumented / bare, per mode.
 TARGET_RATIOS = {"exact": 1.8, "exact_no_attribution": 1.8, "cached": 1.4}
@@ -103,11 +108,6 @@ class DropExporter(SpanExporter):
 
     def export(self, spans: Sequence) -> SpanExportResult:  # type: ignore[override]
         return SpanExportResult.SUCCESS
-
-
-def _settings(max_age_s: float, fast_path: bool) -> Settings:
-    """A meter's settings for one mode on one span path (compiled, or its pure-Python reference)."""
-    return Settings.from_env(max_snapshot_age_s=max_age_s, fast_path=fast_path)
 
 
 class _FloorEnd:
@@ -165,14 +165,6 @@ class FloorProcessor(SpanProcessor):
             span.end = _FloorEnd(span, self, self.read())
 
 
-def _batch_seconds(tracer, n: int) -> float:
-    start = time.perf_counter()
-    for _ in range(n):
-        with tracer.start_as_current_span("op"):
-            pass
-    return time.perf_counter() - start
-
-
 def measure_ratio(tracer, processor: EnergySpanProcessor | FloorProcessor, spans: int, batches: int = 21) -> dict[str, float]:
     """Median per-span seconds with ``processor`` on and off, in interleaved batches, and their ratio."""
     per_batch = max(1, spans // batches)
@@ -181,7 +173,7 @@ def measure_ratio(tracer, processor: EnergySpanProcessor | FloorProcessor, spans
     for i in range(batches):
         for enabled in ((False, True) if i % 2 == 0 else (True, False)):
             processor.enabled = enabled
-            seconds = _batch_seconds(tracer, per_batch)
+            seconds = batch_seconds(tracer, per_batch)
             (instrumented if enabled else bare).append(seconds / per_batch)
     bare_us = statistics.median(bare) * 1e6
     instrumented_us = statistics.median(instrumented) * 1e6
@@ -210,7 +202,7 @@ def measure_lock_waits(tracer, processor: EnergySpanProcessor, spans: int) -> di
         processor.enabled = enabled
         profile = cProfile.Profile()
         profile.enable()
-        _batch_seconds(tracer, spans)
+        batch_seconds(tracer, spans)
         profile.disable()
         stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
         calls = sum(entry[1] for function, entry in stats.items() if _is_lock_wait(function))
@@ -248,244 +240,6 @@ def measure_memory(tracer, spans: int) -> dict[str, float]:
     return {"spans": spans, "bytes_before": before, "bytes_after": after, "bytes_per_span": (after - before) / spans}
 
 
-class ClockCounterChannel(Channel):
-    """A counter that behaves like RAPL's: it advances by watts x period once per period.
-
-    Driven by the monotonic clock rather than by a writer process, so the accuracy
-    figures show what the snapshots cost, not how late another process was scheduled.
-    """
-
-    def __init__(self, watts: float, update_period_s: float = 0.001) -> None:
-        super().__init__(
-            Domain("package_0", KIND_CPU, "clock-driven RAPL stand-in", "clock", update_period_s=update_period_s)
-        )
-        self._step_uj = round(watts * update_period_s * 1e6)
-        self._period_ns = round(update_period_s * 1e9)
-        self._origin_ns = time.monotonic_ns()
-
-    def read_uj(self) -> int:
-        return (time.monotonic_ns() - self._origin_ns) // self._period_ns * self._step_uj
-
-
-class ClockGpuChannel(ClockCounterChannel):
-    """A GPU counter read like NVML's: ``may_block``, so the meter reads it in its device thread."""
-
-    def __init__(self, watts: float = 300.0) -> None:
-        Channel.__init__(
-            self, Domain("nvidia_gpu_0", KIND_GPU, "clock-driven NVML stand-in", "GPU-bench", update_period_s=0.1)
-        )
-        self._step_uj = round(watts * 0.1 * 1e6)
-        self._period_ns = 100_000_000
-        self._origin_ns = time.monotonic_ns()
-
-    @property
-    def may_block(self) -> bool:
-        return True
-
-
-def measure_accuracy(
-    max_age_s: float, watts: float = 50.0, span_s: float = 0.02, spans: int = 200, fast_path: bool = True
-) -> dict[str, float]:
-    """Mean and worst relative error of span energy against watts x span duration.
-
-    The counter advances in 1 ms steps (RAPL's update period), so even exact reads are
-    off by up to one step at each end; the cached mode must not be measurably worse.
-    """
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    meter = EnergyMeter(channels=[ClockCounterChannel(watts)], settings=_settings(max_age_s, fast_path))
-    provider = TracerProvider()
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    provider.add_span_processor(EnergySpanProcessor(meter))
-    tracer = provider.get_tracer("accuracy")
-    for _ in range(spans):
-        with tracer.start_as_current_span("before"):
-            pass  # a span ending right before: its snapshot is what the cache could reuse
-        with tracer.start_as_current_span("timed"):
-            deadline = time.perf_counter() + span_s
-            while time.perf_counter() < deadline:
-                pass
-    errors = []
-    for span in exporter.get_finished_spans():
-        if span.name == "timed":
-            truth_j = watts * (span.end_time - span.start_time) / 1e9
-            errors.append(abs(span.attributes["energy.package_0.joules"] - truth_j) / truth_j)
-    meter.close()
-    return {"mean_rel_error": statistics.mean(errors), "max_rel_error": max(errors), "one_update_rel": 0.001 / span_s}
-
-
-def _set_fresh(span, attributes: dict) -> None:  # type: ignore[no-untyped-def]
-    """The processor's attribute setter on a span that does not hold these keys yet (as at a span's end)."""
-    span._attributes._dict.clear()
-    set_clean_attributes(span, attributes)
-
-
-def measure_pieces(meter: EnergyMeter, n: int = 20000) -> dict[str, float]:
-    """Nanoseconds of each piece attribution adds to a span (CPU time of this thread, best of 5)."""
-    import timeit
-
-    attributor = attributor_for(meter)
-    assert attributor is not None
-    clock = attributor.clocks.thread_clock()
-    span = TracerProvider().get_tracer("pieces").start_span("x")
-    start = meter.snapshot()
-    interval = Interval.of_measurement(meter.measure(start, meter.snapshot()), meter)
-    measured = span_attributes(interval, None)
-    merged = span_attributes(interval, SpanAttribution(1.0, 0.5, 0.0, 1.5))
-
-    def best(function) -> float:  # type: ignore[no-untyped-def]
-        return min(timeit.repeat(function, number=n, repeat=5, timer=time.thread_time)) / n * 1e9
-
-    end = meter.snapshot()
-    attribution = attributor.close_span(attributor.open_span(None), start, end)
-    assert attribution is not None
-    plan = MeterAttributes(meter, attributor.kinds)
-    return {
-        "snapshot_ns": best(meter.snapshot),
-        "thread_cpu_clock_read_ns": best(clock),
-        "open_and_close_share_ns": best(lambda: attributor.close_span(attributor.open_span(None), start, end)),
-        "build_attributes_ns": best(lambda: plan.span_attributes(start, end, attribution)),
-        # What the processor does (tracing._sdk.set_clean_attributes) and what the SDK's own call costs.
-        "set_all_attributes_ns": best(lambda: _set_fresh(span, merged)),
-        "sdk_set_attributes_ns": best(lambda: span.set_attributes(merged)),
-        "attributes_count": len(merged),
-        "extra_attributes_ns": best(lambda: _set_fresh(span, merged)) - best(lambda: _set_fresh(span, measured)),
-    }
-
-
-#: The pieces of an exact span's cost that measure_itemized times inside real spans.
-ITEMS = ("snapshots", "share_ledger", "attribute_dict", "setting_attributes", "hooks", "sdk_end_extra")
-
-
-def _timed(totals: dict[str, int], key: str, function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function``, adding the nanoseconds each call takes to ``totals[key]``."""
-    clock = time.perf_counter_ns
-
-    def timed(*args: Any, **kwargs: Any) -> Any:
-        started = clock()
-        value = function(*args, **kwargs)
-        totals[key] += clock() - started
-        return value
-
-    return timed
-
-
-def _wrapper_ns(calls: int = 20000) -> float:
-    """What one :func:`_timed` wrapper adds to a call (best of 5), subtracted once per timed call inside another."""
-    import timeit
-
-    totals = {"x": 0}
-    plain = min(timeit.repeat(_no_op, number=calls, repeat=5, timer=time.perf_counter))
-    wrapped_call = _timed(totals, "x", _no_op)
-    wrapped = min(timeit.repeat(wrapped_call, number=calls, repeat=5, timer=time.perf_counter))
-    return max(0.0, (wrapped - plain) / calls * 1e9)
-
-
-def _no_op() -> None:
-    """The call :func:`_wrapper_ns` wraps."""
-
-
-def measure_itemized(tracer: Any, processor: EnergySpanProcessor, spans: int, batches: int = 21) -> dict[str, Any]:
-    """Where an exact span's overhead goes, timed with ``perf_counter_ns`` around each piece inside real spans.
-
-    The processor's hooks (``on_start``, the wrapped ``end``, ``on_end``) are timed whole, and inside them the
-    two snapshots, the share ledger's ``open_span`` and ``close_span``, building the attribute dict and
-    setting it; the SDK's own ``end`` is timed apart, and what it costs more than a bare span's (timed the same
-    way in bare batches) is ``sdk_end_extra``: handing the exporters a span with the energy attributes. ``hooks`` is
-    the hooks' time less the pieces inside them: the clocks beside the snapshots, the parent lookup, the
-    wrapper object and its weak references, the dispatch in ``end``. Each timed call inside a hook costs the
-    hook one timing wrapper more, measured alone and subtracted.
-
-    Timed batches are interleaved with untimed instrumented and bare ones, so the sum (per-batch medians of
-    each piece) is set against the overhead measured without any timing under the same machine noise: what
-    neither shows is the SDK calling one more processor, and the timing's own disturbance.
-    """
-    from opentelemetry.sdk.trace import Span
-
-    meter = processor.meter
-    attributor = processor.attributor
-    assert attributor is not None, "warm the processor up first"
-    ledger = attributor.ledger
-    keys = ("on_start", "end", "on_end", "snapshots", "share_ledger", "attribute_dict", "setting_attributes", "sdk_end")
-    sdk_end = Span.end
-    measuring_end_call = processor_module.MeasuringEnd.__call__
-
-    def timed_bare_batch(n: int) -> float:
-        totals = {"sdk_end": 0}
-        try:
-            Span.end = _timed(totals, "sdk_end", sdk_end)  # type: ignore[method-assign]
-            _batch_seconds(tracer, n)
-        finally:
-            Span.end = sdk_end  # type: ignore[method-assign]
-        return totals["sdk_end"] / n / 1e3
-
-    timed_methods = ((meter, "snapshot"), (ledger, "open_span"), (ledger, "close_span"), (processor, "on_start"),
-                     (processor, "on_end"))
-    # Methods an object carries as instance attributes (the span ledger's compiled twins): put back after timing.
-    own_methods = [(owner, name, owner.__dict__[name]) for owner, name in timed_methods if name in owner.__dict__]
-
-    def timed_batch(n: int) -> dict[str, float]:
-        totals = dict.fromkeys(keys, 0)
-        try:
-            meter.snapshot = _timed(totals, "snapshots", meter.snapshot)  # type: ignore[method-assign]
-            ledger.open_span = _timed(totals, "share_ledger", ledger.open_span)  # type: ignore[method-assign]
-            ledger.close_span = _timed(totals, "share_ledger", ledger.close_span)  # type: ignore[method-assign]
-            processor_module.span_attributes = _timed(totals, "attribute_dict", span_attributes)
-            processor_module.set_clean_attributes = _timed(totals, "setting_attributes", set_clean_attributes)
-            processor.on_start = _timed(totals, "on_start", processor.on_start)  # type: ignore[method-assign]
-            processor.on_end = _timed(totals, "on_end", processor.on_end)  # type: ignore[method-assign]
-            processor_module.MeasuringEnd.__call__ = _timed(totals, "end", processor_module.MeasuringEnd._end)  # type: ignore[method-assign]
-            Span.end = _timed(totals, "sdk_end", sdk_end)  # type: ignore[method-assign]
-            _batch_seconds(tracer, n)
-        finally:
-            Span.end = sdk_end  # type: ignore[method-assign]
-            processor_module.MeasuringEnd.__call__ = measuring_end_call  # type: ignore[method-assign]
-            processor_module.set_clean_attributes = set_clean_attributes
-            processor_module.span_attributes = span_attributes
-            for owner, name in timed_methods:
-                owner.__dict__.pop(name, None)
-            for owner, name, method in own_methods:
-                setattr(owner, name, method)
-        return {key: value / n / 1e3 for key, value in totals.items()}
-
-    wrapper_us = _wrapper_ns() / 1e3
-    inside = ("snapshots", "share_ledger", "attribute_dict", "setting_attributes")
-    # Timed calls inside the hooks, per span: 2 snapshots, open and close, the dict, setting it, the SDK's end.
-    nested_calls = 7
-    per_batch = max(1, spans // batches)
-    items: dict[str, list[float]] = {item: [] for item in ITEMS}
-    untimed: dict[bool, list[float]] = {False: [], True: []}
-    sdk_end_us: dict[str, list[float]] = {"instrumented": [], "bare": []}
-    runs = ("timed", True, False, "timed_bare")
-    for i in range(batches):
-        for run in runs[i % len(runs):] + runs[: i % len(runs)]:
-            processor.enabled = run is True or run == "timed"
-            if run == "timed_bare":
-                sdk_end_us["bare"].append(timed_bare_batch(per_batch))
-            elif run == "timed":
-                per_span = timed_batch(per_batch)
-                for key in inside:
-                    items[key].append(per_span[key])
-                sdk_end_us["instrumented"].append(per_span["sdk_end"])
-                items["hooks"].append(
-                    per_span["on_start"] + per_span["end"] + per_span["on_end"] - per_span["sdk_end"]
-                    - sum(per_span[key] for key in inside) - nested_calls * wrapper_us
-                )
-            else:
-                untimed[run].append(_batch_seconds(tracer, per_batch) / per_batch * 1e6)
-    processor.enabled = True
-    items.pop("sdk_end_extra")
-    medians = {item: statistics.median(values) for item, values in items.items()}
-    medians["sdk_end_extra"] = statistics.median(sdk_end_us["instrumented"]) - statistics.median(sdk_end_us["bare"])
-    return {
-        "items_us": medians,
-        "itemized_us": sum(medians.values()),
-        "overhead_us": statistics.median(untimed[True]) - statistics.median(untimed[False]),
-        "wrapper_us": wrapper_us,
-    }
-
-
 def _floor_tracer(tree: Any, exact: bool, attributes_count: int) -> tuple[Any, FloorProcessor, list[Channel]]:
     """A tracer of a provider with the floor of the exact mode (``exact``: the 4 counters read) or of the cached
     mode, and the counters' channels (the caller closes them)."""
@@ -507,14 +261,14 @@ def measure_against_floor(
 
     ``ratio`` is the exact mode's median per-span time over the floor's: issue 37's target, at most 1.3."""
     floor_tracer, _, channels = _floor_tracer(tree, True, attributes_count)
-    _batch_seconds(floor_tracer, max(2000, spans // 10))  # warm-up, untimed
+    batch_seconds(floor_tracer, max(2000, spans // 10))  # warm-up, untimed
     per_batch = max(1, spans // batches)
     times: dict[str, list[float]] = {"bare": [], "exact": [], "floor": []}
     runs = ("bare", "exact", "floor")
     for i in range(batches):
         for run in runs[i % 3:] + runs[: i % 3]:
             processor.enabled = run == "exact"
-            times[run].append(_batch_seconds(floor_tracer if run == "floor" else tracer, per_batch) / per_batch)
+            times[run].append(batch_seconds(floor_tracer if run == "floor" else tracer, per_batch) / per_batch)
     processor.enabled = True
     for channel in channels:
         channel.close()
@@ -539,58 +293,6 @@ def measure_floors(tree: Any, spans: int, attributes_count: int) -> dict[str, di
         for channel in channels:
             channel.close()
     return floors
-
-
-class CoarsenedClockChannel(ClockCounterChannel):
-    """The clock-driven RAPL stand-in as seen through the agent: the value of its last push, every ``interval_s``."""
-
-    def __init__(self, watts: float, interval_s: float, phase_s: float) -> None:
-        super().__init__(watts)
-        self.domain = Domain("package_0", KIND_CPU, "coarsened stand-in", "clock", update_period_s=interval_s)
-        self._interval_ns = round(interval_s * 1e9)
-        self._phase_ns = round(phase_s * 1e9)
-
-    def read_uj(self) -> int:
-        elapsed_ns = time.monotonic_ns() - self._origin_ns - self._phase_ns
-        pushed_ns = elapsed_ns // self._interval_ns * self._interval_ns + self._phase_ns
-        return max(0, pushed_ns) // self._period_ns * self._step_uj
-
-
-def measure_coarsening(interval_s: float, span_s: float, spans: int, watts: float = 50.0) -> dict[str, float]:
-    """Per-span and summed relative error of spans of ``span_s`` against readings every ``interval_s``."""
-    import random
-
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-    meter = EnergyMeter(channels=[CoarsenedClockChannel(watts, interval_s, random.uniform(0, interval_s))], sample=False)
-    provider = TracerProvider()
-    exporter = InMemorySpanExporter()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    provider.add_span_processor(EnergySpanProcessor(meter, attribution=False))
-    tracer = provider.get_tracer("coarsening")
-    for _ in range(spans):
-        time.sleep(random.uniform(0, interval_s))  # spans start at any phase of the pushes
-        with tracer.start_as_current_span("timed"):
-            time.sleep(span_s)
-    errors, measured_j, truth_j = [], 0.0, 0.0
-    for span in exporter.get_finished_spans():
-        truth = watts * (span.end_time - span.start_time) / 1e9
-        value = span.attributes["energy.package_0.joules"]
-        errors.append(abs(value - truth) / truth)
-        measured_j += value
-        truth_j += truth
-    meter.close()
-    return {
-        "mean_rel_error": statistics.mean(errors),
-        "max_rel_error": max(errors),
-        "sum_rel_error": measured_j / truth_j - 1,
-        "bound_rel": interval_s / span_s,
-    }
-
-
-#: (span seconds, spans) for the coarsening runs: ~30 s per interval.
-COARSENING_SPANS = ((0.05, 200), (0.2, 50), (1.0, 10))
-COARSENING_INTERVALS_MS = (1, 10, 50, 100)
 
 
 def _agent_channels(tree: Any, tmp: str) -> tuple[list[Channel], Any]:
@@ -642,12 +344,12 @@ def measure_synchronize(name: str, spans: int, batches: int = 21) -> dict[str, A
         provider.add_span_processor(processor)
         tracer = provider.get_tracer("benchmark")
         per_batch = max(1, spans // batches)
-        _batch_seconds(tracer, max(2000, spans // 10))  # warm-up (and the framework's import), untimed
+        batch_seconds(tracer, max(2000, spans // 10))  # warm-up (and the framework's import), untimed
         times: dict[bool, list[float]] = {False: [], True: []}
         for i in range(batches):
             for synchronized in ((False, True) if i % 2 == 0 else (True, False)):
                 processor._synchronize = synchronizer if synchronized else None
-                times[synchronized].append(_batch_seconds(tracer, per_batch) / per_batch)
+                times[synchronized].append(batch_seconds(tracer, per_batch) / per_batch)
         meter.close()
         # The call alone, best of several runs: on a busy machine the span timings above can hide it.
         calls = 20_000

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from benchmarks import span_overhead
+from benchmarks import span_counters, span_overhead, span_pieces
 from otel_joules.config import Settings
 from otel_joules.meter.fastpath import COMPILED
 from otel_joules.sensors import rapl
@@ -88,7 +88,7 @@ def test_a_short_run_reports_every_mode_beside_its_floor(capsys: pytest.CaptureF
     assert against["exact_ratio"] == pytest.approx(against["exact_us"] / against["bare_us"]) and against["floor_us"] > 0
     for path in result["paths"]:
         itemized = result[path]["exact"]["itemized"]
-        assert set(itemized["items_us"]) == set(span_overhead.ITEMS)
+        assert set(itemized["items_us"]) == set(span_pieces.ITEMS)
         assert all(value > 0 for value in itemized["items_us"].values()), itemized
         assert itemized["itemized_us"] == pytest.approx(sum(itemized["items_us"].values()))
 
@@ -105,7 +105,7 @@ def test_a_short_run_through_a_real_agent_reads_the_agent_and_names_it(capsys: p
 def test_the_coarsened_counter_reports_the_value_of_its_last_push() -> None:
     import time
 
-    channel = span_overhead.CoarsenedClockChannel(watts=50.0, interval_s=0.05, phase_s=0.0)
+    channel = span_counters.CoarsenedClockChannel(watts=50.0, interval_s=0.05, phase_s=0.0)
     push_uj = 50.0 * 0.05 * 1e6
     values = []
     end = time.monotonic() + 0.2
