@@ -180,6 +180,10 @@ class MeterSampler:
                 if self._subscriber is subscriber:
                     self._subscriber = None
         with self._lock:
+            if tick is None and subscriber is not None and self._subscriber is subscriber:
+                # Its owner was collected without unsubscribing: the meter's own sampling resumes (kept, the dead
+                # subscriber had this thread tick again at once, forever, at 100% of a core).
+                self._subscriber = None
             if self._subscriber is not None:
                 return 0.0  # subscribed meanwhile: its tick next
             if not self.own or self._closed:
