@@ -128,6 +128,19 @@ def _across_a_3_s_restart(tmp_path: Path, child_script: str) -> tuple[dict, str]
     return json.loads(out.read_text()), err
 
 
+def _meter_through(tree, sock: Path) -> EnergyMeter:  # type: ignore[no-untyped-def]
+    """A meter reading ``tree`` through the agent at ``sock``, sampled by hand."""
+    return EnergyMeter(settings=Settings(sysfs_root=tree.sysfs_root, agent_socket=str(sock)), gpus=[], sample=False)
+
+
+def _assert_estimated_throughout(meter: EnergyMeter, measured) -> None:  # type: ignore[no-untyped-def]
+    """``measured`` is partial and holds, for every second estimated, at least the standby estimates' static power
+    (the CPUs' idle draw): the unseen time was estimated, not left at 0 J."""
+    assert measured.source == SOURCE_PARTIAL and measured.estimated_s > 0.4, measured
+    static_watts = sum(d.estimate_static_watts for d in meter.domains if d.id in meter.standby_domain_ids and d.in_total)
+    assert measured.total_joules >= 0.9 * static_watts * measured.estimated_s > 0, (measured, static_watts)
+
+
 def test_an_interval_from_the_last_snapshot_that_saw_the_agent_to_the_one_that_finds_it_gone_is_estimated(
     tmp_path: Path,
 ) -> None:
@@ -136,7 +149,7 @@ def test_an_interval_from_the_last_snapshot_that_saw_the_agent_to_the_one_that_f
     sock = _runtime(tmp_path)
     agent = start_agent(tmp_path, tree, sock)
     try:
-        meter = EnergyMeter(settings=Settings(sysfs_root=tree.sysfs_root, agent_socket=str(sock)), gpus=[], sample=False)
+        meter = _meter_through(tree, sock)
         try:
             assert meter.agent_domain_ids and meter.standby_domain_ids
             time.sleep(0.3)  # the standby estimates' pace: from their first read to the loss
@@ -149,11 +162,8 @@ def test_an_interval_from_the_last_snapshot_that_saw_the_agent_to_the_one_that_f
             meter.close()
     finally:
         stop(agent)
-    assert measured.source == SOURCE_PARTIAL and measured.estimated_s > 0.4, measured
-    # The estimate of the unseen time: at least the CPU estimate's static power (the CPUs' idle draw) for the
-    # seconds estimated. The loss found at the end once re-originated the estimates there: 0 J.
-    static_watts = sum(d.estimate_static_watts for d in meter.domains if d.id in meter.standby_domain_ids and d.in_total)
-    assert measured.total_joules >= 0.9 * static_watts * measured.estimated_s > 0, (measured, static_watts)
+    # The loss found at the end once re-originated the estimates there: 0 J.
+    _assert_estimated_throughout(meter, measured)
 
 
 def test_an_interval_from_the_last_snapshot_that_found_the_agent_away_to_the_one_that_finds_it_back_is_estimated(
@@ -167,7 +177,7 @@ def test_an_interval_from_the_last_snapshot_that_found_the_agent_away_to_the_one
     sock = _runtime(tmp_path)
     agent = start_agent(tmp_path, tree, sock)
     try:
-        meter = EnergyMeter(settings=Settings(sysfs_root=tree.sysfs_root, agent_socket=str(sock)), gpus=[], sample=False)
+        meter = _meter_through(tree, sock)
         try:
             time.sleep(0.3)
             meter.snapshot()
@@ -186,9 +196,7 @@ def test_an_interval_from_the_last_snapshot_that_found_the_agent_away_to_the_one
             meter.close()
     finally:
         stop(agent)
-    assert measured.source == SOURCE_PARTIAL and measured.estimated_s > 0.4, measured
-    static_watts = sum(d.estimate_static_watts for d in meter.domains if d.id in meter.standby_domain_ids and d.in_total)
-    assert measured.total_joules >= 0.9 * static_watts * measured.estimated_s > 0, (measured, static_watts)
+    _assert_estimated_throughout(meter, measured)
     # Measured again from the return on, the estimates frozen: nothing after it is estimated.
     assert not after.estimated_s and set(after.joules_by_domain) == set(meter.agent_domain_ids), after
 

@@ -266,3 +266,27 @@ def test_a_span_processor_takes_the_compiled_ledger_where_the_meter_takes_the_fa
             attribution = attributor.close_span(share, meter.snapshot(), meter.snapshot())
             assert attribution is not None and attribution.self_joules >= 0.0
             attributor.close()
+
+
+@needs_compiled
+def test_the_ledgers_mutex_takes_the_calls_a_threading_lock_takes() -> None:
+    # Code that holds or probes the ledgers' locks (fork safety, tests) calls them as threading.Lock.
+    from otel_joules.attribution._ledger import _new_lock
+
+    lock = _new_lock()
+    assert lock.acquire(timeout=2) is True and lock.locked()
+    assert lock.acquire(False) is False and lock.acquire(timeout=0.01) is False
+    waited = []
+    other = threading.Thread(target=lambda: waited.append(lock.acquire(timeout=5)))
+    other.start()
+    lock.release()
+    other.join(5)
+    assert waited == [True] and lock.locked()
+    lock.release()
+    with lock:
+        assert lock.locked()
+    assert not lock.locked()
+    with pytest.raises(RuntimeError, match="unlocked"):
+        lock.release()
+    with pytest.raises(ValueError):
+        lock.acquire(False, 1.0)

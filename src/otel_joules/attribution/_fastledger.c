@@ -211,9 +211,39 @@ static void mutex_dealloc(Mutex *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-static PyObject *mutex_acquire(PyObject *self, PyObject *Py_UNUSED(ignored))
+static PyObject *mutex_enter(PyObject *self, PyObject *Py_UNUSED(ignored))
 {
     acquire(self);
+    Py_RETURN_TRUE;
+}
+
+/* acquire(blocking=True, timeout=-1) -> bool, as threading.Lock's (the wait with the GIL released). */
+static PyObject *mutex_acquire(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    static char *kwlist[] = {"blocking", "timeout", NULL};
+    int blocking = 1;
+    double timeout = -1.0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "|pd:acquire", kwlist, &blocking, &timeout))
+        return NULL;
+    if (!blocking && timeout != -1.0) {
+        PyErr_SetString(PyExc_ValueError, "can't specify a timeout for a non-blocking call");
+        return NULL;
+    }
+    if (timeout < 0 && timeout != -1.0) {
+        PyErr_SetString(PyExc_ValueError, "timeout value must be a non-negative number");
+        return NULL;
+    }
+    Mutex *m = (Mutex *)self;
+    PY_TIMEOUT_T wait_us = !blocking ? 0 : timeout == -1.0 ? -1 : (PY_TIMEOUT_T)(timeout * 1e6);
+    PyLockStatus status = PyThread_acquire_lock_timed(m->lock, 0, 0);
+    if (status != PY_LOCK_ACQUIRED && wait_us != 0) {
+        Py_BEGIN_ALLOW_THREADS
+        status = PyThread_acquire_lock_timed(m->lock, wait_us, 0);
+        Py_END_ALLOW_THREADS
+    }
+    if (status != PY_LOCK_ACQUIRED)
+        Py_RETURN_FALSE;
+    m->locked = 1;
     Py_RETURN_TRUE;
 }
 
@@ -238,10 +268,12 @@ static PyObject *mutex_locked(PyObject *self, PyObject *Py_UNUSED(ignored))
 }
 
 static PyMethodDef mutex_methods[] = {
-    {"acquire", mutex_acquire, METH_NOARGS, "Take the lock, waiting (the GIL released) while another thread holds it."},
+    {"acquire", (PyCFunction)(void (*)(void))mutex_acquire, METH_VARARGS | METH_KEYWORDS,
+     "acquire(blocking=True, timeout=-1) -> bool: take the lock as threading.Lock does (the wait with the GIL "
+     "released)."},
     {"release", mutex_release, METH_NOARGS, "Give the lock back."},
     {"locked", mutex_locked, METH_NOARGS, "Whether the lock is held."},
-    {"__enter__", mutex_acquire, METH_NOARGS, "acquire()"},
+    {"__enter__", mutex_enter, METH_NOARGS, "acquire()"},
     {"__exit__", (PyCFunction)(void (*)(void))mutex_exit, METH_FASTCALL, "release()"},
     {NULL},
 };

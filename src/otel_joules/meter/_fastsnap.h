@@ -21,6 +21,10 @@ PyObject *read_counters(PyObject *module, PyObject *const *args, Py_ssize_t narg
 /* snapshot(meter, *args, **kwargs) -> EnergySnapshot: EnergyMeter.snapshot (_fastsnap_snapshot.c). */
 PyObject *meter_snapshot(PyObject *module, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
 
+/* The Python method itself, for a case the compiled twin leaves to it: type(meter).<name>(meter, *args, **kwargs)
+ * (_fastsnap_interval.c). */
+PyObject *reference(PyObject *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
+
 /* Interns the names meter_snapshot reads: 0, or -1 with the exception set. */
 int snapshot_names(void);
 

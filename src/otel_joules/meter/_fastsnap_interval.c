@@ -50,8 +50,7 @@ static long long clock_ns(clockid_t clock)
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* The Python function itself: type(meter).<name>(meter, *args, **kwargs). */
-static PyObject *reference(PyObject *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+PyObject *reference(PyObject *name, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 {
     PyObject *function = PyObject_GetAttr((PyObject *)Py_TYPE(args[0]), name);
     if (function == NULL)

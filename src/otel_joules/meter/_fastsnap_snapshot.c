@@ -32,17 +32,6 @@ int snapshot_names(void)
     return 0;
 }
 
-/* The Python method itself: EnergyMeter.snapshot(meter, *args, **kwargs). */
-static PyObject *reference(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
-{
-    PyObject *method = PyObject_GetAttr((PyObject *)Py_TYPE(args[0]), s_snapshot);
-    if (method == NULL)
-        return NULL;
-    PyObject *result = PyObject_Vectorcall(method, args, nargs, kwnames);
-    Py_DECREF(method);
-    return result;
-}
-
 /* Whether obj.name is true: 1, 0, or -1 with the exception set. */
 static int attr_true(PyObject *obj, PyObject *name)
 {
@@ -200,10 +189,10 @@ PyObject *meter_snapshot(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
     }
     PyObject *meter = args[0];
     if (nargs > 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)))
-        return reference(args, nargs, kwnames);
+        return reference(s_snapshot, args, nargs, kwnames);
     int starting = attr_true(meter, s_start_sampling);
     if (starting != 0)
-        return starting < 0 ? NULL : reference(args, nargs, kwnames);
+        return starting < 0 ? NULL : reference(s_snapshot, args, nargs, kwnames);
     PyObject *spec = PyObject_GetAttr(meter, s_snapshot_spec);
     if (spec == NULL)
         return NULL;
@@ -244,6 +233,6 @@ PyObject *meter_snapshot(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
     Py_DECREF(lock);
     Py_DECREF(spec);
     if (closed > 0 && !PyErr_Occurred())
-        return reference(args, nargs, kwnames); /* every snapshot from now on reads nothing: the method says how */
+        return reference(s_snapshot, args, nargs, kwnames); /* every snapshot from now on reads nothing: the method says how */
     return snapshot;
 }
