@@ -44,11 +44,16 @@ class _PySpanLedgerFields:
 
 
 try:
-    from otel_joules.attribution._fastledger import LedgerFields as _LedgerFields
-    from otel_joules.attribution._fastledger import Mutex as _new_lock
-    from otel_joules.attribution._fastledger import ShareFields as _ShareFields
-    from otel_joules.attribution._fastledger import SpanLedgerFields as _SpanLedgerFields
+    from otel_joules.attribution import _fastledger
 except ImportError:  # built without a C compiler
+    _fastledger = None  # type: ignore[assignment]
+
+if _fastledger is not None:
+    _LedgerFields = _fastledger.LedgerFields
+    _ShareFields = _fastledger.ShareFields
+    _SpanLedgerFields = _fastledger.SpanLedgerFields
+    _new_lock = _fastledger.Mutex
+else:
     _LedgerFields = _PyLedgerFields  # type: ignore[assignment,misc]
     _ShareFields = _PyShareFields  # type: ignore[assignment,misc]
     _SpanLedgerFields = _PySpanLedgerFields  # type: ignore[assignment,misc]

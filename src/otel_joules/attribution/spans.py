@@ -16,18 +16,13 @@ import time
 import weakref
 from types import MethodType
 
-from otel_joules.attribution._ledger import _Ledger, _new_lock, _ShareFields, _SpanLedgerFields
+from otel_joules.attribution._ledger import _fastledger, _Ledger, _new_lock, _ShareFields, _SpanLedgerFields
 from otel_joules.attribution._prices import _gpu_joules_at
 from otel_joules.attribution.history import PriceHistory
 from otel_joules.attribution.shares import SpanAttribution
 from otel_joules.meter.energy import spent_joules
 from otel_joules.meter.meter import EnergySnapshot
 from otel_joules.semconv import KIND_CPU, KIND_MEMORY
-
-try:
-    from otel_joules.attribution import _fastledger
-except ImportError:  # built without a C compiler: the pure-Python methods below
-    _fastledger = None  # type: ignore[assignment]
 
 _new_tuple = tuple.__new__
 

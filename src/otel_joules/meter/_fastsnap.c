@@ -144,11 +144,6 @@ static int advance(ChannelFields *state, PyObject *raw, PyObject *now_ns)
         return -1;
     }
     PyObject *last = Py_NewRef(state->last_raw_uj);
-    PyObject *jump_free = PyFloat_FromDouble(state->jump_free_uj);
-    if (jump_free == NULL) {
-        Py_DECREF(last);
-        return -1;
-    }
     int within = -2; /* -2: not decided in C */
     long long delta = 0;
     if (PyLong_CheckExact(raw) && PyLong_CheckExact(last)) {
@@ -167,7 +162,10 @@ static int advance(ChannelFields *state, PyObject *raw, PyObject *now_ns)
         PyObject *zero = PyLong_FromLong(0);
         int ge = zero == NULL ? -1 : PyObject_RichCompareBool(d, zero, Py_GE);
         Py_XDECREF(zero);
-        int le = ge == 1 ? PyObject_RichCompareBool(d, jump_free, Py_LE) : ge;
+        /* The bound as a float only here, off the common case. */
+        PyObject *jump_free = ge == 1 ? PyFloat_FromDouble(state->jump_free_uj) : NULL;
+        int le = ge == 1 ? (jump_free == NULL ? -1 : PyObject_RichCompareBool(d, jump_free, Py_LE)) : ge;
+        Py_XDECREF(jump_free);
         if (le == 1) {
             int rc = add_to_total(state, d, 0);
             Py_DECREF(d);
@@ -184,7 +182,6 @@ static int advance(ChannelFields *state, PyObject *raw, PyObject *now_ns)
         goto set_last;
     }
     Py_DECREF(last);
-    Py_DECREF(jump_free);
     {
         PyObject *done = PyObject_CallMethodObjArgs((PyObject *)state, s_advance, raw, now_ns, NULL);
         if (done == NULL)
@@ -194,13 +191,11 @@ static int advance(ChannelFields *state, PyObject *raw, PyObject *now_ns)
     return 0;
 set_last:
     Py_DECREF(last);
-    Py_DECREF(jump_free);
     Py_XSETREF(state->last_raw_uj, Py_NewRef(raw));
     Py_XSETREF(state->last_ns, Py_NewRef(now_ns));
     return 0;
 fail:
     Py_DECREF(last);
-    Py_DECREF(jump_free);
     return -1;
 }
 

@@ -60,11 +60,10 @@ PyObject *reference(PyObject *name, PyObject *const *args, Py_ssize_t nargs, PyO
     return result;
 }
 
-/* WALL_CLOCK.offset_ns, or WALL_CLOCK.settle() when ``moved`` says it moved beyond the tolerance. */
-static int offset_now(long long moved_ns, long long *offset_ns)
+/* WALL_CLOCK.offset_ns, or with ``settle`` WALL_CLOCK.settle() (a reader saw the clocks move beyond the tolerance). */
+static int wall_offset(int settle, long long *offset_ns)
 {
-    PyObject *v = moved_ns < -tolerance_ns || moved_ns > tolerance_ns ? PyObject_CallMethodNoArgs(wall_clock, s_settle)
-                                                                      : PyObject_GetAttr(wall_clock, s_offset_ns);
+    PyObject *v = settle ? PyObject_CallMethodNoArgs(wall_clock, s_settle) : PyObject_GetAttr(wall_clock, s_offset_ns);
     if (v == NULL)
         return -1;
     *offset_ns = PyLong_AsLongLong(v);
@@ -111,15 +110,10 @@ PyObject *open_interval(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
         return reference(s_open_interval, args, nargs, kwnames);
     /* The clocks first, as close as possible to a caller's own stamp of the stated start. */
     long long mono_ns = clock_ns(CLOCK_MONOTONIC), wall_ns = clock_ns(CLOCK_REALTIME), previous_ns, offset_ns;
-    PyObject *v = PyObject_GetAttr(wall_clock, s_offset_ns);
-    if (v == NULL)
-        return NULL;
-    previous_ns = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    if (previous_ns == -1 && PyErr_Occurred())
+    if (wall_offset(0, &previous_ns) < 0)
         return NULL;
     offset_ns = previous_ns;
-    if (!within(wall_ns - mono_ns - previous_ns) && offset_now(tolerance_ns + 1, &offset_ns) < 0)
+    if (!within(wall_ns - mono_ns - previous_ns) && wall_offset(1, &offset_ns) < 0)
         return NULL;
     PyObject *stated_start = Py_NewRef(Py_None);
     if (stated != Py_None && !within(stated_ns - wall_ns)) {
@@ -168,18 +162,15 @@ PyObject *close_interval(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
         return NULL;
     /* Read just after the closing snapshot: a caller's end stamp read now is on the clock its offset says. */
     long long wall_ns = clock_ns(CLOCK_REALTIME), closed_ns, offset_ns, opened_offset_ns;
-    closed_ns = PyTuple_Check(closed) && PyTuple_GET_SIZE(closed) ? PyLong_AsLongLong(PyTuple_GET_ITEM(closed, 0)) : -1;
-    opened_offset_ns = PyLong_AsLongLong(PyTuple_GET_ITEM(opening, 1));
-    PyObject *v = PyErr_Occurred() ? NULL : PyObject_GetAttr(wall_clock, s_offset_ns);
-    if (v == NULL) {
-        if (!PyErr_Occurred())
-            PyErr_SetString(PyExc_TypeError, "the meter's snapshot is not an EnergySnapshot");
+    if (!PyTuple_Check(closed) || PyTuple_GET_SIZE(closed) < 1) {
+        PyErr_SetString(PyExc_TypeError, "the meter's snapshot is not an EnergySnapshot");
         Py_DECREF(closed);
         return NULL;
     }
-    offset_ns = PyLong_AsLongLong(v);
-    Py_DECREF(v);
-    if ((offset_ns == -1 && PyErr_Occurred()) || (!within(wall_ns - closed_ns - offset_ns) && offset_now(tolerance_ns + 1, &offset_ns) < 0)) {
+    closed_ns = PyLong_AsLongLong(PyTuple_GET_ITEM(closed, 0));
+    opened_offset_ns = PyLong_AsLongLong(PyTuple_GET_ITEM(opening, 1));
+    if (PyErr_Occurred() || wall_offset(0, &offset_ns) < 0
+        || (!within(wall_ns - closed_ns - offset_ns) && wall_offset(1, &offset_ns) < 0)) {
         Py_DECREF(closed);
         return NULL;
     }
