@@ -16,6 +16,7 @@ setup(
                 "src/otel_joules/meter/_fastsnap_snapshot.c",
                 "src/otel_joules/meter/_fastsnap_interval.c",
                 "src/otel_joules/meter/_fastsnap_fields.c",
+                "src/otel_joules/meter/_fastsnap_attributes.c",
             ],
             depends=["src/otel_joules/meter/_fastsnap.h"],
             optional=True,

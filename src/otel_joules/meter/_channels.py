@@ -296,7 +296,9 @@ def _device_reader(channel: Channel, integrates: bool) -> _DeviceReader:
 class _PyChannelFields:
     """The numbers of a channel state the counter loop reads and moves, for an install without the C extension."""
 
-    __slots__ = ("reader", "failures", "fd", "wrap_uj", "last_raw_uj", "last_ns", "total_uj", "jump_free_uj")
+    __slots__ = (
+        "reader", "failures", "fd", "shared", "shared_index", "wrap_uj", "last_raw_uj", "last_ns", "total_uj", "jump_free_uj",
+    )
 
 
 try:
@@ -347,6 +349,8 @@ class _ChannelState(_ChannelFields):  # type: ignore[misc,valid-type]
         self.read_uj = channel.read_uj  # bound once: this runs twice per span per domain
         #: Read inline by the snapshot when the channel is a plain counter file (Channel.pread_fd).
         self.fd = channel.pread_fd
+        #: Read by the snapshot from a reading several channels share, once for all of them (Channel.shared_reading).
+        self.shared, self.shared_index = channel.shared_reading or (None, 0)
         self.wrap_uj = channel.wrap_uj
         self.max_power_watts = channel.max_power_watts
         self.last_raw_uj = first_raw_uj

@@ -1,9 +1,9 @@
 /* The span path's per-span arithmetic in C: the compiled twin of two pure-Python functions.
  *
  * read_counters(states, now_ns) is the common case of EnergyMeter.snapshot's loop over its
- * channel states (otel_joules/meter/meter.py, _read_counters_py): a healthy counter file read
- * with pread and parsed here, a forward move within the power bound's slack added here.
- * Every other case (a device read off the span path, a channel backing off, a wrap, a restart,
+ * channel states (otel_joules/meter/meter.py, read_counters): a healthy counter file read
+ * with pread and parsed here, or a value of a reading several channels share (the agent's, taken
+ * once per loop), and a forward move within the power bound's slack added here. Every other case (a device read off the span path, a channel backing off, a wrap, a restart,
  * a jump, an odd reading) calls the very same Python methods the pure-Python loop calls
  * (read_joules, advance, read_uj, failed_read), so the read policy has one implementation.
  * It runs under the meter's lock, which the caller holds, as the Python loop does.
@@ -12,9 +12,7 @@
  * open_interval and close_interval the interval's two ends around it (_fastsnap_interval.c).
  *
  * span_attributes(spec, start, end, attribution) is MeterAttributes.span_attributes
- * (otel_joules/tracing/attributes.py) for two snapshots without stale, missing or jumped
- * domains: the same keys in the same order and the same floats, computed in the same order.
- * For anything else it returns NotImplemented and the Python code answers.
+ * (otel_joules/tracing/attributes.py) for the common cases (_fastsnap_attributes.c).
  *
  * The Python code is the reference; tests/meter/test_fast_path.py checks the two agree.
  */
@@ -23,11 +21,8 @@
 #include <limits.h>
 #include <unistd.h>
 
-static PyObject *s_fresh_until_ns, *s_read_joules, *s_read_uj, *s_failed_read, *s_advance;
+static PyObject *s_fresh_until_ns, *s_read_joules, *s_read_uj, *s_failed_read, *s_advance, *s_current;
 
-/* 2**53: integers up to this convert to a double exactly, so a comparison with a float gives
- * Python's (exact) answer. */
-#define EXACT_DOUBLE_INT 9007199254740992LL
 
 /* Parse a counter file's text: decimal digits with optional surrounding whitespace.
  * 0 on success; -1 for anything else (signs, underscores, too many digits), which the
@@ -79,7 +74,7 @@ static PyObject *read_again(PyObject *state, PyObject *now_ns)
 }
 
 /* total_uj / 1e6 as Python computes it: exact below 2**53 in C, else Python's own division. */
-static PyObject *joules_of(PyObject *total)
+PyObject *joules_of(PyObject *total)
 {
     if (PyLong_CheckExact(total)) {
         int overflow = 0;
@@ -199,12 +194,48 @@ fail:
     return -1;
 }
 
+/* The shared reading taken in one loop (Channel.shared_reading) and its source: strong references, or NULL. */
+typedef struct {
+    PyObject *source, *reading;
+} SharedReading;
+
+/* A state's value in its shared reading, taken once per loop: a new reference to the raw value; Py_None when the
+ * source is away; NULL with no error set for anything odd (read again through read_uj, as the Python loop does);
+ * NULL with an error set for an error that is not an Exception. */
+static PyObject *shared_value(ChannelFields *state, SharedReading *taken)
+{
+    if (taken->source != state->shared) {
+        PyObject *reading = PyObject_CallMethodNoArgs(state->shared, s_current);
+        if (reading == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_Exception))
+                PyErr_Clear();
+            return NULL;
+        }
+        Py_XSETREF(taken->reading, reading);
+        Py_XSETREF(taken->source, Py_NewRef(state->shared));
+    }
+    if (taken->reading == Py_None)
+        return Py_NewRef(Py_None);
+    if (!PyTuple_Check(taken->reading) || state->shared_index < 0 || state->shared_index >= PyTuple_GET_SIZE(taken->reading))
+        return NULL;
+    PyObject *raw = PyTuple_GET_ITEM(taken->reading, state->shared_index);
+    if (!PyLong_CheckExact(raw) || !PyLong_CheckExact(state->wrap_uj))
+        return NULL;
+    int o1 = 0, o2 = 0;
+    long long uj = PyLong_AsLongLongAndOverflow(raw, &o1), wrap = PyLong_AsLongLongAndOverflow(state->wrap_uj, &o2);
+    if (o1 || o2 || uj < 0 || uj > wrap) {
+        PyErr_Clear();
+        return NULL;
+    }
+    return Py_NewRef(raw);
+}
+
 /* One state of the loop. Returns 0, or -1 with an error set; sets *failing / *away as the loop does. */
-static int read_one(PyObject *values, PyObject *state_obj, PyObject *now_ns, int *failing, int *away)
+static int read_one(PyObject *values, PyObject *state_obj, PyObject *now_ns, int *failing, int *away, SharedReading *taken)
 {
     ChannelFields *state = (ChannelFields *)state_obj;
     if (!PyObject_TypeCheck(state_obj, &ChannelFieldsType) || state->reader == NULL || state->failures == NULL
-        || state->fd == NULL || state->wrap_uj == NULL) {
+        || state->fd == NULL || state->shared == NULL || state->wrap_uj == NULL) {
         PyErr_SetString(PyExc_TypeError, "read_counters reads channel states (ChannelFields), set up");
         return -1;
     }
@@ -248,11 +279,21 @@ static int read_one(PyObject *values, PyObject *state_obj, PyObject *now_ns, int
     PyObject *raw = NULL;
     if (fd_obj == Py_None) {
         Py_DECREF(fd_obj);
-        raw = PyObject_CallMethodNoArgs(state_obj, s_read_uj);
-        if (raw == NULL) {
-            if (!PyErr_ExceptionMatches(PyExc_Exception))
+        if (state->shared != Py_None) {
+            /* Channel.shared_reading: one reading for every channel that shares it, taken once per loop. */
+            raw = shared_value(state, taken);
+            if (raw == NULL && PyErr_Occurred())
                 return -1;
-            PyErr_Clear();
+        } else {
+            raw = PyObject_CallMethodNoArgs(state_obj, s_read_uj);
+            if (raw == NULL) {
+                if (!PyErr_ExceptionMatches(PyExc_Exception))
+                    return -1;
+                PyErr_Clear();
+            }
+        }
+        if (raw == NULL) {
+            /* Anything odd is read again by read_uj, which names the problem. */
             raw = read_again(state_obj, now_ns);
             if (raw == NULL) {
                 if (PyErr_Occurred())
@@ -260,11 +301,6 @@ static int read_one(PyObject *values, PyObject *state_obj, PyObject *now_ns, int
                 *failing = 1;
                 return PyList_Append(values, Py_None);
             }
-        } else if (raw == Py_None) {
-            /* Its source is away for now (Channel.may_be_away): no value, not a failure. */
-            Py_DECREF(raw);
-            *away = 1;
-            return PyList_Append(values, Py_None);
         }
     } else {
         long fd = PyLong_AsLong(fd_obj);
@@ -301,6 +337,12 @@ static int read_one(PyObject *values, PyObject *state_obj, PyObject *now_ns, int
                 return -1;
         }
     }
+    if (raw == Py_None) {
+        /* Its source is away for now (Channel.may_be_away): no value, not a failure. */
+        Py_DECREF(raw);
+        *away = 1;
+        return PyList_Append(values, Py_None);
+    }
     int rc = advance(state, raw, now_ns);
     Py_DECREF(raw);
     if (rc < 0)
@@ -320,186 +362,19 @@ PyObject *read_counters(PyObject *Py_UNUSED(module), PyObject *const *args, Py_s
     if (values == NULL)
         return NULL;
     int failing = 0, away = 0;
+    SharedReading taken = {NULL, NULL};
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (read_one(values, PyTuple_GET_ITEM(states, i), now_ns, &failing, &away) < 0) {
+        if (read_one(values, PyTuple_GET_ITEM(states, i), now_ns, &failing, &away, &taken) < 0) {
             Py_DECREF(values);
-            return NULL;
+            values = NULL;
+            break;
         }
     }
+    Py_XDECREF(taken.source);
+    Py_XDECREF(taken.reading);
+    if (values == NULL)
+        return NULL;
     return Py_BuildValue("(NOO)", values, failing ? Py_True : Py_False, away ? Py_True : Py_False);
-}
-
-/* spec: (rows, joules_keys, row_items, domain_kinds, kind_positions, sources, keys), built by
- * MeterAttributes: rows[i] = (in_total, is_measurement, update_period_s); joules_keys[i];
- * row_items[i] = ((key, value), ...), set with the domain's joules; kind_positions = ((key, position), ...);
- * sources = (measured, estimate, mixed); keys = (joules, watts, source, domain_kinds,
- * below_resolution, attributed, attributed_self, dynamic, dynamic_self, attribution, baseline). */
-static PyObject *span_attributes(PyObject *Py_UNUSED(module), PyObject *const *args, Py_ssize_t nargs)
-{
-    if (nargs != 4 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) != 7 || !PyTuple_Check(args[1])
-        || !PyTuple_Check(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "span_attributes(spec: tuple, start: tuple, end: tuple, attribution)");
-        return NULL;
-    }
-    PyObject *spec = args[0], *start = args[1], *end = args[2], *attribution = args[3];
-    if (PyTuple_GET_SIZE(start) < 5 || PyTuple_GET_SIZE(end) < 5)
-        Py_RETURN_NOTIMPLEMENTED;
-    PyObject *rows = PyTuple_GET_ITEM(spec, 0), *joules_keys = PyTuple_GET_ITEM(spec, 1),
-             *row_items = PyTuple_GET_ITEM(spec, 2), *domain_kinds = PyTuple_GET_ITEM(spec, 3),
-             *kind_positions = PyTuple_GET_ITEM(spec, 4), *sources = PyTuple_GET_ITEM(spec, 5),
-             *keys = PyTuple_GET_ITEM(spec, 6);
-    PyObject *a_joules = PyTuple_GET_ITEM(start, 1), *b_joules = PyTuple_GET_ITEM(end, 1);
-    /* Stale, missing or jumped domains: the Python code's flags. */
-    PyObject *a_jumps = PyTuple_GET_ITEM(start, 4), *b_jumps = PyTuple_GET_ITEM(end, 4);
-    if (!PyTuple_Check(PyTuple_GET_ITEM(start, 2)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(start, 2))
-        || !PyTuple_Check(PyTuple_GET_ITEM(end, 2)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(end, 2))
-        || !PyTuple_Check(PyTuple_GET_ITEM(start, 3)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(start, 3))
-        || !PyTuple_Check(PyTuple_GET_ITEM(end, 3)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(end, 3)))
-        Py_RETURN_NOTIMPLEMENTED;
-    if (a_jumps != b_jumps) {
-        int same = PyObject_RichCompareBool(a_jumps, b_jumps, Py_EQ);
-        if (same < 0)
-            return NULL;
-        if (!same)
-            Py_RETURN_NOTIMPLEMENTED;
-    }
-    Py_ssize_t count = PyTuple_GET_SIZE(rows);
-    if (!PyTuple_Check(a_joules) || !PyTuple_Check(b_joules) || PyTuple_GET_SIZE(a_joules) < count
-        || PyTuple_GET_SIZE(b_joules) < count || PyTuple_GET_SIZE(joules_keys) != count
-        || PyTuple_GET_SIZE(row_items) != count || !PyTuple_Check(keys) || PyTuple_GET_SIZE(keys) != 11
-        || !PyLong_CheckExact(PyTuple_GET_ITEM(start, 0)) || !PyLong_CheckExact(PyTuple_GET_ITEM(end, 0)))
-        Py_RETURN_NOTIMPLEMENTED;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *a = PyTuple_GET_ITEM(a_joules, i), *b = PyTuple_GET_ITEM(b_joules, i);
-        if ((a != Py_None && !PyFloat_CheckExact(a)) || (b != Py_None && !PyFloat_CheckExact(b)))
-            Py_RETURN_NOTIMPLEMENTED;
-        PyObject *items = PyTuple_GET_ITEM(row_items, i);
-        if (!PyTuple_Check(items))
-            Py_RETURN_NOTIMPLEMENTED;
-        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(items); k++)
-            if (!PyTuple_Check(PyTuple_GET_ITEM(items, k)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(items, k)) != 2)
-                Py_RETURN_NOTIMPLEMENTED;
-    }
-    int o1 = 0, o2 = 0;
-    long long t0 = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(start, 0), &o1);
-    long long t1 = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(end, 0), &o2);
-    long long elapsed;
-    if (o1 || o2 || __builtin_sub_overflow(t1, t0, &elapsed))
-        Py_RETURN_NOTIMPLEMENTED;
-    if (elapsed < 0)
-        elapsed = 0;
-    if (elapsed > EXACT_DOUBLE_INT)
-        Py_RETURN_NOTIMPLEMENTED;
-    double duration_s = (double)elapsed / 1e9;
-    double total = 0.0, slowest_update_s = 0.0;
-    int measured = 0, estimated = 0, present = 0;
-    double spent[64];
-    if (count > 64)
-        Py_RETURN_NOTIMPLEMENTED;
-    for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *a = PyTuple_GET_ITEM(a_joules, i), *b = PyTuple_GET_ITEM(b_joules, i);
-        if (a == Py_None || b == Py_None)
-            continue;
-        PyObject *row = PyTuple_GET_ITEM(rows, i);
-        double s = PyFloat_AS_DOUBLE(b) - PyFloat_AS_DOUBLE(a);
-        spent[i] = s;
-        present = 1;
-        int in_total = PyObject_IsTrue(PyTuple_GET_ITEM(row, 0));
-        if (in_total < 0)
-            return NULL;
-        if (in_total) {
-            total += s;
-            int is_measurement = PyObject_IsTrue(PyTuple_GET_ITEM(row, 1));
-            if (is_measurement < 0)
-                return NULL;
-            if (is_measurement)
-                measured = 1;
-            else
-                estimated = 1;
-        }
-        double update_s = PyFloat_AsDouble(PyTuple_GET_ITEM(row, 2));
-        if (update_s == -1.0 && PyErr_Occurred())
-            return NULL;
-        if (update_s > slowest_update_s)
-            slowest_update_s = update_s;
-    }
-    PyObject *attributes = NULL, *v = NULL;
-    if (present) {
-        PyObject *source = PyTuple_GET_ITEM(sources, measured && estimated ? 2 : estimated ? 1 : 0);
-        attributes = PyDict_New();
-        if (attributes == NULL)
-            return NULL;
-        v = PyFloat_FromDouble(total);
-        if (v == NULL || PyDict_SetItem(attributes, PyTuple_GET_ITEM(keys, 0), v) < 0)
-            goto fail_value;
-        Py_DECREF(v);
-        v = PyFloat_FromDouble(duration_s > 0 ? total / duration_s : 0.0);
-        if (v == NULL || PyDict_SetItem(attributes, PyTuple_GET_ITEM(keys, 1), v) < 0)
-            goto fail_value;
-        Py_DECREF(v);
-        if (PyDict_SetItem(attributes, PyTuple_GET_ITEM(keys, 2), source) < 0
-            || PyDict_SetItem(attributes, PyTuple_GET_ITEM(keys, 3), domain_kinds) < 0)
-            goto fail;
-        for (Py_ssize_t i = 0; i < count; i++) {
-            if (PyTuple_GET_ITEM(a_joules, i) == Py_None || PyTuple_GET_ITEM(b_joules, i) == Py_None)
-                continue;
-            v = PyFloat_FromDouble(spent[i]);
-            if (v == NULL || PyDict_SetItem(attributes, PyTuple_GET_ITEM(joules_keys, i), v) < 0)
-                goto fail_value;
-            Py_DECREF(v);
-            PyObject *items = PyTuple_GET_ITEM(row_items, i);
-            for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(items); k++) {
-                PyObject *item = PyTuple_GET_ITEM(items, k);
-                if (PyDict_SetItem(attributes, PyTuple_GET_ITEM(item, 0), PyTuple_GET_ITEM(item, 1)) < 0)
-                    goto fail;
-            }
-        }
-        if (duration_s < slowest_update_s && PyDict_SetItem(attributes, PyTuple_GET_ITEM(keys, 4), Py_True) < 0)
-            goto fail;
-    }
-    if (attribution == Py_None) {
-        if (attributes == NULL)
-            Py_RETURN_NONE;
-        return attributes;
-    }
-    if (!PyTuple_Check(attribution) || PyTuple_GET_SIZE(attribution) < 8) {
-        Py_XDECREF(attributes);
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    if (attributes == NULL && (attributes = PyDict_New()) == NULL)
-        return NULL;
-    {
-        PyObject *partial = PyNumber_Add(PyTuple_GET_ITEM(attribution, 0), PyTuple_GET_ITEM(attribution, 1));
-        PyObject *sum = partial == NULL ? NULL : PyNumber_Add(partial, PyTuple_GET_ITEM(attribution, 2));
-        Py_XDECREF(partial);
-        if (sum == NULL || PyDict_SetItem(attributes, PyTuple_GET_ITEM(keys, 5), sum) < 0) {
-            Py_XDECREF(sum);
-            goto fail;
-        }
-        Py_DECREF(sum);
-        for (Py_ssize_t k = 0; k < 5; k++) {
-            if (PyDict_SetItem(attributes, PyTuple_GET_ITEM(keys, 6 + k), PyTuple_GET_ITEM(attribution, 3 + k)) < 0)
-                goto fail;
-        }
-        Py_ssize_t kinds = PyTuple_GET_SIZE(kind_positions);
-        for (Py_ssize_t k = 0; k < kinds; k++) {
-            PyObject *pair = PyTuple_GET_ITEM(kind_positions, k);
-            Py_ssize_t position = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 1));
-            if (position < 0 || position >= PyTuple_GET_SIZE(attribution)) {
-                if (!PyErr_Occurred())
-                    PyErr_SetString(PyExc_IndexError, "attribution position out of range");
-                goto fail;
-            }
-            if (PyDict_SetItem(attributes, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(attribution, position)) < 0)
-                goto fail;
-        }
-    }
-    return attributes;
-fail_value:
-    Py_XDECREF(v);
-fail:
-    Py_XDECREF(attributes);
-    return NULL;
 }
 
 static PyMethodDef methods[] = {
@@ -535,6 +410,7 @@ PyMODINIT_FUNC PyInit__fastsnap(void)
     INTERN(s_read_uj, "read_uj")
     INTERN(s_failed_read, "failed_read")
     INTERN(s_advance, "advance")
+    INTERN(s_current, "current")
 #undef INTERN
     if (snapshot_names() < 0 || interval_names() < 0 || PyType_Ready(&ChannelFieldsType) < 0)
         return NULL;

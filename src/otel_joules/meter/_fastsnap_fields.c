@@ -12,6 +12,7 @@ static int fields_traverse(ChannelFields *self, visitproc visit, void *arg)
     Py_VISIT(self->reader);
     Py_VISIT(self->failures);
     Py_VISIT(self->fd);
+    Py_VISIT(self->shared);
     Py_VISIT(self->wrap_uj);
     Py_VISIT(self->last_raw_uj);
     Py_VISIT(self->last_ns);
@@ -24,6 +25,7 @@ static int fields_clear(ChannelFields *self)
     Py_CLEAR(self->reader);
     Py_CLEAR(self->failures);
     Py_CLEAR(self->fd);
+    Py_CLEAR(self->shared);
     Py_CLEAR(self->wrap_uj);
     Py_CLEAR(self->last_raw_uj);
     Py_CLEAR(self->last_ns);
@@ -43,6 +45,8 @@ static PyMemberDef fields_members[] = {
     FIELD(reader, "The device's reader thread (None: read on the span path)."),
     FIELD(failures, "Consecutive failed reads (0: healthy)."),
     FIELD(fd, "The counter file's descriptor, read inline (None: read through the channel)."),
+    FIELD(shared, "The source of a reading several channels share, read once per snapshot (None: not shared)."),
+    {"shared_index", T_PYSSIZET, offsetof(ChannelFields, shared_index), 0, "This channel's position in that reading."},
     FIELD(wrap_uj, "Where the counter wraps (None: it cannot)."),
     FIELD(last_raw_uj, "The last good reading (None before the first)."),
     FIELD(last_ns, "monotonic_ns of the last good reading."),

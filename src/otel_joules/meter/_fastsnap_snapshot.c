@@ -1,19 +1,22 @@
 /* EnergyMeter.snapshot's common case in C: the compiled twin of the Python method
  * (otel_joules/meter/meter.py), which stays the reference.
  *
- * A meter on the compiled path without standby estimates has this bound as its ``snapshot``
- * (EnergyMeter.__init__). It does what the method does for a plain call: under the meter's lock,
- * the clock, the cached snapshot while it is young enough, the counter loop (read_counters), the
- * stale, missing and jump flags, and the new EnergySnapshot kept as the latest. A call with
- * arguments (the sampler's hold_devices), the first snapshot (which starts the sampler) and a
- * closed meter take the Python method itself. tests/meter/test_fast_path.py checks that the two
- * give the same snapshots through wraps, restarts, jumps and failed reads.
+ * A meter on the compiled path has this bound as its ``snapshot`` (EnergyMeter.__init__). It does
+ * what the method does for a plain call: under the meter's lock, the clock, the cached snapshot
+ * while it is young enough, the counter loop (read_counters), the agent's outages where the meter
+ * has standby estimates, the stale, missing and jump flags, and the new EnergySnapshot kept as the
+ * latest. Of the outages it does the common case, a snapshot that finds the agent there as the one
+ * before did; a loss or a return takes Outages.update. A call with arguments (the sampler's
+ * hold_devices), the first snapshot (which starts the sampler) and a closed meter take the Python
+ * method itself. tests/meter/test_fast_path.py checks that the two give the same snapshots through
+ * wraps, restarts, jumps and failed reads, tests/agent/test_compiled_path.py through the agent's outages.
  */
 #include "_fastsnap.h"
 #include <time.h>
 
 static PyObject *s_start_sampling, *s_snapshot_spec, *s_lock, *s_closed, *s_last_snapshot, *s_jumps_seen,
-    *s_jump_counts, *s_stale, *s_failures, *s_failed, *s_jumps, *s_acquire, *s_release, *s_snapshot;
+    *s_jump_counts, *s_stale, *s_failures, *s_failed, *s_jumps, *s_acquire, *s_release, *s_snapshot, *s_away,
+    *s_agent_totals_uj, *s_update, *s_last_present_ns, *s_present;
 
 int snapshot_names(void)
 {
@@ -25,6 +28,8 @@ int snapshot_names(void)
         {&s_closed, "_closed"}, {&s_last_snapshot, "_last_snapshot"}, {&s_jumps_seen, "_jumps_seen"},
         {&s_jump_counts, "_jump_counts"}, {&s_stale, "stale"}, {&s_failures, "failures"}, {&s_failed, "failed"},
         {&s_jumps, "jumps"}, {&s_acquire, "acquire"}, {&s_release, "release"}, {&s_snapshot, "snapshot"},
+        {&s_away, "away"}, {&s_agent_totals_uj, "agent_totals_uj"}, {&s_update, "update"},
+        {&s_last_present_ns, "last_present_ns"}, {&s_present, "present"},
     };
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if ((*names[i].var = PyUnicode_InternFromString(names[i].text)) == NULL)
@@ -92,12 +97,74 @@ static int is_missing(PyObject *state)
     return failed < 0 ? -1 : !failed;
 }
 
+/* A snapshot that found the agent there, as the one before did: Outages.update's common case. The standby
+ * estimates' frozen joules appended to ``values``, the latest snapshot that found the agent there moved to now;
+ * the snapshot's Outage (a new reference), or NULL with the exception set. */
+static PyObject *still_there(PyObject *outages, PyObject *standby, PyObject *values, PyObject *now)
+{
+    if (PyObject_SetAttr(outages, s_last_present_ns, now) < 0)
+        return NULL;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(standby); k++) {
+        PyObject *state = PyTuple_GET_ITEM(standby, k);
+        if (!PyObject_TypeCheck(state, &ChannelFieldsType) || ((ChannelFields *)state)->total_uj == NULL) {
+            PyErr_SetString(PyExc_TypeError, "the standby estimates are not channel states (ChannelFields), set up");
+            return NULL;
+        }
+        int failed = attr_true(state, s_failed);
+        PyObject *value = failed ? Py_NewRef(Py_None) : joules_of(((ChannelFields *)state)->total_uj);
+        if (failed < 0 || value == NULL || PyList_Append(values, value) < 0) {
+            Py_XDECREF(value);
+            return NULL;
+        }
+        Py_DECREF(value);
+    }
+    return PyObject_GetAttr(outages, s_present);
+}
+
+/* The counter loop and, where the meter has standby estimates, the agent's outages: (values, failing, outage) as
+ * a new tuple, or NULL with the exception set. */
+static PyObject *read_with_outages(PyObject *spec, PyObject *now)
+{
+    PyObject *primary = PyTuple_GET_ITEM(spec, 0), *outages = PyTuple_GET_ITEM(spec, 6),
+             *standby = PyTuple_GET_ITEM(spec, 7);
+    PyObject *before_uj = Py_NewRef(Py_None);
+    int was_away = outages == Py_None ? 0 : attr_true(outages, s_away);
+    if (was_away > 0) {
+        /* The agent's totals before a read that may bridge its outage. */
+        Py_SETREF(before_uj, PyObject_CallMethodNoArgs(outages, s_agent_totals_uj));
+    }
+    PyObject *loop_args[2] = {primary, now};
+    PyObject *read = was_away < 0 || before_uj == NULL ? NULL : read_counters(NULL, loop_args, 2);
+    PyObject *result = NULL;
+    if (read == NULL || outages == Py_None) {
+        result = read == NULL ? NULL : Py_BuildValue("(OOO)", PyTuple_GET_ITEM(read, 0), PyTuple_GET_ITEM(read, 1), Py_None);
+    } else if (!was_away && PyTuple_GET_ITEM(read, 2) == Py_False) {
+        PyObject *outage = still_there(outages, standby, PyTuple_GET_ITEM(read, 0), now);
+        result = outage == NULL ? NULL : Py_BuildValue("(OON)", PyTuple_GET_ITEM(read, 0), PyTuple_GET_ITEM(read, 1), outage);
+    } else {
+        /* A loss, a return, or the agent still away: the reference decides. */
+        PyObject *updated = PyObject_CallMethodObjArgs(outages, s_update, PyTuple_GET_ITEM(read, 0), PyTuple_GET_ITEM(read, 1),
+                                                       PyTuple_GET_ITEM(read, 2), now, before_uj, NULL);
+        if (updated != NULL && (!PyTuple_Check(updated) || PyTuple_GET_SIZE(updated) != 2)) {
+            PyErr_SetString(PyExc_TypeError, "Outages.update did not return (failing, outage)");
+            Py_CLEAR(updated);
+        }
+        int failing = updated == NULL ? -1 : PyObject_IsTrue(PyTuple_GET_ITEM(updated, 0));
+        if (failing >= 0)
+            result = Py_BuildValue("(OOO)", PyTuple_GET_ITEM(read, 0), failing ? Py_True : Py_False, PyTuple_GET_ITEM(updated, 1));
+        Py_XDECREF(updated);
+    }
+    Py_XDECREF(read);
+    Py_XDECREF(before_uj);
+    return result;
+}
+
 /* The snapshot under the meter's lock (held): a new reference, or NULL with the exception set. */
 static PyObject *snapshot_locked(PyObject *meter, PyObject *spec, long long now_ns)
 {
-    PyObject *primary = PyTuple_GET_ITEM(spec, 0), *off_path = PyTuple_GET_ITEM(spec, 1),
-             *states = PyTuple_GET_ITEM(spec, 2), *jump_events = PyTuple_GET_ITEM(spec, 3),
-             *max_age = PyTuple_GET_ITEM(spec, 4), *snapshot_type = PyTuple_GET_ITEM(spec, 5);
+    PyObject *off_path = PyTuple_GET_ITEM(spec, 1), *states = PyTuple_GET_ITEM(spec, 2),
+             *jump_events = PyTuple_GET_ITEM(spec, 3), *max_age = PyTuple_GET_ITEM(spec, 4),
+             *snapshot_type = PyTuple_GET_ITEM(spec, 5);
     PyObject *cached = PyObject_GetAttr(meter, s_last_snapshot);
     if (cached == NULL)
         return NULL;
@@ -115,15 +182,14 @@ static PyObject *snapshot_locked(PyObject *meter, PyObject *spec, long long now_
     PyObject *now = PyLong_FromLongLong(now_ns);
     if (now == NULL)
         return NULL;
-    PyObject *loop_args[2] = {primary, now};
-    PyObject *read = read_counters(NULL, loop_args, 2);
+    PyObject *read = read_with_outages(spec, now);
     if (read == NULL) {
         Py_DECREF(now);
         return NULL;
     }
     PyObject *joules = PyList_AsTuple(PyTuple_GET_ITEM(read, 0));
     int failing = PyTuple_GET_ITEM(read, 1) == Py_True;
-    Py_DECREF(read);
+    PyObject *outage = PyTuple_GET_ITEM(read, 2);
     PyObject *stale = joules == NULL ? NULL : positions_where(off_path, 1, joules, is_stale);
     PyObject *missing = stale == NULL ? NULL : failing ? positions_where(states, 0, NULL, is_missing) : PyTuple_New(0);
     PyObject *snapshot = NULL, *jump_counts = NULL;
@@ -167,7 +233,7 @@ static PyObject *snapshot_locked(PyObject *meter, PyObject *spec, long long now_
     snapshot = type->tp_alloc(type, 6);
     if (snapshot == NULL)
         goto done;
-    PyObject *items[6] = {now, joules, stale, missing, jump_counts, Py_None};
+    PyObject *items[6] = {now, joules, stale, missing, jump_counts, outage};
     for (int i = 0; i < 6; i++)
         PyTuple_SET_ITEM(snapshot, i, Py_NewRef(items[i]));
     if (PyObject_SetAttr(meter, s_last_snapshot, snapshot) < 0)
@@ -177,6 +243,7 @@ done:
     Py_XDECREF(missing);
     Py_XDECREF(stale);
     Py_XDECREF(joules);
+    Py_DECREF(read);
     Py_DECREF(now);
     return snapshot;
 }
@@ -196,12 +263,12 @@ PyObject *meter_snapshot(PyObject *Py_UNUSED(module), PyObject *const *args, Py_
     PyObject *spec = PyObject_GetAttr(meter, s_snapshot_spec);
     if (spec == NULL)
         return NULL;
-    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 6 || !PyTuple_Check(PyTuple_GET_ITEM(spec, 0))
+    if (!PyTuple_Check(spec) || PyTuple_GET_SIZE(spec) != 8 || !PyTuple_Check(PyTuple_GET_ITEM(spec, 0))
         || !PyTuple_Check(PyTuple_GET_ITEM(spec, 1)) || !PyTuple_Check(PyTuple_GET_ITEM(spec, 2))
-        || !PyType_Check(PyTuple_GET_ITEM(spec, 5))) {
+        || !PyType_Check(PyTuple_GET_ITEM(spec, 5)) || !PyTuple_Check(PyTuple_GET_ITEM(spec, 7))) {
         Py_DECREF(spec);
         PyErr_SetString(PyExc_TypeError, "the meter's _snapshot_spec is not (primary, off_path, states, jump_events, "
-                                         "max_age_ns, EnergySnapshot)");
+                                         "max_age_ns, EnergySnapshot, outages, standby)");
         return NULL;
     }
     PyObject *lock = PyObject_GetAttr(meter, s_lock);

@@ -188,14 +188,14 @@ class EnergyMeter:
         #: What the compiled snapshot reads of this meter besides its lock and the values it keeps: fixed at start.
         self._snapshot_spec = (
             self._primary_states, self._off_path_states, tuple(self._states), self._jump_events,
-            self._max_snapshot_age_ns, EnergySnapshot,
+            self._max_snapshot_age_ns, EnergySnapshot, self._outages if self._standby_states else None,
+            self._standby_states,
         )
-        if self.fast_path and not self._standby_states:
-            # The compiled twin of snapshot() (otel_joules.meter._fastsnap), bound to this meter: an instance
-            # attribute, found before the method. A meter with standby estimates (the agent's) keeps the method.
-            self.snapshot = MethodType(COMPILED.snapshot, self)  # type: ignore[method-assign,union-attr]
         if self.fast_path:
-            # The interval's two ends likewise (otel_joules.meter.interval's functions are the reference).
+            # The compiled twin of snapshot() (otel_joules.meter._fastsnap), bound to this meter: an instance
+            # attribute, found before the method. The interval's two ends likewise (otel_joules.meter.interval's
+            # functions are the reference).
+            self.snapshot = MethodType(COMPILED.snapshot, self)  # type: ignore[method-assign,union-attr]
             self.open_interval = MethodType(COMPILED.open_interval, self)  # type: ignore[method-assign,union-attr]
             self.close_interval = MethodType(COMPILED.close_interval, self)  # type: ignore[method-assign,union-attr]
         _live_meters.add(self)
@@ -430,6 +430,7 @@ def read_counters(states: tuple[_ChannelState, ...], now_ns: int) -> tuple[list[
     values: list[float | None] = []
     append = values.append
     failing = away = False
+    source = reading = None  # the shared reading taken in this loop (Channel.shared_reading), and its source
     for state in states:
         # The common case inlined (this runs for every domain, twice per span): a healthy
         # counter read in this thread that moved forward within its power bound's slack.
@@ -448,19 +449,22 @@ def read_counters(states: tuple[_ChannelState, ...], now_ns: int) -> tuple[list[
             continue
         fd = state.fd
         try:
-            if fd is None:
-                raw = state.read_uj()
-                if raw is None:
-                    # Its source is away for now (Channel.may_be_away): no value, not a failure.
-                    append(None)
-                    away = True
-                    continue
-            else:
+            if fd is not None:
                 # Channel.pread_fd: the channel's read_uj without the call. Anything odd is
                 # read again by read_uj below, which names the problem.
                 raw = int(_pread(fd, 32, 0))
                 if raw < 0 or raw > state.wrap_uj:  # type: ignore[operator]
                     raise ValueError(raw)
+            elif state.shared is not None:
+                # Channel.shared_reading: one reading for every channel that shares it, taken once per
+                # snapshot (None: its source is away). Anything odd is read again by read_uj below.
+                if state.shared is not source:
+                    reading, source = state.shared.current(), state.shared
+                raw = None if reading is None else reading[state.shared_index]
+                if reading is not None and (raw is None or not 0 <= raw <= state.wrap_uj):  # type: ignore[operator]
+                    raise ValueError(raw)
+            else:
+                raw = state.read_uj()
         except Exception:  # noqa: BLE001 - never raise into the user's span
             try:
                 raw = state.read_uj()
@@ -469,6 +473,11 @@ def read_counters(states: tuple[_ChannelState, ...], now_ns: int) -> tuple[list[
                 append(None)
                 failing = True
                 continue
+        if raw is None:
+            # Its source is away for now (Channel.may_be_away): no value, not a failure.
+            append(None)
+            away = True
+            continue
         delta = raw - state.last_raw_uj  # type: ignore[operator]
         if 0 <= delta <= state.jump_free_uj:
             state.total_uj += delta

@@ -63,19 +63,21 @@ class Outages:
         #: Whether the agent was away at the latest snapshot.
         self.away = False
         self._since_ns = 0
-        self._last_present_ns = time.monotonic_ns()
+        #: monotonic_ns of the latest snapshot that found the agent there.
+        self.last_present_ns = time.monotonic_ns()
         self._away_ns = 0
         self._standby_at_loss_uj: tuple[int, ...] = ()
         #: Standby estimates (of domains in the host's total) of outages the counters bridged.
         self.bridged_estimate_joules = 0.0
         self._said_unbridged = False
-        self._present = Outage(False, 0.0, (None,) * self._count)
+        #: The :class:`Outage` of every snapshot that finds the agent there (renewed at each return).
+        self.present = Outage(False, 0.0, (None,) * self._count)
 
     def withheld_estimate_joules(self, now_ns: int) -> float:
         """Standby estimates (of domains in the host's total) that the agent's counters bridged, or may still
         bridge: those of past bridged outages, and of the current one while it is shorter than a wrap."""
         withheld = self.bridged_estimate_joules
-        if self.away and (now_ns - self._last_present_ns) / 1e9 < self._wrap_s():
+        if self.away and (now_ns - self.last_present_ns) / 1e9 < self._wrap_s():
             withheld += self._estimate_since_loss_joules()
         return withheld
 
@@ -113,7 +115,7 @@ class Outages:
             for i in self._agent:
                 if values[i] is None and not self._primary[i].failures:
                     values[i] = self._primary[i].total_uj / 1e6  # its last measurement, frozen at the loss
-            return failing, Outage(True, (self._away_ns + now_ns - self._since_ns) / 1e9, self._present.returned)
+            return failing, Outage(True, (self._away_ns + now_ns - self._since_ns) / 1e9, self.present.returned)
         if self.away:
             # The estimates up to the return, read once more as at the loss: frozen at the last snapshot that
             # found the agent away, they would leave the time since then unmeasured by anything (an interval
@@ -121,10 +123,10 @@ class Outages:
             for state in self._standby:
                 state.read_joules(now_ns)
             self._back(values, now_ns, before_uj or ())
-        self._last_present_ns = now_ns
+        self.last_present_ns = now_ns
         for state in self._standby:
             values.append(None if state.failed else state.total_uj / 1e6)  # frozen while the agent is there
-        return failing, self._present
+        return failing, self.present
 
     def _lose(self, now_ns: int) -> None:
         """The agent went away: the standby estimates count from the last snapshot that saw it (not from the
@@ -132,7 +134,7 @@ class Outages:
         self.away = True
         # Away since the last snapshot that saw it: the loss lies somewhere after that one, so the snapshot
         # that finds it ends an interval that was not measured throughout (a span across it is partial).
-        self._since_ns = min(now_ns, self._last_present_ns)
+        self._since_ns = min(now_ns, self.last_present_ns)
         for state in self._standby:
             if state.failures or state.failed or state.last_raw_uj is None:
                 continue  # its own failure policy decides its origin
@@ -161,7 +163,7 @@ class Outages:
 
     def _back(self, values: list[float | None], now_ns: int, before_uj: tuple[int, ...]) -> None:
         """The agent is back: the gap is measured if its counters bridge it, else its estimate stands."""
-        gap_s = (now_ns - self._last_present_ns) / 1e9
+        gap_s = (now_ns - self.last_present_ns) / 1e9
         wrap_s = self._wrap_s()
         if gap_s < wrap_s and len(before_uj) == len(self._agent):
             self.bridged_estimate_joules += self._estimate_since_loss_joules()
@@ -185,4 +187,4 @@ class Outages:
         self.away = False
         agent = set(self._agent)
         returned = tuple(values[i] if i in agent else None for i in range(len(self._primary)))
-        self._present = Outage(False, self._away_ns / 1e9, returned + (None,) * len(self._standby))
+        self.present = Outage(False, self._away_ns / 1e9, returned + (None,) * len(self._standby))

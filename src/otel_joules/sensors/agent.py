@@ -425,6 +425,12 @@ class AgentChannel(Channel):
         """The agent may go away: :meth:`read_uj` then returns None and standby estimates stand in."""
         return True
 
+    @property
+    def shared_reading(self) -> tuple[AgentLink, int]:
+        """The link's reading (:meth:`AgentLink.current`), this zone's position in it: a snapshot reads the link once
+        for all of the agent's zones."""
+        return self._link, self._index
+
     def read_uj(self) -> int | None:  # type: ignore[override]
         """The zone's counter in the agent's newest reading; None while the agent is away or its reading is stale.
 

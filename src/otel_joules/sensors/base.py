@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import enum
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Any, Iterable
 
 from otel_joules.semconv import KIND_CPU, KIND_GPU, KIND_MEMORY, KIND_PLATFORM, KIND_RAIL, SOURCE_ESTIMATE
 
@@ -272,6 +272,18 @@ class Channel(abc.ABC):
         :meth:`read_uj`: a snapshot reads every counter twice per span, and the call is a
         sizeable part of each read. Any doubt (an error, a value out of range) goes to
         :meth:`read_uj`, which says what is wrong.
+        """
+        return None
+
+    @property
+    def shared_reading(self) -> tuple[Any, int] | None:
+        """``(source, position)`` where this channel's counter is one value of a reading several channels share,
+        or None (read through :meth:`read_uj`).
+
+        ``source.current()`` returns the reading's raw values (None while its source is away), and this channel's
+        counter is the one at ``position``: a snapshot then takes one reading for all such channels instead of a
+        :meth:`read_uj` each. Any doubt (no value at ``position``, a value out of range) goes to :meth:`read_uj`,
+        which says what is wrong; a None reading is the source away, as :meth:`read_uj` returning None.
         """
         return None
 

@@ -230,8 +230,7 @@ class MeterAttributes:
         #: from the attributes either path wrote, so the compiled path needs no change for it.
         self._band_keys = tuple((self._rows[i][0], low, high) for i, low, high in self._plan.estimate_bands)
         #: The compiled span_attributes and what it needs of this plan, unpacked once; None: the reference here.
-        #: The agent's domains (energy.agent.domains) are left to the reference.
-        self._compiled = COMPILED.span_attributes if meter.fast_path and not self._agent_positions else None  # type: ignore[union-attr]
+        self._compiled = COMPILED.span_attributes if meter.fast_path else None  # type: ignore[union-attr]
         self._spec = (
             self._plan.rows,
             tuple(key for key, _ in self._rows),
@@ -244,12 +243,15 @@ class MeterAttributes:
                 ENERGY_ATTRIBUTED_JOULES, ENERGY_ATTRIBUTED_SELF_JOULES, ENERGY_ATTRIBUTED_DYNAMIC_JOULES,
                 ENERGY_ATTRIBUTED_DYNAMIC_SELF_JOULES, ENERGY_ATTRIBUTION, ENERGY_BASELINE,
             ),
+            (self._plan.standby, self._agent_positions, ENERGY_AGENT_DOMAINS),
         )
         #: The compiled function bound to this plan, for :func:`span_attributes` to call without this object's
-        #: frame: None where the reference runs, or an estimate's band is to be added (:meth:`span_attributes`).
-        self.direct = (
-            partial(self._compiled, self._spec) if self._compiled is not None and not self._band_keys else None
-        )
+        #: frame: None where the reference runs, or an estimate's band may be added (:meth:`span_attributes`). The
+        #: standby estimates' band never is: the compiled function answers only while the agent is there, when
+        #: they are left out.
+        standby = set(self._plan.standby)
+        banded = any(i not in standby for i, _, _ in self._plan.estimate_bands)
+        self.direct = partial(self._compiled, self._spec) if self._compiled is not None and not banded else None
 
     def span_attributes(self, start: EnergySnapshot, end: EnergySnapshot, attribution: SpanAttribution | None) -> dict[str, Any] | None:
         """The energy between the two snapshots, with the share's attributes when one is given (a dict of the
