@@ -98,6 +98,8 @@ def test_a_short_run_through_a_real_agent_reads_the_agent_and_names_it(capsys: p
                                "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["source"] == "agent"
+    # The meter a user's discovery gives: the agent's zones and the standby estimates that stand in while it is away.
+    assert result["domains"] == "4 RAPL through the agent + 2 standby estimates"
     # One attribute more than direct reads (4 RAPL domains and the shares): energy.agent.domains.
     assert result["pieces"]["attributes_count"] == 19  # energy.domain_kinds and energy.platform.domain included
 
