@@ -3,8 +3,9 @@
  * read_counters(states, now_ns) is the common case of EnergyMeter.snapshot's loop over its
  * channel states (otel_joules/meter/meter.py, read_counters): a healthy counter file read
  * with pread and parsed here, or a value of a reading several channels share (the agent's, taken
- * once per loop), and a forward move within the power bound's slack added here. Every other case (a device read off the span path, a channel backing off, a wrap, a restart,
- * a jump, an odd reading) calls the very same Python methods the pure-Python loop calls
+ * once per loop), and a forward move within the power bound's slack added here. Every other
+ * case (a device read off the span path, a channel backing off, a wrap, a restart, a jump, an
+ * odd reading) calls the very same Python methods the pure-Python loop calls
  * (read_joules, advance, read_uj, failed_read), so the read policy has one implementation.
  * It runs under the meter's lock, which the caller holds, as the Python loop does.
  *
@@ -22,7 +23,6 @@
 #include <unistd.h>
 
 static PyObject *s_fresh_until_ns, *s_read_joules, *s_read_uj, *s_failed_read, *s_advance, *s_current;
-
 
 /* Parse a counter file's text: decimal digits with optional surrounding whitespace.
  * 0 on success; -1 for anything else (signs, underscores, too many digits), which the
