@@ -43,6 +43,12 @@ def walkable(path: Path) -> None:
             os.chmod(directory, stat.S_IMODE(mode) | stat.S_IXOTH | stat.S_IXGRP)
 
 
+def agent_socket(tmp_path: Path) -> Path:
+    """Where a test's agent listens: ``run/agent.sock`` under ``tmp_path`` (the agent makes ``run``), walkable."""
+    walkable(tmp_path)
+    return tmp_path / "run" / "agent.sock"
+
+
 def root_only_tree(tmp_path: Path) -> FakePowercap:
     """A one-socket tree whose energy_uj files are 0400 root, as since CVE-2020-8694; directories walkable."""
     tree = make_powercap(tmp_path / "sys", "one_socket", mode=0o400)

@@ -23,6 +23,7 @@ import pytest
 
 from otel_joules.sensors.agent_protocol import MAX_REPLY_BYTES, decode_frames, encode
 from tests.agent._support import (
+    agent_socket,
     FLOODER_UID,
     GROUP_GID,
     MEMBER_UID,
@@ -46,11 +47,6 @@ from tests.fakes.powercap import ConstantPower
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 
 
-def _runtime(tmp_path: Path) -> Path:
-    walkable(tmp_path)
-    return tmp_path / "run" / "agent.sock"
-
-
 def _finish(child: subprocess.Popen[str], timeout_s: float = 60) -> str:
     try:
         _, err = child.communicate(timeout=timeout_s)
@@ -69,7 +65,7 @@ def _within(span: dict, tolerance: float) -> bool:
 
 def test_a_group_member_gets_measured_spans_within_3_percent_through_the_agent(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
         agent = start_agent(tmp_path, tree, sock)
         try:
@@ -100,7 +96,7 @@ def test_a_group_member_gets_measured_spans_within_3_percent_through_the_agent(t
 
 def test_the_agent_user_may_read_with_only_its_primary_group_too(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS}):  # moving counters: a frozen reading is not used
         agent = start_agent(tmp_path, tree, sock)
         try:
@@ -115,7 +111,7 @@ def test_the_agent_user_may_read_with_only_its_primary_group_too(tmp_path: Path)
 @pytest.mark.parametrize("opened_socket", [False, True], ids=["socket_mode", "peer_credentials"])
 def test_a_uid_outside_the_group_is_refused_gets_labelled_estimates_and_is_told_why(tmp_path: Path, opened_socket: bool) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     agent = start_agent(tmp_path, tree, sock)
     try:
         if opened_socket:
@@ -142,7 +138,7 @@ def test_a_uid_outside_the_group_is_refused_gets_labelled_estimates_and_is_told_
 
 def test_an_agent_restart_mid_run_gives_labelled_estimates_once_then_measured_again(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     out = tmp_path / "spans.jsonl"
     until = tmp_path / "stop-now"
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
@@ -194,7 +190,7 @@ def test_an_agent_restart_mid_run_gives_labelled_estimates_once_then_measured_ag
 
 def test_a_process_in_another_mount_namespace_that_sees_only_the_socket_is_measured(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     container = tmp_path / "container"
     container.mkdir()
     walkable(container)
@@ -245,7 +241,7 @@ def _refused_start(tmp_path: Path, tree, sock: Path) -> str:
 
 def test_a_regular_file_at_the_socket_path_is_refused_and_left_alone(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     sock.parent.mkdir(mode=0o755)
     sock.write_text("precious")
     err = _refused_start(tmp_path, tree, sock)
@@ -255,7 +251,7 @@ def test_a_regular_file_at_the_socket_path_is_refused_and_left_alone(tmp_path: P
 
 def test_a_symlink_at_the_socket_path_is_refused_and_never_followed(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     sock.parent.mkdir(mode=0o755)
     target = tmp_path / "elsewhere.sock"
     sock.symlink_to(target)
@@ -266,7 +262,7 @@ def test_a_symlink_at_the_socket_path_is_refused_and_never_followed(tmp_path: Pa
 
 def test_a_runtime_directory_owned_by_someone_else_is_refused(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     sock.parent.mkdir(mode=0o755)
     os.chown(sock.parent, MEMBER_UID, GROUP_GID)
     err = _refused_start(tmp_path, tree, sock)
@@ -276,7 +272,7 @@ def test_a_runtime_directory_owned_by_someone_else_is_refused(tmp_path: Path) ->
 
 def test_a_runtime_directory_others_may_write_is_refused(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     sock.parent.mkdir()
     os.chmod(sock.parent, 0o777)
     err = _refused_start(tmp_path, tree, sock)
@@ -285,7 +281,7 @@ def test_a_runtime_directory_others_may_write_is_refused(tmp_path: Path) -> None
 
 def test_a_symlinked_runtime_directory_is_refused(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     real = tmp_path / "real-run"
     real.mkdir(mode=0o755)
     sock.parent.symlink_to(real)
@@ -399,7 +395,7 @@ def test_a_directory_others_may_write_above_the_socket_is_refused_unless_sticky(
 
 def test_a_live_agent_is_not_displaced_and_a_dead_ones_socket_is_replaced(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     first = start_agent(tmp_path, tree, sock, stderr_name="first.err")
     try:
         err = _refused_start(tmp_path, tree, sock)
@@ -416,7 +412,7 @@ def test_a_live_agent_is_not_displaced_and_a_dead_ones_socket_is_replaced(tmp_pa
 
 def test_the_agent_writes_nothing_outside_its_runtime_directory(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
     agent = start_agent(tmp_path, tree, sock)
     try:
@@ -480,7 +476,7 @@ BAD_REQUESTS = {
 
 def test_malformed_and_oversized_requests_close_only_that_connection(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     agent = start_agent(tmp_path, tree, sock, "--min-interval-ms", "20")
     try:
         good = _subscribe(sock)
@@ -510,7 +506,7 @@ def test_malformed_and_oversized_requests_close_only_that_connection(tmp_path: P
 
 def test_readings_are_published_at_the_interval_rate_but_not_on_a_fixed_grid(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     interval_s = 0.05
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS}):
         agent = start_agent(tmp_path, tree, sock, "--min-interval-ms", str(interval_s * 1e3))
@@ -554,7 +550,7 @@ print("closed" if closed else "answered")
 
 def test_a_deeply_nested_frame_from_a_member_closes_only_that_connection(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     agent = start_agent(tmp_path, tree, sock, "--min-interval-ms", "20")
     try:
         script = tmp_path / "nested.py"
@@ -607,7 +603,7 @@ def flood_connections(tmp_path: Path) -> int:
 
 def test_a_flooding_client_does_not_slow_the_others(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     interval_s = 0.02
     agent = start_agent(tmp_path, tree, sock, "--min-interval-ms", str(interval_s * 1e3))
 
@@ -684,7 +680,7 @@ def test_a_flooding_client_does_not_slow_the_others(tmp_path: Path) -> None:
 
 def test_devices_says_which_domains_are_read_through_the_agent(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     agent = start_agent(tmp_path, tree, sock)
     try:
         result = subprocess.run(
@@ -708,7 +704,7 @@ def test_devices_says_which_domains_are_read_through_the_agent(tmp_path: Path) -
 
 def test_with_user_the_agent_switches_to_it_after_opening_the_counters_and_still_serves(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     agent = start_agent(tmp_path, tree, sock, "--user", "23005")
     try:
         status = Path(f"/proc/{agent.pid}/status").read_text().splitlines()
@@ -748,7 +744,7 @@ else:
 
 def test_a_forked_child_reads_through_the_agent_too(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     script = tmp_path / "forking.py"
     script.write_text(FORKING)
     os.chmod(script, 0o644)
@@ -789,7 +785,7 @@ def test_a_process_that_could_read_the_counters_itself_reads_through_an_agent_th
     reader and publisher of its devices, so an instrumented root process reads through it and publishes no hw.*;
     with no agent there, the same process reads the counters itself."""
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     script = tmp_path / "root_reader.py"
     script.write_text(ROOT_READER)
     env = child_env(tmp_path, OTEL_JOULES_SYSFS_ROOT=tree.sysfs_root, OTEL_JOULES_AGENT_SOCKET=str(sock), LD_LIBRARY_PATH="")

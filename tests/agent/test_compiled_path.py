@@ -13,6 +13,7 @@ import random
 import shutil
 import time
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -29,7 +30,7 @@ from otel_joules.meter.outages import Outage
 from otel_joules.semconv import ENERGY_AGENT_DOMAINS, KIND_CPU, KIND_MEMORY
 from otel_joules.tracing.attributes import MeterAttributes, span_attributes
 from otel_joules.meter.interval import Interval
-from tests.agent._support import root_only_tree, start_agent, stop
+from tests.agent._support import agent_socket, root_only_tree, start_agent, stop
 from tests.fakes.powercap import ConstantPower
 
 pytestmark = [
@@ -38,24 +39,30 @@ pytestmark = [
 ]
 
 
+class _ThroughAgent(NamedTuple):
+    """A fake root-only tree read through a real agent by two meters: the compiled path's (True) and the reference's."""
+
+    tree: Any
+    sock: Path
+    meters: dict[bool, EnergyMeter]
+    agents: list[Any]  # every agent process started on ``sock``, stopped by the fixture
+
+
 @pytest.fixture
-def agent_meters(tmp_path: Path):  # type: ignore[no-untyped-def]
-    """Two meters through one real agent: the compiled path's and the reference's."""
+def through_agent(tmp_path: Path):  # type: ignore[no-untyped-def]
     tree = root_only_tree(tmp_path)
-    runtime = tmp_path / "run"
-    runtime.mkdir()
-    sock = runtime / "agent.sock"
-    agent = start_agent(tmp_path, tree, sock)
-    meters = {}
+    sock = agent_socket(tmp_path)
+    setup = _ThroughAgent(tree, sock, {}, [start_agent(tmp_path, tree, sock)])
     try:
         for fast in (True, False):
             settings = Settings(sysfs_root=tree.sysfs_root, agent_socket=str(sock), fast_path=fast)
-            meters[fast] = EnergyMeter(settings=settings, gpus=[], sample=False)
-        yield tree, meters
+            setup.meters[fast] = EnergyMeter(settings=settings, gpus=[], sample=False)
+        yield setup
     finally:
-        for meter in meters.values():
+        for meter in setup.meters.values():
             meter.close()
-        stop(agent)
+        for agent in setup.agents:
+            stop(agent)
 
 
 def _outage(rng: random.Random, count: int, away: bool) -> Outage:
@@ -63,8 +70,8 @@ def _outage(rng: random.Random, count: int, away: bool) -> Outage:
     return Outage(away, rng.choice([0.0, rng.uniform(0, 5)]), returned)
 
 
-def test_both_paths_build_the_same_attributes_over_every_outage_case(agent_meters) -> None:  # type: ignore[no-untyped-def]
-    _, meters = agent_meters
+def test_both_paths_build_the_same_attributes_over_every_outage_case(through_agent: _ThroughAgent) -> None:
+    meters = through_agent.meters
     fast, reference = (MeterAttributes(meters[f], (KIND_CPU, KIND_MEMORY)) for f in (True, False))
     meter = meters[True]
     count = len(meter.domains)
@@ -120,8 +127,8 @@ def _span_attributes(meter: EnergyMeter, tree) -> dict:  # type: ignore[no-untyp
     return dict(span.attributes)
 
 
-def test_spans_through_the_agent_get_the_same_attributes_on_both_paths(agent_meters) -> None:  # type: ignore[no-untyped-def]
-    tree, meters = agent_meters
+def test_spans_through_the_agent_get_the_same_attributes_on_both_paths(through_agent: _ThroughAgent) -> None:
+    tree, meters = through_agent.tree, through_agent.meters
     fast = _span_attributes(meters[True], tree)
     reference = _span_attributes(meters[False], tree)
     assert list(fast) == list(reference)
@@ -144,7 +151,7 @@ def _both(meters: dict[bool, EnergyMeter]) -> tuple[EnergySnapshot, EnergySnapsh
 
 def _assert_same(fast: EnergySnapshot, reference: EnergySnapshot, meter: EnergyMeter) -> None:
     """The same snapshot but for the standby estimates' values while they grow (each meter's own CPU time)."""
-    standby = set(range(len(meter.domains) - len(meter.standby_domain_ids), len(meter.domains)))
+    standby = set(meter.plan.standby)
     assert [j is None for j in fast[1]] == [j is None for j in reference[1]], (fast, reference)
     assert [j for i, j in enumerate(fast[1]) if i not in standby] == [j for i, j in enumerate(reference[1]) if i not in standby]
     assert (fast[2], fast[3], fast[4]) == (reference[2], reference[3], reference[4])
@@ -153,53 +160,41 @@ def _assert_same(fast: EnergySnapshot, reference: EnergySnapshot, meter: EnergyM
     assert fast.outage.returned == reference.outage.returned
 
 
-def test_both_paths_take_the_same_snapshots_through_a_loss_and_a_return_of_the_agent(tmp_path: Path) -> None:
-    tree = root_only_tree(tmp_path)
-    runtime = tmp_path / "run"
-    runtime.mkdir()
-    sock = runtime / "agent.sock"
-    agents = [start_agent(tmp_path, tree, sock)]
-    meters: dict[bool, EnergyMeter] = {}
-    try:
-        # A live counter (a still one for a second means a lost agent) that moves only every 0.2 s: two snapshots
-        # microseconds apart almost always read the same reading.
-        with ConstantPower(tree, {"package_0": 5.0, "dram_0": 1.25}, period_s=0.2):
-            for fast in (True, False):
-                settings = Settings(sysfs_root=tree.sysfs_root, agent_socket=str(sock), fast_path=fast)
-                meters[fast] = EnergyMeter(settings=settings, gpus=[], sample=False)
-            meter = meters[True]
-            assert type(meter.snapshot).__name__ == "method" and meter.snapshot.__func__ is COMPILED.snapshot  # type: ignore[attr-defined]
-            first = _both(meters)
-            assert not first[0].outage.away
-            time.sleep(0.5)
-            there = _both(meters)  # the compiled common case: the agent there at both ends
-            _assert_same(*there, meter)
-            assert there[0][1][meter.domain_index("package_0")] > first[0][1][meter.domain_index("package_0")]
-            stop(agents[0])
-            time.sleep(0.3)
-            lost = _both(meters)  # a loss: Outages.update
-            _assert_same(*lost, meter)
-            assert lost[0].outage.away
-            time.sleep(0.3)
-            away = _both(meters)
-            _assert_same(*away, meter)
-            assert away[0].outage.away and away[0].outage.away_s > lost[0].outage.away_s
-            agents.append(start_agent(tmp_path, tree, sock, stderr_name="agent2.err"))
-            time.sleep(0.8)  # past the links' next try to reconnect (every 0.5 s)
-            back = _both(meters)  # a return: bridged, measured on
-            _assert_same(*back, meter)
-            assert not back[0].outage.away and back[0].outage.returned[meter.domain_index("package_0")] is not None
-            time.sleep(0.3)
-            after = _both(meters)  # the common case again, with the outage carried
-            _assert_same(*after, meter)
-            assert after[0].outage is back[0].outage or after[0].outage == back[0].outage
-            # Across the outage, bridged by the agent's counters: the same joules on both paths, measured.
-            measured = [meters[fast].measure(first[k], after[k]) for k, fast in enumerate((True, False))]
-            assert measured[0].joules_by_domain == measured[1].joules_by_domain
-            assert measured[0].source == measured[1].source == "measured"
-            assert measured[0].joules_by_domain["package_0"] > 5.0
-    finally:
-        for meter in meters.values():
-            meter.close()
-        for agent in agents:
-            stop(agent)
+def test_both_paths_take_the_same_snapshots_through_a_loss_and_a_return_of_the_agent(
+    tmp_path: Path, through_agent: _ThroughAgent
+) -> None:
+    tree, meters, agents = through_agent.tree, through_agent.meters, through_agent.agents
+    meter = meters[True]
+    assert type(meter.snapshot).__name__ == "method" and meter.snapshot.__func__ is COMPILED.snapshot  # type: ignore[attr-defined]
+    # A live counter (a still one for a second means a lost agent) that moves only every 0.2 s: two snapshots
+    # microseconds apart almost always read the same reading.
+    with ConstantPower(tree, {"package_0": 5.0, "dram_0": 1.25}, period_s=0.2):
+        first = _both(meters)
+        assert not first[0].outage.away
+        time.sleep(0.5)
+        there = _both(meters)  # the compiled common case: the agent there at both ends
+        _assert_same(*there, meter)
+        assert there[0][1][meter.domain_index("package_0")] > first[0][1][meter.domain_index("package_0")]
+        stop(agents[0])
+        time.sleep(0.3)
+        lost = _both(meters)  # a loss: Outages.update
+        _assert_same(*lost, meter)
+        assert lost[0].outage.away
+        time.sleep(0.3)
+        away = _both(meters)
+        _assert_same(*away, meter)
+        assert away[0].outage.away and away[0].outage.away_s > lost[0].outage.away_s
+        agents.append(start_agent(tmp_path, tree, through_agent.sock, stderr_name="agent2.err"))
+        time.sleep(0.8)  # past the links' next try to reconnect (every 0.5 s)
+        back = _both(meters)  # a return: bridged, measured on
+        _assert_same(*back, meter)
+        assert not back[0].outage.away and back[0].outage.returned[meter.domain_index("package_0")] is not None
+        time.sleep(0.3)
+        after = _both(meters)  # the common case again, with the outage carried
+        _assert_same(*after, meter)
+        assert after[0].outage is back[0].outage or after[0].outage == back[0].outage
+    # Across the outage, bridged by the agent's counters: the same joules on both paths, measured.
+    measured = [meters[fast].measure(first[k], after[k]) for k, fast in enumerate((True, False))]
+    assert measured[0].joules_by_domain == measured[1].joules_by_domain
+    assert measured[0].source == measured[1].source == "measured"
+    assert measured[0].joules_by_domain["package_0"] > 5.0

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent._support import (
+    agent_socket,
     DRAM_WATTS,
     span_child,
     spans,
@@ -77,11 +78,6 @@ with open(out, "w") as f:
 """
 
 
-def _runtime(tmp_path: Path) -> Path:
-    walkable(tmp_path)
-    return tmp_path / "run" / "agent.sock"
-
-
 def _writable(tmp_path: Path) -> Path:
     """A directory the member's child writes its files in (never one above the socket: the agent refuses that)."""
     shared = tmp_path / "shared"
@@ -98,7 +94,7 @@ def _across_a_3_s_restart(tmp_path: Path, child_script: str) -> tuple[dict, str]
     """Run ``child_script`` (OUT READY UNTIL) as a member through an agent that stops 2 s after the child is ready
     and is back 3 s later, for 3 s more; (the JSON the child wrote to OUT, its stderr)."""
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     script = tmp_path / "child.py"
     script.write_text(child_script)
     os.chmod(script, 0o644)
@@ -146,7 +142,7 @@ def test_an_interval_from_the_last_snapshot_that_saw_the_agent_to_the_one_that_f
 ) -> None:
     # The counters stand still: nothing is measured in between, so every joule of the interval is the estimate's.
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     agent = start_agent(tmp_path, tree, sock)
     try:
         meter = _meter_through(tree, sock)
@@ -174,7 +170,7 @@ def test_an_interval_from_the_last_snapshot_that_found_the_agent_away_to_the_one
     # were frozen at the last snapshot that found the agent away, and such an interval (a span from that
     # snapshot to this one) had 0 J in every domain.
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     agent = start_agent(tmp_path, tree, sock)
     try:
         meter = _meter_through(tree, sock)
@@ -214,7 +210,7 @@ def test_a_3_s_agent_restart_counts_every_joule_once_in_the_host_total(tmp_path:
 
 def test_a_run_whose_agent_stops_for_good_keeps_its_measured_part_labelled_partial(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     started = _writable(tmp_path) / "started"
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
         agent = start_agent(tmp_path, tree, sock)
@@ -243,7 +239,7 @@ def test_a_run_whose_agent_stops_for_good_keeps_its_measured_part_labelled_parti
 
 def test_a_container_that_mounts_the_runtime_directory_is_measured_again_after_an_agent_restart(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     container = tmp_path / "container"
     container.mkdir()
     walkable(container)

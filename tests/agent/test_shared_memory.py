@@ -22,6 +22,7 @@ import pytest
 from otel_joules.sensors.agent_protocol import encode
 from otel_joules.sensors.agent_shm import SegmentWriter
 from tests.agent._support import (
+    agent_socket,
     DRAM_WATTS,
     GROUP_GID,
     MEMBER_UID,
@@ -43,11 +44,6 @@ from tests.fakes.powercap import ConstantPower
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="needs root and setpriv")
 
 SEGMENT_NAME = "memfd:otel-joules-agent"
-
-
-def _runtime(tmp_path: Path) -> Path:
-    walkable(tmp_path)
-    return tmp_path / "run" / "agent.sock"
 
 
 def _member() -> list[str]:
@@ -75,7 +71,7 @@ def _threads(pid: int) -> list[str]:
 
 def test_a_member_reads_the_readings_from_shared_memory_with_no_reader_thread_within_3_percent(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     out = tmp_path / "spans.jsonl"
     until = tmp_path / "stop-now"
     with ConstantPower(tree, {"package_0": PACKAGE_WATTS, "dram_0": DRAM_WATTS}):
@@ -157,7 +153,7 @@ print(json.dumps(result))
 @pytest.mark.parametrize("uid", [MEMBER_UID, 0], ids=["member", "root"])
 def test_a_client_cannot_write_resize_or_reopen_the_segment_for_writing(tmp_path: Path, uid: int) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     script = tmp_path / "attack.py"
     script.write_text(ATTACK)
     os.chmod(script, 0o644)
@@ -187,7 +183,7 @@ def test_a_client_cannot_write_resize_or_reopen_the_segment_for_writing(tmp_path
 
 def test_a_uid_outside_the_group_gets_no_segment_even_through_a_loosened_socket(tmp_path: Path) -> None:
     tree = root_only_tree(tmp_path)
-    sock = _runtime(tmp_path)
+    sock = agent_socket(tmp_path)
     script = tmp_path / "attack.py"
     script.write_text(ATTACK)
     os.chmod(script, 0o644)

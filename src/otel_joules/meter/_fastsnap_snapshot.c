@@ -121,9 +121,10 @@ static PyObject *still_there(PyObject *outages, PyObject *standby, PyObject *val
     return PyObject_GetAttr(outages, s_present);
 }
 
-/* The counter loop and, where the meter has standby estimates, the agent's outages: (values, failing, outage) as
- * a new tuple, or NULL with the exception set. */
-static PyObject *read_with_outages(PyObject *spec, PyObject *now)
+/* The counter loop and, where the meter has standby estimates, the agent's outages: the values (a new list), with
+ * *failing and *outage (a new reference: None for a meter without standby estimates) set; or NULL with the
+ * exception set. */
+static PyObject *read_with_outages(PyObject *spec, PyObject *now, int *failing, PyObject **outage)
 {
     PyObject *primary = PyTuple_GET_ITEM(spec, 0), *outages = PyTuple_GET_ITEM(spec, 6),
              *standby = PyTuple_GET_ITEM(spec, 7);
@@ -135,28 +136,34 @@ static PyObject *read_with_outages(PyObject *spec, PyObject *now)
     }
     PyObject *loop_args[2] = {primary, now};
     PyObject *read = was_away < 0 || before_uj == NULL ? NULL : read_counters(NULL, loop_args, 2);
-    PyObject *result = NULL;
-    if (read == NULL || outages == Py_None) {
-        result = read == NULL ? NULL : Py_BuildValue("(OOO)", PyTuple_GET_ITEM(read, 0), PyTuple_GET_ITEM(read, 1), Py_None);
+    PyObject *values = NULL;
+    if (read == NULL)
+        goto done;
+    values = Py_NewRef(PyTuple_GET_ITEM(read, 0));
+    *failing = PyTuple_GET_ITEM(read, 1) == Py_True;
+    if (outages == Py_None) {
+        *outage = Py_NewRef(Py_None);
     } else if (!was_away && PyTuple_GET_ITEM(read, 2) == Py_False) {
-        PyObject *outage = still_there(outages, standby, PyTuple_GET_ITEM(read, 0), now);
-        result = outage == NULL ? NULL : Py_BuildValue("(OON)", PyTuple_GET_ITEM(read, 0), PyTuple_GET_ITEM(read, 1), outage);
+        *outage = still_there(outages, standby, values, now);
     } else {
         /* A loss, a return, or the agent still away: the reference decides. */
-        PyObject *updated = PyObject_CallMethodObjArgs(outages, s_update, PyTuple_GET_ITEM(read, 0), PyTuple_GET_ITEM(read, 1),
+        PyObject *updated = PyObject_CallMethodObjArgs(outages, s_update, values, PyTuple_GET_ITEM(read, 1),
                                                        PyTuple_GET_ITEM(read, 2), now, before_uj, NULL);
         if (updated != NULL && (!PyTuple_Check(updated) || PyTuple_GET_SIZE(updated) != 2)) {
             PyErr_SetString(PyExc_TypeError, "Outages.update did not return (failing, outage)");
             Py_CLEAR(updated);
         }
-        int failing = updated == NULL ? -1 : PyObject_IsTrue(PyTuple_GET_ITEM(updated, 0));
-        if (failing >= 0)
-            result = Py_BuildValue("(OOO)", PyTuple_GET_ITEM(read, 0), failing ? Py_True : Py_False, PyTuple_GET_ITEM(updated, 1));
+        int truth = updated == NULL ? -1 : PyObject_IsTrue(PyTuple_GET_ITEM(updated, 0));
+        *failing = truth > 0;
+        *outage = truth < 0 ? NULL : Py_NewRef(PyTuple_GET_ITEM(updated, 1));
         Py_XDECREF(updated);
     }
+    if (*outage == NULL)
+        Py_CLEAR(values);
+done:
     Py_XDECREF(read);
     Py_XDECREF(before_uj);
-    return result;
+    return values;
 }
 
 /* The snapshot under the meter's lock (held): a new reference, or NULL with the exception set. */
@@ -182,14 +189,15 @@ static PyObject *snapshot_locked(PyObject *meter, PyObject *spec, long long now_
     PyObject *now = PyLong_FromLongLong(now_ns);
     if (now == NULL)
         return NULL;
-    PyObject *read = read_with_outages(spec, now);
-    if (read == NULL) {
+    int failing = 0;
+    PyObject *outage = NULL;
+    PyObject *values = read_with_outages(spec, now, &failing, &outage);
+    if (values == NULL) {
         Py_DECREF(now);
         return NULL;
     }
-    PyObject *joules = PyList_AsTuple(PyTuple_GET_ITEM(read, 0));
-    int failing = PyTuple_GET_ITEM(read, 1) == Py_True;
-    PyObject *outage = PyTuple_GET_ITEM(read, 2);
+    PyObject *joules = PyList_AsTuple(values);
+    Py_DECREF(values);
     PyObject *stale = joules == NULL ? NULL : positions_where(off_path, 1, joules, is_stale);
     PyObject *missing = stale == NULL ? NULL : failing ? positions_where(states, 0, NULL, is_missing) : PyTuple_New(0);
     PyObject *snapshot = NULL, *jump_counts = NULL;
@@ -243,7 +251,7 @@ done:
     Py_XDECREF(missing);
     Py_XDECREF(stale);
     Py_XDECREF(joules);
-    Py_DECREF(read);
+    Py_DECREF(outage);
     Py_DECREF(now);
     return snapshot;
 }
